@@ -1,0 +1,446 @@
+//! Settings for every dq binary: one TOML file with a section per concern, every key overridable from the
+//! environment as `DQ__SECTION__KEY` (lists comma-separated), defaults that run against one local Redis.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// A configuration that cannot be used; the message names the key.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file or environment could not be read or did not fit the settings' shape.
+    #[error("configuration: {0}")]
+    Load(#[from] config::ConfigError),
+    /// A key has a value outside what dq accepts.
+    #[error("configuration key `{key}`: {message}")]
+    Invalid {
+        /// Dotted key, e.g. `redis.shards`.
+        key: &'static str,
+        /// What is wrong with its value.
+        message: String,
+    },
+}
+
+/// All settings. Each binary reads the sections it needs.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Where the jobs live.
+    pub redis: RedisSettings,
+    /// dq-server's HTTP listener.
+    pub server: ServerSettings,
+    /// Bounds on what producers and consumers may ask for.
+    pub limits: Limits,
+    /// Values a job gets when its push does not say.
+    pub jobs: JobDefaults,
+    /// Where the binaries without an HTTP API serve `/metrics`.
+    pub metrics: MetricsSettings,
+    /// How long a draining process may take to finish what it holds.
+    pub shutdown: ShutdownSettings,
+    /// dq-timer's batch sizes and bucket leases.
+    pub timer: TimerSettings,
+    /// Log format and level.
+    pub log: LogSettings,
+}
+
+/// Redis shards and how we talk to them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisSettings {
+    /// One Redis URL per shard. A job lives on the shard its id hashes to; adding a shard at the end moves
+    /// the placement of few ids, removing one strands its jobs.
+    pub shards: Vec<String>,
+    /// Prefix of every key, so that several installations can share a Redis.
+    pub prefix: String,
+    /// Connections per shard in each process's pool.
+    pub pool_size: u32,
+    /// Delay buckets per shard: the unit in which timers share the work. Fixed for a shard's life
+    /// (checked against the shard at start).
+    pub buckets: u32,
+    /// How long to wait for a connection before answering `unavailable`.
+    pub connect_timeout_ms: u64,
+    /// How long to wait for a command's answer before treating the connection as broken.
+    pub response_timeout_ms: u64,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self {
+            shards: vec!["redis://127.0.0.1:6379".into()],
+            prefix: "dq".into(),
+            pool_size: 16,
+            buckets: 16,
+            connect_timeout_ms: 1000,
+            response_timeout_ms: 2000,
+        }
+    }
+}
+
+/// dq-server's listener.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Address the HTTP API binds.
+    pub listen: String,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:6789".into(),
+        }
+    }
+}
+
+/// Limits on requests. Anything outside them is refused with a 4xx before reaching Redis.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest job body (its JSON text), in bytes.
+    pub max_body_bytes: usize,
+    /// Largest delay, and farthest `run_at` in the future, in ms.
+    pub max_delay_ms: u64,
+    /// Shortest TTR a job may ask for, in ms.
+    pub min_ttr_ms: u64,
+    /// Longest TTR a job may ask for, in ms.
+    pub max_ttr_ms: u64,
+    /// Most jobs in one push-many request.
+    pub max_batch: usize,
+    /// Largest `max_attempts` a job may ask for (0, unlimited, is always allowed).
+    pub max_attempts: u32,
+    /// Most jobs one reserve may ask for.
+    pub max_reserve_count: usize,
+    /// Longest long poll of a reserve, in ms.
+    pub max_reserve_timeout_ms: u64,
+    /// Most topics one reserve may name.
+    pub max_reserve_topics: usize,
+    /// Longest `error` text kept with a nack, in bytes.
+    pub max_error_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 64 * 1024,
+            max_delay_ms: 366 * 24 * 3600 * 1000,
+            min_ttr_ms: 1000,
+            max_ttr_ms: 24 * 3600 * 1000,
+            max_batch: 1000,
+            max_attempts: 1000,
+            max_reserve_count: 100,
+            max_reserve_timeout_ms: 30_000,
+            max_reserve_topics: 32,
+            max_error_bytes: 4096,
+        }
+    }
+}
+
+impl Limits {
+    /// Largest request body the API accepts: a full batch of the largest jobs is refused as too large
+    /// anyway, so this bounds memory per request rather than job size.
+    pub fn max_request_bytes(&self) -> usize {
+        (self.max_body_bytes + 1024).max(8 * 1024 * 1024)
+    }
+}
+
+/// Defaults for what a push does not say.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JobDefaults {
+    /// TTR of a job whose push does not give one, in ms.
+    pub ttr_ms: u64,
+    /// Deliveries before a job goes dead (0 = unlimited).
+    pub max_attempts: u32,
+    /// Delays after failed deliveries, in ms: the i-th after the i-th failure, the last one repeats.
+    pub backoff_ms: Vec<u64>,
+    /// How long an acked job's record stays for lookups, in ms (0 = delete at once).
+    pub done_retention_ms: u64,
+}
+
+impl Default for JobDefaults {
+    fn default() -> Self {
+        Self {
+            ttr_ms: 30_000,
+            max_attempts: 10,
+            // The schedule operators know: 1, 3, 5, 7 … minutes (2n - 1).
+            backoff_ms: (1..=9).map(|n| (2 * n - 1) * 60_000).collect(),
+            done_retention_ms: 3_600_000,
+        }
+    }
+}
+
+/// Metrics listener of the binaries that have no HTTP API of their own.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// Address serving `/metrics`; each binary has its own default port.
+    pub listen: Option<String>,
+}
+
+/// Draining.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShutdownSettings {
+    /// How long a draining process may take to finish in-flight work before handing it back, in ms.
+    pub grace_ms: u64,
+}
+
+impl Default for ShutdownSettings {
+    fn default() -> Self {
+        Self { grace_ms: 30_000 }
+    }
+}
+
+/// dq-timer.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimerSettings {
+    /// Most jobs one promotion or expiry script moves, so that one call never holds Redis long.
+    pub batch_size: u32,
+    /// How long a timer's claim on a bucket lasts without renewal: the bound on takeover after a crash.
+    pub lease_ms: u64,
+    /// How often a timer renews its claims and rebalances buckets among the live timers.
+    pub renew_ms: u64,
+}
+
+impl Default for TimerSettings {
+    fn default() -> Self {
+        Self {
+            batch_size: 1000,
+            lease_ms: 1500,
+            renew_ms: 250,
+        }
+    }
+}
+
+/// Logging.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSettings {
+    /// `text` for people, `json` for log pipelines.
+    pub format: String,
+    /// A tracing filter, e.g. `info` or `dq_server=debug,info`; `RUST_LOG` wins when set.
+    pub level: String,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            format: "text".into(),
+            level: "info".into(),
+        }
+    }
+}
+
+impl Settings {
+    /// Reads the file at `path` (if any), then `DQ__*` environment variables, then checks every value.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_from(path, std::env::vars())
+    }
+
+    /// Like [`Settings::load`] with the environment given, so tests need not touch the process's own.
+    pub fn load_from(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut builder = config::Config::builder();
+        if let Some(path) = path {
+            builder = builder.add_source(config::File::from(path).required(true));
+        }
+        let env: config::Map<String, String> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("DQ__"))
+            .collect();
+        builder = builder.add_source(
+            config::Environment::with_prefix("DQ")
+                .prefix_separator("__")
+                .separator("__")
+                .list_separator(",")
+                .with_list_parse_key("redis.shards")
+                .with_list_parse_key("jobs.backoff_ms")
+                .try_parsing(true)
+                .source(Some(env)),
+        );
+        let settings: Settings = builder.build()?.try_deserialize()?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks what the types alone do not.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+            ConfigError::Invalid {
+                key,
+                message: message.into(),
+            }
+        }
+        if self.redis.shards.is_empty() {
+            return Err(invalid("redis.shards", "at least one Redis URL is needed"));
+        }
+        for url in &self.redis.shards {
+            redis::Client::open(url.as_str()).map_err(|e| {
+                invalid(
+                    "redis.shards",
+                    format!("`{}` is not a Redis URL: {e}", redact(url)),
+                )
+            })?;
+        }
+        if self.redis.prefix.is_empty() || self.redis.prefix.contains(char::is_whitespace) {
+            return Err(invalid("redis.prefix", "must be non-empty, without spaces"));
+        }
+        if !(1..=4096).contains(&self.redis.buckets) {
+            return Err(invalid("redis.buckets", "must be between 1 and 4096"));
+        }
+        if self.redis.pool_size == 0 {
+            return Err(invalid("redis.pool_size", "must be at least 1"));
+        }
+        self.server
+            .listen
+            .parse::<SocketAddr>()
+            .map_err(|e| invalid("server.listen", format!("`{}`: {e}", self.server.listen)))?;
+        if let Some(listen) = &self.metrics.listen {
+            listen
+                .parse::<SocketAddr>()
+                .map_err(|e| invalid("metrics.listen", format!("`{listen}`: {e}")))?;
+        }
+        if self.limits.min_ttr_ms == 0 || self.limits.min_ttr_ms > self.limits.max_ttr_ms {
+            return Err(invalid(
+                "limits.min_ttr_ms",
+                "must be at least 1 and at most limits.max_ttr_ms",
+            ));
+        }
+        if !(self.limits.min_ttr_ms..=self.limits.max_ttr_ms).contains(&self.jobs.ttr_ms) {
+            return Err(invalid(
+                "jobs.ttr_ms",
+                "must lie within limits.min_ttr_ms ..= limits.max_ttr_ms",
+            ));
+        }
+        if self.jobs.backoff_ms.is_empty() {
+            return Err(invalid("jobs.backoff_ms", "needs at least one delay"));
+        }
+        if self.limits.max_batch == 0 || self.limits.max_reserve_count == 0 {
+            return Err(invalid(
+                "limits.max_batch",
+                "limits.max_batch and limits.max_reserve_count must be at least 1",
+            ));
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return Err(invalid("log.format", "must be `text` or `json`"));
+        }
+        if self.timer.batch_size == 0
+            || self.timer.renew_ms == 0
+            || self.timer.lease_ms <= self.timer.renew_ms
+        {
+            return Err(invalid(
+                "timer.lease_ms",
+                "timer.batch_size and timer.renew_ms must be at least 1, and timer.lease_ms above timer.renew_ms",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A Redis URL without its password, for logs and errors.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_without_file_or_env() {
+        let s = Settings::load_from(None, env(&[])).unwrap();
+        assert_eq!(s.redis.shards, vec!["redis://127.0.0.1:6379"]);
+        assert_eq!(s.server.listen, "127.0.0.1:6789");
+        assert_eq!(s.shutdown.grace_ms, 30_000);
+        assert_eq!(s.jobs.backoff_ms[..4], [60_000, 180_000, 300_000, 420_000]);
+        assert_eq!(s.jobs.max_attempts, 10);
+    }
+
+    #[test]
+    fn env_overrides_with_comma_separated_shards() {
+        let s = Settings::load_from(
+            None,
+            env(&[
+                (
+                    "DQ__REDIS__SHARDS",
+                    "redis://127.0.0.1:7001,redis://127.0.0.1:7002",
+                ),
+                ("DQ__SERVER__LISTEN", "0.0.0.0:9000"),
+                ("DQ__SHUTDOWN__GRACE_MS", "5000"),
+                ("OTHER", "ignored"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            s.redis.shards,
+            vec!["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"]
+        );
+        assert_eq!(s.server.listen, "0.0.0.0:9000");
+        assert_eq!(s.shutdown.grace_ms, 5000);
+    }
+
+    #[test]
+    fn file_then_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dq.toml");
+        std::fs::write(
+            &path,
+            "[server]\nlisten = \"127.0.0.1:7000\"\n[jobs]\nttr_ms = 5000\n",
+        )
+        .unwrap();
+        let s = Settings::load_from(Some(&path), env(&[("DQ__JOBS__TTR_MS", "6000")])).unwrap();
+        assert_eq!(s.server.listen, "127.0.0.1:7000");
+        assert_eq!(s.jobs.ttr_ms, 6000);
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("DQ__SERVER__LISTEN", "not an address", "server.listen"),
+            ("DQ__REDIS__SHARDS", "http://x", "redis.shards"),
+            ("DQ__REDIS__BUCKETS", "0", "redis.buckets"),
+            ("DQ__LOG__FORMAT", "xml", "log.format"),
+            ("DQ__SHUTDOWN__GRACE_MS", "soon", "grace_ms"),
+            ("DQ__SERVER__LISTN", "x", "listn"),
+        ];
+        for (k, v, named) in cases {
+            let err = Settings::load_from(None, env(&[(k, v)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(named), "{k}={v}: {err}");
+        }
+    }
+
+    #[test]
+    fn missing_file_is_an_error() {
+        let err =
+            Settings::load_from(Some(Path::new("/nonexistent/dq.toml")), env(&[])).unwrap_err();
+        assert!(err.to_string().contains("dq.toml"), "{err}");
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("redis://:secret@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
+        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+    }
+}

@@ -1,0 +1,434 @@
+//! The job model: what a producer sends, what dq stores, and the checks between the two.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::config::{JobDefaults, Limits};
+use crate::error::{Error, Result};
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Waiting in a delay bucket for its due time.
+    Delayed,
+    /// Due, in its topic's ready queue.
+    Ready,
+    /// Handed to a consumer until its deadline.
+    Reserved,
+    /// Acked; the record stays for lookups for the retention period.
+    Done,
+    /// Used all its attempts; in its topic's dead list.
+    Dead,
+}
+
+impl State {
+    /// Every state, in the order of a job's life.
+    pub const ALL: [State; 5] = [
+        State::Delayed,
+        State::Ready,
+        State::Reserved,
+        State::Done,
+        State::Dead,
+    ];
+
+    /// The name used in Redis, the API and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Delayed => "delayed",
+            State::Ready => "ready",
+            State::Reserved => "reserved",
+            State::Done => "done",
+            State::Dead => "dead",
+        }
+    }
+
+    /// Parses the name stored in Redis.
+    pub fn parse(s: &str) -> Option<Self> {
+        State::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A push as the API receives it (`POST /v1/jobs`, and each entry of a batch).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PushRequest {
+    /// The job's kind.
+    pub topic: String,
+    /// Any JSON value, kept as the producer wrote it.
+    pub body: Box<RawValue>,
+    /// Producer-chosen id: the idempotency key.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Due in this many ms from now (Redis's now).
+    #[serde(default)]
+    pub delay_ms: Option<i64>,
+    /// Due at this Unix time in ms; a past time means ready now.
+    #[serde(default)]
+    pub run_at: Option<i64>,
+    /// Time-to-run of each reservation, in ms.
+    #[serde(default)]
+    pub ttr_ms: Option<i64>,
+    /// Deliveries before the job goes dead (0 = unlimited).
+    #[serde(default)]
+    pub max_attempts: Option<i64>,
+}
+
+/// When a job becomes due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// This many ms after the push, on Redis's clock.
+    Delay(u64),
+    /// At this Unix time in ms.
+    At(i64),
+}
+
+/// A validated job, ready to be stored.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// The producer's id, or a fresh one chosen at push.
+    pub id: Option<String>,
+    /// The job's kind.
+    pub topic: String,
+    /// The body's JSON text.
+    pub body: String,
+    /// When it is due.
+    pub schedule: Schedule,
+    /// Time-to-run in ms.
+    pub ttr_ms: u64,
+    /// Deliveries before dead (0 = unlimited).
+    pub max_attempts: u32,
+}
+
+impl NewJob {
+    /// Checks a push against the limits and fills in defaults. `now_ms` (this machine's clock) is used
+    /// only to bound `run_at`; the due time itself is computed by Redis.
+    pub fn from_request(
+        req: PushRequest,
+        limits: &Limits,
+        defaults: &JobDefaults,
+        now_ms: i64,
+    ) -> Result<Self> {
+        validate_topic(&req.topic)?;
+        if let Some(id) = &req.id {
+            validate_id(id)?;
+        }
+        let body = req.body.get();
+        if body.len() > limits.max_body_bytes {
+            return Err(Error::TooLarge(format!(
+                "body is {} bytes, the limit is {}",
+                body.len(),
+                limits.max_body_bytes
+            )));
+        }
+        let horizon = limits.max_delay_ms;
+        let schedule = match (req.delay_ms, req.run_at) {
+            (Some(_), Some(_)) => {
+                return Err(Error::Invalid(
+                    "give either `delay_ms` or `run_at`, not both".into(),
+                ));
+            }
+            (Some(d), None) if d < 0 => {
+                return Err(Error::Invalid(format!(
+                    "`delay_ms` must be 0 or more, got {d}"
+                )));
+            }
+            (Some(d), None) if d as u64 > horizon => {
+                return Err(Error::Invalid(format!(
+                    "`delay_ms` {d} is beyond the limit of {horizon} ms"
+                )));
+            }
+            (Some(d), None) => Schedule::Delay(d as u64),
+            (None, Some(at)) if at < 0 => {
+                return Err(Error::Invalid(format!(
+                    "`run_at` must be a Unix time in ms, got {at}"
+                )));
+            }
+            (None, Some(at)) if at > now_ms.saturating_add(horizon as i64) => {
+                return Err(Error::Invalid(format!(
+                    "`run_at` {at} is more than {horizon} ms from now"
+                )));
+            }
+            (None, Some(at)) => Schedule::At(at),
+            (None, None) => Schedule::Delay(0),
+        };
+        let ttr_ms = match req.ttr_ms {
+            None => defaults.ttr_ms,
+            Some(t) if t < limits.min_ttr_ms as i64 || t > limits.max_ttr_ms as i64 => {
+                return Err(Error::Invalid(format!(
+                    "`ttr_ms` must be between {} and {}, got {t}",
+                    limits.min_ttr_ms, limits.max_ttr_ms
+                )));
+            }
+            Some(t) => t as u64,
+        };
+        let max_attempts = match req.max_attempts {
+            None => defaults.max_attempts,
+            Some(m) if m < 0 || m > limits.max_attempts as i64 => {
+                return Err(Error::Invalid(format!(
+                    "`max_attempts` must be between 0 (unlimited) and {}, got {m}",
+                    limits.max_attempts
+                )));
+            }
+            Some(m) => m as u32,
+        };
+        Ok(NewJob {
+            id: req.id,
+            topic: req.topic,
+            body: body.to_string(),
+            schedule,
+            ttr_ms,
+            max_attempts,
+        })
+    }
+}
+
+/// Checks a topic name: `^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`.
+pub fn validate_topic(topic: &str) -> Result<()> {
+    let b = topic.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "topic `{}` is not a valid name: 1 to 128 of A-Z a-z 0-9 _ . -, starting with a letter or digit",
+            shorten(topic)
+        )))
+    }
+}
+
+/// Checks a job id: `^[A-Za-z0-9_.:-]{1,128}$`.
+pub fn validate_id(id: &str) -> Result<()> {
+    let b = id.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 128
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b':' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "id `{}` is not a valid job id: 1 to 128 of A-Z a-z 0-9 _ . : -",
+            shorten(id)
+        )))
+    }
+}
+
+/// Keeps error messages short when the offending input is huge.
+fn shorten(s: &str) -> String {
+    if s.len() <= 64 {
+        return s.to_string();
+    }
+    let mut end = 64;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// A stored job, as a lookup returns it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    /// Unique id.
+    pub id: String,
+    /// The job's kind.
+    pub topic: String,
+    /// The body as the producer wrote it.
+    pub body: Box<RawValue>,
+    /// Where the job is.
+    pub state: State,
+    /// Due time, Unix ms.
+    pub run_at: i64,
+    /// Time-to-run in ms.
+    pub ttr_ms: u64,
+    /// Deliveries so far.
+    pub attempts: u32,
+    /// Deliveries before dead (0 = unlimited).
+    pub max_attempts: u32,
+    /// When it was pushed, Unix ms (Redis's clock).
+    pub created_at: i64,
+    /// What the last failed delivery said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// End of the current reservation, Unix ms, while reserved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<i64>,
+}
+
+/// A job handed out by reserve.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reservation {
+    /// The job's id.
+    pub id: String,
+    /// The job's kind.
+    pub topic: String,
+    /// The body as the producer wrote it.
+    pub body: Box<RawValue>,
+    /// Which delivery this is (1 for the first).
+    pub attempt: u32,
+    /// Proof of this reservation, needed by ack, nack and touch.
+    pub receipt: String,
+    /// When the reservation ends unless touched, Unix ms.
+    pub deadline: i64,
+    /// The job's due time, Unix ms.
+    pub run_at: i64,
+}
+
+/// The outcome of storing one job.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pushed {
+    /// The job's id (given or generated).
+    pub id: String,
+    /// `delayed` or `ready`.
+    pub state: State,
+    /// Due time, Unix ms.
+    pub run_at: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(json: &str) -> PushRequest {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn check(json: &str) -> Result<NewJob> {
+        NewJob::from_request(
+            req(json),
+            &Limits::default(),
+            &JobDefaults::default(),
+            1_700_000_000_000,
+        )
+    }
+
+    #[test]
+    fn topic_names() {
+        for ok in ["a", "orders.close", "A-1_b.c", &"x".repeat(128)] {
+            assert!(validate_topic(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "-a",
+            ".a",
+            "_a",
+            "a b",
+            "a/b",
+            "a:b",
+            "é",
+            &"x".repeat(129),
+        ] {
+            assert!(validate_topic(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn job_ids() {
+        for ok in ["a", "order:42", "01J.x-y_z", "-lead", &"1".repeat(128)] {
+            assert!(validate_id(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "a b", "a/b", "a\n", "ü", &"1".repeat(129)] {
+            assert!(validate_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let j = check(r#"{"topic":"t","body":{"a":1}}"#).unwrap();
+        assert_eq!(j.schedule, Schedule::Delay(0));
+        assert_eq!(j.ttr_ms, 30_000);
+        assert_eq!(j.max_attempts, 10);
+        assert_eq!(j.body, r#"{"a":1}"#);
+    }
+
+    #[test]
+    fn schedules() {
+        assert_eq!(
+            check(r#"{"topic":"t","body":1,"delay_ms":500}"#)
+                .unwrap()
+                .schedule,
+            Schedule::Delay(500)
+        );
+        assert_eq!(
+            check(r#"{"topic":"t","body":1,"run_at":5}"#)
+                .unwrap()
+                .schedule,
+            Schedule::At(5)
+        );
+    }
+
+    #[test]
+    fn bad_pushes() {
+        for (json, says) in [
+            (r#"{"topic":"t","body":1,"delay_ms":-1}"#, "delay_ms"),
+            (
+                r#"{"topic":"t","body":1,"delay_ms":1,"run_at":1}"#,
+                "not both",
+            ),
+            (
+                r#"{"topic":"t","body":1,"delay_ms":99999999999999}"#,
+                "beyond",
+            ),
+            (r#"{"topic":"t","body":1,"run_at":-5}"#, "run_at"),
+            (
+                r#"{"topic":"t","body":1,"run_at":99999999999999}"#,
+                "from now",
+            ),
+            (r#"{"topic":"t","body":1,"ttr_ms":10}"#, "ttr_ms"),
+            (r#"{"topic":"t","body":1,"ttr_ms":999999999999}"#, "ttr_ms"),
+            (
+                r#"{"topic":"t","body":1,"max_attempts":-1}"#,
+                "max_attempts",
+            ),
+            (
+                r#"{"topic":"t","body":1,"max_attempts":100000}"#,
+                "max_attempts",
+            ),
+            (r#"{"topic":"bad topic","body":1}"#, "topic"),
+            (r#"{"topic":"t","body":1,"id":"a b"}"#, "id"),
+        ] {
+            let err = check(json).unwrap_err();
+            assert!(matches!(err, Error::Invalid(_)), "{json}: {err:?}");
+            assert!(err.to_string().contains(says), "{json}: {err}");
+        }
+    }
+
+    #[test]
+    fn body_over_the_limit_is_too_large() {
+        let json = format!(r#"{{"topic":"t","body":"{}"}}"#, "x".repeat(70_000));
+        assert!(matches!(check(&json).unwrap_err(), Error::TooLarge(_)));
+    }
+
+    #[test]
+    fn wrong_shapes_fail_to_parse() {
+        for json in [
+            r#"{"body":1}"#,
+            r#"{"topic":"t"}"#,
+            r#"{"topic":5,"body":1}"#,
+            r#"{"topic":"t","body":1,"delay_ms":"5"}"#,
+            r#"{"topic":"t","body":1,"dealy_ms":5}"#,
+        ] {
+            assert!(serde_json::from_str::<PushRequest>(json).is_err(), "{json}");
+        }
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for s in State::ALL {
+            assert_eq!(State::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(State::parse("x"), None);
+    }
+}

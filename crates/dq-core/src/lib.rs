@@ -1,0 +1,24 @@
+//! dq-core: what every dq process shares.
+//!
+//! - [`job`]: the job model and the checks on what producers send.
+//! - [`keys`]: the Redis key layout; [`scripts`]: the Lua scripts, one per atomic operation.
+//! - [`shard`]: pools per Redis shard and the placement of jobs on shards and buckets.
+//! - [`queue`]: the typed async API over the scripts.
+//! - [`wake`]: pub/sub wake-ups for long polls and timers.
+//! - [`config`], [`signals`], [`telemetry`]: settings, drain on signals, logs and metrics.
+
+pub mod config;
+pub mod error;
+pub mod job;
+pub mod keys;
+pub mod queue;
+pub mod scripts;
+pub mod shard;
+pub mod signals;
+pub mod telemetry;
+pub mod wake;
+
+pub use config::Settings;
+pub use error::{Error, Result};
+pub use job::{Job, NewJob, PushRequest, Pushed, Reservation, Schedule, State};
+pub use queue::Queue;

@@ -1,0 +1,27 @@
+-- delete.lua: remove a job from whatever structure holds it, and its record.
+--
+-- KEYS[1]: job record (<prefix>:job:<id>)
+-- KEYS[2]: the job's delay bucket (<prefix>:delayed:<bucket>)
+-- KEYS[3]: the reserved set (<prefix>:reserved)
+-- KEYS[4]: counts hash (<prefix>:counts)
+-- ARGV[1]: key prefix (ready and dead keys are named by the job's topic, known only from its record)
+-- ARGV[2]: id
+-- Returns: 1 when deleted, 0 when there was no such job.
+
+local job, bucket, reserved, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prefix, id = ARGV[1], ARGV[2]
+local rec = redis.call('HMGET', job, 't', 's')
+local topic, state = rec[1], rec[2]
+if not topic then return 0 end
+if state == 'delayed' then
+  redis.call('ZREM', bucket, id)
+elseif state == 'ready' then
+  redis.call('ZREM', prefix .. ':ready:' .. topic, id)
+elseif state == 'reserved' then
+  redis.call('ZREM', reserved, id)
+elseif state == 'dead' then
+  redis.call('ZREM', prefix .. ':dead:' .. topic, id)
+end
+redis.call('DEL', job)
+if state ~= 'done' then redis.call('HINCRBY', counts, topic .. ':' .. state, -1) end
+return 1

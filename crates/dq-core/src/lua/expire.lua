@@ -1,0 +1,45 @@
+-- expire.lua: end the reservations whose deadline passed (the consumer died or hung): each job goes back
+-- to the front of its ready queue at once, or to its dead list when it used all its attempts. The
+-- receipt is cleared, so the old holder's ack, nack or touch is refused (invariant 3).
+--
+-- KEYS[1]: the reserved set (<prefix>:reserved)
+-- KEYS[2]: counts hash (<prefix>:counts)
+-- ARGV[1]: key prefix   ARGV[2]: most jobs to handle in this call   ARGV[3]: ready wake channel
+-- Returns: {back to ready, dead, next_deadline (-1 when none is reserved), now}
+
+local reserved, counts = KEYS[1], KEYS[2]
+local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expired = redis.call('ZRANGEBYSCORE', reserved, '-inf', now, 'LIMIT', 0, limit)
+local to_ready, to_dead = 0, 0
+for _, id in ipairs(expired) do
+  redis.call('ZREM', reserved, id)
+  local job = prefix .. ':job:' .. id
+  local rec = redis.call('HMGET', job, 't', 'a', 'm', 'r')
+  local topic = rec[1]
+  if topic then
+    redis.call('HDEL', job, 'rc', 'd')
+    redis.call('HSET', job, 'e', 'reservation expired (ttr)')
+    redis.call('HINCRBY', counts, topic .. ':reserved', -1)
+    local attempts, max = tonumber(rec[2]), tonumber(rec[3])
+    if max > 0 and attempts >= max then
+      redis.call('ZADD', prefix .. ':dead:' .. topic, now, id)
+      redis.call('HSET', job, 's', 'dead')
+      redis.call('HINCRBY', counts, topic .. ':dead', 1)
+      to_dead = to_dead + 1
+    else
+      local ready = prefix .. ':ready:' .. topic
+      -- Its original due time puts it ahead of jobs that became due after it.
+      redis.call('ZADD', ready, tonumber(rec[4]), id)
+      if redis.call('ZCARD', ready) == 1 then redis.call('PUBLISH', ready_channel, topic) end
+      redis.call('HSET', job, 's', 'ready')
+      redis.call('HINCRBY', counts, topic .. ':ready', 1)
+      to_ready = to_ready + 1
+    end
+  end
+end
+local head = redis.call('ZRANGE', reserved, 0, 0, 'WITHSCORES')
+local next_deadline = -1
+if head[2] then next_deadline = tonumber(head[2]) end
+return {to_ready, to_dead, next_deadline, now}

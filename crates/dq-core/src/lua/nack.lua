@@ -1,0 +1,60 @@
+-- nack.lua: a reserved job failed: it waits out its backoff in its delay bucket (or goes straight back to
+-- ready when the delay is 0), or goes to its topic's dead list when it used all its attempts.
+--
+-- KEYS[1]: job record (<prefix>:job:<id>)
+-- KEYS[2]: the reserved set (<prefix>:reserved)
+-- KEYS[3]: the job's delay bucket (<prefix>:delayed:<bucket>)
+-- KEYS[4]: counts hash (<prefix>:counts)
+-- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: receipt   ARGV[4]: error text ("" for none)
+-- ARGV[5]: delay_ms chosen by the caller ("" to use the backoff list)   ARGV[6]: ready wake channel
+-- ARGV[7]: timer wake channel   ARGV[8..]: backoff list in ms: the i-th after the i-th failure, the last repeats
+-- Returns: {1, state, run_at} (state 'delayed', 'ready' or 'dead'), {0} no such job, {-1} stale receipt.
+
+local job, reserved, bucket, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prefix, id = ARGV[1], ARGV[2]
+local rec = redis.call('HMGET', job, 't', 's', 'rc', 'a', 'm')
+local topic = rec[1]
+if not topic then return {0} end
+if rec[2] ~= 'reserved' or rec[3] ~= ARGV[3] then return {-1} end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local attempts, max = tonumber(rec[4]), tonumber(rec[5])
+redis.call('ZREM', reserved, id)
+redis.call('HDEL', job, 'rc', 'd')
+if ARGV[4] ~= '' then redis.call('HSET', job, 'e', ARGV[4]) end
+redis.call('HINCRBY', counts, topic .. ':reserved', -1)
+
+if max > 0 and attempts >= max then
+  redis.call('ZADD', prefix .. ':dead:' .. topic, now, id)
+  redis.call('HSET', job, 's', 'dead')
+  redis.call('HINCRBY', counts, topic .. ':dead', 1)
+  return {1, 'dead', now}
+end
+
+local delay
+if ARGV[5] ~= '' then
+  delay = tonumber(ARGV[5])
+else
+  local nb = #ARGV - 7
+  local i = attempts
+  if i > nb then i = nb end
+  delay = tonumber(ARGV[7 + i])
+end
+local run_at = now + delay
+if delay <= 0 then
+  local ready = prefix .. ':ready:' .. topic
+  redis.call('ZADD', ready, run_at, id)
+  if redis.call('ZCARD', ready) == 1 then redis.call('PUBLISH', ARGV[6], topic) end
+  redis.call('HSET', job, 's', 'ready', 'r', run_at)
+  redis.call('HINCRBY', counts, topic .. ':ready', 1)
+  return {1, 'ready', run_at}
+end
+local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+redis.call('ZADD', bucket, run_at, id)
+if head[2] == nil or run_at < tonumber(head[2]) then
+  redis.call('PUBLISH', ARGV[7], bucket .. ' ' .. run_at)
+end
+redis.call('HSET', job, 's', 'delayed', 'r', run_at)
+redis.call('HINCRBY', counts, topic .. ':delayed', 1)
+return {1, 'delayed', run_at}

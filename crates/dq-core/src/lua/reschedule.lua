@@ -1,0 +1,41 @@
+-- reschedule.lua: give a delayed or ready job a new due time.
+--
+-- KEYS[1]: job record (<prefix>:job:<id>)
+-- KEYS[2]: the job's delay bucket (<prefix>:delayed:<bucket>)
+-- KEYS[3]: counts hash (<prefix>:counts)
+-- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: delay_ms ("" when run_at is given)   ARGV[4]: run_at ("" when delay_ms is given)
+-- ARGV[5]: ready wake channel   ARGV[6]: timer wake channel
+-- Returns: {1, state, run_at} when moved; {0, 'not_found'} or {0, <state>} when the job is not delayed or ready.
+
+local job, bucket, counts = KEYS[1], KEYS[2], KEYS[3]
+local prefix, id = ARGV[1], ARGV[2]
+local rec = redis.call('HMGET', job, 't', 's')
+local topic, state = rec[1], rec[2]
+if not topic then return {0, 'not_found'} end
+if state ~= 'delayed' and state ~= 'ready' then return {0, state} end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local run_at
+if ARGV[3] ~= '' then run_at = now + tonumber(ARGV[3]) else run_at = tonumber(ARGV[4]) end
+
+local ready = prefix .. ':ready:' .. topic
+if state == 'delayed' then redis.call('ZREM', bucket, id) else redis.call('ZREM', ready, id) end
+local new_state = 'delayed'
+if run_at <= now then new_state = 'ready' end
+if new_state == 'ready' then
+  redis.call('ZADD', ready, run_at, id)
+  if redis.call('ZCARD', ready) == 1 then redis.call('PUBLISH', ARGV[5], topic) end
+else
+  local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', bucket, run_at, id)
+  if head[2] == nil or run_at < tonumber(head[2]) then
+    redis.call('PUBLISH', ARGV[6], bucket .. ' ' .. run_at)
+  end
+end
+redis.call('HSET', job, 'r', run_at, 's', new_state)
+if new_state ~= state then
+  redis.call('HINCRBY', counts, topic .. ':' .. state, -1)
+  redis.call('HINCRBY', counts, topic .. ':' .. new_state, 1)
+end
+return {1, new_state, run_at}

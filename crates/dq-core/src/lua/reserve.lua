@@ -1,0 +1,43 @@
+-- reserve.lua: hand out up to `count` ready jobs, taking the topics in priority order, each under a
+-- fresh receipt and a deadline of now + its TTR.
+--
+-- KEYS[1]: the reserved set (<prefix>:reserved)
+-- KEYS[2]: counts hash (<prefix>:counts)
+-- KEYS[3..]: ready queues (<prefix>:ready:<topic>), highest priority first
+-- ARGV[1]: key prefix   ARGV[2]: count   ARGV[3]: receipt nonce (random, from the caller)
+-- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at.
+
+local reserved, counts = KEYS[1], KEYS[2]
+local prefix, want, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+local taken = 0
+for k = 3, #KEYS do
+  if taken >= want then break end
+  local popped = redis.call('ZPOPMIN', KEYS[k], want - taken)
+  for j = 1, #popped, 2 do
+    local id = popped[j]
+    local job = prefix .. ':job:' .. id
+    local rec = redis.call('HMGET', job, 't', 'b', 'ttr', 'r')
+    -- A queue entry without a record cannot be delivered; dropping it is what delete would have done.
+    if rec[1] then
+      taken = taken + 1
+      local attempt = redis.call('HINCRBY', job, 'a', 1)
+      local receipt = nonce .. '.' .. taken
+      local deadline = now + tonumber(rec[3])
+      redis.call('HSET', job, 's', 'reserved', 'rc', receipt, 'd', deadline)
+      redis.call('ZADD', reserved, deadline, id)
+      redis.call('HINCRBY', counts, rec[1] .. ':ready', -1)
+      redis.call('HINCRBY', counts, rec[1] .. ':reserved', 1)
+      out[#out + 1] = id
+      out[#out + 1] = rec[1]
+      out[#out + 1] = rec[2]
+      out[#out + 1] = attempt
+      out[#out + 1] = receipt
+      out[#out + 1] = deadline
+      out[#out + 1] = tonumber(rec[4])
+    end
+  end
+end
+return out

@@ -1,0 +1,657 @@
+//! The typed queue API: every operation on jobs, each one script (or one command) on one shard.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rand::Rng;
+use redis::Value;
+use serde_json::value::RawValue;
+
+use crate::config::{JobDefaults, Limits, Settings};
+use crate::error::{Error, Result};
+use crate::job::{Job, NewJob, PushRequest, Pushed, Reservation, Schedule, State};
+use crate::keys::Keys;
+use crate::scripts;
+use crate::shard::{Shard, Shards};
+
+/// The queue: shards, key names, limits and defaults. Cheap to clone; clones share the pools.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    /// Where jobs live.
+    shards: Shards,
+    /// Key and channel names.
+    keys: Keys,
+    /// Bounds on requests.
+    limits: Limits,
+    /// Values for what a push leaves out.
+    defaults: JobDefaults,
+}
+
+/// What a promotion call did on one bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Promoted {
+    /// Jobs moved to ready.
+    pub moved: usize,
+    /// Earliest due time left in the bucket, Unix ms (Redis's clock).
+    pub next_due: Option<i64>,
+    /// Redis's clock when the script ran, Unix ms.
+    pub now: i64,
+    /// For each moved job, how late it was moved (now − due), ms.
+    pub lateness_ms: Vec<i64>,
+}
+
+/// What an expiry call did on one shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired {
+    /// Jobs whose reservation expired and that went back to ready.
+    pub to_ready: usize,
+    /// Jobs whose reservation expired on their last attempt.
+    pub to_dead: usize,
+    /// Earliest deadline left, Unix ms.
+    pub next_deadline: Option<i64>,
+    /// Redis's clock when the script ran, Unix ms.
+    pub now: i64,
+}
+
+/// Counts and health of one shard.
+#[derive(Debug, Clone)]
+pub struct ShardStats {
+    /// Position in `redis.shards`.
+    pub index: usize,
+    /// URL without password.
+    pub name: String,
+    /// Whether it answered.
+    pub up: bool,
+    /// Round trip of a PING, when it answered.
+    pub latency: Option<Duration>,
+    /// Job counts by topic, then state.
+    pub counts: HashMap<String, HashMap<State, i64>>,
+}
+
+impl Queue {
+    /// A queue over the configured shards. Connects lazily.
+    pub fn new(settings: &Settings) -> Result<Self> {
+        Ok(Queue {
+            shards: Shards::new(&settings.redis)?,
+            keys: Keys::new(settings.redis.prefix.clone()),
+            limits: settings.limits.clone(),
+            defaults: settings.jobs.clone(),
+        })
+    }
+
+    /// The shards.
+    pub fn shards(&self) -> &Shards {
+        &self.shards
+    }
+
+    /// Key names.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Request limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Checks a push and fills in defaults; nothing touches Redis.
+    pub fn validate(&self, req: PushRequest) -> Result<NewJob> {
+        NewJob::from_request(req, &self.limits, &self.defaults, unix_ms())
+    }
+
+    /// Records the bucket count on every reachable shard, or refuses when a shard was set up with another
+    /// count (its jobs would sit in buckets no timer serves). Unreachable shards are skipped.
+    pub async fn check_layout(&self) -> Result<()> {
+        for shard in self.shards.all() {
+            let mut cmd = redis::cmd("HSETNX");
+            cmd.arg(self.keys.meta())
+                .arg("buckets")
+                .arg(self.shards.buckets());
+            if let Err(e) = shard.query::<i64>(&cmd).await {
+                tracing::warn!(shard = shard.index, cause = %e, "cannot check the shard's layout now");
+                continue;
+            }
+            let have: u32 = shard
+                .query(redis::cmd("HGET").arg(self.keys.meta()).arg("buckets"))
+                .await?;
+            if have != self.shards.buckets() {
+                return Err(Error::Invalid(format!(
+                    "shard {} ({}) was set up with redis.buckets = {have}, this process has {}",
+                    shard.index,
+                    shard.name,
+                    self.shards.buckets()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Picks an id for a job that came without one: a ULID, drawn again until it falls on a shard that
+    /// was up at last contact (when any is), so pushes avoid a shard that is down.
+    fn fresh_id(&self, avoid: Option<usize>) -> String {
+        let all = self.shards.all();
+        let any_up = all.iter().any(|s| s.is_up() && Some(s.index) != avoid);
+        let mut id = ulid::Ulid::new().to_string();
+        for _ in 0..64 {
+            let s = self.shards.for_id(&id);
+            if (!any_up || s.is_up()) && Some(s.index) != avoid {
+                break;
+            }
+            id = ulid::Ulid::new().to_string();
+        }
+        id
+    }
+
+    /// Stores one job.
+    pub async fn push(&self, job: NewJob) -> Result<Pushed> {
+        self.push_many(vec![job])
+            .await
+            .pop()
+            .expect("one result per job")
+    }
+
+    /// Stores many jobs: one script call per shard. The results are in the order of `jobs`; a job whose
+    /// id is live gets `Conflict`, one whose shard is down `Unavailable` (jobs without a given id are
+    /// moved to another shard first).
+    pub async fn push_many(&self, jobs: Vec<NewJob>) -> Vec<Result<Pushed>> {
+        let mut results: Vec<Option<Result<Pushed>>> = (0..jobs.len()).map(|_| None).collect();
+        let mut ids: Vec<String> = Vec::with_capacity(jobs.len());
+        let mut generated = Vec::with_capacity(jobs.len());
+        for job in &jobs {
+            generated.push(job.id.is_none());
+            ids.push(job.id.clone().unwrap_or_else(|| self.fresh_id(None)));
+        }
+        let mut pending: Vec<usize> = (0..jobs.len()).collect();
+        for round in 0..=self.shards.all().len() {
+            let mut by_shard: HashMap<usize, Vec<usize>> = HashMap::new();
+            for &i in &pending {
+                by_shard
+                    .entry(self.shards.for_id(&ids[i]).index)
+                    .or_default()
+                    .push(i);
+            }
+            let calls = by_shard.into_iter().map(|(s, idx)| {
+                let shard = &self.shards.all()[s];
+                let (jobs, ids) = (&jobs, &ids);
+                async move {
+                    let r = self
+                        .push_on(shard, idx.iter().map(|&i| (&ids[i], &jobs[i])))
+                        .await;
+                    (s, idx, r)
+                }
+            });
+            let mut retry = Vec::new();
+            for (s, idx, r) in futures_util::future::join_all(calls).await {
+                match r {
+                    Ok(outs) => {
+                        for (i, out) in idx.into_iter().zip(outs) {
+                            results[i] = Some(out.map(|(state, run_at)| Pushed {
+                                id: ids[i].clone(),
+                                state,
+                                run_at,
+                            }));
+                        }
+                    }
+                    Err(e) => {
+                        for i in idx {
+                            if generated[i]
+                                && round < self.shards.all().len()
+                                && matches!(e, Error::Unavailable { .. })
+                            {
+                                ids[i] = self.fresh_id(Some(s));
+                                retry.push(i);
+                            } else {
+                                results[i] = Some(Err(clone_err(&e)));
+                            }
+                        }
+                    }
+                }
+            }
+            if retry.is_empty() {
+                break;
+            }
+            pending = retry;
+        }
+        for (r, job) in results.iter().zip(&jobs) {
+            if let Some(Ok(_)) = r {
+                metrics::counter!("dq_jobs_pushed_total", "topic" => job.topic.clone())
+                    .increment(1);
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(Error::Unavailable {
+                        shard: 0,
+                        reason: "no shard took the job".into(),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    async fn push_on<'a>(
+        &self,
+        shard: &Shard,
+        jobs: impl Iterator<Item = (&'a String, &'a NewJob)>,
+    ) -> Result<Vec<Result<(State, i64)>>> {
+        let mut inv = scripts::PUSH.prepare_invoke();
+        inv.key(self.keys.counts());
+        inv.arg(self.keys.ready_channel())
+            .arg(self.keys.timer_channel());
+        let mut n = 0;
+        for (id, job) in jobs {
+            n += 1;
+            inv.key(self.keys.job(id))
+                .key(self.keys.delayed(self.shards.bucket_of(id)))
+                .key(self.keys.ready(&job.topic));
+            inv.arg(id).arg(&job.topic).arg(&job.body);
+            match job.schedule {
+                Schedule::Delay(d) => inv.arg(d).arg(""),
+                Schedule::At(at) => inv.arg("").arg(at),
+            };
+            inv.arg(job.ttr_ms).arg(job.max_attempts);
+        }
+        let out: Vec<Value> = shard.invoke(&inv).await?;
+        let bad = |what: &str| Error::Redis {
+            shard: shard.index,
+            message: format!("push returned {what}"),
+        };
+        if out.len() != 3 * n {
+            return Err(bad("the wrong number of values"));
+        }
+        out.chunks(3)
+            .map(|c| {
+                if int(&c[0]) == Some(0) {
+                    return Ok(Err(Error::Conflict(
+                        "a live job already has this id".into(),
+                    )));
+                }
+                let state = text(&c[1])
+                    .and_then(|s| State::parse(&s))
+                    .ok_or_else(|| bad("an unknown state"))?;
+                Ok(Ok((state, int(&c[2]).ok_or_else(|| bad("no run_at"))?)))
+            })
+            .collect()
+    }
+
+    /// Looks a job up by id.
+    pub async fn get(&self, id: &str) -> Result<Job> {
+        let shard = self.shards.for_id(id);
+        let fields: HashMap<String, Vec<u8>> = shard
+            .query(redis::cmd("HGETALL").arg(self.keys.job(id)))
+            .await?;
+        parse_job(id, fields).map_err(|e| match e {
+            ParseJob::Missing => Error::NotFound(id.to_string()),
+            ParseJob::Bad(what) => Error::Redis {
+                shard: shard.index,
+                message: format!("job {id}: {what}"),
+            },
+        })
+    }
+
+    /// Removes a job from whatever state it is in.
+    pub async fn delete(&self, id: &str) -> Result<()> {
+        let shard = self.shards.for_id(id);
+        let mut inv = scripts::DELETE.prepare_invoke();
+        inv.key(self.keys.job(id))
+            .key(self.keys.delayed(self.shards.bucket_of(id)))
+            .key(self.keys.reserved())
+            .key(self.keys.counts())
+            .arg(self.keys.prefix())
+            .arg(id);
+        match shard.invoke::<i64>(&inv).await? {
+            1 => Ok(()),
+            _ => Err(Error::NotFound(id.to_string())),
+        }
+    }
+
+    /// Gives a delayed or ready job a new due time and returns it.
+    pub async fn reschedule(&self, id: &str, schedule: Schedule) -> Result<Job> {
+        let shard = self.shards.for_id(id);
+        let mut inv = scripts::RESCHEDULE.prepare_invoke();
+        inv.key(self.keys.job(id))
+            .key(self.keys.delayed(self.shards.bucket_of(id)))
+            .key(self.keys.counts())
+            .arg(self.keys.prefix())
+            .arg(id);
+        match schedule {
+            Schedule::Delay(d) => inv.arg(d).arg(""),
+            Schedule::At(at) => inv.arg("").arg(at),
+        };
+        inv.arg(self.keys.ready_channel())
+            .arg(self.keys.timer_channel());
+        let out: Vec<Value> = shard.invoke(&inv).await?;
+        if out.first().and_then(int) != Some(1) {
+            let state = out.get(1).and_then(text).unwrap_or_default();
+            if state == "not_found" {
+                return Err(Error::NotFound(id.to_string()));
+            }
+            return Err(Error::Conflict(format!(
+                "job `{id}` is {state}; only delayed or ready jobs can be rescheduled"
+            )));
+        }
+        self.get(id).await
+    }
+
+    /// Reserves up to `count` ready jobs of `topics` (highest priority first), without waiting. Shards
+    /// are asked in an order that starts at a random one, so reservers spread over shards; within a shard
+    /// the topics' priority holds exactly.
+    pub async fn reserve(&self, topics: &[String], count: usize) -> Result<Vec<Reservation>> {
+        let all = self.shards.all();
+        let start = if all.len() > 1 {
+            rand::rng().random_range(0..all.len())
+        } else {
+            0
+        };
+        let mut out = Vec::new();
+        let mut last_err = None;
+        for k in 0..all.len() {
+            if out.len() >= count {
+                break;
+            }
+            let shard = &all[(start + k) % all.len()];
+            match self.reserve_on(shard, topics, count - out.len()).await {
+                Ok(mut got) => out.append(&mut got),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        match last_err {
+            // Jobs reserved elsewhere are handed out; a shard down only fails the call when it got nothing.
+            Some(e) if out.is_empty() && all.iter().all(|s| !s.is_up()) => Err(e),
+            _ => {
+                for r in &out {
+                    metrics::counter!("dq_jobs_reserved_total", "topic" => r.topic.clone())
+                        .increment(1);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    async fn reserve_on(
+        &self,
+        shard: &Shard,
+        topics: &[String],
+        count: usize,
+    ) -> Result<Vec<Reservation>> {
+        let mut inv = scripts::RESERVE.prepare_invoke();
+        inv.key(self.keys.reserved()).key(self.keys.counts());
+        for t in topics {
+            inv.key(self.keys.ready(t));
+        }
+        let nonce: u64 = rand::rng().random();
+        inv.arg(self.keys.prefix())
+            .arg(count)
+            .arg(format!("{nonce:016x}"));
+        let out: Vec<Value> = shard.invoke(&inv).await?;
+        let bad = || Error::Redis {
+            shard: shard.index,
+            message: "reserve returned a malformed job".into(),
+        };
+        out.chunks(7)
+            .map(|c| {
+                if c.len() != 7 {
+                    return Err(bad());
+                }
+                let body = text(&c[2]).ok_or_else(bad)?;
+                Ok(Reservation {
+                    id: text(&c[0]).ok_or_else(bad)?,
+                    topic: text(&c[1]).ok_or_else(bad)?,
+                    body: RawValue::from_string(body).map_err(|_| bad())?,
+                    attempt: int(&c[3]).ok_or_else(bad)? as u32,
+                    receipt: text(&c[4]).ok_or_else(bad)?,
+                    deadline: int(&c[5]).ok_or_else(bad)?,
+                    run_at: int(&c[6]).ok_or_else(bad)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Finishes a reservation: the job is done.
+    pub async fn ack(&self, id: &str, receipt: &str) -> Result<()> {
+        let shard = self.shards.for_id(id);
+        let mut inv = scripts::ACK.prepare_invoke();
+        inv.key(self.keys.job(id))
+            .key(self.keys.reserved())
+            .key(self.keys.counts())
+            .arg(id)
+            .arg(receipt)
+            .arg(self.defaults.done_retention_ms);
+        match shard.invoke::<i64>(&inv).await? {
+            1 => {
+                metrics::counter!("dq_jobs_acked_total").increment(1);
+                Ok(())
+            }
+            0 => Err(Error::NotFound(id.to_string())),
+            _ => Err(Error::StaleReceipt),
+        }
+    }
+
+    /// Fails a reservation: the job backs off (by `delay_ms`, else `backoff_ms`, else the default
+    /// schedule) or goes dead after its last attempt. Returns its new state and due time.
+    pub async fn nack(
+        &self,
+        id: &str,
+        receipt: &str,
+        delay_ms: Option<u64>,
+        error: Option<&str>,
+        backoff_ms: Option<&[u64]>,
+    ) -> Result<(State, i64)> {
+        let shard = self.shards.for_id(id);
+        let mut inv = scripts::NACK.prepare_invoke();
+        inv.key(self.keys.job(id))
+            .key(self.keys.reserved())
+            .key(self.keys.delayed(self.shards.bucket_of(id)))
+            .key(self.keys.counts())
+            .arg(self.keys.prefix())
+            .arg(id)
+            .arg(receipt)
+            .arg(error.unwrap_or(""));
+        match delay_ms {
+            Some(d) => inv.arg(d),
+            None => inv.arg(""),
+        };
+        inv.arg(self.keys.ready_channel())
+            .arg(self.keys.timer_channel());
+        for d in backoff_ms.unwrap_or(&self.defaults.backoff_ms) {
+            inv.arg(*d);
+        }
+        let out: Vec<Value> = shard.invoke(&inv).await?;
+        match out.first().and_then(int) {
+            Some(1) => {
+                let state = out.get(1).and_then(text).and_then(|s| State::parse(&s));
+                let run_at = out.get(2).and_then(int);
+                let (Some(state), Some(run_at)) = (state, run_at) else {
+                    return Err(Error::Redis {
+                        shard: shard.index,
+                        message: "nack returned a malformed answer".into(),
+                    });
+                };
+                metrics::counter!("dq_jobs_nacked_total").increment(1);
+                if state == State::Dead {
+                    metrics::counter!("dq_jobs_dead_total").increment(1);
+                }
+                Ok((state, run_at))
+            }
+            Some(0) => Err(Error::NotFound(id.to_string())),
+            _ => Err(Error::StaleReceipt),
+        }
+    }
+
+    /// Extends a reservation to now + `ttr_ms` (else the job's TTR); returns the new deadline.
+    pub async fn touch(&self, id: &str, receipt: &str, ttr_ms: Option<u64>) -> Result<i64> {
+        let shard = self.shards.for_id(id);
+        let mut inv = scripts::TOUCH.prepare_invoke();
+        inv.key(self.keys.job(id))
+            .key(self.keys.reserved())
+            .arg(id)
+            .arg(receipt);
+        match ttr_ms {
+            Some(t) => inv.arg(t),
+            None => inv.arg(""),
+        };
+        match shard.invoke::<i64>(&inv).await? {
+            0 => Err(Error::NotFound(id.to_string())),
+            -1 => Err(Error::StaleReceipt),
+            deadline => Ok(deadline),
+        }
+    }
+
+    /// Moves up to `limit` due jobs of one bucket to ready.
+    pub async fn promote(&self, shard: &Shard, bucket: u32, limit: u32) -> Result<Promoted> {
+        let mut inv = scripts::PROMOTE.prepare_invoke();
+        inv.key(self.keys.delayed(bucket))
+            .key(self.keys.counts())
+            .arg(self.keys.prefix())
+            .arg(limit)
+            .arg(self.keys.ready_channel());
+        let out: Vec<i64> = shard.invoke(&inv).await?;
+        if out.len() < 3 {
+            return Err(Error::Redis {
+                shard: shard.index,
+                message: "promote returned too little".into(),
+            });
+        }
+        Ok(Promoted {
+            moved: out[0] as usize,
+            next_due: (out[1] >= 0).then_some(out[1]),
+            now: out[2],
+            lateness_ms: out[3..].to_vec(),
+        })
+    }
+
+    /// Ends up to `limit` expired reservations on one shard.
+    pub async fn expire(&self, shard: &Shard, limit: u32) -> Result<Expired> {
+        let mut inv = scripts::EXPIRE.prepare_invoke();
+        inv.key(self.keys.reserved())
+            .key(self.keys.counts())
+            .arg(self.keys.prefix())
+            .arg(limit)
+            .arg(self.keys.ready_channel());
+        let out: Vec<i64> = shard.invoke(&inv).await?;
+        if out.len() != 4 {
+            return Err(Error::Redis {
+                shard: shard.index,
+                message: "expire returned a malformed answer".into(),
+            });
+        }
+        Ok(Expired {
+            to_ready: out[0] as usize,
+            to_dead: out[1] as usize,
+            next_deadline: (out[2] >= 0).then_some(out[2]),
+            now: out[3],
+        })
+    }
+
+    /// Counts by topic and state, and health, of every shard.
+    pub async fn stats(&self) -> Vec<ShardStats> {
+        let calls = self.shards.all().iter().map(|shard| async move {
+            let latency = shard.ping(Duration::from_millis(1000)).await.ok();
+            let mut counts: HashMap<String, HashMap<State, i64>> = HashMap::new();
+            if latency.is_some() {
+                let raw: HashMap<String, i64> = shard
+                    .query(redis::cmd("HGETALL").arg(self.keys.counts()))
+                    .await
+                    .unwrap_or_default();
+                for (field, n) in raw {
+                    if let Some((topic, state)) = field.rsplit_once(':')
+                        && let Some(state) = State::parse(state)
+                    {
+                        *counts
+                            .entry(topic.to_string())
+                            .or_default()
+                            .entry(state)
+                            .or_default() += n;
+                    }
+                }
+            }
+            ShardStats {
+                index: shard.index,
+                name: shard.name.clone(),
+                up: latency.is_some(),
+                latency,
+                counts,
+            }
+        });
+        futures_util::future::join_all(calls).await
+    }
+}
+
+/// The current Unix time in ms on this machine, for bounds checks only (due times are Redis's).
+pub fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn clone_err(e: &Error) -> Error {
+    match e {
+        Error::Unavailable { shard, reason } => Error::Unavailable {
+            shard: *shard,
+            reason: reason.clone(),
+        },
+        Error::Redis { shard, message } => Error::Redis {
+            shard: *shard,
+            message: message.clone(),
+        },
+        other => Error::Redis {
+            shard: 0,
+            message: other.to_string(),
+        },
+    }
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+enum ParseJob {
+    Missing,
+    Bad(&'static str),
+}
+
+fn parse_job(id: &str, mut f: HashMap<String, Vec<u8>>) -> std::result::Result<Job, ParseJob> {
+    if f.is_empty() {
+        return Err(ParseJob::Missing);
+    }
+    let mut take = |k: &str| f.remove(k).and_then(|v| String::from_utf8(v).ok());
+    let num = |v: Option<String>, what| {
+        v.and_then(|s| s.parse::<i64>().ok())
+            .ok_or(ParseJob::Bad(what))
+    };
+    let topic = take("t").ok_or(ParseJob::Bad("no topic"))?;
+    let body = take("b").ok_or(ParseJob::Bad("no body"))?;
+    let state = take("s")
+        .and_then(|s| State::parse(&s))
+        .ok_or(ParseJob::Bad("no state"))?;
+    Ok(Job {
+        id: id.to_string(),
+        topic,
+        body: RawValue::from_string(body).map_err(|_| ParseJob::Bad("body is not JSON"))?,
+        state,
+        run_at: num(take("r"), "no run_at")?,
+        ttr_ms: num(take("ttr"), "no ttr")? as u64,
+        attempts: num(take("a"), "no attempts")? as u32,
+        max_attempts: num(take("m"), "no max_attempts")? as u32,
+        created_at: num(take("c"), "no created_at")?,
+        last_error: take("e"),
+        deadline: take("d").and_then(|s| s.parse().ok()),
+    })
+}

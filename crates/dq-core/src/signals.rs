@@ -1,0 +1,33 @@
+//! Turns SIGTERM, SIGINT and SIGUSR2 into a cancellation token: the start of a drain.
+
+use futures_util::StreamExt;
+use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR2};
+use signal_hook_tokio::Signals;
+use tokio_util::sync::CancellationToken;
+
+/// A token cancelled on the first SIGTERM, SIGINT or SIGUSR2. A second signal does not kill the process:
+/// the drain is bounded by `shutdown.grace_ms`, and systemd's `TimeoutStopSec` is the backstop.
+pub fn shutdown_token() -> std::io::Result<CancellationToken> {
+    let token = CancellationToken::new();
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGUSR2])?;
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        while let Some(sig) = signals.next().await {
+            let name = match sig {
+                SIGTERM => "SIGTERM",
+                SIGINT => "SIGINT",
+                _ => "SIGUSR2",
+            };
+            if cancel.is_cancelled() {
+                tracing::info!(signal = name, "already draining");
+            } else {
+                tracing::info!(
+                    signal = name,
+                    "draining: finishing in-flight work, then exiting"
+                );
+                cancel.cancel();
+            }
+        }
+    });
+    Ok(token)
+}

@@ -1,0 +1,291 @@
+//! Test harness for dq: a private `redis-server` per test, and dq binaries run as real processes.
+//!
+//! Each [`RedisServer`] runs on its own free port in its own temp dir, so tests run in parallel without
+//! sharing state; it is killed on drop, and its log is printed when the test fails (panics).
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` of a test's own.
+pub struct RedisServer {
+    /// The running server, `None` while stopped.
+    child: Option<Child>,
+    /// Its port, kept across restarts so that URLs stay valid.
+    port: u16,
+    /// Working dir (and log file); removed on drop.
+    dir: tempfile::TempDir,
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits until it answers PING.
+    pub fn start() -> Self {
+        for _ in 0..10 {
+            let mut server = RedisServer {
+                child: None,
+                port: free_port(),
+                dir: tempfile::tempdir().expect("temp dir"),
+            };
+            if server.spawn().is_ok() {
+                return server;
+            }
+        }
+        panic!("could not start redis-server (is it installed? scripts/test.sh installs it)");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.log_path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("redis-server: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Err(format!("redis-server exited: {status}"));
+            }
+            if self.ping() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err("redis-server did not answer PING".into())
+    }
+
+    fn ping(&self) -> bool {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_ok()
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A synchronous connection, for a test to look at (or damage) what is stored.
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection())
+            .expect("connect to test redis")
+    }
+
+    /// Kills the server (SIGKILL), as a crash or a network cut would look to dq.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port (empty: persistence is off).
+    pub fn restart(&mut self) {
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() > deadline => panic!("cannot restart redis-server: {e}"),
+                // The port may linger for a moment after the kill.
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- redis-server :{} log ----\n{}", self.port, self.log());
+        }
+        self.stop();
+    }
+}
+
+/// The directory holding the workspace's binaries (`target/debug` for tests): `DQ_BIN_DIR`, else the
+/// parent of the test executable's `deps/` dir. `scripts/test.sh` builds the binaries first.
+pub fn bin_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("DQ_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let deps = exe.parent().expect("exe dir");
+    if deps.ends_with("deps") {
+        deps.parent().expect("target dir").to_path_buf()
+    } else {
+        deps.to_path_buf()
+    }
+}
+
+/// A dq binary running as a real process, with its stderr in a temp file; killed on drop, its log
+/// printed when the test fails.
+pub struct DqProcess {
+    /// Which binary, for messages.
+    name: String,
+    /// The process (`None` once reaped).
+    child: Option<Child>,
+    /// Holds the log file.
+    dir: tempfile::TempDir,
+}
+
+impl DqProcess {
+    /// Starts binary `name` from [`bin_dir`] with extra environment variables and arguments.
+    pub fn spawn(name: &str, env: &[(&str, String)], args: &[&str]) -> Self {
+        let path = bin_dir().join(name);
+        assert!(
+            path.exists(),
+            "{} is missing: build the workspace's binaries first (scripts/test.sh does)",
+            path.display()
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = std::fs::File::create(dir.path().join("log")).expect("log file");
+        let mut cmd = Command::new(&path);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log);
+        cmd.env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        );
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", path.display()));
+        DqProcess {
+            name: name.to_string(),
+            child: Some(child),
+            dir,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Sends a signal by name (`TERM`, `INT`, `USR2`, `KILL`).
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{sig} {} failed", self.pid());
+    }
+
+    /// Waits for the process to exit, at most `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut()?.try_wait().expect("try_wait") {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Whether it still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.log_path()) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("log")
+    }
+
+    /// Path of the log file.
+    pub fn log_file(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for DqProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- {} log ----\n{}", self.name, self.log());
+        }
+    }
+}
+
+/// Waits until `check` holds, polling every 20 ms, or panics naming `what` after `timeout`. Tests wait
+/// for conditions, never for fixed times: the machines are shared and noisy.
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
