@@ -1,0 +1,115 @@
+//! Producers' verbs: push, push many, look up, cancel, reschedule.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use dq_core::job::validate_id;
+use dq_core::{Job, NewJob, PushRequest, Schedule};
+use serde::Deserialize;
+use serde_json::json;
+use serde_json::value::RawValue;
+
+use crate::AppState;
+use crate::body::JsonBody;
+use crate::error::ApiError;
+
+/// `POST /v1/jobs`: 201 `{id, topic, state, run_at}`.
+pub async fn push(State(app): State<AppState>, JsonBody(req): JsonBody<PushRequest>) -> Result<Response, ApiError> {
+    let job = app.queue.validate(req)?;
+    let topic = job.topic.clone();
+    let pushed = app.queue.push(job).await?;
+    let body = json!({"id": pushed.id, "topic": topic, "state": pushed.state, "run_at": pushed.run_at});
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// `POST /v1/jobs/batch` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    /// Each entry a push; parsed one by one so an error can name its index.
+    jobs: Vec<Box<RawValue>>,
+}
+
+/// `POST /v1/jobs/batch`: 200 `{results: [...]}` in order. Any malformed entry refuses the whole batch
+/// (nothing is written); a live id or an unavailable shard fails only its own entry.
+pub async fn push_many(State(app): State<AppState>, JsonBody(req): JsonBody<BatchRequest>) -> Result<Json<serde_json::Value>, ApiError> {
+    let max = app.queue.limits().max_batch;
+    if req.jobs.is_empty() {
+        return Err(ApiError::invalid("`jobs` must hold at least one job"));
+    }
+    if req.jobs.len() > max {
+        return Err(ApiError::invalid(format!("`jobs` holds {} jobs, the limit is {max}", req.jobs.len())));
+    }
+    let mut jobs: Vec<NewJob> = Vec::with_capacity(req.jobs.len());
+    for (i, raw) in req.jobs.iter().enumerate() {
+        let parsed: PushRequest =
+            serde_json::from_str(raw.get()).map_err(|e| ApiError::invalid(format!("jobs[{i}]: {e}")))?;
+        let job = app.queue.validate(parsed).map_err(|e| {
+            let mut err = ApiError::from(e);
+            err.message = format!("jobs[{i}]: {}", err.message);
+            err
+        })?;
+        jobs.push(job);
+    }
+    let results: Vec<serde_json::Value> = app
+        .queue
+        .push_many(jobs)
+        .await
+        .into_iter()
+        .map(|r| match r {
+            Ok(p) => json!({"id": p.id, "state": p.state, "run_at": p.run_at}),
+            Err(e) => ApiError::from(e).body(),
+        })
+        .collect();
+    Ok(Json(json!({ "results": results })))
+}
+
+fn checked_id(id: &str) -> Result<(), ApiError> {
+    validate_id(id).map_err(ApiError::from)
+}
+
+/// `GET /v1/jobs/{id}`: the job.
+pub async fn lookup(State(app): State<AppState>, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
+    checked_id(&id)?;
+    Ok(Json(app.queue.get(&id).await?))
+}
+
+/// `DELETE /v1/jobs/{id}`: 204, or 404.
+pub async fn cancel(State(app): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    checked_id(&id)?;
+    app.queue.delete(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `PATCH /v1/jobs/{id}` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RescheduleRequest {
+    /// New due time relative to now (Redis's now).
+    #[serde(default)]
+    delay_ms: Option<i64>,
+    /// New due time, Unix ms.
+    #[serde(default)]
+    run_at: Option<i64>,
+}
+
+/// `PATCH /v1/jobs/{id}`: 200 job, only while delayed or ready (else 409).
+pub async fn reschedule(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<RescheduleRequest>,
+) -> Result<Json<Job>, ApiError> {
+    checked_id(&id)?;
+    let horizon = app.queue.limits().max_delay_ms;
+    let schedule = match (req.delay_ms, req.run_at) {
+        (Some(d), None) if d >= 0 && d as u64 <= horizon => Schedule::Delay(d as u64),
+        (Some(d), None) => return Err(ApiError::invalid(format!("`delay_ms` must be between 0 and {horizon}, got {d}"))),
+        (None, Some(at)) if at >= 0 && at <= dq_core::queue::unix_ms().saturating_add(horizon as i64) => Schedule::At(at),
+        (None, Some(at)) => {
+            return Err(ApiError::invalid(format!("`run_at` must be a Unix time in ms at most {horizon} ms from now, got {at}")));
+        }
+        _ => return Err(ApiError::invalid("give exactly one of `delay_ms` or `run_at`")),
+    };
+    Ok(Json(app.queue.reschedule(&id, schedule).await?))
+}

@@ -1,0 +1,94 @@
+//! dq-server: the HTTP API v1 over the queue.
+//!
+//! - [`error`]: the JSON error answer every failure turns into.
+//! - [`body`]: the JSON body extractor that refuses bad input with those errors.
+//! - [`jobs`]: push, push many, look up, cancel, reschedule.
+//! - [`reserve`]: reserve (with long poll), ack, nack, touch.
+//! - [`probes`]: stats, `/healthz`, `/readyz`, `/metrics`.
+
+pub mod body;
+pub mod error;
+pub mod jobs;
+pub mod probes;
+pub mod reserve;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use dq_core::wake::ReadySignals;
+use dq_core::{Queue, Settings};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The queue over all shards.
+    pub queue: Queue,
+    /// Wakes long-polling reservers when their topics get ready jobs.
+    pub ready: Arc<ReadySignals>,
+    /// Cancelled when the server drains: long polls answer at once.
+    pub shutdown: CancellationToken,
+}
+
+/// Binds `server.listen` and serves until `shutdown`.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(&settings.server.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (server.listen)", settings.server.listen))?;
+    serve(listener, settings, shutdown).await
+}
+
+/// Serves the API on `listener` until `shutdown`, then lets in-flight requests finish for at most
+/// `shutdown.grace_ms`.
+pub async fn serve(listener: TcpListener, settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let queue = Queue::new(&settings)?;
+    if let Err(e) = queue.check_layout().await {
+        anyhow::bail!("{e}");
+    }
+    dq_core::telemetry::prometheus();
+    let ready = Arc::new(ReadySignals::default());
+    let listeners = ready.listen(queue.shards(), queue.keys().ready_channel(), shutdown.clone());
+    let state = AppState { queue, ready, shutdown: shutdown.clone() };
+    let max_request = settings.limits.max_request_bytes();
+    let app = router(state).layer(DefaultBodyLimit::max(max_request));
+
+    tracing::info!(addr = %listener.local_addr()?, shards = settings.redis.shards.len(), "dq-server listening");
+    let grace = Duration::from_millis(settings.shutdown.grace_ms);
+    let drained = shutdown.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move { drained.cancelled().await });
+    tokio::select! {
+        r = server => r.context("HTTP server failed")?,
+        _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_ms = settings.shutdown.grace_ms, "requests still in flight after the grace period; exiting");
+        }
+    }
+    for l in listeners {
+        l.abort();
+    }
+    tracing::info!("dq-server stopped");
+    Ok(())
+}
+
+/// All routes of API v1.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/jobs", post(jobs::push))
+        .route("/v1/jobs/batch", post(jobs::push_many))
+        .route("/v1/jobs/{id}", get(jobs::lookup).delete(jobs::cancel).patch(jobs::reschedule))
+        .route("/v1/jobs/{id}/ack", post(reserve::ack))
+        .route("/v1/jobs/{id}/nack", post(reserve::nack))
+        .route("/v1/jobs/{id}/touch", post(reserve::touch))
+        .route("/v1/reserve", post(reserve::reserve))
+        .route("/v1/stats", get(probes::stats))
+        .route("/healthz", get(probes::healthz))
+        .route("/readyz", get(probes::readyz))
+        .route("/metrics", get(probes::metrics))
+        .fallback(error::no_route)
+        .method_not_allowed_fallback(error::no_method)
+        .with_state(state)
+}

@@ -1,0 +1,23 @@
+//! dq-server: the HTTP API. Parses arguments and hands over to [`dq_server::run`].
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// dq's HTTP API for producers, pull consumers and admins.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// TOML config file; every key can also be set as DQ__SECTION__KEY.
+    #[arg(long, env = "DQ_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let settings = dq_core::Settings::load(args.config.as_deref())?;
+    dq_core::telemetry::init_logging(&settings.log);
+    let shutdown = dq_core::signals::shutdown_token()?;
+    dq_server::run(settings, shutdown).await
+}
