@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs dq on this machine: a local Redis (installed when missing) and the dq binaries, until Ctrl-C.
+# Everything lives under .dq-local/ (Redis data, logs). Ports: Redis 6379 unless DQ_LOCAL_REDIS_PORT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/ensure-redis.sh
+
+root="$PWD/.dq-local"
+mkdir -p "$root"
+port="${DQ_LOCAL_REDIS_PORT:-6379}"
+export DQ__REDIS__SHARDS="redis://127.0.0.1:$port"
+
+echo "==> building dq (release)"
+cargo build --release --bins --locked
+
+pids=()
+cleanup() {
+  echo "==> stopping"
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+if redis-cli -p "$port" ping >/dev/null 2>&1; then
+  echo "==> using the Redis already answering on port $port"
+else
+  echo "==> starting redis-server on port $port (AOF on, noeviction; data in $root)"
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$root" --appendonly yes \
+    --maxmemory-policy noeviction --logfile "$root/redis.log" &
+  pids+=($!)
+  for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+
+start() {
+  local name=$1; shift
+  "target/release/$name" "$@" >>"$root/$name.log" 2>&1 &
+  pids+=($!)
+}
+for bin in dq-server dq-timer dq-consumer dq-checker; do
+  if [ -x "target/release/$bin" ]; then start "$bin"; fi
+done
+
+listen="${DQ__SERVER__LISTEN:-127.0.0.1:6789}"
+for _ in $(seq 100); do curl -fsS "http://$listen/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+cat <<MSG
+
+dq is running (logs in $root/):
+  API       http://$listen/v1/jobs
+  stats     http://$listen/v1/stats
+  metrics   http://$listen/metrics
+  ready     http://$listen/readyz
+  Redis     redis://127.0.0.1:$port
+
+Try:  curl -s -XPOST http://$listen/v1/jobs -d '{"topic":"hello","body":{"n":1},"delay_ms":2000}'
+Ctrl-C stops everything.
+MSG
+wait

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit, integration and end-to-end tests, each against a real
+# redis-server the tests start themselves (installed here when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/ensure-redis.sh
+
+echo "==> cargo fmt --check"
+cargo fmt --all -- --check
+echo "==> cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "==> building the binaries the end-to-end tests start"
+cargo build --workspace --bins --locked
+echo "==> tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked --no-fail-fast
+  # nextest does not run doctests.
+  cargo test --workspace --doc --locked
+else
+  cargo test --workspace --locked --no-fail-fast
+fi
