@@ -60,6 +60,16 @@ impl Keys {
         format!("{}:meta", self.prefix)
     }
 
+    /// Live timers: a sorted set of timer id → heartbeat expiry (ms).
+    pub fn timers(&self) -> String {
+        format!("{}:timers", self.prefix)
+    }
+
+    /// Bucket leases: a hash of bucket → `<timer id> <expiry ms>`.
+    pub fn leases(&self) -> String {
+        format!("{}:leases", self.prefix)
+    }
+
     /// Pub/sub channel on which a topic name is published when its ready queue stops being empty.
     pub fn ready_channel(&self) -> String {
         format!("{}:wake:ready", self.prefix)
@@ -86,6 +96,8 @@ mod tests {
         assert_eq!(k.dead("t"), "dq:dead:t");
         assert_eq!(k.counts(), "dq:counts");
         assert_eq!(k.meta(), "dq:meta");
+        assert_eq!(k.timers(), "dq:timers");
+        assert_eq!(k.leases(), "dq:leases");
         assert_eq!(k.ready_channel(), "dq:wake:ready");
         assert_eq!(k.timer_channel(), "dq:wake:timer");
         assert_eq!(Keys::new("x").job("a"), "x:job:a");

@@ -53,6 +53,17 @@ pub struct Expired {
     pub now: i64,
 }
 
+/// A timer's share of one shard after a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Balance {
+    /// Redis's clock, Unix ms.
+    pub now: i64,
+    /// Live timers on the shard, this one included.
+    pub timers: usize,
+    /// Buckets this timer holds.
+    pub buckets: Vec<u32>,
+}
+
 /// Counts and health of one shard.
 #[derive(Debug, Clone)]
 pub struct ShardStats {
@@ -542,6 +553,36 @@ impl Queue {
             to_dead: out[1] as usize,
             next_deadline: (out[2] >= 0).then_some(out[2]),
             now: out[3],
+        })
+    }
+
+    /// A timer's heartbeat on one shard: returns Redis's clock, the number of live timers, and the
+    /// buckets this timer holds now. `release` gives all of them up (drain).
+    pub async fn balance(
+        &self,
+        shard: &Shard,
+        timer_id: &str,
+        lease_ms: u64,
+        release: bool,
+    ) -> Result<Balance> {
+        let mut inv = scripts::BALANCE.prepare_invoke();
+        inv.key(self.keys.timers())
+            .key(self.keys.leases())
+            .arg(timer_id)
+            .arg(lease_ms)
+            .arg(self.shards.buckets())
+            .arg(if release { "1" } else { "0" });
+        let out: Vec<i64> = shard.invoke(&inv).await?;
+        if out.len() < 2 {
+            return Err(Error::Redis {
+                shard: shard.index,
+                message: "balance returned too little".into(),
+            });
+        }
+        Ok(Balance {
+            now: out[0],
+            timers: out[1] as usize,
+            buckets: out[2..].iter().map(|b| *b as u32).collect(),
         })
     }
 

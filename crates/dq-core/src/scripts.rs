@@ -61,17 +61,38 @@ script!(
     "expire.lua"
 );
 
-/// Every script, for loading them all up front (e.g. to measure one with `redis-benchmark EVALSHA`).
-pub fn all() -> [&'static Script; 9] {
-    [
-        &PUSH,
-        &DELETE,
-        &RESCHEDULE,
-        &RESERVE,
-        &ACK,
-        &NACK,
-        &TOUCH,
-        &PROMOTE,
-        &EXPIRE,
-    ]
+script!(
+    /// A timer's heartbeat: claim its fair share of buckets (the timer).
+    BALANCE,
+    "balance.lua"
+);
+
+#[cfg(test)]
+mod tests {
+    /// Every script opens with the header that says what it touches and returns, and is loaded here.
+    #[test]
+    fn every_script_has_its_header_and_is_loaded() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lua");
+        let this = include_str!("scripts.rs");
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_str().unwrap().to_string();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let header: String = text
+                .lines()
+                .take_while(|l| l.starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for part in ["KEYS[1]", "ARGV[1]", "Returns:"] {
+                assert!(header.contains(part), "{name}: header lacks {part}");
+            }
+            assert!(
+                this.contains(&format!("\"{name}\"")),
+                "{name} is not loaded"
+            );
+            n += 1;
+        }
+        assert_eq!(n, 10);
+    }
 }

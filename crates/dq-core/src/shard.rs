@@ -34,6 +34,10 @@ pub struct Shard {
 /// bb8-redis's manager, plus a way to drop connections that broke: a multiplexed connection never
 /// recovers after its socket failed, and testing each one with PING on checkout would double our round
 /// trips.
+///
+/// A checkout only clones the multiplexed connection and gives it straight back, so concurrent requests
+/// share the pool's few sockets and redis-rs pipelines them: one write and one read carry many commands,
+/// for us and for Redis. The pool still owns connecting, timeouts and replacing broken sockets.
 #[derive(Debug)]
 struct ShardConnections {
     /// Makes connections.
@@ -46,8 +50,8 @@ struct ShardConnections {
 pub struct ShardConnection {
     /// The multiplexed connection.
     conn: MultiplexedConnection,
-    /// Set after an I/O error; the pool then drops this connection instead of reusing it.
-    broken: bool,
+    /// Set after an I/O error by whichever clone saw it; the pool then drops this connection.
+    broken: Arc<AtomicBool>,
 }
 
 impl bb8::ManageConnection for ShardConnections {
@@ -59,7 +63,7 @@ impl bb8::ManageConnection for ShardConnections {
         conn.set_response_timeout(self.response_timeout);
         Ok(ShardConnection {
             conn,
-            broken: false,
+            broken: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -68,7 +72,7 @@ impl bb8::ManageConnection for ShardConnections {
     }
 
     fn has_broken(&self, conn: &mut ShardConnection) -> bool {
-        conn.broken
+        conn.broken.load(Ordering::Relaxed)
     }
 }
 
@@ -107,17 +111,24 @@ impl Shard {
         &self.client
     }
 
-    async fn conn(&self) -> Result<bb8::PooledConnection<'_, ShardConnections>> {
-        self.pool.get().await.map_err(|e| {
-            self.up.store(false, Ordering::Relaxed);
-            Error::Unavailable {
-                shard: self.index,
-                reason: e.to_string(),
+    /// A clone of a pooled connection; the pooled one goes straight back (see [`ShardConnections`]).
+    async fn conn(&self) -> Result<(MultiplexedConnection, Arc<AtomicBool>)> {
+        loop {
+            let pooled = self.pool.get().await.map_err(|e| {
+                self.up.store(false, Ordering::Relaxed);
+                Error::Unavailable {
+                    shard: self.index,
+                    reason: e.to_string(),
+                }
+            })?;
+            // A broken one is dropped from the pool when `pooled` goes; take another.
+            if !pooled.broken.load(Ordering::Relaxed) {
+                return Ok((pooled.conn.clone(), pooled.broken.clone()));
             }
-        })
+        }
     }
 
-    fn settle<T>(&self, conn: &mut ShardConnection, r: redis::RedisResult<T>) -> Result<T> {
+    fn settle<T>(&self, broken: &AtomicBool, r: redis::RedisResult<T>) -> Result<T> {
         match r {
             Ok(v) => {
                 self.up.store(true, Ordering::Relaxed);
@@ -125,7 +136,7 @@ impl Shard {
             }
             Err(e) => {
                 if is_connection_error(&e) {
-                    conn.broken = true;
+                    broken.store(true, Ordering::Relaxed);
                     self.up.store(false, Ordering::Relaxed);
                 }
                 Err(Error::from_redis(self.index, e))
@@ -135,23 +146,23 @@ impl Shard {
 
     /// Runs a script (EVALSHA, loading it on NOSCRIPT).
     pub async fn invoke<T: FromRedisValue>(&self, script: &ScriptInvocation<'_>) -> Result<T> {
-        let mut c = self.conn().await?;
-        let r = script.invoke_async(&mut c.conn).await;
-        self.settle(&mut c, r)
+        let (mut conn, broken) = self.conn().await?;
+        let r = script.invoke_async(&mut conn).await;
+        self.settle(&broken, r)
     }
 
     /// Runs one command.
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let mut c = self.conn().await?;
-        let r = cmd.query_async(&mut c.conn).await;
-        self.settle(&mut c, r)
+        let (mut conn, broken) = self.conn().await?;
+        let r = cmd.query_async(&mut conn).await;
+        self.settle(&broken, r)
     }
 
     /// Runs a pipeline.
     pub async fn pipe<T: FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
-        let mut c = self.conn().await?;
-        let r = pipe.query_async(&mut c.conn).await;
-        self.settle(&mut c, r)
+        let (mut conn, broken) = self.conn().await?;
+        let r = pipe.query_async(&mut conn).await;
+        self.settle(&broken, r)
     }
 
     /// PING with a deadline; the round trip time when it answered.

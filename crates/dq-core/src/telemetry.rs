@@ -39,3 +39,38 @@ pub fn prometheus() -> &'static PrometheusHandle {
         handle
     })
 }
+
+/// Serves `/metrics` (and `/healthz`) on `listen` until `shutdown`: the HTTP face of the binaries that
+/// have no API of their own (timer, consumer, checker). Returns the bound address.
+pub async fn serve_metrics(
+    listen: &str,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+    use axum::routing::get;
+    let handle = prometheus();
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4",
+                    )],
+                    handle.render(),
+                )
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }));
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await });
+        if let Err(e) = served.await {
+            tracing::error!(cause = %e, "metrics listener failed");
+        }
+    });
+    tracing::info!(%addr, "serving /metrics");
+    Ok((addr, task))
+}

@@ -19,12 +19,20 @@ pub struct ApiError {
 impl ApiError {
     /// 400 `invalid_argument`.
     pub fn invalid(message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::BAD_REQUEST, code: "invalid_argument", message: message.into() }
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid_argument",
+            message: message.into(),
+        }
     }
 
     /// 413 `payload_too_large`.
     pub fn too_large(message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, code: "payload_too_large", message: message.into() }
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "payload_too_large",
+            message: message.into(),
+        }
     }
 
     /// The `{"error":{…}}` object, also used for per-item errors of a batch.
@@ -48,7 +56,11 @@ impl From<dq_core::Error> for ApiError {
         if status.is_server_error() {
             tracing::warn!(cause = %e, "request failed");
         }
-        ApiError { status, code, message: e.to_string() }
+        ApiError {
+            status,
+            code,
+            message: e.to_string(),
+        }
     }
 }
 
@@ -60,7 +72,11 @@ impl IntoResponse for ApiError {
 
 /// Unknown path: 404 in the same JSON shape.
 pub async fn no_route() -> ApiError {
-    ApiError { status: StatusCode::NOT_FOUND, code: "not_found", message: "no such route".into() }
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        code: "not_found",
+        message: "no such route".into(),
+    }
 }
 
 /// Known path, wrong method: 405 in the same JSON shape.

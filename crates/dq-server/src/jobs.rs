@@ -15,11 +15,15 @@ use crate::body::JsonBody;
 use crate::error::ApiError;
 
 /// `POST /v1/jobs`: 201 `{id, topic, state, run_at}`.
-pub async fn push(State(app): State<AppState>, JsonBody(req): JsonBody<PushRequest>) -> Result<Response, ApiError> {
+pub async fn push(
+    State(app): State<AppState>,
+    JsonBody(req): JsonBody<PushRequest>,
+) -> Result<Response, ApiError> {
     let job = app.queue.validate(req)?;
     let topic = job.topic.clone();
     let pushed = app.queue.push(job).await?;
-    let body = json!({"id": pushed.id, "topic": topic, "state": pushed.state, "run_at": pushed.run_at});
+    let body =
+        json!({"id": pushed.id, "topic": topic, "state": pushed.state, "run_at": pushed.run_at});
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -33,18 +37,24 @@ pub struct BatchRequest {
 
 /// `POST /v1/jobs/batch`: 200 `{results: [...]}` in order. Any malformed entry refuses the whole batch
 /// (nothing is written); a live id or an unavailable shard fails only its own entry.
-pub async fn push_many(State(app): State<AppState>, JsonBody(req): JsonBody<BatchRequest>) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn push_many(
+    State(app): State<AppState>,
+    JsonBody(req): JsonBody<BatchRequest>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let max = app.queue.limits().max_batch;
     if req.jobs.is_empty() {
         return Err(ApiError::invalid("`jobs` must hold at least one job"));
     }
     if req.jobs.len() > max {
-        return Err(ApiError::invalid(format!("`jobs` holds {} jobs, the limit is {max}", req.jobs.len())));
+        return Err(ApiError::invalid(format!(
+            "`jobs` holds {} jobs, the limit is {max}",
+            req.jobs.len()
+        )));
     }
     let mut jobs: Vec<NewJob> = Vec::with_capacity(req.jobs.len());
     for (i, raw) in req.jobs.iter().enumerate() {
-        let parsed: PushRequest =
-            serde_json::from_str(raw.get()).map_err(|e| ApiError::invalid(format!("jobs[{i}]: {e}")))?;
+        let parsed: PushRequest = serde_json::from_str(raw.get())
+            .map_err(|e| ApiError::invalid(format!("jobs[{i}]: {e}")))?;
         let job = app.queue.validate(parsed).map_err(|e| {
             let mut err = ApiError::from(e);
             err.message = format!("jobs[{i}]: {}", err.message);
@@ -70,13 +80,19 @@ fn checked_id(id: &str) -> Result<(), ApiError> {
 }
 
 /// `GET /v1/jobs/{id}`: the job.
-pub async fn lookup(State(app): State<AppState>, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
+pub async fn lookup(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Job>, ApiError> {
     checked_id(&id)?;
     Ok(Json(app.queue.get(&id).await?))
 }
 
 /// `DELETE /v1/jobs/{id}`: 204, or 404.
-pub async fn cancel(State(app): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn cancel(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     checked_id(&id)?;
     app.queue.delete(&id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -104,12 +120,26 @@ pub async fn reschedule(
     let horizon = app.queue.limits().max_delay_ms;
     let schedule = match (req.delay_ms, req.run_at) {
         (Some(d), None) if d >= 0 && d as u64 <= horizon => Schedule::Delay(d as u64),
-        (Some(d), None) => return Err(ApiError::invalid(format!("`delay_ms` must be between 0 and {horizon}, got {d}"))),
-        (None, Some(at)) if at >= 0 && at <= dq_core::queue::unix_ms().saturating_add(horizon as i64) => Schedule::At(at),
-        (None, Some(at)) => {
-            return Err(ApiError::invalid(format!("`run_at` must be a Unix time in ms at most {horizon} ms from now, got {at}")));
+        (Some(d), None) => {
+            return Err(ApiError::invalid(format!(
+                "`delay_ms` must be between 0 and {horizon}, got {d}"
+            )));
         }
-        _ => return Err(ApiError::invalid("give exactly one of `delay_ms` or `run_at`")),
+        (None, Some(at))
+            if at >= 0 && at <= dq_core::queue::unix_ms().saturating_add(horizon as i64) =>
+        {
+            Schedule::At(at)
+        }
+        (None, Some(at)) => {
+            return Err(ApiError::invalid(format!(
+                "`run_at` must be a Unix time in ms at most {horizon} ms from now, got {at}"
+            )));
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "give exactly one of `delay_ms` or `run_at`",
+            ));
+        }
     };
     Ok(Json(app.queue.reschedule(&id, schedule).await?))
 }

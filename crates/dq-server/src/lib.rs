@@ -39,28 +39,46 @@ pub struct AppState {
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let listener = TcpListener::bind(&settings.server.listen)
         .await
-        .with_context(|| format!("cannot listen on {} (server.listen)", settings.server.listen))?;
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (server.listen)",
+                settings.server.listen
+            )
+        })?;
     serve(listener, settings, shutdown).await
 }
 
 /// Serves the API on `listener` until `shutdown`, then lets in-flight requests finish for at most
 /// `shutdown.grace_ms`.
-pub async fn serve(listener: TcpListener, settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    settings: Settings,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let queue = Queue::new(&settings)?;
     if let Err(e) = queue.check_layout().await {
         anyhow::bail!("{e}");
     }
     dq_core::telemetry::prometheus();
     let ready = Arc::new(ReadySignals::default());
-    let listeners = ready.listen(queue.shards(), queue.keys().ready_channel(), shutdown.clone());
-    let state = AppState { queue, ready, shutdown: shutdown.clone() };
+    let listeners = ready.listen(
+        queue.shards(),
+        queue.keys().ready_channel(),
+        shutdown.clone(),
+    );
+    let state = AppState {
+        queue,
+        ready,
+        shutdown: shutdown.clone(),
+    };
     let max_request = settings.limits.max_request_bytes();
     let app = router(state).layer(DefaultBodyLimit::max(max_request));
 
     tracing::info!(addr = %listener.local_addr()?, shards = settings.redis.shards.len(), "dq-server listening");
     let grace = Duration::from_millis(settings.shutdown.grace_ms);
     let drained = shutdown.clone();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move { drained.cancelled().await });
+    let server =
+        axum::serve(listener, app).with_graceful_shutdown(async move { drained.cancelled().await });
     tokio::select! {
         r = server => r.context("HTTP server failed")?,
         _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
@@ -79,7 +97,12 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/jobs", post(jobs::push))
         .route("/v1/jobs/batch", post(jobs::push_many))
-        .route("/v1/jobs/{id}", get(jobs::lookup).delete(jobs::cancel).patch(jobs::reschedule))
+        .route(
+            "/v1/jobs/{id}",
+            get(jobs::lookup)
+                .delete(jobs::cancel)
+                .patch(jobs::reschedule),
+        )
         .route("/v1/jobs/{id}/ack", post(reserve::ack))
         .route("/v1/jobs/{id}/nack", post(reserve::nack))
         .route("/v1/jobs/{id}/touch", post(reserve::touch))

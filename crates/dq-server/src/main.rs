@@ -4,6 +4,10 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+/// mimalloc: under load, glibc malloc showed as ~15% of dq-server's CPU.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// dq's HTTP API for producers, pull consumers and admins.
 #[derive(Parser)]
 #[command(version)]

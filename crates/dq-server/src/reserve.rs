@@ -32,13 +32,20 @@ pub struct ReserveRequest {
 ///
 /// Waiting costs Redis nothing: the reserver marks its topics' signals seen, tries once, and sleeps until
 /// a script publishes that one of its topics' queues stopped being empty.
-pub async fn reserve(State(app): State<AppState>, JsonBody(req): JsonBody<ReserveRequest>) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn reserve(
+    State(app): State<AppState>,
+    JsonBody(req): JsonBody<ReserveRequest>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let limits = app.queue.limits();
     if req.topics.is_empty() {
         return Err(ApiError::invalid("`topics` must name at least one topic"));
     }
     if req.topics.len() > limits.max_reserve_topics {
-        return Err(ApiError::invalid(format!("`topics` names {} topics, the limit is {}", req.topics.len(), limits.max_reserve_topics)));
+        return Err(ApiError::invalid(format!(
+            "`topics` names {} topics, the limit is {}",
+            req.topics.len(),
+            limits.max_reserve_topics
+        )));
     }
     for t in &req.topics {
         validate_topic(t)?;
@@ -52,18 +59,30 @@ pub async fn reserve(State(app): State<AppState>, JsonBody(req): JsonBody<Reserv
     let count = match req.count {
         None => 1,
         Some(c) if c >= 1 && c as usize <= limits.max_reserve_count => c as usize,
-        Some(c) => return Err(ApiError::invalid(format!("`count` must be between 1 and {}, got {c}", limits.max_reserve_count))),
+        Some(c) => {
+            return Err(ApiError::invalid(format!(
+                "`count` must be between 1 and {}, got {c}",
+                limits.max_reserve_count
+            )));
+        }
     };
     let timeout = match req.timeout_ms {
         None => 0,
         Some(t) if t >= 0 && t as u64 <= limits.max_reserve_timeout_ms => t as u64,
         Some(t) => {
-            return Err(ApiError::invalid(format!("`timeout_ms` must be between 0 and {}, got {t}", limits.max_reserve_timeout_ms)));
+            return Err(ApiError::invalid(format!(
+                "`timeout_ms` must be between 0 and {}, got {t}",
+                limits.max_reserve_timeout_ms
+            )));
         }
     };
 
     let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout);
-    let mut signals: Vec<_> = if timeout > 0 { topics.iter().map(|t| app.ready.subscribe(t)).collect() } else { Vec::new() };
+    let mut signals: Vec<_> = if timeout > 0 {
+        topics.iter().map(|t| app.ready.subscribe(t)).collect()
+    } else {
+        Vec::new()
+    };
     loop {
         for s in &mut signals {
             s.borrow_and_update();
@@ -83,7 +102,9 @@ pub async fn reserve(State(app): State<AppState>, JsonBody(req): JsonBody<Reserv
 fn check(id: &str, receipt: &str) -> Result<(), ApiError> {
     validate_id(id)?;
     if receipt.is_empty() || receipt.len() > 128 {
-        return Err(ApiError::invalid("`receipt` must be the receipt reserve returned"));
+        return Err(ApiError::invalid(
+            "`receipt` must be the receipt reserve returned",
+        ));
     }
     Ok(())
 }
@@ -97,7 +118,11 @@ pub struct AckRequest {
 }
 
 /// `POST /v1/jobs/{id}/ack`: 204; 409 `stale_receipt` when the reservation is over.
-pub async fn ack(State(app): State<AppState>, Path(id): Path<String>, JsonBody(req): JsonBody<AckRequest>) -> Result<StatusCode, ApiError> {
+pub async fn ack(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<AckRequest>,
+) -> Result<StatusCode, ApiError> {
     check(&id, &req.receipt)?;
     app.queue.ack(&id, &req.receipt).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -118,20 +143,35 @@ pub struct NackRequest {
 }
 
 /// `POST /v1/jobs/{id}/nack`: 204; the job backs off, or goes dead after its last attempt.
-pub async fn nack(State(app): State<AppState>, Path(id): Path<String>, JsonBody(req): JsonBody<NackRequest>) -> Result<StatusCode, ApiError> {
+pub async fn nack(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<NackRequest>,
+) -> Result<StatusCode, ApiError> {
     check(&id, &req.receipt)?;
     let limits = app.queue.limits();
     let delay = match req.delay_ms {
         None => None,
         Some(d) if d >= 0 && d as u64 <= limits.max_delay_ms => Some(d as u64),
-        Some(d) => return Err(ApiError::invalid(format!("`delay_ms` must be between 0 and {}, got {d}", limits.max_delay_ms))),
+        Some(d) => {
+            return Err(ApiError::invalid(format!(
+                "`delay_ms` must be between 0 and {}, got {d}",
+                limits.max_delay_ms
+            )));
+        }
     };
     if let Some(e) = &req.error
         && e.len() > limits.max_error_bytes
     {
-        return Err(ApiError::invalid(format!("`error` is {} bytes, the limit is {}", e.len(), limits.max_error_bytes)));
+        return Err(ApiError::invalid(format!(
+            "`error` is {} bytes, the limit is {}",
+            e.len(),
+            limits.max_error_bytes
+        )));
     }
-    app.queue.nack(&id, &req.receipt, delay, req.error.as_deref(), None).await?;
+    app.queue
+        .nack(&id, &req.receipt, delay, req.error.as_deref(), None)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -147,14 +187,21 @@ pub struct TouchRequest {
 }
 
 /// `POST /v1/jobs/{id}/touch`: 200 `{deadline}`.
-pub async fn touch(State(app): State<AppState>, Path(id): Path<String>, JsonBody(req): JsonBody<TouchRequest>) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn touch(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<TouchRequest>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     check(&id, &req.receipt)?;
     let limits = app.queue.limits();
     let ttr = match req.ttr_ms {
         None => None,
         Some(t) if t >= limits.min_ttr_ms as i64 && t <= limits.max_ttr_ms as i64 => Some(t as u64),
         Some(t) => {
-            return Err(ApiError::invalid(format!("`ttr_ms` must be between {} and {}, got {t}", limits.min_ttr_ms, limits.max_ttr_ms)));
+            return Err(ApiError::invalid(format!(
+                "`ttr_ms` must be between {} and {}, got {t}",
+                limits.min_ttr_ms, limits.max_ttr_ms
+            )));
         }
     };
     let deadline = app.queue.touch(&id, &req.receipt, ttr).await?;

@@ -10,95 +10,459 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
     let s = TestServer::start().await;
     // A live, reserved job to aim the per-job verbs at.
     s.push(json!({"id": "live", "topic": "t", "body": 1})).await;
-    let receipt = s.reserve(&["t"], 1, 0).await[0]["receipt"].as_str().unwrap().to_string();
+    let receipt = s.reserve(&["t"], 1, 0).await[0]["receipt"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let big_body = format!(r#"{{"topic":"t","body":"{}"}}"#, "x".repeat(70 * 1024));
-    let huge_request = format!(r#"{{"jobs":[{{"topic":"t","body":"{}"}}]}}"#, "y".repeat(9 * 1024 * 1024));
-    let too_many = json!({"jobs": (0..1001).map(|i| json!({"topic": "t", "body": i})).collect::<Vec<_>>()}).to_string();
-    let one_bad_in_batch = json!({"jobs": [{"topic": "t", "body": 1}, {"topic": "t", "body": 2, "delay_ms": -1}]}).to_string();
-    let one_wrong_type_in_batch = json!({"jobs": [{"topic": "t", "body": 1}, {"topic": 7, "body": 2}]}).to_string();
-    let big_in_batch = format!(r#"{{"jobs":[{{"topic":"t","body":1}},{{"topic":"t","body":"{}"}}]}}"#, "z".repeat(70 * 1024));
+    let huge_request = format!(
+        r#"{{"jobs":[{{"topic":"t","body":"{}"}}]}}"#,
+        "y".repeat(9 * 1024 * 1024)
+    );
+    let too_many =
+        json!({"jobs": (0..1001).map(|i| json!({"topic": "t", "body": i})).collect::<Vec<_>>()})
+            .to_string();
+    let one_bad_in_batch =
+        json!({"jobs": [{"topic": "t", "body": 1}, {"topic": "t", "body": 2, "delay_ms": -1}]})
+            .to_string();
+    let one_wrong_type_in_batch =
+        json!({"jobs": [{"topic": "t", "body": 1}, {"topic": 7, "body": 2}]}).to_string();
+    let big_in_batch = format!(
+        r#"{{"jobs":[{{"topic":"t","body":1}},{{"topic":"t","body":"{}"}}]}}"#,
+        "z".repeat(70 * 1024)
+    );
     let long_error = json!({"receipt": receipt, "error": "e".repeat(5000)}).to_string();
 
     let cases: Vec<(&str, &str, String, u16, &str)> = vec![
         // push
-        ("POST", "/v1/jobs", "{not json".into(), 400, "invalid_argument"),
+        (
+            "POST",
+            "/v1/jobs",
+            "{not json".into(),
+            400,
+            "invalid_argument",
+        ),
         ("POST", "/v1/jobs", "".into(), 400, "invalid_argument"),
         ("POST", "/v1/jobs", "[]".into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"body":1}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t"}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":5,"body":1}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"","body":1}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"a b","body":1}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", format!(r#"{{"topic":"{}","body":1}}"#, "t".repeat(129)), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"id":""}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"id":"a/b"}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"id":7}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"delay_ms":-1}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"delay_ms":"10"}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"delay_ms":1.5}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"delay_ms":99999999999999}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"run_at":99999999999999}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"run_at":-1}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"delay_ms":1,"run_at":1}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"ttr_ms":0}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"ttr_ms":999999999999}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"max_attempts":-1}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"max_attempts":5000}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"dealy_ms":5}"#.into(), 400, "invalid_argument"),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"body":1}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t"}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":5,"body":1}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"","body":1}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"a b","body":1}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            format!(r#"{{"topic":"{}","body":1}}"#, "t".repeat(129)),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"id":""}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"id":"a/b"}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"id":7}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"delay_ms":-1}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"delay_ms":"10"}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"delay_ms":1.5}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"delay_ms":99999999999999}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"run_at":99999999999999}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"run_at":-1}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"delay_ms":1,"run_at":1}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"ttr_ms":0}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"ttr_ms":999999999999}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"max_attempts":-1}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"max_attempts":5000}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            r#"{"topic":"t","body":1,"dealy_ms":5}"#.into(),
+            400,
+            "invalid_argument",
+        ),
         ("POST", "/v1/jobs", big_body, 413, "payload_too_large"),
         // push many
-        ("POST", "/v1/jobs/batch", "{".into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs/batch", r#"{"jobs":[]}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs/batch", r#"{"jobs":{}}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs/batch", r#"{}"#.into(), 400, "invalid_argument"),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            "{".into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            r#"{"jobs":[]}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            r#"{"jobs":{}}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            r#"{}"#.into(),
+            400,
+            "invalid_argument",
+        ),
         ("POST", "/v1/jobs/batch", too_many, 400, "invalid_argument"),
-        ("POST", "/v1/jobs/batch", one_bad_in_batch, 400, "invalid_argument"),
-        ("POST", "/v1/jobs/batch", one_wrong_type_in_batch, 400, "invalid_argument"),
-        ("POST", "/v1/jobs/batch", big_in_batch, 413, "payload_too_large"),
-        ("POST", "/v1/jobs/batch", huge_request, 413, "payload_too_large"),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            one_bad_in_batch,
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            one_wrong_type_in_batch,
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            big_in_batch,
+            413,
+            "payload_too_large",
+        ),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            huge_request,
+            413,
+            "payload_too_large",
+        ),
         // look up, cancel, reschedule
         ("GET", "/v1/jobs/a%20b", "".into(), 400, "invalid_argument"),
         ("GET", "/v1/jobs/unknown", "".into(), 404, "not_found"),
         ("DELETE", "/v1/jobs/unknown", "".into(), 404, "not_found"),
-        ("DELETE", "/v1/jobs/a%2Fb", "".into(), 400, "invalid_argument"),
-        ("PATCH", "/v1/jobs/live", r#"{}"#.into(), 400, "invalid_argument"),
-        ("PATCH", "/v1/jobs/live", r#"{"delay_ms":1,"run_at":1}"#.into(), 400, "invalid_argument"),
-        ("PATCH", "/v1/jobs/live", r#"{"delay_ms":-5}"#.into(), 400, "invalid_argument"),
-        ("PATCH", "/v1/jobs/live", r#"{"delay_ms":5}"#.into(), 409, "conflict"),
-        ("PATCH", "/v1/jobs/unknown", r#"{"delay_ms":5}"#.into(), 404, "not_found"),
-        ("PATCH", "/v1/jobs/live", "nope".into(), 400, "invalid_argument"),
+        (
+            "DELETE",
+            "/v1/jobs/a%2Fb",
+            "".into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "PATCH",
+            "/v1/jobs/live",
+            r#"{}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "PATCH",
+            "/v1/jobs/live",
+            r#"{"delay_ms":1,"run_at":1}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "PATCH",
+            "/v1/jobs/live",
+            r#"{"delay_ms":-5}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "PATCH",
+            "/v1/jobs/live",
+            r#"{"delay_ms":5}"#.into(),
+            409,
+            "conflict",
+        ),
+        (
+            "PATCH",
+            "/v1/jobs/unknown",
+            r#"{"delay_ms":5}"#.into(),
+            404,
+            "not_found",
+        ),
+        (
+            "PATCH",
+            "/v1/jobs/live",
+            "nope".into(),
+            400,
+            "invalid_argument",
+        ),
         // reserve
-        ("POST", "/v1/reserve", r#"{"topics":[]}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/reserve", r#"{}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/reserve", r#"{"topics":"t"}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/reserve", r#"{"topics":["bad topic"]}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/reserve", r#"{"topics":["t"],"count":0}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/reserve", r#"{"topics":["t"],"count":101}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/reserve", r#"{"topics":["t"],"timeout_ms":-1}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/reserve", r#"{"topics":["t"],"timeout_ms":30001}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/reserve", json!({"topics": (0..33).map(|i| format!("t{i}")).collect::<Vec<_>>()}).to_string(), 400, "invalid_argument"),
+        (
+            "POST",
+            "/v1/reserve",
+            r#"{"topics":[]}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/reserve",
+            r#"{}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/reserve",
+            r#"{"topics":"t"}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/reserve",
+            r#"{"topics":["bad topic"]}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/reserve",
+            r#"{"topics":["t"],"count":0}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/reserve",
+            r#"{"topics":["t"],"count":101}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/reserve",
+            r#"{"topics":["t"],"timeout_ms":-1}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/reserve",
+            r#"{"topics":["t"],"timeout_ms":30001}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/reserve",
+            json!({"topics": (0..33).map(|i| format!("t{i}")).collect::<Vec<_>>()}).to_string(),
+            400,
+            "invalid_argument",
+        ),
         // ack, nack, touch
-        ("POST", "/v1/jobs/live/ack", r#"{}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs/live/ack", r#"{"receipt":""}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs/live/ack", r#"{"receipt":5}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs/live/ack", r#"{"receipt":"wrong"}"#.into(), 409, "stale_receipt"),
-        ("POST", "/v1/jobs/unknown/ack", r#"{"receipt":"r"}"#.into(), 404, "not_found"),
-        ("POST", "/v1/jobs/a%20b/ack", r#"{"receipt":"r"}"#.into(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs/live/nack", json!({"receipt": receipt, "delay_ms": -1}).to_string(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs/live/nack", long_error, 400, "invalid_argument"),
-        ("POST", "/v1/jobs/live/nack", r#"{"receipt":"wrong"}"#.into(), 409, "stale_receipt"),
-        ("POST", "/v1/jobs/live/touch", json!({"receipt": receipt, "ttr_ms": 1}).to_string(), 400, "invalid_argument"),
-        ("POST", "/v1/jobs/live/touch", r#"{"receipt":"wrong"}"#.into(), 409, "stale_receipt"),
+        (
+            "POST",
+            "/v1/jobs/live/ack",
+            r#"{}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/live/ack",
+            r#"{"receipt":""}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/live/ack",
+            r#"{"receipt":5}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/live/ack",
+            r#"{"receipt":"wrong"}"#.into(),
+            409,
+            "stale_receipt",
+        ),
+        (
+            "POST",
+            "/v1/jobs/unknown/ack",
+            r#"{"receipt":"r"}"#.into(),
+            404,
+            "not_found",
+        ),
+        (
+            "POST",
+            "/v1/jobs/a%20b/ack",
+            r#"{"receipt":"r"}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/live/nack",
+            json!({"receipt": receipt, "delay_ms": -1}).to_string(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/live/nack",
+            long_error,
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/live/nack",
+            r#"{"receipt":"wrong"}"#.into(),
+            409,
+            "stale_receipt",
+        ),
+        (
+            "POST",
+            "/v1/jobs/live/touch",
+            json!({"receipt": receipt, "ttr_ms": 1}).to_string(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/live/touch",
+            r#"{"receipt":"wrong"}"#.into(),
+            409,
+            "stale_receipt",
+        ),
         // routes
         ("GET", "/v1/nothing", "".into(), 404, "not_found"),
         ("PUT", "/v1/jobs", "{}".into(), 405, "invalid_argument"),
     ];
     let before = s.snapshot();
     for (method, path, body, status, code) in cases {
-        let shown = if body.len() > 80 { format!("{}…", &body[..80]) } else { body.clone() };
+        let shown = if body.len() > 80 {
+            format!("{}…", &body[..80])
+        } else {
+            body.clone()
+        };
         let (got, out) = s.raw(method, path, body).await;
         assert_eq!(got.as_u16(), status, "{method} {path} {shown}: {out}");
         assert_error(got, &out, status, code);
-        assert_eq!(s.snapshot(), before, "{method} {path} {shown} wrote something");
+        assert_eq!(
+            s.snapshot(),
+            before,
+            "{method} {path} {shown} wrote something"
+        );
     }
 }

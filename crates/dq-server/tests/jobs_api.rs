@@ -8,7 +8,9 @@ use serde_json::json;
 #[tokio::test]
 async fn push_then_look_up() {
     let s = TestServer::start().await;
-    let out = s.push(json!({"topic": "orders.close", "body": {"order": 42}, "delay_ms": 60000})).await;
+    let out = s
+        .push(json!({"topic": "orders.close", "body": {"order": 42}, "delay_ms": 60000}))
+        .await;
     assert_eq!(out["topic"], "orders.close");
     assert_eq!(out["state"], "delayed");
     let id = out["id"].as_str().unwrap();
@@ -23,7 +25,11 @@ async fn push_then_look_up() {
     assert_eq!(job["ttr_ms"], 30000);
     assert_eq!(job["run_at"], out["run_at"]);
     let created = job["created_at"].as_i64().unwrap();
-    assert_eq!(job["run_at"].as_i64().unwrap() - created, 60000, "due time computed on Redis's clock");
+    assert_eq!(
+        job["run_at"].as_i64().unwrap() - created,
+        60000,
+        "due time computed on Redis's clock"
+    );
 }
 
 #[tokio::test]
@@ -31,7 +37,9 @@ async fn push_due_now_is_ready_and_past_run_at_too() {
     let s = TestServer::start().await;
     let a = s.push(json!({"topic": "t", "body": 1})).await;
     assert_eq!(a["state"], "ready");
-    let b = s.push(json!({"topic": "t", "body": 2, "run_at": 1000})).await;
+    let b = s
+        .push(json!({"topic": "t", "body": 2, "run_at": 1000}))
+        .await;
     assert_eq!(b["state"], "ready");
     assert_eq!(b["run_at"], 1000);
 }
@@ -39,12 +47,24 @@ async fn push_due_now_is_ready_and_past_run_at_too() {
 #[tokio::test]
 async fn given_id_is_an_idempotency_key() {
     let s = TestServer::start().await;
-    let out = s.push(json!({"id": "order:1", "topic": "t", "body": "first", "delay_ms": 1000})).await;
+    let out = s
+        .push(json!({"id": "order:1", "topic": "t", "body": "first", "delay_ms": 1000}))
+        .await;
     assert_eq!(out["id"], "order:1");
     let before = s.snapshot();
-    let (status, err) = s.call("POST", "/v1/jobs", Some(json!({"id": "order:1", "topic": "t", "body": "second"}))).await;
+    let (status, err) = s
+        .call(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"id": "order:1", "topic": "t", "body": "second"})),
+        )
+        .await;
     assert_error(status, &err, 409, "conflict");
-    assert_eq!(s.snapshot(), before, "a conflicting push overwrites nothing");
+    assert_eq!(
+        s.snapshot(),
+        before,
+        "a conflicting push overwrites nothing"
+    );
     let (_, job) = s.call("GET", "/v1/jobs/order:1", None).await;
     assert_eq!(job["body"], "first");
 }
@@ -66,14 +86,22 @@ async fn push_many_answers_in_order_with_per_job_conflicts() {
     assert_eq!(r[1]["error"]["code"], "conflict");
     assert_eq!(r[2]["id"], "new");
     assert_eq!(r[2]["state"], "ready");
-    let (status, _) = s.call("GET", &format!("/v1/jobs/{}", r[0]["id"].as_str().unwrap()), None).await;
+    let (status, _) = s
+        .call(
+            "GET",
+            &format!("/v1/jobs/{}", r[0]["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
     assert_eq!(status, 200);
 }
 
 #[tokio::test]
 async fn cancel_removes_the_job_in_any_state() {
     let s = TestServer::start().await;
-    let delayed = s.push(json!({"topic": "t", "body": 1, "delay_ms": 60000})).await;
+    let delayed = s
+        .push(json!({"topic": "t", "body": 1, "delay_ms": 60000}))
+        .await;
     let ready = s.push(json!({"topic": "t", "body": 2})).await;
     let reserved = s.push(json!({"topic": "r", "body": 3})).await;
     assert_eq!(s.reserve(&["r"], 1, 0).await.len(), 1);
@@ -95,13 +123,17 @@ async fn cancel_removes_the_job_in_any_state() {
 #[tokio::test]
 async fn reschedule_moves_delayed_and_ready_jobs_only() {
     let s = TestServer::start().await;
-    let job = s.push(json!({"topic": "t", "body": 1, "delay_ms": 600000})).await;
+    let job = s
+        .push(json!({"topic": "t", "body": 1, "delay_ms": 600000}))
+        .await;
     let path = format!("/v1/jobs/{}", job["id"].as_str().unwrap());
 
     let (status, out) = s.call("PATCH", &path, Some(json!({"delay_ms": 0}))).await;
     assert_eq!(status, 200, "{out}");
     assert_eq!(out["state"], "ready");
-    let (status, out) = s.call("PATCH", &path, Some(json!({"delay_ms": 300000}))).await;
+    let (status, out) = s
+        .call("PATCH", &path, Some(json!({"delay_ms": 300000})))
+        .await;
     assert_eq!(status, 200, "{out}");
     assert_eq!(out["state"], "delayed");
     assert!(s.reserve(&["t"], 1, 0).await.is_empty(), "delayed again");
@@ -113,7 +145,9 @@ async fn reschedule_moves_delayed_and_ready_jobs_only() {
     assert_eq!(got.len(), 1);
     let (status, body) = s.call("PATCH", &path, Some(json!({"delay_ms": 10}))).await;
     assert_error(status, &body, 409, "conflict");
-    let (status, body) = s.call("PATCH", "/v1/jobs/nope", Some(json!({"delay_ms": 10}))).await;
+    let (status, body) = s
+        .call("PATCH", "/v1/jobs/nope", Some(json!({"delay_ms": 10})))
+        .await;
     assert_error(status, &body, 404, "not_found");
 }
 
@@ -121,7 +155,8 @@ async fn reschedule_moves_delayed_and_ready_jobs_only() {
 async fn stats_count_per_topic_and_state() {
     let s = TestServer::start().await;
     for i in 0..3 {
-        s.push(json!({"topic": "a", "body": i, "delay_ms": 60000})).await;
+        s.push(json!({"topic": "a", "body": i, "delay_ms": 60000}))
+            .await;
     }
     for i in 0..2 {
         s.push(json!({"topic": "b", "body": i})).await;
@@ -143,6 +178,14 @@ async fn probes_and_metrics() {
     assert_eq!(status, 200, "{body}");
     let (status, body) = s.call("GET", "/readyz", None).await;
     assert_eq!(status, 200, "{body}");
-    let text = s.http.get(s.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let text = s
+        .http
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(text.contains("dq_jobs_pushed_total"), "{text}");
 }

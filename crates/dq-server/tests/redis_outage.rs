@@ -33,12 +33,19 @@ async fn redis_down_gives_quick_503_and_service_resumes() {
 
     s.redis[0].restart();
     dq_harness::eventually(Duration::from_secs(30), "pushes work again", || async {
-        s.call("POST", "/v1/jobs", Some(json!({"topic": "t", "body": 3}))).await.0 == 201
+        s.call("POST", "/v1/jobs", Some(json!({"topic": "t", "body": 3})))
+            .await
+            .0
+            == 201
     })
     .await;
     let (status, _) = s.call("GET", "/readyz", None).await;
     assert_eq!(status, 200);
-    assert_eq!(s.reserve(&["t"], 10, 0).await.len(), 1, "the restarted Redis is empty but for the new push");
+    assert_eq!(
+        s.reserve(&["t"], 10, 0).await.len(),
+        1,
+        "the restarted Redis is empty but for the new push"
+    );
 }
 
 #[tokio::test]
@@ -48,22 +55,47 @@ async fn long_poll_survives_a_redis_restart() {
     s.redis[0].restart();
     // After the pub/sub listener resubscribes, a long poll is woken by a push as before.
     dq_harness::eventually(Duration::from_secs(30), "pushes work again", || async {
-        s.call("POST", "/v1/jobs", Some(json!({"topic": "warm", "body": 0}))).await.0 == 201
+        s.call(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"topic": "warm", "body": 0})),
+        )
+        .await
+        .0 == 201
     })
     .await;
     let waiter = {
         let (http, url) = (s.http.clone(), s.url("/v1/reserve"));
         tokio::spawn(async move {
-            http.post(url).json(&json!({"topics": ["after"], "timeout_ms": 30000})).send().await.unwrap().json::<serde_json::Value>().await.unwrap()
+            http.post(url)
+                .json(&json!({"topics": ["after"], "timeout_ms": 30000}))
+                .send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
         })
     };
-    dq_harness::eventually(Duration::from_secs(30), "the listener resubscribed", || async {
-        let mut c = s.redis[0].conn();
-        let n: Vec<(String, i64)> = redis::cmd("PUBSUB").arg("NUMSUB").arg("dq:wake:ready").query(&mut c).unwrap();
-        n[0].1 >= 1
-    })
+    dq_harness::eventually(
+        Duration::from_secs(30),
+        "the listener resubscribed",
+        || async {
+            let mut c = s.redis[0].conn();
+            let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("dq:wake:ready")
+                .query(&mut c)
+                .unwrap();
+            n[0].1 >= 1
+        },
+    )
     .await;
-    s.push(json!({"id": "a1", "topic": "after", "body": 1})).await;
-    let out = tokio::time::timeout(Duration::from_secs(20), waiter).await.expect("woken").unwrap();
+    s.push(json!({"id": "a1", "topic": "after", "body": 1}))
+        .await;
+    let out = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken")
+        .unwrap();
     assert_eq!(out["jobs"][0]["id"], "a1");
 }

@@ -24,7 +24,10 @@ async fn reserve_takes_topics_in_priority_order_and_count() {
         assert!(j["receipt"].as_str().is_some_and(|r| !r.is_empty()));
         assert!(j["deadline"].as_i64().unwrap() > 0);
     }
-    let receipts: std::collections::HashSet<_> = jobs.iter().map(|j| j["receipt"].as_str().unwrap()).collect();
+    let receipts: std::collections::HashSet<_> = jobs
+        .iter()
+        .map(|j| j["receipt"].as_str().unwrap())
+        .collect();
     assert_eq!(receipts.len(), 3, "each reservation has its own receipt");
     assert_eq!(s.reserve(&["high", "low"], 10, 0).await.len(), 2);
     assert!(s.reserve(&["high", "low"], 10, 0).await.is_empty());
@@ -33,26 +36,50 @@ async fn reserve_takes_topics_in_priority_order_and_count() {
 #[tokio::test]
 async fn ready_jobs_come_out_in_due_order() {
     let s = TestServer::start().await;
-    s.push(json!({"id": "late", "topic": "t", "body": 1, "run_at": 3000})).await;
-    s.push(json!({"id": "early", "topic": "t", "body": 1, "run_at": 1000})).await;
-    s.push(json!({"id": "mid", "topic": "t", "body": 1, "run_at": 2000})).await;
-    let ids: Vec<_> = s.reserve(&["t"], 3, 0).await.iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
+    s.push(json!({"id": "late", "topic": "t", "body": 1, "run_at": 3000}))
+        .await;
+    s.push(json!({"id": "early", "topic": "t", "body": 1, "run_at": 1000}))
+        .await;
+    s.push(json!({"id": "mid", "topic": "t", "body": 1, "run_at": 2000}))
+        .await;
+    let ids: Vec<_> = s
+        .reserve(&["t"], 3, 0)
+        .await
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(ids, ["early", "mid", "late"]);
 }
 
 #[tokio::test]
 async fn ack_finishes_and_keeps_the_record_as_done() {
     let s = TestServer::start().await;
-    s.push(json!({"id": "j1", "topic": "t", "body": {"x": 1}})).await;
+    s.push(json!({"id": "j1", "topic": "t", "body": {"x": 1}}))
+        .await;
     let job = &s.reserve(&["t"], 1, 0).await[0];
-    let (status, _) = s.call("POST", "/v1/jobs/j1/ack", Some(json!({"receipt": job["receipt"]}))).await;
+    let (status, _) = s
+        .call(
+            "POST",
+            "/v1/jobs/j1/ack",
+            Some(json!({"receipt": job["receipt"]})),
+        )
+        .await;
     assert_eq!(status, 204);
     let (_, got) = s.call("GET", "/v1/jobs/j1", None).await;
     assert_eq!(got["state"], "done");
     assert_eq!(got["attempts"], 1);
-    let ttl: i64 = redis::cmd("PTTL").arg("dq:job:j1").query(&mut s.redis[0].conn()).unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("dq:job:j1")
+        .query(&mut s.redis[0].conn())
+        .unwrap();
     assert!(ttl > 0, "done records expire after the retention period");
-    let (status, body) = s.call("POST", "/v1/jobs/j1/ack", Some(json!({"receipt": job["receipt"]}))).await;
+    let (status, body) = s
+        .call(
+            "POST",
+            "/v1/jobs/j1/ack",
+            Some(json!({"receipt": job["receipt"]})),
+        )
+        .await;
     assert_error(status, &body, 409, "stale_receipt");
 }
 
@@ -63,12 +90,24 @@ async fn wrong_receipt_is_refused_and_changes_nothing() {
     s.reserve(&["t"], 1, 0).await;
     let before = s.snapshot();
     for verb in ["ack", "nack", "touch"] {
-        let (status, body) = s.call("POST", &format!("/v1/jobs/j/{verb}"), Some(json!({"receipt": "not-it"}))).await;
+        let (status, body) = s
+            .call(
+                "POST",
+                &format!("/v1/jobs/j/{verb}"),
+                Some(json!({"receipt": "not-it"})),
+            )
+            .await;
         assert_error(status, &body, 409, "stale_receipt");
     }
     assert_eq!(s.snapshot(), before);
     for verb in ["ack", "nack", "touch"] {
-        let (status, body) = s.call("POST", &format!("/v1/jobs/nope/{verb}"), Some(json!({"receipt": "r"}))).await;
+        let (status, body) = s
+            .call(
+                "POST",
+                &format!("/v1/jobs/nope/{verb}"),
+                Some(json!({"receipt": "r"})),
+            )
+            .await;
         assert_error(status, &body, 404, "not_found");
     }
 }
@@ -76,25 +115,47 @@ async fn wrong_receipt_is_refused_and_changes_nothing() {
 #[tokio::test]
 async fn nack_backs_off_then_goes_dead_after_max_attempts() {
     let s = TestServer::start().await;
-    s.push(json!({"id": "n", "topic": "t", "body": 1, "max_attempts": 2})).await;
+    s.push(json!({"id": "n", "topic": "t", "body": 1, "max_attempts": 2}))
+        .await;
     let job = &s.reserve(&["t"], 1, 0).await[0];
-    let (status, _) = s.call("POST", "/v1/jobs/n/nack", Some(json!({"receipt": job["receipt"], "error": "boom"}))).await;
+    let (status, _) = s
+        .call(
+            "POST",
+            "/v1/jobs/n/nack",
+            Some(json!({"receipt": job["receipt"], "error": "boom"})),
+        )
+        .await;
     assert_eq!(status, 204);
     let (_, got) = s.call("GET", "/v1/jobs/n", None).await;
     assert_eq!(got["state"], "delayed");
     assert_eq!(got["last_error"], "boom");
     // Default backoff: 1 minute after the first failure.
-    assert!(got["run_at"].as_i64().unwrap() >= job["deadline"].as_i64().unwrap() - 30_000 + 60_000 - 1000);
+    assert!(
+        got["run_at"].as_i64().unwrap()
+            >= job["deadline"].as_i64().unwrap() - 30_000 + 60_000 - 1000
+    );
 
     // A nack with delay 0 comes straight back to ready.
-    s.call("PATCH", "/v1/jobs/n", Some(json!({"delay_ms": 0}))).await;
+    s.call("PATCH", "/v1/jobs/n", Some(json!({"delay_ms": 0})))
+        .await;
     let job = &s.reserve(&["t"], 1, 0).await[0];
     assert_eq!(job["attempt"], 2);
-    let (status, _) = s.call("POST", "/v1/jobs/n/nack", Some(json!({"receipt": job["receipt"], "delay_ms": 0}))).await;
+    let (status, _) = s
+        .call(
+            "POST",
+            "/v1/jobs/n/nack",
+            Some(json!({"receipt": job["receipt"], "delay_ms": 0})),
+        )
+        .await;
     assert_eq!(status, 204);
     let (_, got) = s.call("GET", "/v1/jobs/n", None).await;
     assert_eq!(got["state"], "dead", "second failure of max 2 attempts");
-    let dead: Vec<String> = redis::cmd("ZRANGE").arg("dq:dead:t").arg(0).arg(-1).query(&mut s.redis[0].conn()).unwrap();
+    let dead: Vec<String> = redis::cmd("ZRANGE")
+        .arg("dq:dead:t")
+        .arg(0)
+        .arg(-1)
+        .query(&mut s.redis[0].conn())
+        .unwrap();
     assert_eq!(dead, ["n"]);
 }
 
@@ -103,7 +164,12 @@ async fn nack_with_zero_delay_is_ready_at_once() {
     let s = TestServer::start().await;
     s.push(json!({"id": "z", "topic": "t", "body": 1})).await;
     let job = &s.reserve(&["t"], 1, 0).await[0];
-    s.call("POST", "/v1/jobs/z/nack", Some(json!({"receipt": job["receipt"], "delay_ms": 0}))).await;
+    s.call(
+        "POST",
+        "/v1/jobs/z/nack",
+        Some(json!({"receipt": job["receipt"], "delay_ms": 0})),
+    )
+    .await;
     let again = s.reserve(&["t"], 1, 0).await;
     assert_eq!(again[0]["attempt"], 2);
     assert_ne!(again[0]["receipt"], job["receipt"]);
@@ -112,12 +178,23 @@ async fn nack_with_zero_delay_is_ready_at_once() {
 #[tokio::test]
 async fn touch_extends_the_deadline() {
     let s = TestServer::start().await;
-    s.push(json!({"id": "x", "topic": "t", "body": 1, "ttr_ms": 5000})).await;
+    s.push(json!({"id": "x", "topic": "t", "body": 1, "ttr_ms": 5000}))
+        .await;
     let job = &s.reserve(&["t"], 1, 0).await[0];
-    let (status, out) = s.call("POST", "/v1/jobs/x/touch", Some(json!({"receipt": job["receipt"], "ttr_ms": 600000}))).await;
+    let (status, out) = s
+        .call(
+            "POST",
+            "/v1/jobs/x/touch",
+            Some(json!({"receipt": job["receipt"], "ttr_ms": 600000})),
+        )
+        .await;
     assert_eq!(status, 200, "{out}");
     assert!(out["deadline"].as_i64().unwrap() >= job["deadline"].as_i64().unwrap() + 590_000);
-    let score: f64 = redis::cmd("ZSCORE").arg("dq:reserved").arg("x").query(&mut s.redis[0].conn()).unwrap();
+    let score: f64 = redis::cmd("ZSCORE")
+        .arg("dq:reserved")
+        .arg("x")
+        .query(&mut s.redis[0].conn())
+        .unwrap();
     assert_eq!(score as i64, out["deadline"].as_i64().unwrap());
 }
 
@@ -127,14 +204,23 @@ async fn long_poll_returns_when_a_job_is_pushed() {
     let waiter = {
         let (http, url) = (s.http.clone(), s.url("/v1/reserve"));
         tokio::spawn(async move {
-            let resp = http.post(url).json(&json!({"topics": ["lp"], "timeout_ms": 30000})).send().await.unwrap();
+            let resp = http
+                .post(url)
+                .json(&json!({"topics": ["lp"], "timeout_ms": 30000}))
+                .send()
+                .await
+                .unwrap();
             resp.json::<serde_json::Value>().await.unwrap()
         })
     };
     // Let the waiter reach its wait: it subscribes before it looks, so any order is correct.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    s.push(json!({"id": "woken", "topic": "lp", "body": 1})).await;
-    let out = tokio::time::timeout(Duration::from_secs(20), waiter).await.expect("long poll answered").unwrap();
+    s.push(json!({"id": "woken", "topic": "lp", "body": 1}))
+        .await;
+    let out = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("long poll answered")
+        .unwrap();
     assert_eq!(out["jobs"][0]["id"], "woken", "{out}");
 }
 
@@ -152,13 +238,19 @@ async fn many_long_polls_share_few_jobs_without_duplicates() {
         .map(|_| {
             let (http, url) = (s.http.clone(), s.url("/v1/reserve"));
             tokio::spawn(async move {
-                let resp = http.post(url).json(&json!({"topics": ["many"], "timeout_ms": 3000})).send().await.unwrap();
+                let resp = http
+                    .post(url)
+                    .json(&json!({"topics": ["many"], "timeout_ms": 3000}))
+                    .send()
+                    .await
+                    .unwrap();
                 resp.json::<serde_json::Value>().await.unwrap()
             })
         })
         .collect();
     for i in 0..5 {
-        s.push(json!({"id": format!("m{i}"), "topic": "many", "body": i})).await;
+        s.push(json!({"id": format!("m{i}"), "topic": "many", "body": i}))
+            .await;
     }
     let mut got = Vec::new();
     for w in waiters {

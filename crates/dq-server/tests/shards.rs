@@ -9,7 +9,10 @@ use common::{TestServer, assert_error};
 use serde_json::json;
 
 fn count_jobs(r: &dq_harness::RedisServer) -> usize {
-    let keys: Vec<String> = redis::cmd("KEYS").arg("dq:job:*").query(&mut r.conn()).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("dq:job:*")
+        .query(&mut r.conn())
+        .unwrap();
     keys.len()
 }
 
@@ -18,7 +21,12 @@ async fn jobs_spread_over_shards_and_are_found_by_id() {
     let s = TestServer::with_shards(2).await;
     let mut ids = Vec::new();
     for i in 0..200 {
-        ids.push(s.push(json!({"topic": "t", "body": i})).await["id"].as_str().unwrap().to_string());
+        ids.push(
+            s.push(json!({"topic": "t", "body": i})).await["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
     }
     let (a, b) = (count_jobs(&s.redis[0]), count_jobs(&s.redis[1]));
     assert_eq!(a + b, 200);
@@ -29,7 +37,8 @@ async fn jobs_spread_over_shards_and_are_found_by_id() {
     }
     // Producer ids are placed by hash too, and found again.
     for i in 0..20 {
-        s.push(json!({"id": format!("given-{i}"), "topic": "g", "body": i})).await;
+        s.push(json!({"id": format!("given-{i}"), "topic": "g", "body": i}))
+            .await;
         let (status, _) = s.call("GET", &format!("/v1/jobs/given-{i}"), None).await;
         assert_eq!(status, 200);
     }
@@ -49,7 +58,13 @@ async fn reserve_drains_every_shard() {
         }
         for j in jobs {
             let id = j["id"].as_str().unwrap().to_string();
-            let (status, _) = s.call("POST", &format!("/v1/jobs/{id}/ack"), Some(json!({"receipt": j["receipt"]}))).await;
+            let (status, _) = s
+                .call(
+                    "POST",
+                    &format!("/v1/jobs/{id}/ack"),
+                    Some(json!({"receipt": j["receipt"]})),
+                )
+                .await;
             assert_eq!(status, 204);
             *seen.entry(id).or_insert(0) += 1;
         }
@@ -62,14 +77,20 @@ async fn reserve_drains_every_shard() {
 async fn a_shard_down_costs_only_its_own_jobs() {
     let mut s = TestServer::with_shards(2).await;
     // Find a producer id that lives on shard 1, and push it before the outage.
-    let on_second = (0..).map(|i| format!("p{i}")).find(|id| dq_core::shard::shard_of(id, 2) == 1).unwrap();
-    s.push(json!({"id": on_second, "topic": "t", "body": 1})).await;
+    let on_second = (0..)
+        .map(|i| format!("p{i}"))
+        .find(|id| dq_core::shard::shard_of(id, 2) == 1)
+        .unwrap();
+    s.push(json!({"id": on_second, "topic": "t", "body": 1}))
+        .await;
     s.redis[1].stop();
 
     // Pushes without an id land on the healthy shard (the first may discover the outage).
     let mut ok = 0;
     for i in 0..30 {
-        let (status, out) = s.call("POST", "/v1/jobs", Some(json!({"topic": "t", "body": i}))).await;
+        let (status, out) = s
+            .call("POST", "/v1/jobs", Some(json!({"topic": "t", "body": i})))
+            .await;
         assert_eq!(status, 201, "push {i} while shard 1 is down: {out}");
         ok += 1;
     }
@@ -77,7 +98,13 @@ async fn a_shard_down_costs_only_its_own_jobs() {
     // The job on the down shard is unavailable, not lost or misplaced.
     let (status, out) = s.call("GET", &format!("/v1/jobs/{on_second}"), None).await;
     assert_error(status, &out, 503, "unavailable");
-    let (status, out) = s.call("POST", "/v1/jobs", Some(json!({"id": on_second, "topic": "t", "body": 2}))).await;
+    let (status, out) = s
+        .call(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"id": on_second, "topic": "t", "body": 2})),
+        )
+        .await;
     assert_error(status, &out, 503, "unavailable");
     // Reserve keeps working from the healthy shard.
     assert_eq!(s.reserve(&["t"], 100, 0).await.len(), 30);
@@ -85,8 +112,15 @@ async fn a_shard_down_costs_only_its_own_jobs() {
     assert_eq!(status, 200, "one shard is enough to serve");
 
     s.redis[1].restart();
-    dq_harness::eventually(Duration::from_secs(30), "the shard serves again", || async {
-        s.call("GET", &format!("/v1/jobs/{on_second}"), None).await.0 == 404
-    })
+    dq_harness::eventually(
+        Duration::from_secs(30),
+        "the shard serves again",
+        || async {
+            s.call("GET", &format!("/v1/jobs/{on_second}"), None)
+                .await
+                .0
+                == 404
+        },
+    )
     .await;
 }

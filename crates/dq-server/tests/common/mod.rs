@@ -41,11 +41,22 @@ impl TestServer {
         let base = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(dq_server::serve(listener, settings, shutdown.clone()));
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(40)).build().unwrap();
-        let server = TestServer { redis, base, http, shutdown, task };
-        dq_harness::eventually(Duration::from_secs(10), "server answers /healthz", || async {
-            server.http.get(server.url("/healthz")).send().await.is_ok()
-        })
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(40))
+            .build()
+            .unwrap();
+        let server = TestServer {
+            redis,
+            base,
+            http,
+            shutdown,
+            task,
+        };
+        dq_harness::eventually(
+            Duration::from_secs(10),
+            "server answers /healthz",
+            || async { server.http.get(server.url("/healthz")).send().await.is_ok() },
+        )
         .await;
         server
     }
@@ -63,15 +74,33 @@ impl TestServer {
         let resp = req.send().await.expect("request");
         let status = resp.status();
         let text = resp.text().await.unwrap();
-        let json = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        let json = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
         (status, json)
     }
 
-    pub async fn raw(&self, method: &str, path: &str, body: impl Into<reqwest::Body>) -> (StatusCode, Value) {
-        let resp = self.http.request(method.parse().unwrap(), self.url(path)).body(body).send().await.expect("request");
+    pub async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> (StatusCode, Value) {
+        let resp = self
+            .http
+            .request(method.parse().unwrap(), self.url(path))
+            .body(body)
+            .send()
+            .await
+            .expect("request");
         let status = resp.status();
         let text = resp.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     pub async fn push(&self, body: Value) -> Value {
@@ -81,8 +110,13 @@ impl TestServer {
     }
 
     pub async fn reserve(&self, topics: &[&str], count: u32, timeout_ms: u64) -> Vec<Value> {
-        let (status, out) =
-            self.call("POST", "/v1/reserve", Some(json!({"topics": topics, "count": count, "timeout_ms": timeout_ms}))).await;
+        let (status, out) = self
+            .call(
+                "POST",
+                "/v1/reserve",
+                Some(json!({"topics": topics, "count": count, "timeout_ms": timeout_ms})),
+            )
+            .await;
         assert_eq!(status, StatusCode::OK, "{out}");
         out["jobs"].as_array().unwrap().clone()
     }
@@ -114,5 +148,10 @@ impl Drop for TestServer {
 pub fn assert_error(status: StatusCode, body: &Value, want_status: u16, want_code: &str) {
     assert_eq!(status.as_u16(), want_status, "{body}");
     assert_eq!(body["error"]["code"], want_code, "{body}");
-    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
 }

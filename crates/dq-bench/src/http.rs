@@ -1,0 +1,245 @@
+//! A bare HTTP/1.1 client connection to dq-server.
+//!
+//! The load generator shares a small box with the server and Redis, so it must
+//! spend as little CPU per request as it can: no connection pool, no TLS, no
+//! per-request URL parsing. Each load task owns one [`Conn`] — a single
+//! keep-alive TCP connection with `TCP_NODELAY`, driven by hyper's low-level
+//! `http1` handshake — and sends its requests on it one after the other. Every
+//! subcommand (push, reserve-ack, and later ones) builds on this module.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// Where the server is: parsed once from `--url`, shared by every connection.
+#[derive(Debug)]
+pub struct Target {
+    /// `host:port` to connect to.
+    addr: String,
+    /// The `Host` header sent with every request.
+    host: HeaderValue,
+    /// Path prefix from the URL (empty or `/prefix` without a trailing slash).
+    prefix: String,
+}
+
+impl Target {
+    /// Parses a base URL such as `http://127.0.0.1:6789` (only `http`; a path
+    /// prefix is allowed and prepended to every request path).
+    pub fn parse(url: &str) -> Result<Arc<Self>> {
+        let uri: Uri = url
+            .parse()
+            .with_context(|| format!("`{url}` is not a valid URL"))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some(other) => bail!("`{url}`: only http:// is supported, not {other}://"),
+            None => bail!("`{url}`: the URL needs a scheme, e.g. http://127.0.0.1:6789"),
+        }
+        let Some(authority) = uri.authority() else {
+            bail!("`{url}`: the URL has no host");
+        };
+        if authority.as_str().contains('@') {
+            bail!("`{url}`: user info in the URL is not supported");
+        }
+        let port = authority.port_u16().unwrap_or(80);
+        let host = authority.host();
+        let prefix = uri.path().trim_end_matches('/').to_string();
+        if uri.query().is_some() {
+            bail!("`{url}`: the base URL must not have a query");
+        }
+        Ok(Arc::new(Self {
+            addr: format!("{host}:{port}"),
+            host: HeaderValue::from_str(authority.as_str())
+                .context("the URL's host is not a valid Host header")?,
+            prefix,
+        }))
+    }
+
+    /// The request URI (origin form) for an API path such as `/v1/jobs`.
+    pub fn uri(&self, path: &str) -> Result<Uri> {
+        let full = format!("{}{}", self.prefix, path);
+        full.parse()
+            .with_context(|| format!("`{full}` is not a valid request path"))
+    }
+
+    /// The `host:port` this target connects to.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+}
+
+/// One answer: its status and whole body.
+#[derive(Debug)]
+pub struct Reply {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The body, read to the end (so the connection can be reused).
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// Whether the status is 2xx.
+    pub fn is_success(&self) -> bool {
+        self.status.is_success()
+    }
+
+    /// A one-line description for error reports: status and (shortened) body.
+    pub fn describe(&self) -> String {
+        format!(
+            "HTTP {}: {}",
+            self.status,
+            shorten(&String::from_utf8_lossy(&self.body), 500)
+        )
+    }
+}
+
+/// One keep-alive HTTP/1.1 connection; requests on it are sequential.
+pub struct Conn {
+    target: Arc<Target>,
+    /// `None` after a transport failure: the next request reconnects.
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+impl Conn {
+    /// Opens a TCP connection (with `TCP_NODELAY`) and does the HTTP/1.1
+    /// handshake; the connection is driven by a spawned task.
+    pub async fn connect(target: Arc<Target>) -> Result<Self> {
+        let sender = Some(handshake(&target).await?);
+        Ok(Self { target, sender })
+    }
+
+    /// Opens `n` connections to `target`, one after the other.
+    pub async fn connect_many(target: &Arc<Target>, n: usize) -> Result<Vec<Self>> {
+        let mut conns = Vec::with_capacity(n);
+        for _ in 0..n {
+            conns.push(Self::connect(Arc::clone(target)).await?);
+        }
+        Ok(conns)
+    }
+
+    /// Sends `POST uri` with a JSON body and reads the whole answer.
+    ///
+    /// A transport failure is returned as `Err`; the connection is then
+    /// re-opened by the next request (so one dropped connection does not end
+    /// the task). Any status, 2xx or not, is an `Ok` [`Reply`].
+    pub async fn post_json(&mut self, uri: Uri, body: Bytes) -> Result<Reply> {
+        let sender = match &mut self.sender {
+            Some(s) if !s.is_closed() => s,
+            slot => slot.insert(handshake(&self.target).await?),
+        };
+        let len = body.len();
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = uri;
+        let headers = req.headers_mut();
+        headers.insert(HOST, self.target.host.clone());
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
+
+        let result = async {
+            sender.ready().await.context("connection not ready")?;
+            let resp = sender.send_request(req).await.context("request failed")?;
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .context("reading the answer failed")?
+                .to_bytes();
+            Ok(Reply { status, body })
+        }
+        .await;
+        if result.is_err() {
+            // The next request starts on a fresh connection.
+            self.sender = None;
+        }
+        result
+    }
+}
+
+/// Connects and hands the connection's I/O to a background task.
+async fn handshake(target: &Target) -> Result<SendRequest<Full<Bytes>>> {
+    let stream = TcpStream::connect(target.addr())
+        .await
+        .with_context(|| format!("cannot connect to {}", target.addr()))?;
+    stream.set_nodelay(true).context("setting TCP_NODELAY")?;
+    let (sender, conn) = http1::handshake(TokioIo::new(stream))
+        .await
+        .context("HTTP/1.1 handshake failed")?;
+    tokio::spawn(async move {
+        // Errors surface on the sender side; nothing to do with them here.
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// Cuts `s` to at most `max` bytes (on a char boundary), marking the cut.
+pub fn shorten(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// Percent-encodes one path segment (job ids are normally already safe).
+pub fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_targets() {
+        let t = Target::parse("http://127.0.0.1:6789").unwrap();
+        assert_eq!(t.addr(), "127.0.0.1:6789");
+        assert_eq!(t.host, "127.0.0.1:6789");
+        assert_eq!(t.uri("/v1/jobs").unwrap(), "/v1/jobs");
+
+        let t = Target::parse("http://localhost/dq/").unwrap();
+        assert_eq!(t.addr(), "localhost:80");
+        assert_eq!(t.uri("/v1/reserve").unwrap(), "/dq/v1/reserve");
+
+        for bad in [
+            "https://127.0.0.1:6789",
+            "127.0.0.1:6789",
+            "/v1",
+            "http://u@h:1",
+            "http://h:1/?q=1",
+        ] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn encodes_path_segments() {
+        assert_eq!(encode_segment("01HZX:a-b.c_d"), "01HZX:a-b.c_d");
+        assert_eq!(encode_segment("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn shortens_on_char_boundaries() {
+        assert_eq!(shorten("abc", 5), "abc");
+        assert_eq!(shorten("abcdef", 3), "abc…");
+        assert_eq!(shorten("aé", 2), "a…");
+    }
+}

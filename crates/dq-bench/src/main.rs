@@ -1,0 +1,156 @@
+//! `dq-bench`: a load tool for a running dq-server.
+//!
+//! It drives the HTTP API with a fixed number of keep-alive connections and
+//! prints throughput and latency percentiles for people, plus one JSON line
+//! with `--json` for scripts. It runs on the same small box as the server and
+//! Redis, so it uses a bare HTTP/1.1 client ([`http`]) and, by default, a
+//! single runtime worker thread. This file only parses arguments, builds the
+//! runtime and dispatches; each subcommand lives in its own module and returns
+//! a [`report::Report`], which is printed the same way for all of them.
+
+mod http;
+mod push;
+mod report;
+mod reserve_ack;
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use crate::http::Target;
+use crate::report::Report;
+
+/// Measure a running dq-server over HTTP.
+#[derive(Debug, Parser)]
+#[command(name = "dq-bench", version, about)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Flags every subcommand takes.
+#[derive(Debug, Args)]
+struct Common {
+    /// Base URL of the dq-server.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:6789")]
+    url: String,
+    /// Also print one JSON line with the results (the last line of stdout).
+    #[arg(long, global = true)]
+    json: bool,
+    /// Runtime worker threads (keep it low to leave CPU to server and Redis).
+    #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    threads: u32,
+}
+
+/// The benchmarks.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Push N delayed jobs over C connections, singly or in batches.
+    Push(push::PushArgs),
+    /// Fill a topic with N ready jobs, then reserve and ack them with C workers.
+    ReserveAck(reserve_ack::ReserveAckArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(report) => {
+            print!("{}", report.human());
+            if cli.common.json {
+                println!("{}", report.json_line());
+            }
+            if report.errors > 0 {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("dq-bench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Builds the runtime and runs the chosen benchmark on it.
+fn run(cli: &Cli) -> Result<Report> {
+    let target = Target::parse(&cli.common.url)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cli.common.threads as usize)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let report = runtime.block_on(async {
+        match &cli.command {
+            Command::Push(args) => push::run(&target, args).await,
+            Command::ReserveAck(args) => reserve_ack::run(&target, args).await,
+        }
+    })?;
+    Ok(report.with("threads", cli.common.threads))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_defaults_and_global_flags() {
+        let cli = Cli::try_parse_from(["dq-bench", "push", "--json", "-n", "10"]).unwrap();
+        assert!(cli.common.json);
+        assert_eq!(cli.common.url, "http://127.0.0.1:6789");
+        assert_eq!(cli.common.threads, 1);
+        let Command::Push(p) = cli.command else {
+            panic!("not push")
+        };
+        assert_eq!(
+            (p.jobs, p.connections, p.batch, p.body_bytes),
+            (10, 64, 1, 64)
+        );
+        assert_eq!(
+            (p.topic.as_str(), p.delay_ms, p.warmup),
+            ("bench", 3_600_000, 2000)
+        );
+
+        let cli = Cli::try_parse_from([
+            "dq-bench",
+            "--threads",
+            "2",
+            "reserve-ack",
+            "--no-fill",
+            "-c",
+            "8",
+        ])
+        .unwrap();
+        assert_eq!(cli.common.threads, 2);
+        let Command::ReserveAck(r) = cli.command else {
+            panic!("not reserve-ack")
+        };
+        assert!(r.no_fill);
+        assert_eq!(
+            (r.jobs, r.connections, r.topic.as_str()),
+            (100_000, 8, "bench-ra")
+        );
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        for args in [
+            &["dq-bench", "push", "--body-bytes", "1"][..],
+            &["dq-bench", "push", "-c", "0"],
+            &["dq-bench", "push", "--batch", "0"],
+            &["dq-bench", "reserve-ack", "-n", "0"],
+            &["dq-bench", "--threads", "0", "push"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! `dq-bench reserve-ack`: how fast can consumers drain a topic?
+//!
+//! First (untimed) the topic is filled with N ready jobs by batch pushes, so
+//! the timed phase measures only the consumer path. Then C workers, each on
+//! its own keep-alive connection, loop reserve-one → ack until N jobs are
+//! taken or the topic runs dry. Reserve, ack and the whole per-job cycle are
+//! timed separately: the cycle is what a real consumer with no work to do
+//! would see, the two parts show where that time goes.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use clap::Args;
+use hyper::Uri;
+use serde::{Deserialize, Serialize};
+
+use crate::http::{Conn, Target, encode_segment};
+use crate::push::{self, MAX_TRANSPORT_FAILURES, PushPlan};
+use crate::report::{self, Errors, Hist, Report};
+
+/// Jobs per request when filling the topic.
+const FILL_BATCH: usize = 500;
+/// Connections used to fill the topic.
+const FILL_CONNECTIONS: usize = 8;
+
+/// Options of `dq-bench reserve-ack`.
+#[derive(Debug, Args)]
+pub struct ReserveAckArgs {
+    /// Jobs to reserve and ack in the timed phase (and to push first).
+    #[arg(short = 'n', long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub jobs: u64,
+    /// Concurrent workers (one connection each).
+    #[arg(short = 'c', long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub connections: u32,
+    /// Topic to fill and drain.
+    #[arg(long, default_value = "bench-ra")]
+    pub topic: String,
+    /// Size of each job's body: a JSON string whose JSON text is exactly this many bytes.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(2..))]
+    pub body_bytes: u32,
+    /// Don't push N jobs first: drain what the topic already holds.
+    #[arg(long)]
+    pub no_fill: bool,
+}
+
+/// Runs `dq-bench reserve-ack`.
+pub async fn run(target: &Arc<Target>, args: &ReserveAckArgs) -> Result<Report> {
+    let fill_seconds = if args.no_fill {
+        None
+    } else {
+        Some(fill(target, args).await?)
+    };
+
+    let reserve_uri = target.uri("/v1/reserve")?;
+    let reserve_body = reserve_body(&args.topic);
+    let conns = Conn::connect_many(target, args.connections as usize).await?;
+    let shared = Arc::new(Shared {
+        claimed: AtomicU64::new(0),
+        total: args.jobs,
+        errors: Errors::default(),
+    });
+
+    let start = Instant::now();
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|conn| {
+            tokio::spawn(worker(
+                conn,
+                Arc::clone(target),
+                reserve_uri.clone(),
+                reserve_body.clone(),
+                Arc::clone(&shared),
+            ))
+        })
+        .collect();
+    let mut tallies = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        tallies.push(task.await.context("a worker panicked")?);
+    }
+    let elapsed = start.elapsed();
+
+    let cycle = report::merge(tallies.iter().map(|t| &t.cycle));
+    let reserve = report::merge(tallies.iter().map(|t| &t.reserve));
+    let ack = report::merge(tallies.iter().map(|t| &t.ack));
+    let acked: u64 = tallies.iter().map(|t| t.acked).sum();
+    let empty: u64 = tallies.iter().map(|t| t.empty_reserves).sum();
+    let mut report = Report::new(
+        "reserve-ack",
+        acked,
+        elapsed,
+        "cycle",
+        &cycle,
+        &shared.errors,
+    )
+    .with_latency("reserve", &reserve)
+    .with_latency("ack", &ack)
+    .with("connections", args.connections)
+    .with("body_bytes", args.body_bytes)
+    .with("topic", args.topic.as_str())
+    .with("reserves", reserve.len())
+    .with("empty_reserves", empty);
+    if let Some(s) = fill_seconds {
+        report = report.with("fill_seconds", (s * 1000.0).round() / 1000.0);
+    }
+    if acked < args.jobs && shared.errors.count() == 0 {
+        eprintln!(
+            "note: the topic ran dry after {acked} of {} jobs",
+            args.jobs
+        );
+    }
+    Ok(report)
+}
+
+/// Pushes N ready jobs in batches; fails if any push fails.
+async fn fill(target: &Arc<Target>, args: &ReserveAckArgs) -> Result<f64> {
+    eprintln!(
+        "filling topic `{}` with {} ready jobs ...",
+        args.topic, args.jobs
+    );
+    let plan = Arc::new(PushPlan::new(
+        target,
+        &args.topic,
+        push::body_of_size(args.body_bytes as usize),
+        0,
+        FILL_BATCH,
+    )?);
+    let conns = Conn::connect_many(target, FILL_CONNECTIONS).await?;
+    let done = push::push_phase(conns, &plan, args.jobs).await?;
+    if let Some(e) = done.errors.first() {
+        bail!(
+            "filling the topic failed ({} of {} jobs); first error: {e}",
+            done.errors.count(),
+            args.jobs
+        );
+    }
+    let secs = done.elapsed.as_secs_f64();
+    eprintln!(
+        "filled {} jobs in {secs:.3} s ({:.0} jobs/s)",
+        done.jobs_ok,
+        done.jobs_ok as f64 / secs.max(f64::MIN_POSITIVE)
+    );
+    Ok(secs)
+}
+
+/// The reserve request: one job of `topic`, no long poll.
+fn reserve_body(topic: &str) -> Bytes {
+    #[derive(Serialize)]
+    struct ReserveJson<'a> {
+        topics: [&'a str; 1],
+        count: u32,
+        timeout_ms: u64,
+    }
+    let json = serde_json::to_vec(&ReserveJson {
+        topics: [topic],
+        count: 1,
+        timeout_ms: 0,
+    });
+    Bytes::from(json.expect("a reserve request always serializes"))
+}
+
+/// The ack request for a reservation.
+fn ack_body(receipt: &str) -> Bytes {
+    #[derive(Serialize)]
+    struct AckJson<'a> {
+        receipt: &'a str,
+    }
+    Bytes::from(serde_json::to_vec(&AckJson { receipt }).expect("an ack always serializes"))
+}
+
+/// A reserved job: what the ack needs.
+#[derive(Debug, Deserialize)]
+struct Reserved<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(borrow)]
+    receipt: Cow<'a, str>,
+}
+
+/// A reserve answer.
+#[derive(Debug, Deserialize)]
+struct ReserveReply<'a> {
+    #[serde(borrow)]
+    jobs: Vec<Reserved<'a>>,
+}
+
+/// State shared by the workers.
+struct Shared {
+    /// Jobs claimed so far; a worker claims one before each reserve.
+    claimed: AtomicU64,
+    /// N.
+    total: u64,
+    errors: Errors,
+}
+
+/// What one worker measured.
+struct Tally {
+    reserve: Hist,
+    ack: Hist,
+    cycle: Hist,
+    acked: u64,
+    empty_reserves: u64,
+}
+
+/// One consumer: reserve one job, ack it, repeat.
+///
+/// A worker claims a slot of the shared budget before each reserve, so no more
+/// than N jobs are reserved in all; it stops when the budget is used up, when
+/// a reserve comes back empty (topic drained), or when the server is gone.
+async fn worker(
+    mut conn: Conn,
+    target: Arc<Target>,
+    reserve_uri: Uri,
+    reserve_body: Bytes,
+    shared: Arc<Shared>,
+) -> Tally {
+    let mut t = Tally {
+        reserve: report::new_hist(),
+        ack: report::new_hist(),
+        cycle: report::new_hist(),
+        acked: 0,
+        empty_reserves: 0,
+    };
+    let errors = &shared.errors;
+    let mut transport_failures = 0;
+    while shared.claimed.fetch_add(1, Ordering::Relaxed) < shared.total {
+        if transport_failures >= MAX_TRANSPORT_FAILURES {
+            break;
+        }
+        let t0 = Instant::now();
+        let reply = match conn
+            .post_json(reserve_uri.clone(), reserve_body.clone())
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                errors.add(1, || format!("reserve: {e:#}"));
+                transport_failures += 1;
+                continue;
+            }
+        };
+        transport_failures = 0;
+        report::record(&mut t.reserve, t0.elapsed());
+        if !reply.is_success() {
+            errors.add(1, || format!("reserve: {}", reply.describe()));
+            continue;
+        }
+        let jobs = match serde_json::from_slice::<ReserveReply>(&reply.body) {
+            Ok(r) => r.jobs,
+            Err(e) => {
+                errors.add(1, || {
+                    format!("reserve: unreadable answer ({e}): {}", reply.describe())
+                });
+                continue;
+            }
+        };
+        if jobs.is_empty() {
+            t.empty_reserves += 1;
+            break;
+        }
+        for job in &jobs {
+            let uri = match target.uri(&format!("/v1/jobs/{}/ack", encode_segment(&job.id))) {
+                Ok(u) => u,
+                Err(e) => {
+                    errors.add(1, || format!("ack: {e:#}"));
+                    continue;
+                }
+            };
+            let t1 = Instant::now();
+            match conn.post_json(uri, ack_body(&job.receipt)).await {
+                Ok(reply) => {
+                    report::record(&mut t.ack, t1.elapsed());
+                    if reply.is_success() {
+                        report::record(&mut t.cycle, t0.elapsed());
+                        t.acked += 1;
+                    } else {
+                        errors.add(1, || format!("ack {}: {}", job.id, reply.describe()));
+                    }
+                }
+                Err(e) => {
+                    errors.add(1, || format!("ack {}: {e:#}", job.id));
+                    transport_failures += 1;
+                }
+            }
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_bodies() {
+        assert_eq!(
+            reserve_body("bench-ra"),
+            Bytes::from_static(br#"{"topics":["bench-ra"],"count":1,"timeout_ms":0}"#)
+        );
+        assert_eq!(
+            ack_body("r\"1"),
+            Bytes::from_static(br#"{"receipt":"r\"1"}"#)
+        );
+    }
+
+    #[test]
+    fn reads_reserve_answers() {
+        let body = br#"{"jobs":[{"id":"01J0","topic":"bench-ra","body":{"a":[1,"x"]},
+            "attempt":1,"receipt":"rc\"pt","deadline":1700000000000}]}"#;
+        let r: ReserveReply = serde_json::from_slice(body).unwrap();
+        assert_eq!(r.jobs.len(), 1);
+        assert_eq!(r.jobs[0].id, "01J0");
+        assert_eq!(r.jobs[0].receipt, "rc\"pt");
+        let r: ReserveReply = serde_json::from_slice(br#"{"jobs":[]}"#).unwrap();
+        assert!(r.jobs.is_empty());
+    }
+}

@@ -1,0 +1,83 @@
+//! dq-timer: moves due jobs from the delay buckets to their ready queues, and ends expired reservations.
+//!
+//! - [`shard_timer`]: the loop that serves this timer's share of one shard's buckets.
+//! - [`clock`]: the estimate of Redis's clock used to sleep until exactly the next due time.
+//!
+//! Timers coordinate only through Redis: a heartbeat script gives each live timer its fair share of
+//! each shard's buckets under leases, so a timer that dies loses its buckets to the others once its
+//! leases lapse (`timer.lease_ms`), and one that drains hands them over at once.
+
+pub mod clock;
+pub mod shard_timer;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use dq_core::wake::{self, Wake};
+use dq_core::{Queue, Settings};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::shard_timer::ShardTimer;
+
+/// Default `/metrics` address of dq-timer.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9791";
+
+/// Runs a timer over every shard until `shutdown`, then releases its buckets and returns.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let queue = Queue::new(&settings)?;
+    if let Err(e) = queue.check_layout().await {
+        anyhow::bail!("{e}");
+    }
+    let listen = settings
+        .metrics
+        .listen
+        .clone()
+        .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
+    let (_, metrics) = dq_core::telemetry::serve_metrics(&listen, shutdown.clone())
+        .await
+        .with_context(|| format!("cannot serve metrics on {listen} (metrics.listen)"))?;
+    let id = format!("timer-{}-{}", std::process::id(), ulid::Ulid::new());
+    tracing::info!(timer = %id, shards = queue.shards().all().len(), buckets = queue.shards().buckets(), "dq-timer starting");
+
+    let mut senders = Vec::new();
+    let mut timers = Vec::new();
+    for shard in queue.shards().all() {
+        let (tx, rx) = mpsc::channel(4096);
+        senders.push(tx);
+        timers.push(ShardTimer::new(
+            queue.clone(),
+            shard.index,
+            id.clone(),
+            settings.timer.clone(),
+            rx,
+        ));
+    }
+    let senders = Arc::new(senders);
+    let route = senders.clone();
+    let listeners = wake::listen(
+        queue.shards(),
+        queue.keys().timer_channel(),
+        shutdown.clone(),
+        Arc::new(move |w: Wake| {
+            let shard = match &w {
+                Wake::Message { shard, .. } | Wake::Subscribed { shard } => *shard,
+            };
+            // A full queue means the loop is busy promoting; it will look at every bucket again anyway.
+            let _ = route[shard].try_send(w);
+        }),
+    );
+    let tasks: Vec<_> = timers
+        .into_iter()
+        .map(|t| tokio::spawn(t.run(shutdown.clone())))
+        .collect();
+    for t in tasks {
+        t.await.context("shard timer panicked")?;
+    }
+    for l in listeners {
+        l.abort();
+    }
+    let _ = metrics.await;
+    tracing::info!(timer = %id, "dq-timer stopped");
+    Ok(())
+}

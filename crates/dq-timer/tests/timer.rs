@@ -1,0 +1,197 @@
+//! Timers in-process on a real Redis: promotion with several timers racing, wake-up on an earlier
+//! reschedule, TTR expiry, bucket handover on drain.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use dq_core::{PushRequest, Queue, Schedule, Settings, State};
+use dq_harness::{RedisServer, eventually};
+use tokio_util::sync::CancellationToken;
+
+fn settings(redis: &RedisServer) -> Settings {
+    let mut s = Settings::default();
+    s.redis.shards = vec![redis.url()];
+    s.metrics.listen = Some("127.0.0.1:0".into());
+    s.limits.min_ttr_ms = 10;
+    s
+}
+
+struct Timer {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Timer {
+    fn start(s: &Settings) -> Self {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(dq_timer::run(s.clone(), stop.clone()));
+        Timer { stop, task }
+    }
+
+    async fn drain(self) {
+        self.stop.cancel();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+fn push(q: &Queue, json: serde_json::Value) -> dq_core::NewJob {
+    q.validate(serde_json::from_value::<PushRequest>(json).unwrap())
+        .unwrap()
+}
+
+fn leases(redis: &RedisServer) -> Vec<(String, String)> {
+    redis::cmd("HGETALL")
+        .arg("dq:leases")
+        .query(&mut redis.conn())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn several_timers_promote_every_job_exactly_once() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::new(&s).unwrap();
+    let timers: Vec<Timer> = (0..3).map(|_| Timer::start(&s)).collect();
+    let n = 5000;
+    let jobs: Vec<_> = (0..n)
+        .map(|i| {
+            push(
+                &q,
+                serde_json::json!({"topic": "x", "body": i, "delay_ms": 100 + (i % 500)}),
+            )
+        })
+        .collect();
+    for r in q.push_many(jobs).await {
+        r.unwrap();
+    }
+    let seen = std::sync::Mutex::new(HashSet::new());
+    eventually(Duration::from_secs(60), "every job reserved", || async {
+        for r in q.reserve(&["x".into()], 100).await.unwrap() {
+            assert!(seen.lock().unwrap().insert(r.id.clone()), "{} handed out twice", r.id);
+            q.ack(&r.id, &r.receipt).await.unwrap();
+        }
+        seen.lock().unwrap().len() == n
+    })
+    .await;
+    // Every bucket was held by exactly one of the three.
+    let owners: HashSet<String> = leases(&redis)
+        .into_iter()
+        .map(|(_, v)| v.split(' ').next().unwrap().to_string())
+        .collect();
+    assert_eq!(owners.len(), 3, "the buckets are shared: {owners:?}");
+    for t in timers {
+        t.drain().await;
+    }
+    assert!(
+        leases(&redis).is_empty(),
+        "draining timers release their buckets"
+    );
+}
+
+#[tokio::test]
+async fn rescheduling_earlier_wakes_a_sleeping_timer() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::new(&s).unwrap();
+    let p = q
+        .push(push(
+            &q,
+            serde_json::json!({"topic": "w", "body": 1, "delay_ms": 3_600_000}),
+        ))
+        .await
+        .unwrap();
+    let timer = Timer::start(&s);
+    // Let the timer learn the hour-long due time and go to sleep on it.
+    eventually(
+        Duration::from_secs(10),
+        "the timer holds every bucket",
+        || async { leases(&redis).len() == 16 },
+    )
+    .await;
+    q.reschedule(&p.id, Schedule::Delay(300)).await.unwrap();
+    eventually(Duration::from_secs(20), "the job is promoted", || async {
+        q.get(&p.id).await.unwrap().state == State::Ready
+    })
+    .await;
+    // A push due sooner than everything else wakes it as well.
+    let p2 = q
+        .push(push(
+            &q,
+            serde_json::json!({"topic": "w", "body": 2, "delay_ms": 200}),
+        ))
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the new job is promoted",
+        || async { q.get(&p2.id).await.unwrap().state == State::Ready },
+    )
+    .await;
+    timer.drain().await;
+}
+
+#[tokio::test]
+async fn expired_reservations_come_back_and_old_receipts_are_refused() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::new(&s).unwrap();
+    let timer = Timer::start(&s);
+    q.push(push(
+        &q,
+        serde_json::json!({"id": "ttr", "topic": "e", "body": 1, "ttr_ms": 100}),
+    ))
+    .await
+    .unwrap();
+    let first = q.reserve(&["e".into()], 1).await.unwrap().remove(0);
+    eventually(
+        Duration::from_secs(20),
+        "the reservation expires back to ready",
+        || async { q.get("ttr").await.unwrap().state == State::Ready },
+    )
+    .await;
+    assert!(matches!(
+        q.ack("ttr", &first.receipt).await,
+        Err(dq_core::Error::StaleReceipt)
+    ));
+    let second = q.reserve(&["e".into()], 1).await.unwrap().remove(0);
+    assert_eq!(second.attempt, 2);
+    q.ack("ttr", &second.receipt).await.unwrap();
+    timer.drain().await;
+}
+
+#[tokio::test]
+async fn a_new_timer_gets_a_share_and_a_drained_one_hands_over() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let a = Timer::start(&s);
+    eventually(
+        Duration::from_secs(10),
+        "the first timer holds all 16",
+        || async { leases(&redis).len() == 16 },
+    )
+    .await;
+    let b = Timer::start(&s);
+    eventually(Duration::from_secs(10), "8 and 8", || async {
+        let mut per: std::collections::HashMap<String, usize> = Default::default();
+        for (_, v) in leases(&redis) {
+            *per.entry(v.split(' ').next().unwrap().to_string())
+                .or_default() += 1;
+        }
+        per.len() == 2 && per.values().all(|n| *n == 8)
+    })
+    .await;
+    a.drain().await;
+    eventually(
+        Duration::from_secs(10),
+        "the survivor holds all 16",
+        || async {
+            let owners: HashSet<String> = leases(&redis)
+                .into_iter()
+                .map(|(_, v)| v.split(' ').next().unwrap().to_string())
+                .collect();
+            leases(&redis).len() == 16 && owners.len() == 1
+        },
+    )
+    .await;
+    b.drain().await;
+}
