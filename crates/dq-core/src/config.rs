@@ -250,10 +250,7 @@ impl Settings {
         if let Some(path) = path {
             builder = builder.add_source(config::File::from(path).required(true));
         }
-        let env: config::Map<String, String> = env
-            .into_iter()
-            .filter(|(k, _)| k.starts_with("DQ__"))
-            .collect();
+        let env: config::Map<String, String> = env.into_iter().filter(|(k, _)| k.starts_with("DQ__")).collect();
         builder = builder.add_source(
             config::Environment::with_prefix("DQ")
                 .prefix_separator("__")
@@ -281,12 +278,8 @@ impl Settings {
             return Err(invalid("redis.shards", "at least one Redis URL is needed"));
         }
         for url in &self.redis.shards {
-            redis::Client::open(url.as_str()).map_err(|e| {
-                invalid(
-                    "redis.shards",
-                    format!("`{}` is not a Redis URL: {e}", redact(url)),
-                )
-            })?;
+            redis::Client::open(url.as_str())
+                .map_err(|e| invalid("redis.shards", format!("`{}` is not a Redis URL: {e}", redact(url))))?;
         }
         if self.redis.prefix.is_empty() || self.redis.prefix.contains(char::is_whitespace) {
             return Err(invalid("redis.prefix", "must be non-empty, without spaces"));
@@ -321,23 +314,36 @@ impl Settings {
         if self.jobs.backoff_ms.is_empty() {
             return Err(invalid("jobs.backoff_ms", "needs at least one delay"));
         }
-        if self.limits.max_batch == 0 || self.limits.max_reserve_count == 0 {
-            return Err(invalid(
-                "limits.max_batch",
-                "limits.max_batch and limits.max_reserve_count must be at least 1",
-            ));
+        for (key, value) in [
+            ("limits.max_batch", self.limits.max_batch),
+            ("limits.max_reserve_count", self.limits.max_reserve_count),
+            ("limits.max_reserve_topics", self.limits.max_reserve_topics),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if self.jobs.max_attempts > self.limits.max_attempts {
+            return Err(invalid("jobs.max_attempts", "must not exceed limits.max_attempts"));
+        }
+        if self.redis.connect_timeout_ms == 0 {
+            return Err(invalid("redis.connect_timeout_ms", "must be at least 1"));
+        }
+        if self.redis.response_timeout_ms == 0 {
+            return Err(invalid("redis.response_timeout_ms", "must be at least 1"));
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid("log.format", "must be `text` or `json`"));
         }
-        if self.timer.batch_size == 0
-            || self.timer.renew_ms == 0
-            || self.timer.lease_ms <= self.timer.renew_ms
-        {
-            return Err(invalid(
-                "timer.lease_ms",
-                "timer.batch_size and timer.renew_ms must be at least 1, and timer.lease_ms above timer.renew_ms",
-            ));
+        // Scripts unpack a batch onto Lua's stack, which holds about 8000 values.
+        if !(1..=5000).contains(&self.timer.batch_size) {
+            return Err(invalid("timer.batch_size", "must be between 1 and 5000"));
+        }
+        if self.timer.renew_ms == 0 {
+            return Err(invalid("timer.renew_ms", "must be at least 1"));
+        }
+        if self.timer.lease_ms <= self.timer.renew_ms {
+            return Err(invalid("timer.lease_ms", "must be above timer.renew_ms"));
         }
         Ok(())
     }
@@ -358,10 +364,7 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
@@ -379,20 +382,14 @@ mod tests {
         let s = Settings::load_from(
             None,
             env(&[
-                (
-                    "DQ__REDIS__SHARDS",
-                    "redis://127.0.0.1:7001,redis://127.0.0.1:7002",
-                ),
+                ("DQ__REDIS__SHARDS", "redis://127.0.0.1:7001,redis://127.0.0.1:7002"),
                 ("DQ__SERVER__LISTEN", "0.0.0.0:9000"),
                 ("DQ__SHUTDOWN__GRACE_MS", "5000"),
                 ("OTHER", "ignored"),
             ]),
         )
         .unwrap();
-        assert_eq!(
-            s.redis.shards,
-            vec!["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"]
-        );
+        assert_eq!(s.redis.shards, vec!["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"]);
         assert_eq!(s.server.listen, "0.0.0.0:9000");
         assert_eq!(s.shutdown.grace_ms, 5000);
     }
@@ -401,11 +398,7 @@ mod tests {
     fn file_then_env() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dq.toml");
-        std::fs::write(
-            &path,
-            "[server]\nlisten = \"127.0.0.1:7000\"\n[jobs]\nttr_ms = 5000\n",
-        )
-        .unwrap();
+        std::fs::write(&path, "[server]\nlisten = \"127.0.0.1:7000\"\n[jobs]\nttr_ms = 5000\n").unwrap();
         let s = Settings::load_from(Some(&path), env(&[("DQ__JOBS__TTR_MS", "6000")])).unwrap();
         assert_eq!(s.server.listen, "127.0.0.1:7000");
         assert_eq!(s.jobs.ttr_ms, 6000);
@@ -420,28 +413,26 @@ mod tests {
             ("DQ__LOG__FORMAT", "xml", "log.format"),
             ("DQ__SHUTDOWN__GRACE_MS", "soon", "grace_ms"),
             ("DQ__SERVER__LISTN", "x", "listn"),
+            ("DQ__LIMITS__MAX_RESERVE_COUNT", "0", "limits.max_reserve_count"),
+            ("DQ__TIMER__BATCH_SIZE", "9000", "timer.batch_size"),
+            ("DQ__TIMER__RENEW_MS", "5000", "timer.lease_ms"),
+            ("DQ__REDIS__CONNECT_TIMEOUT_MS", "0", "redis.connect_timeout_ms"),
         ];
         for (k, v, named) in cases {
-            let err = Settings::load_from(None, env(&[(k, v)]))
-                .unwrap_err()
-                .to_string();
+            let err = Settings::load_from(None, env(&[(k, v)])).unwrap_err().to_string();
             assert!(err.contains(named), "{k}={v}: {err}");
         }
     }
 
     #[test]
     fn missing_file_is_an_error() {
-        let err =
-            Settings::load_from(Some(Path::new("/nonexistent/dq.toml")), env(&[])).unwrap_err();
+        let err = Settings::load_from(Some(Path::new("/nonexistent/dq.toml")), env(&[])).unwrap_err();
         assert!(err.to_string().contains("dq.toml"), "{err}");
     }
 
     #[test]
     fn passwords_are_redacted() {
-        assert_eq!(
-            redact("redis://:secret@host:6379/0"),
-            "redis://***@host:6379/0"
-        );
+        assert_eq!(redact("redis://:secret@host:6379/0"), "redis://***@host:6379/0");
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
     }
 }

@@ -17,9 +17,7 @@ pub enum Error {
     #[error("{0}")]
     Conflict(String),
     /// The receipt does not name the job's current reservation (`stale_receipt`, 409).
-    #[error(
-        "the receipt does not match the job's current reservation (it expired, or the job was handed out again)"
-    )]
+    #[error("the receipt does not match the job's current reservation (it expired, or the job was handed out again)")]
     StaleReceipt,
     /// The shard that holds (or would hold) the job cannot be reached (`unavailable`, 503).
     #[error("shard {shard} is unavailable: {reason}")]
@@ -66,8 +64,5 @@ pub(crate) fn is_connection_error(err: &redis::RedisError) -> bool {
         || err.is_connection_refusal()
         || err.is_timeout()
         || err.is_unrecoverable_error()
-        || matches!(
-            err.code(),
-            Some("LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN")
-        )
+        || matches!(err.code(), Some("LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN"))
 }

@@ -26,13 +26,7 @@ pub enum State {
 
 impl State {
     /// Every state, in the order of a job's life.
-    pub const ALL: [State; 5] = [
-        State::Delayed,
-        State::Ready,
-        State::Reserved,
-        State::Done,
-        State::Dead,
-    ];
+    pub const ALL: [State; 5] = [State::Delayed, State::Ready, State::Reserved, State::Done, State::Dead];
 
     /// The name used in Redis, the API and metrics.
     pub fn as_str(self) -> &'static str {
@@ -111,12 +105,7 @@ pub struct NewJob {
 impl NewJob {
     /// Checks a push against the limits and fills in defaults. `now_ms` (this machine's clock) is used
     /// only to bound `run_at`; the due time itself is computed by Redis.
-    pub fn from_request(
-        req: PushRequest,
-        limits: &Limits,
-        defaults: &JobDefaults,
-        now_ms: i64,
-    ) -> Result<Self> {
+    pub fn from_request(req: PushRequest, limits: &Limits, defaults: &JobDefaults, now_ms: i64) -> Result<Self> {
         validate_topic(&req.topic)?;
         if let Some(id) = &req.id {
             validate_id(id)?;
@@ -132,14 +121,10 @@ impl NewJob {
         let horizon = limits.max_delay_ms;
         let schedule = match (req.delay_ms, req.run_at) {
             (Some(_), Some(_)) => {
-                return Err(Error::Invalid(
-                    "give either `delay_ms` or `run_at`, not both".into(),
-                ));
+                return Err(Error::Invalid("give either `delay_ms` or `run_at`, not both".into()));
             }
             (Some(d), None) if d < 0 => {
-                return Err(Error::Invalid(format!(
-                    "`delay_ms` must be 0 or more, got {d}"
-                )));
+                return Err(Error::Invalid(format!("`delay_ms` must be 0 or more, got {d}")));
             }
             (Some(d), None) if d as u64 > horizon => {
                 return Err(Error::Invalid(format!(
@@ -148,9 +133,7 @@ impl NewJob {
             }
             (Some(d), None) => Schedule::Delay(d as u64),
             (None, Some(at)) if at < 0 => {
-                return Err(Error::Invalid(format!(
-                    "`run_at` must be a Unix time in ms, got {at}"
-                )));
+                return Err(Error::Invalid(format!("`run_at` must be a Unix time in ms, got {at}")));
             }
             (None, Some(at)) if at > now_ms.saturating_add(horizon as i64) => {
                 return Err(Error::Invalid(format!(
@@ -319,17 +302,7 @@ mod tests {
         for ok in ["a", "orders.close", "A-1_b.c", &"x".repeat(128)] {
             assert!(validate_topic(ok).is_ok(), "{ok}");
         }
-        for bad in [
-            "",
-            "-a",
-            ".a",
-            "_a",
-            "a b",
-            "a/b",
-            "a:b",
-            "é",
-            &"x".repeat(129),
-        ] {
+        for bad in ["", "-a", ".a", "_a", "a b", "a/b", "a:b", "é", &"x".repeat(129)] {
             assert!(validate_topic(bad).is_err(), "{bad}");
         }
     }
@@ -356,15 +329,11 @@ mod tests {
     #[test]
     fn schedules() {
         assert_eq!(
-            check(r#"{"topic":"t","body":1,"delay_ms":500}"#)
-                .unwrap()
-                .schedule,
+            check(r#"{"topic":"t","body":1,"delay_ms":500}"#).unwrap().schedule,
             Schedule::Delay(500)
         );
         assert_eq!(
-            check(r#"{"topic":"t","body":1,"run_at":5}"#)
-                .unwrap()
-                .schedule,
+            check(r#"{"topic":"t","body":1,"run_at":5}"#).unwrap().schedule,
             Schedule::At(5)
         );
     }
@@ -373,29 +342,14 @@ mod tests {
     fn bad_pushes() {
         for (json, says) in [
             (r#"{"topic":"t","body":1,"delay_ms":-1}"#, "delay_ms"),
-            (
-                r#"{"topic":"t","body":1,"delay_ms":1,"run_at":1}"#,
-                "not both",
-            ),
-            (
-                r#"{"topic":"t","body":1,"delay_ms":99999999999999}"#,
-                "beyond",
-            ),
+            (r#"{"topic":"t","body":1,"delay_ms":1,"run_at":1}"#, "not both"),
+            (r#"{"topic":"t","body":1,"delay_ms":99999999999999}"#, "beyond"),
             (r#"{"topic":"t","body":1,"run_at":-5}"#, "run_at"),
-            (
-                r#"{"topic":"t","body":1,"run_at":99999999999999}"#,
-                "from now",
-            ),
+            (r#"{"topic":"t","body":1,"run_at":99999999999999}"#, "from now"),
             (r#"{"topic":"t","body":1,"ttr_ms":10}"#, "ttr_ms"),
             (r#"{"topic":"t","body":1,"ttr_ms":999999999999}"#, "ttr_ms"),
-            (
-                r#"{"topic":"t","body":1,"max_attempts":-1}"#,
-                "max_attempts",
-            ),
-            (
-                r#"{"topic":"t","body":1,"max_attempts":100000}"#,
-                "max_attempts",
-            ),
+            (r#"{"topic":"t","body":1,"max_attempts":-1}"#, "max_attempts"),
+            (r#"{"topic":"t","body":1,"max_attempts":100000}"#, "max_attempts"),
             (r#"{"topic":"bad topic","body":1}"#, "topic"),
             (r#"{"topic":"t","body":1,"id":"a b"}"#, "id"),
         ] {

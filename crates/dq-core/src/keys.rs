@@ -14,9 +14,7 @@ pub struct Keys {
 impl Keys {
     /// Key names under `prefix`.
     pub fn new(prefix: impl Into<String>) -> Self {
-        Self {
-            prefix: prefix.into(),
-        }
+        Self { prefix: prefix.into() }
     }
 
     /// The prefix, passed to scripts that name keys from a job's topic.

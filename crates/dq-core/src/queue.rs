@@ -115,9 +115,7 @@ impl Queue {
     pub async fn check_layout(&self) -> Result<()> {
         for shard in self.shards.all() {
             let mut cmd = redis::cmd("HSETNX");
-            cmd.arg(self.keys.meta())
-                .arg("buckets")
-                .arg(self.shards.buckets());
+            cmd.arg(self.keys.meta()).arg("buckets").arg(self.shards.buckets());
             if let Err(e) = shard.query::<i64>(&cmd).await {
                 tracing::warn!(shard = shard.index, cause = %e, "cannot check the shard's layout now");
                 continue;
@@ -155,10 +153,7 @@ impl Queue {
 
     /// Stores one job.
     pub async fn push(&self, job: NewJob) -> Result<Pushed> {
-        self.push_many(vec![job])
-            .await
-            .pop()
-            .expect("one result per job")
+        self.push_many(vec![job]).await.pop().expect("one result per job")
     }
 
     /// Stores many jobs: one script call per shard. The results are in the order of `jobs`; a job whose
@@ -176,18 +171,13 @@ impl Queue {
         for round in 0..=self.shards.all().len() {
             let mut by_shard: HashMap<usize, Vec<usize>> = HashMap::new();
             for &i in &pending {
-                by_shard
-                    .entry(self.shards.for_id(&ids[i]).index)
-                    .or_default()
-                    .push(i);
+                by_shard.entry(self.shards.for_id(&ids[i]).index).or_default().push(i);
             }
             let calls = by_shard.into_iter().map(|(s, idx)| {
                 let shard = &self.shards.all()[s];
                 let (jobs, ids) = (&jobs, &ids);
                 async move {
-                    let r = self
-                        .push_on(shard, idx.iter().map(|&i| (&ids[i], &jobs[i])))
-                        .await;
+                    let r = self.push_on(shard, idx.iter().map(|&i| (&ids[i], &jobs[i]))).await;
                     (s, idx, r)
                 }
             });
@@ -205,9 +195,7 @@ impl Queue {
                     }
                     Err(e) => {
                         for i in idx {
-                            if generated[i]
-                                && round < self.shards.all().len()
-                                && matches!(e, Error::Unavailable { .. })
+                            if generated[i] && round < self.shards.all().len() && matches!(e, Error::Unavailable { .. })
                             {
                                 ids[i] = self.fresh_id(Some(s));
                                 retry.push(i);
@@ -225,8 +213,7 @@ impl Queue {
         }
         for (r, job) in results.iter().zip(&jobs) {
             if let Some(Ok(_)) = r {
-                metrics::counter!("dq_jobs_pushed_total", "topic" => job.topic.clone())
-                    .increment(1);
+                metrics::counter!("dq_jobs_pushed_total", "topic" => job.topic.clone()).increment(1);
             }
         }
         results
@@ -249,8 +236,7 @@ impl Queue {
     ) -> Result<Vec<Result<(State, i64)>>> {
         let mut inv = scripts::PUSH.prepare_invoke();
         inv.key(self.keys.counts());
-        inv.arg(self.keys.ready_channel())
-            .arg(self.keys.timer_channel());
+        inv.arg(self.keys.ready_channel()).arg(self.keys.timer_channel());
         let mut n = 0;
         for (id, job) in jobs {
             n += 1;
@@ -275,9 +261,7 @@ impl Queue {
         out.chunks(3)
             .map(|c| {
                 if int(&c[0]) == Some(0) {
-                    return Ok(Err(Error::Conflict(
-                        "a live job already has this id".into(),
-                    )));
+                    return Ok(Err(Error::Conflict("a live job already has this id".into())));
                 }
                 let state = text(&c[1])
                     .and_then(|s| State::parse(&s))
@@ -290,9 +274,7 @@ impl Queue {
     /// Looks a job up by id.
     pub async fn get(&self, id: &str) -> Result<Job> {
         let shard = self.shards.for_id(id);
-        let fields: HashMap<String, Vec<u8>> = shard
-            .query(redis::cmd("HGETALL").arg(self.keys.job(id)))
-            .await?;
+        let fields: HashMap<String, Vec<u8>> = shard.query(redis::cmd("HGETALL").arg(self.keys.job(id))).await?;
         parse_job(id, fields).map_err(|e| match e {
             ParseJob::Missing => Error::NotFound(id.to_string()),
             ParseJob::Bad(what) => Error::Redis {
@@ -331,8 +313,7 @@ impl Queue {
             Schedule::Delay(d) => inv.arg(d).arg(""),
             Schedule::At(at) => inv.arg("").arg(at),
         };
-        inv.arg(self.keys.ready_channel())
-            .arg(self.keys.timer_channel());
+        inv.arg(self.keys.ready_channel()).arg(self.keys.timer_channel());
         let out: Vec<Value> = shard.invoke(&inv).await?;
         if out.first().and_then(int) != Some(1) {
             let state = out.get(1).and_then(text).unwrap_or_default();
@@ -373,29 +354,21 @@ impl Queue {
             Some(e) if out.is_empty() && all.iter().all(|s| !s.is_up()) => Err(e),
             _ => {
                 for r in &out {
-                    metrics::counter!("dq_jobs_reserved_total", "topic" => r.topic.clone())
-                        .increment(1);
+                    metrics::counter!("dq_jobs_reserved_total", "topic" => r.topic.clone()).increment(1);
                 }
                 Ok(out)
             }
         }
     }
 
-    async fn reserve_on(
-        &self,
-        shard: &Shard,
-        topics: &[String],
-        count: usize,
-    ) -> Result<Vec<Reservation>> {
+    async fn reserve_on(&self, shard: &Shard, topics: &[String], count: usize) -> Result<Vec<Reservation>> {
         let mut inv = scripts::RESERVE.prepare_invoke();
         inv.key(self.keys.reserved()).key(self.keys.counts());
         for t in topics {
             inv.key(self.keys.ready(t));
         }
         let nonce: u64 = rand::rng().random();
-        inv.arg(self.keys.prefix())
-            .arg(count)
-            .arg(format!("{nonce:016x}"));
+        inv.arg(self.keys.prefix()).arg(count).arg(format!("{nonce:016x}"));
         let out: Vec<Value> = shard.invoke(&inv).await?;
         let bad = || Error::Redis {
             shard: shard.index,
@@ -464,8 +437,7 @@ impl Queue {
             Some(d) => inv.arg(d),
             None => inv.arg(""),
         };
-        inv.arg(self.keys.ready_channel())
-            .arg(self.keys.timer_channel());
+        inv.arg(self.keys.ready_channel()).arg(self.keys.timer_channel());
         for d in backoff_ms.unwrap_or(&self.defaults.backoff_ms) {
             inv.arg(*d);
         }
@@ -558,13 +530,7 @@ impl Queue {
 
     /// A timer's heartbeat on one shard: returns Redis's clock, the number of live timers, and the
     /// buckets this timer holds now. `release` gives all of them up (drain).
-    pub async fn balance(
-        &self,
-        shard: &Shard,
-        timer_id: &str,
-        lease_ms: u64,
-        release: bool,
-    ) -> Result<Balance> {
+    pub async fn balance(&self, shard: &Shard, timer_id: &str, lease_ms: u64, release: bool) -> Result<Balance> {
         let mut inv = scripts::BALANCE.prepare_invoke();
         inv.key(self.keys.timers())
             .key(self.keys.leases())
@@ -600,11 +566,7 @@ impl Queue {
                     if let Some((topic, state)) = field.rsplit_once(':')
                         && let Some(state) = State::parse(state)
                     {
-                        *counts
-                            .entry(topic.to_string())
-                            .or_default()
-                            .entry(state)
-                            .or_default() += n;
+                        *counts.entry(topic.to_string()).or_default().entry(state).or_default() += n;
                     }
                 }
             }
@@ -673,10 +635,7 @@ fn parse_job(id: &str, mut f: HashMap<String, Vec<u8>>) -> std::result::Result<J
         return Err(ParseJob::Missing);
     }
     let mut take = |k: &str| f.remove(k).and_then(|v| String::from_utf8(v).ok());
-    let num = |v: Option<String>, what| {
-        v.and_then(|s| s.parse::<i64>().ok())
-            .ok_or(ParseJob::Bad(what))
-    };
+    let num = |v: Option<String>, what| v.and_then(|s| s.parse::<i64>().ok()).ok_or(ParseJob::Bad(what));
     let topic = take("t").ok_or(ParseJob::Bad("no topic"))?;
     let body = take("b").ok_or(ParseJob::Bad("no body"))?;
     let state = take("s")

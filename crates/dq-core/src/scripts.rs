@@ -87,10 +87,7 @@ mod tests {
             for part in ["KEYS[1]", "ARGV[1]", "Returns:"] {
                 assert!(header.contains(part), "{name}: header lacks {part}");
             }
-            assert!(
-                this.contains(&format!("\"{name}\"")),
-                "{name} is not loaded"
-            );
+            assert!(this.contains(&format!("\"{name}\"")), "{name} is not loaded");
             n += 1;
         }
         assert_eq!(n, 10);

@@ -21,10 +21,7 @@ pub fn shutdown_token() -> std::io::Result<CancellationToken> {
             if cancel.is_cancelled() {
                 tracing::info!(signal = name, "already draining");
             } else {
-                tracing::info!(
-                    signal = name,
-                    "draining: finishing in-flight work, then exiting"
-                );
+                tracing::info!(signal = name, "draining: finishing in-flight work, then exiting");
                 cancel.cancel();
             }
         }

@@ -9,8 +9,7 @@ use crate::config::LogSettings;
 
 /// Installs the tracing subscriber once; later calls (tests running several services) do nothing.
 pub fn init_logging(settings: &LogSettings) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&settings.level));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&settings.level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -55,18 +54,14 @@ pub async fn serve_metrics(
             "/metrics",
             get(move || async move {
                 (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4",
-                    )],
+                    [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
                     handle.render(),
                 )
             }),
         )
         .route("/healthz", get(|| async { "ok" }));
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await });
+        let served = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await });
         if let Err(e) = served.await {
             tracing::error!(cause = %e, "metrics listener failed");
         }

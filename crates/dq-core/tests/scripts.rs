@@ -29,20 +29,10 @@ fn assert_consistent(redis: &RedisServer) {
     let mut members: HashMap<String, Vec<String>> = HashMap::new();
     let structures: Vec<String> = ["dq:delayed:*", "dq:ready:*", "dq:reserved", "dq:dead:*"]
         .iter()
-        .flat_map(|p| {
-            redis::cmd("KEYS")
-                .arg(p)
-                .query::<Vec<String>>(&mut c)
-                .unwrap()
-        })
+        .flat_map(|p| redis::cmd("KEYS").arg(p).query::<Vec<String>>(&mut c).unwrap())
         .collect();
     for key in &structures {
-        let ids: Vec<String> = redis::cmd("ZRANGE")
-            .arg(key)
-            .arg(0)
-            .arg(-1)
-            .query(&mut c)
-            .unwrap();
+        let ids: Vec<String> = redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).query(&mut c).unwrap();
         for id in ids {
             members.entry(id).or_default().push(key.clone());
         }
@@ -50,12 +40,7 @@ fn assert_consistent(redis: &RedisServer) {
     let mut counted: HashMap<String, i64> = HashMap::new();
     for key in &jobs {
         let id = key.trim_start_matches("dq:job:");
-        let (topic, state): (String, String) = redis::cmd("HMGET")
-            .arg(key)
-            .arg("t")
-            .arg("s")
-            .query(&mut c)
-            .unwrap();
+        let (topic, state): (String, String) = redis::cmd("HMGET").arg(key).arg("t").arg("s").query(&mut c).unwrap();
         let inside = members.remove(id).unwrap_or_default();
         let want = match state.as_str() {
             "delayed" => "dq:delayed:",
@@ -69,18 +54,11 @@ fn assert_consistent(redis: &RedisServer) {
             other => panic!("job {id} has unknown state {other}"),
         };
         assert_eq!(inside.len(), 1, "job {id} ({state}) is in {inside:?}");
-        assert!(
-            inside[0].starts_with(want),
-            "job {id} is {state} but in {}",
-            inside[0]
-        );
+        assert!(inside[0].starts_with(want), "job {id} is {state} but in {}", inside[0]);
         *counted.entry(format!("{topic}:{state}")).or_default() += 1;
     }
     assert!(members.is_empty(), "ids without a record: {members:?}");
-    let counts: HashMap<String, i64> = redis::cmd("HGETALL")
-        .arg("dq:counts")
-        .query(&mut c)
-        .unwrap();
+    let counts: HashMap<String, i64> = redis::cmd("HGETALL").arg("dq:counts").query(&mut c).unwrap();
     let nonzero: HashMap<String, i64> = counts.into_iter().filter(|(_, n)| *n != 0).collect();
     assert_eq!(nonzero, counted, "counts hash vs structures");
 }
@@ -115,8 +93,18 @@ async fn promote_moves_only_due_jobs_and_reports_the_next() {
     let q = Queue::new(&settings(&redis)).unwrap();
     // A past run_at is ready at push; a 30 ms delay becomes due soon; a 10 minute one stays.
     for i in 0..10 {
-        q.push(job(&q, serde_json::json!({"id": format!("past{i}"), "topic": "t", "body": i, "run_at": 1000 + i}))).await.unwrap();
-        q.push(job(&q, serde_json::json!({"id": format!("later{i}"), "topic": "t", "body": i, "delay_ms": 600_000}))).await.unwrap();
+        q.push(job(
+            &q,
+            serde_json::json!({"id": format!("past{i}"), "topic": "t", "body": i, "run_at": 1000 + i}),
+        ))
+        .await
+        .unwrap();
+        q.push(job(
+            &q,
+            serde_json::json!({"id": format!("later{i}"), "topic": "t", "body": i, "delay_ms": 600_000}),
+        ))
+        .await
+        .unwrap();
     }
     for i in 0..5 {
         q.push(job(
@@ -129,18 +117,14 @@ async fn promote_moves_only_due_jobs_and_reports_the_next() {
     assert_consistent(&redis);
     let shard = &q.shards().all()[0];
     let promoted = std::sync::atomic::AtomicUsize::new(0);
-    eventually(
-        Duration::from_secs(10),
-        "the five soon jobs are promoted",
-        || async {
-            for b in 0..4 {
-                let p = q.promote(shard, b, 1000).await.unwrap();
-                assert!(p.lateness_ms.iter().all(|l| *l >= 0));
-                promoted.fetch_add(p.moved, std::sync::atomic::Ordering::Relaxed);
-            }
-            promoted.load(std::sync::atomic::Ordering::Relaxed) == 5
-        },
-    )
+    eventually(Duration::from_secs(10), "the five soon jobs are promoted", || async {
+        for b in 0..4 {
+            let p = q.promote(shard, b, 1000).await.unwrap();
+            assert!(p.lateness_ms.iter().all(|l| *l >= 0));
+            promoted.fetch_add(p.moved, std::sync::atomic::Ordering::Relaxed);
+        }
+        promoted.load(std::sync::atomic::Ordering::Relaxed) == 5
+    })
     .await;
     assert_eq!(q.reserve(&["u".into()], 10).await.unwrap().len(), 5);
     // Nothing else is due: the later jobs stay, and each bucket reports when its next job is due.
@@ -165,12 +149,7 @@ async fn promotion_is_exactly_once_under_racing_promoters() {
     let q = Queue::new(&settings(&redis)).unwrap();
     let n = 3000;
     let jobs: Vec<_> = (0..n)
-        .map(|i| {
-            job(
-                &q,
-                serde_json::json!({"topic": "race", "body": i, "delay_ms": 200}),
-            )
-        })
+        .map(|i| job(&q, serde_json::json!({"topic": "race", "body": i, "delay_ms": 200})))
         .collect();
     for r in q.push_many(jobs).await {
         r.unwrap();
@@ -230,26 +209,19 @@ async fn expiry_returns_the_job_and_fences_the_old_receipt() {
     let first = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
     assert_eq!(first.attempt, 1);
     let shard = &q.shards().all()[0];
-    eventually(
-        Duration::from_secs(10),
-        "the reservation expires",
-        || async { q.expire(shard, 100).await.unwrap().to_ready == 1 },
-    )
+    eventually(Duration::from_secs(10), "the reservation expires", || async {
+        q.expire(shard, 100).await.unwrap().to_ready == 1
+    })
     .await;
     assert_consistent(&redis);
     let j = q.get("e").await.unwrap();
     assert_eq!(j.state, State::Ready);
     assert_eq!(j.last_error.as_deref(), Some("reservation expired (ttr)"));
     let second = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
-    assert_eq!(
-        second.attempt, 2,
-        "the expired reservation counted as a delivery"
-    );
+    assert_eq!(second.attempt, 2, "the expired reservation counted as a delivery");
     for r in [
         q.ack("e", &first.receipt).await,
-        q.nack("e", &first.receipt, None, None, None)
-            .await
-            .map(|_| ()),
+        q.nack("e", &first.receipt, None, None, None).await.map(|_| ()),
     ] {
         assert!(matches!(r, Err(Error::StaleReceipt)), "{r:?}");
     }
@@ -274,11 +246,9 @@ async fn expiry_on_the_last_attempt_is_dead() {
     .unwrap();
     q.reserve(&["t".into()], 1).await.unwrap();
     let shard = &q.shards().all()[0];
-    eventually(
-        Duration::from_secs(10),
-        "the reservation expires",
-        || async { q.expire(shard, 100).await.unwrap().to_dead == 1 },
-    )
+    eventually(Duration::from_secs(10), "the reservation expires", || async {
+        q.expire(shard, 100).await.unwrap().to_dead == 1
+    })
     .await;
     assert_eq!(q.get("d").await.unwrap().state, State::Dead);
     assert_consistent(&redis);
@@ -298,10 +268,7 @@ async fn nack_uses_the_given_backoff_list() {
     let mut delays = Vec::new();
     for _ in 0..3 {
         let r = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
-        let (state, run_at) = q
-            .nack("b", &r.receipt, None, Some("x"), Some(&backoff))
-            .await
-            .unwrap();
+        let (state, run_at) = q.nack("b", &r.receipt, None, Some("x"), Some(&backoff)).await.unwrap();
         assert_eq!(state, State::Delayed);
         delays.push(run_at - (r.deadline - 30_000));
         q.reschedule("b", Schedule::Delay(0)).await.unwrap();
@@ -320,10 +287,7 @@ async fn scripts_reload_after_script_flush() {
     q.push(job(&q, serde_json::json!({"topic": "t", "body": 1})))
         .await
         .unwrap();
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query(&mut redis.conn())
-        .unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut redis.conn()).unwrap();
     q.push(job(&q, serde_json::json!({"topic": "t", "body": 2})))
         .await
         .unwrap();
@@ -337,12 +301,7 @@ async fn delete_and_reschedule_keep_counts_right() {
     let ids: Vec<String> = q
         .push_many(
             (0..20)
-                .map(|i| {
-                    job(
-                        &q,
-                        serde_json::json!({"topic": "c", "body": i, "delay_ms": 60_000}),
-                    )
-                })
+                .map(|i| job(&q, serde_json::json!({"topic": "c", "body": i, "delay_ms": 60_000})))
                 .collect(),
         )
         .await
@@ -354,9 +313,7 @@ async fn delete_and_reschedule_keep_counts_right() {
     }
     let got = q.reserve(&["c".into()], 3).await.unwrap();
     q.ack(&got[0].id, &got[0].receipt).await.unwrap();
-    q.nack(&got[1].id, &got[1].receipt, Some(0), None, None)
-        .await
-        .unwrap();
+    q.nack(&got[1].id, &got[1].receipt, Some(0), None, None).await.unwrap();
     for id in &ids[10..15] {
         q.delete(id).await.unwrap();
     }
@@ -372,10 +329,6 @@ async fn a_shard_set_up_with_other_buckets_is_refused() {
     q.check_layout().await.unwrap();
     let mut other = settings(&redis);
     other.redis.buckets = 8;
-    let err = Queue::new(&other)
-        .unwrap()
-        .check_layout()
-        .await
-        .unwrap_err();
+    let err = Queue::new(&other).unwrap().check_layout().await.unwrap_err();
     assert!(err.to_string().contains("redis.buckets"), "{err}");
 }

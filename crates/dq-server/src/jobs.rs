@@ -15,15 +15,11 @@ use crate::body::JsonBody;
 use crate::error::ApiError;
 
 /// `POST /v1/jobs`: 201 `{id, topic, state, run_at}`.
-pub async fn push(
-    State(app): State<AppState>,
-    JsonBody(req): JsonBody<PushRequest>,
-) -> Result<Response, ApiError> {
+pub async fn push(State(app): State<AppState>, JsonBody(req): JsonBody<PushRequest>) -> Result<Response, ApiError> {
     let job = app.queue.validate(req)?;
     let topic = job.topic.clone();
     let pushed = app.queue.push(job).await?;
-    let body =
-        json!({"id": pushed.id, "topic": topic, "state": pushed.state, "run_at": pushed.run_at});
+    let body = json!({"id": pushed.id, "topic": topic, "state": pushed.state, "run_at": pushed.run_at});
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -53,8 +49,8 @@ pub async fn push_many(
     }
     let mut jobs: Vec<NewJob> = Vec::with_capacity(req.jobs.len());
     for (i, raw) in req.jobs.iter().enumerate() {
-        let parsed: PushRequest = serde_json::from_str(raw.get())
-            .map_err(|e| ApiError::invalid(format!("jobs[{i}]: {e}")))?;
+        let parsed: PushRequest =
+            serde_json::from_str(raw.get()).map_err(|e| ApiError::invalid(format!("jobs[{i}]: {e}")))?;
         let job = app.queue.validate(parsed).map_err(|e| {
             let mut err = ApiError::from(e);
             err.message = format!("jobs[{i}]: {}", err.message);
@@ -80,19 +76,13 @@ fn checked_id(id: &str) -> Result<(), ApiError> {
 }
 
 /// `GET /v1/jobs/{id}`: the job.
-pub async fn lookup(
-    State(app): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Json<Job>, ApiError> {
+pub async fn lookup(State(app): State<AppState>, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
     checked_id(&id)?;
     Ok(Json(app.queue.get(&id).await?))
 }
 
 /// `DELETE /v1/jobs/{id}`: 204, or 404.
-pub async fn cancel(
-    State(app): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<StatusCode, ApiError> {
+pub async fn cancel(State(app): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
     checked_id(&id)?;
     app.queue.delete(&id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -125,9 +115,7 @@ pub async fn reschedule(
                 "`delay_ms` must be between 0 and {horizon}, got {d}"
             )));
         }
-        (None, Some(at))
-            if at >= 0 && at <= dq_core::queue::unix_ms().saturating_add(horizon as i64) =>
-        {
+        (None, Some(at)) if at >= 0 && at <= dq_core::queue::unix_ms().saturating_add(horizon as i64) => {
             Schedule::At(at)
         }
         (None, Some(at)) => {
@@ -136,9 +124,7 @@ pub async fn reschedule(
             )));
         }
         _ => {
-            return Err(ApiError::invalid(
-                "give exactly one of `delay_ms` or `run_at`",
-            ));
+            return Err(ApiError::invalid("give exactly one of `delay_ms` or `run_at`"));
         }
     };
     Ok(Json(app.queue.reschedule(&id, schedule).await?))

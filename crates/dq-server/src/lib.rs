@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Path};
 use axum::routing::{get, post};
 use dq_core::wake::ReadySignals;
 use dq_core::{Queue, Settings};
@@ -39,33 +39,20 @@ pub struct AppState {
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let listener = TcpListener::bind(&settings.server.listen)
         .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (server.listen)",
-                settings.server.listen
-            )
-        })?;
+        .with_context(|| format!("cannot listen on {} (server.listen)", settings.server.listen))?;
     serve(listener, settings, shutdown).await
 }
 
 /// Serves the API on `listener` until `shutdown`, then lets in-flight requests finish for at most
 /// `shutdown.grace_ms`.
-pub async fn serve(
-    listener: TcpListener,
-    settings: Settings,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+pub async fn serve(listener: TcpListener, settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let queue = Queue::new(&settings)?;
     if let Err(e) = queue.check_layout().await {
         anyhow::bail!("{e}");
     }
     dq_core::telemetry::prometheus();
     let ready = Arc::new(ReadySignals::default());
-    let listeners = ready.listen(
-        queue.shards(),
-        queue.keys().ready_channel(),
-        shutdown.clone(),
-    );
+    let listeners = ready.listen(queue.shards(), queue.keys().ready_channel(), shutdown.clone());
     let state = AppState {
         queue,
         ready,
@@ -77,8 +64,7 @@ pub async fn serve(
     tracing::info!(addr = %listener.local_addr()?, shards = settings.redis.shards.len(), "dq-server listening");
     let grace = Duration::from_millis(settings.shutdown.grace_ms);
     let drained = shutdown.clone();
-    let server =
-        axum::serve(listener, app).with_graceful_shutdown(async move { drained.cancelled().await });
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move { drained.cancelled().await });
     tokio::select! {
         r = server => r.context("HTTP server failed")?,
         _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
@@ -96,12 +82,17 @@ pub async fn serve(
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/jobs", post(jobs::push))
-        .route("/v1/jobs/batch", post(jobs::push_many))
+        // `batch` is also a valid job id: the static route wins, so it serves that job's other verbs too.
+        .route(
+            "/v1/jobs/batch",
+            post(jobs::push_many)
+                .get(|st| jobs::lookup(st, Path("batch".into())))
+                .delete(|st| jobs::cancel(st, Path("batch".into())))
+                .patch(|st, body| jobs::reschedule(st, Path("batch".into()), body)),
+        )
         .route(
             "/v1/jobs/{id}",
-            get(jobs::lookup)
-                .delete(jobs::cancel)
-                .patch(jobs::reschedule),
+            get(jobs::lookup).delete(jobs::cancel).patch(jobs::reschedule),
         )
         .route("/v1/jobs/{id}/ack", post(reserve::ack))
         .route("/v1/jobs/{id}/nack", post(reserve::nack))

@@ -19,15 +19,10 @@ pub async fn stats(State(app): State<AppState>) -> Json<serde_json::Value> {
     for s in &shards {
         for (topic, counts) in &s.counts {
             let t = topics.entry(topic.clone()).or_insert_with(|| {
-                [
-                    JobState::Delayed,
-                    JobState::Ready,
-                    JobState::Reserved,
-                    JobState::Dead,
-                ]
-                .into_iter()
-                .map(|st| (st.as_str(), 0))
-                .collect()
+                [JobState::Delayed, JobState::Ready, JobState::Reserved, JobState::Dead]
+                    .into_iter()
+                    .map(|st| (st.as_str(), 0))
+                    .collect()
             });
             for (state, n) in counts {
                 *t.entry(state.as_str()).or_default() += n;
@@ -60,22 +55,15 @@ pub async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
     if app.shutdown.is_cancelled() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(
-                json!({"error": {"code": "unavailable", "message": "draining"}, "shards": shards}),
-            ),
+            Json(json!({"error": {"code": "unavailable", "message": "draining"}, "shards": shards})),
         );
     }
     if up {
-        (
-            StatusCode::OK,
-            Json(json!({"status": "ready", "shards": shards})),
-        )
+        (StatusCode::OK, Json(json!({"status": "ready", "shards": shards})))
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(
-                json!({"error": {"code": "unavailable", "message": "no Redis shard answers"}, "shards": shards}),
-            ),
+            Json(json!({"error": {"code": "unavailable", "message": "no Redis shard answers"}, "shards": shards})),
         )
     }
 }

@@ -102,9 +102,7 @@ pub async fn reserve(
 fn check(id: &str, receipt: &str) -> Result<(), ApiError> {
     validate_id(id)?;
     if receipt.is_empty() || receipt.len() > 128 {
-        return Err(ApiError::invalid(
-            "`receipt` must be the receipt reserve returned",
-        ));
+        return Err(ApiError::invalid("`receipt` must be the receipt reserve returned"));
     }
     Ok(())
 }

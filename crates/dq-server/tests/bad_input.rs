@@ -19,14 +19,10 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
         r#"{{"jobs":[{{"topic":"t","body":"{}"}}]}}"#,
         "y".repeat(9 * 1024 * 1024)
     );
-    let too_many =
-        json!({"jobs": (0..1001).map(|i| json!({"topic": "t", "body": i})).collect::<Vec<_>>()})
-            .to_string();
+    let too_many = json!({"jobs": (0..1001).map(|i| json!({"topic": "t", "body": i})).collect::<Vec<_>>()}).to_string();
     let one_bad_in_batch =
-        json!({"jobs": [{"topic": "t", "body": 1}, {"topic": "t", "body": 2, "delay_ms": -1}]})
-            .to_string();
-    let one_wrong_type_in_batch =
-        json!({"jobs": [{"topic": "t", "body": 1}, {"topic": 7, "body": 2}]}).to_string();
+        json!({"jobs": [{"topic": "t", "body": 1}, {"topic": "t", "body": 2, "delay_ms": -1}]}).to_string();
+    let one_wrong_type_in_batch = json!({"jobs": [{"topic": "t", "body": 1}, {"topic": 7, "body": 2}]}).to_string();
     let big_in_batch = format!(
         r#"{{"jobs":[{{"topic":"t","body":1}},{{"topic":"t","body":"{}"}}]}}"#,
         "z".repeat(70 * 1024)
@@ -35,29 +31,11 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
 
     let cases: Vec<(&str, &str, String, u16, &str)> = vec![
         // push
-        (
-            "POST",
-            "/v1/jobs",
-            "{not json".into(),
-            400,
-            "invalid_argument",
-        ),
+        ("POST", "/v1/jobs", "{not json".into(), 400, "invalid_argument"),
         ("POST", "/v1/jobs", "".into(), 400, "invalid_argument"),
         ("POST", "/v1/jobs", "[]".into(), 400, "invalid_argument"),
-        (
-            "POST",
-            "/v1/jobs",
-            r#"{"body":1}"#.into(),
-            400,
-            "invalid_argument",
-        ),
-        (
-            "POST",
-            "/v1/jobs",
-            r#"{"topic":"t"}"#.into(),
-            400,
-            "invalid_argument",
-        ),
+        ("POST", "/v1/jobs", r#"{"body":1}"#.into(), 400, "invalid_argument"),
+        ("POST", "/v1/jobs", r#"{"topic":"t"}"#.into(), 400, "invalid_argument"),
         (
             "POST",
             "/v1/jobs",
@@ -193,13 +171,7 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
         ),
         ("POST", "/v1/jobs", big_body, 413, "payload_too_large"),
         // push many
-        (
-            "POST",
-            "/v1/jobs/batch",
-            "{".into(),
-            400,
-            "invalid_argument",
-        ),
+        ("POST", "/v1/jobs/batch", "{".into(), 400, "invalid_argument"),
         (
             "POST",
             "/v1/jobs/batch",
@@ -214,21 +186,9 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
             400,
             "invalid_argument",
         ),
-        (
-            "POST",
-            "/v1/jobs/batch",
-            r#"{}"#.into(),
-            400,
-            "invalid_argument",
-        ),
+        ("POST", "/v1/jobs/batch", r#"{}"#.into(), 400, "invalid_argument"),
         ("POST", "/v1/jobs/batch", too_many, 400, "invalid_argument"),
-        (
-            "POST",
-            "/v1/jobs/batch",
-            one_bad_in_batch,
-            400,
-            "invalid_argument",
-        ),
+        ("POST", "/v1/jobs/batch", one_bad_in_batch, 400, "invalid_argument"),
         (
             "POST",
             "/v1/jobs/batch",
@@ -236,38 +196,14 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
             400,
             "invalid_argument",
         ),
-        (
-            "POST",
-            "/v1/jobs/batch",
-            big_in_batch,
-            413,
-            "payload_too_large",
-        ),
-        (
-            "POST",
-            "/v1/jobs/batch",
-            huge_request,
-            413,
-            "payload_too_large",
-        ),
+        ("POST", "/v1/jobs/batch", big_in_batch, 413, "payload_too_large"),
+        ("POST", "/v1/jobs/batch", huge_request, 413, "payload_too_large"),
         // look up, cancel, reschedule
         ("GET", "/v1/jobs/a%20b", "".into(), 400, "invalid_argument"),
         ("GET", "/v1/jobs/unknown", "".into(), 404, "not_found"),
         ("DELETE", "/v1/jobs/unknown", "".into(), 404, "not_found"),
-        (
-            "DELETE",
-            "/v1/jobs/a%2Fb",
-            "".into(),
-            400,
-            "invalid_argument",
-        ),
-        (
-            "PATCH",
-            "/v1/jobs/live",
-            r#"{}"#.into(),
-            400,
-            "invalid_argument",
-        ),
+        ("DELETE", "/v1/jobs/a%2Fb", "".into(), 400, "invalid_argument"),
+        ("PATCH", "/v1/jobs/live", r#"{}"#.into(), 400, "invalid_argument"),
         (
             "PATCH",
             "/v1/jobs/live",
@@ -282,13 +218,7 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
             400,
             "invalid_argument",
         ),
-        (
-            "PATCH",
-            "/v1/jobs/live",
-            r#"{"delay_ms":5}"#.into(),
-            409,
-            "conflict",
-        ),
+        ("PATCH", "/v1/jobs/live", r#"{"delay_ms":5}"#.into(), 409, "conflict"),
         (
             "PATCH",
             "/v1/jobs/unknown",
@@ -296,13 +226,7 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
             404,
             "not_found",
         ),
-        (
-            "PATCH",
-            "/v1/jobs/live",
-            "nope".into(),
-            400,
-            "invalid_argument",
-        ),
+        ("PATCH", "/v1/jobs/live", "nope".into(), 400, "invalid_argument"),
         // reserve
         (
             "POST",
@@ -311,13 +235,7 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
             400,
             "invalid_argument",
         ),
-        (
-            "POST",
-            "/v1/reserve",
-            r#"{}"#.into(),
-            400,
-            "invalid_argument",
-        ),
+        ("POST", "/v1/reserve", r#"{}"#.into(), 400, "invalid_argument"),
         (
             "POST",
             "/v1/reserve",
@@ -368,13 +286,7 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
             "invalid_argument",
         ),
         // ack, nack, touch
-        (
-            "POST",
-            "/v1/jobs/live/ack",
-            r#"{}"#.into(),
-            400,
-            "invalid_argument",
-        ),
+        ("POST", "/v1/jobs/live/ack", r#"{}"#.into(), 400, "invalid_argument"),
         (
             "POST",
             "/v1/jobs/live/ack",
@@ -417,13 +329,7 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
             400,
             "invalid_argument",
         ),
-        (
-            "POST",
-            "/v1/jobs/live/nack",
-            long_error,
-            400,
-            "invalid_argument",
-        ),
+        ("POST", "/v1/jobs/live/nack", long_error, 400, "invalid_argument"),
         (
             "POST",
             "/v1/jobs/live/nack",
@@ -459,10 +365,6 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
         let (got, out) = s.raw(method, path, body).await;
         assert_eq!(got.as_u16(), status, "{method} {path} {shown}: {out}");
         assert_error(got, &out, status, code);
-        assert_eq!(
-            s.snapshot(),
-            before,
-            "{method} {path} {shown} wrote something"
-        );
+        assert_eq!(s.snapshot(), before, "{method} {path} {shown} wrote something");
     }
 }

@@ -37,9 +37,7 @@ async fn push_due_now_is_ready_and_past_run_at_too() {
     let s = TestServer::start().await;
     let a = s.push(json!({"topic": "t", "body": 1})).await;
     assert_eq!(a["state"], "ready");
-    let b = s
-        .push(json!({"topic": "t", "body": 2, "run_at": 1000}))
-        .await;
+    let b = s.push(json!({"topic": "t", "body": 2, "run_at": 1000})).await;
     assert_eq!(b["state"], "ready");
     assert_eq!(b["run_at"], 1000);
 }
@@ -60,11 +58,7 @@ async fn given_id_is_an_idempotency_key() {
         )
         .await;
     assert_error(status, &err, 409, "conflict");
-    assert_eq!(
-        s.snapshot(),
-        before,
-        "a conflicting push overwrites nothing"
-    );
+    assert_eq!(s.snapshot(), before, "a conflicting push overwrites nothing");
     let (_, job) = s.call("GET", "/v1/jobs/order:1", None).await;
     assert_eq!(job["body"], "first");
 }
@@ -87,11 +81,7 @@ async fn push_many_answers_in_order_with_per_job_conflicts() {
     assert_eq!(r[2]["id"], "new");
     assert_eq!(r[2]["state"], "ready");
     let (status, _) = s
-        .call(
-            "GET",
-            &format!("/v1/jobs/{}", r[0]["id"].as_str().unwrap()),
-            None,
-        )
+        .call("GET", &format!("/v1/jobs/{}", r[0]["id"].as_str().unwrap()), None)
         .await;
     assert_eq!(status, 200);
 }
@@ -99,9 +89,7 @@ async fn push_many_answers_in_order_with_per_job_conflicts() {
 #[tokio::test]
 async fn cancel_removes_the_job_in_any_state() {
     let s = TestServer::start().await;
-    let delayed = s
-        .push(json!({"topic": "t", "body": 1, "delay_ms": 60000}))
-        .await;
+    let delayed = s.push(json!({"topic": "t", "body": 1, "delay_ms": 60000})).await;
     let ready = s.push(json!({"topic": "t", "body": 2})).await;
     let reserved = s.push(json!({"topic": "r", "body": 3})).await;
     assert_eq!(s.reserve(&["r"], 1, 0).await.len(), 1);
@@ -123,17 +111,13 @@ async fn cancel_removes_the_job_in_any_state() {
 #[tokio::test]
 async fn reschedule_moves_delayed_and_ready_jobs_only() {
     let s = TestServer::start().await;
-    let job = s
-        .push(json!({"topic": "t", "body": 1, "delay_ms": 600000}))
-        .await;
+    let job = s.push(json!({"topic": "t", "body": 1, "delay_ms": 600000})).await;
     let path = format!("/v1/jobs/{}", job["id"].as_str().unwrap());
 
     let (status, out) = s.call("PATCH", &path, Some(json!({"delay_ms": 0}))).await;
     assert_eq!(status, 200, "{out}");
     assert_eq!(out["state"], "ready");
-    let (status, out) = s
-        .call("PATCH", &path, Some(json!({"delay_ms": 300000})))
-        .await;
+    let (status, out) = s.call("PATCH", &path, Some(json!({"delay_ms": 300000}))).await;
     assert_eq!(status, 200, "{out}");
     assert_eq!(out["state"], "delayed");
     assert!(s.reserve(&["t"], 1, 0).await.is_empty(), "delayed again");
@@ -145,9 +129,7 @@ async fn reschedule_moves_delayed_and_ready_jobs_only() {
     assert_eq!(got.len(), 1);
     let (status, body) = s.call("PATCH", &path, Some(json!({"delay_ms": 10}))).await;
     assert_error(status, &body, 409, "conflict");
-    let (status, body) = s
-        .call("PATCH", "/v1/jobs/nope", Some(json!({"delay_ms": 10})))
-        .await;
+    let (status, body) = s.call("PATCH", "/v1/jobs/nope", Some(json!({"delay_ms": 10}))).await;
     assert_error(status, &body, 404, "not_found");
 }
 
@@ -155,8 +137,7 @@ async fn reschedule_moves_delayed_and_ready_jobs_only() {
 async fn stats_count_per_topic_and_state() {
     let s = TestServer::start().await;
     for i in 0..3 {
-        s.push(json!({"topic": "a", "body": i, "delay_ms": 60000}))
-            .await;
+        s.push(json!({"topic": "a", "body": i, "delay_ms": 60000})).await;
     }
     for i in 0..2 {
         s.push(json!({"topic": "b", "body": i})).await;
@@ -188,4 +169,19 @@ async fn probes_and_metrics() {
         .await
         .unwrap();
     assert!(text.contains("dq_jobs_pushed_total"), "{text}");
+}
+
+#[tokio::test]
+async fn a_job_may_be_called_batch() {
+    let s = TestServer::start().await;
+    s.push(json!({"id": "batch", "topic": "t", "body": 1, "delay_ms": 60000}))
+        .await;
+    let (status, job) = s.call("GET", "/v1/jobs/batch", None).await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(job["id"], "batch");
+    let (status, job) = s.call("PATCH", "/v1/jobs/batch", Some(json!({"delay_ms": 0}))).await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(job["state"], "ready");
+    let (status, _) = s.call("DELETE", "/v1/jobs/batch", None).await;
+    assert_eq!(status, 204);
 }

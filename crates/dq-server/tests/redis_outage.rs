@@ -55,13 +55,10 @@ async fn long_poll_survives_a_redis_restart() {
     s.redis[0].restart();
     // After the pub/sub listener resubscribes, a long poll is woken by a push as before.
     dq_harness::eventually(Duration::from_secs(30), "pushes work again", || async {
-        s.call(
-            "POST",
-            "/v1/jobs",
-            Some(json!({"topic": "warm", "body": 0})),
-        )
-        .await
-        .0 == 201
+        s.call("POST", "/v1/jobs", Some(json!({"topic": "warm", "body": 0})))
+            .await
+            .0
+            == 201
     })
     .await;
     let waiter = {
@@ -77,22 +74,17 @@ async fn long_poll_survives_a_redis_restart() {
                 .unwrap()
         })
     };
-    dq_harness::eventually(
-        Duration::from_secs(30),
-        "the listener resubscribed",
-        || async {
-            let mut c = s.redis[0].conn();
-            let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg("dq:wake:ready")
-                .query(&mut c)
-                .unwrap();
-            n[0].1 >= 1
-        },
-    )
+    dq_harness::eventually(Duration::from_secs(30), "the listener resubscribed", || async {
+        let mut c = s.redis[0].conn();
+        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("dq:wake:ready")
+            .query(&mut c)
+            .unwrap();
+        n[0].1 >= 1
+    })
     .await;
-    s.push(json!({"id": "a1", "topic": "after", "body": 1}))
-        .await;
+    s.push(json!({"id": "a1", "topic": "after", "body": 1})).await;
     let out = tokio::time::timeout(Duration::from_secs(20), waiter)
         .await
         .expect("woken")

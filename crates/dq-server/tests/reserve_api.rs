@@ -24,10 +24,7 @@ async fn reserve_takes_topics_in_priority_order_and_count() {
         assert!(j["receipt"].as_str().is_some_and(|r| !r.is_empty()));
         assert!(j["deadline"].as_i64().unwrap() > 0);
     }
-    let receipts: std::collections::HashSet<_> = jobs
-        .iter()
-        .map(|j| j["receipt"].as_str().unwrap())
-        .collect();
+    let receipts: std::collections::HashSet<_> = jobs.iter().map(|j| j["receipt"].as_str().unwrap()).collect();
     assert_eq!(receipts.len(), 3, "each reservation has its own receipt");
     assert_eq!(s.reserve(&["high", "low"], 10, 0).await.len(), 2);
     assert!(s.reserve(&["high", "low"], 10, 0).await.is_empty());
@@ -54,15 +51,10 @@ async fn ready_jobs_come_out_in_due_order() {
 #[tokio::test]
 async fn ack_finishes_and_keeps_the_record_as_done() {
     let s = TestServer::start().await;
-    s.push(json!({"id": "j1", "topic": "t", "body": {"x": 1}}))
-        .await;
+    s.push(json!({"id": "j1", "topic": "t", "body": {"x": 1}})).await;
     let job = &s.reserve(&["t"], 1, 0).await[0];
     let (status, _) = s
-        .call(
-            "POST",
-            "/v1/jobs/j1/ack",
-            Some(json!({"receipt": job["receipt"]})),
-        )
+        .call("POST", "/v1/jobs/j1/ack", Some(json!({"receipt": job["receipt"]})))
         .await;
     assert_eq!(status, 204);
     let (_, got) = s.call("GET", "/v1/jobs/j1", None).await;
@@ -74,11 +66,7 @@ async fn ack_finishes_and_keeps_the_record_as_done() {
         .unwrap();
     assert!(ttl > 0, "done records expire after the retention period");
     let (status, body) = s
-        .call(
-            "POST",
-            "/v1/jobs/j1/ack",
-            Some(json!({"receipt": job["receipt"]})),
-        )
+        .call("POST", "/v1/jobs/j1/ack", Some(json!({"receipt": job["receipt"]})))
         .await;
     assert_error(status, &body, 409, "stale_receipt");
 }
@@ -102,11 +90,7 @@ async fn wrong_receipt_is_refused_and_changes_nothing() {
     assert_eq!(s.snapshot(), before);
     for verb in ["ack", "nack", "touch"] {
         let (status, body) = s
-            .call(
-                "POST",
-                &format!("/v1/jobs/nope/{verb}"),
-                Some(json!({"receipt": "r"})),
-            )
+            .call("POST", &format!("/v1/jobs/nope/{verb}"), Some(json!({"receipt": "r"})))
             .await;
         assert_error(status, &body, 404, "not_found");
     }
@@ -130,14 +114,10 @@ async fn nack_backs_off_then_goes_dead_after_max_attempts() {
     assert_eq!(got["state"], "delayed");
     assert_eq!(got["last_error"], "boom");
     // Default backoff: 1 minute after the first failure.
-    assert!(
-        got["run_at"].as_i64().unwrap()
-            >= job["deadline"].as_i64().unwrap() - 30_000 + 60_000 - 1000
-    );
+    assert!(got["run_at"].as_i64().unwrap() >= job["deadline"].as_i64().unwrap() - 30_000 + 60_000 - 1000);
 
     // A nack with delay 0 comes straight back to ready.
-    s.call("PATCH", "/v1/jobs/n", Some(json!({"delay_ms": 0})))
-        .await;
+    s.call("PATCH", "/v1/jobs/n", Some(json!({"delay_ms": 0}))).await;
     let job = &s.reserve(&["t"], 1, 0).await[0];
     assert_eq!(job["attempt"], 2);
     let (status, _) = s
@@ -215,8 +195,7 @@ async fn long_poll_returns_when_a_job_is_pushed() {
     };
     // Let the waiter reach its wait: it subscribes before it looks, so any order is correct.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    s.push(json!({"id": "woken", "topic": "lp", "body": 1}))
-        .await;
+    s.push(json!({"id": "woken", "topic": "lp", "body": 1})).await;
     let out = tokio::time::timeout(Duration::from_secs(20), waiter)
         .await
         .expect("long poll answered")
@@ -249,8 +228,7 @@ async fn many_long_polls_share_few_jobs_without_duplicates() {
         })
         .collect();
     for i in 0..5 {
-        s.push(json!({"id": format!("m{i}"), "topic": "many", "body": i}))
-            .await;
+        s.push(json!({"id": format!("m{i}"), "topic": "many", "body": i})).await;
     }
     let mut got = Vec::new();
     for w in waiters {

@@ -9,10 +9,7 @@ use common::{TestServer, assert_error};
 use serde_json::json;
 
 fn count_jobs(r: &dq_harness::RedisServer) -> usize {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("dq:job:*")
-        .query(&mut r.conn())
-        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("dq:job:*").query(&mut r.conn()).unwrap();
     keys.len()
 }
 
@@ -81,16 +78,13 @@ async fn a_shard_down_costs_only_its_own_jobs() {
         .map(|i| format!("p{i}"))
         .find(|id| dq_core::shard::shard_of(id, 2) == 1)
         .unwrap();
-    s.push(json!({"id": on_second, "topic": "t", "body": 1}))
-        .await;
+    s.push(json!({"id": on_second, "topic": "t", "body": 1})).await;
     s.redis[1].stop();
 
     // Pushes without an id land on the healthy shard (the first may discover the outage).
     let mut ok = 0;
     for i in 0..30 {
-        let (status, out) = s
-            .call("POST", "/v1/jobs", Some(json!({"topic": "t", "body": i})))
-            .await;
+        let (status, out) = s.call("POST", "/v1/jobs", Some(json!({"topic": "t", "body": i}))).await;
         assert_eq!(status, 201, "push {i} while shard 1 is down: {out}");
         ok += 1;
     }
@@ -112,15 +106,8 @@ async fn a_shard_down_costs_only_its_own_jobs() {
     assert_eq!(status, 200, "one shard is enough to serve");
 
     s.redis[1].restart();
-    dq_harness::eventually(
-        Duration::from_secs(30),
-        "the shard serves again",
-        || async {
-            s.call("GET", &format!("/v1/jobs/{on_second}"), None)
-                .await
-                .0
-                == 404
-        },
-    )
+    dq_harness::eventually(Duration::from_secs(30), "the shard serves again", || async {
+        s.call("GET", &format!("/v1/jobs/{on_second}"), None).await.0 == 404
+    })
     .await;
 }

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod shard_timer;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use dq_core::wake::{self, Wake};
@@ -44,17 +45,18 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let mut timers = Vec::new();
     for shard in queue.shards().all() {
         let (tx, rx) = mpsc::channel(4096);
-        senders.push(tx);
+        let resync = Arc::new(AtomicBool::new(false));
+        senders.push((tx, resync.clone()));
         timers.push(ShardTimer::new(
             queue.clone(),
             shard.index,
             id.clone(),
             settings.timer.clone(),
             rx,
+            resync,
         ));
     }
-    let senders = Arc::new(senders);
-    let route = senders.clone();
+    let route = Arc::new(senders);
     let listeners = wake::listen(
         queue.shards(),
         queue.keys().timer_channel(),
@@ -63,8 +65,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             let shard = match &w {
                 Wake::Message { shard, .. } | Wake::Subscribed { shard } => *shard,
             };
-            // A full queue means the loop is busy promoting; it will look at every bucket again anyway.
-            let _ = route[shard].try_send(w);
+            let (tx, resync) = &route[shard];
+            if tx.try_send(w).is_err() {
+                // The loop is busy; rather than lose the wake-up, have it look at every bucket again.
+                resync.store(true, Ordering::Relaxed);
+            }
         }),
     );
     let tasks: Vec<_> = timers

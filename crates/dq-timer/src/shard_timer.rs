@@ -1,6 +1,8 @@
 //! One timer's work on one shard: heartbeat and bucket share, promotion of due jobs, TTR expiry.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dq_core::config::TimerSettings;
@@ -28,6 +30,8 @@ pub struct ShardTimer {
     settings: TimerSettings,
     /// Wake-ups from the shard's timer channel.
     wakes: mpsc::Receiver<Wake>,
+    /// Set when a wake-up could not be queued: every bucket must be looked at again.
+    resync: Arc<AtomicBool>,
     /// Buckets held, each with its earliest due time (`None`: unknown, look now).
     owned: BTreeMap<u32, Option<i64>>,
     /// Earliest reservation deadline, when this timer holds bucket 0.
@@ -44,6 +48,7 @@ impl ShardTimer {
         id: String,
         settings: TimerSettings,
         wakes: mpsc::Receiver<Wake>,
+        resync: Arc<AtomicBool>,
     ) -> Self {
         ShardTimer {
             queue,
@@ -51,6 +56,7 @@ impl ShardTimer {
             id,
             settings,
             wakes,
+            resync,
             owned: BTreeMap::new(),
             next_deadline: None,
             clock: RedisClock::default(),
@@ -64,6 +70,9 @@ impl ShardTimer {
         let mut heartbeat_at = Instant::now();
         let label = self.shard.to_string();
         while !shutdown.is_cancelled() {
+            if self.resync.swap(false, Ordering::Relaxed) {
+                self.on_wake(Wake::Subscribed { shard: self.shard });
+            }
             if Instant::now() >= heartbeat_at {
                 self.heartbeat(&label).await;
                 heartbeat_at = Instant::now() + renew;
@@ -73,9 +82,11 @@ impl ShardTimer {
             let failed = self.promote_due().await | self.expire_due().await;
             let mut wake_at = heartbeat_at;
             if !failed {
-                if let Some(due) = self.owned.values().map(|d| d.unwrap_or(i64::MIN)).min() {
+                let next = self.owned.values().map(|d| d.unwrap_or(i64::MIN)).min();
+                if let Some(due) = next.filter(|d| *d < i64::MAX) {
                     wake_at = wake_at.min(self.clock.instant_of(due));
-                    metrics::gauge!("dq_timer_next_due_timestamp_seconds", "shard" => label.clone()).set(due as f64 / 1000.0);
+                    metrics::gauge!("dq_timer_next_due_timestamp_seconds", "shard" => label.clone())
+                        .set(due as f64 / 1000.0);
                 }
                 if let Some(d) = self.next_deadline.filter(|_| self.owned.contains_key(&0)) {
                     wake_at = wake_at.min(self.clock.instant_of(d));
@@ -112,11 +123,7 @@ impl ShardTimer {
 
     async fn heartbeat(&mut self, label: &str) {
         let shard = &self.queue.shards().all()[self.shard];
-        match self
-            .queue
-            .balance(shard, &self.id, self.settings.lease_ms, false)
-            .await
-        {
+        match self.queue.balance(shard, &self.id, self.settings.lease_ms, false).await {
             Ok(b) => {
                 self.clock.observe(b.now);
                 let before = self.owned.len();
@@ -127,10 +134,8 @@ impl ShardTimer {
                 if self.owned.len() != before {
                     tracing::info!(shard = self.shard, buckets = ?b.buckets, timers = b.timers, "bucket share changed");
                 }
-                metrics::gauge!("dq_timer_buckets_owned", "shard" => label.to_string())
-                    .set(self.owned.len() as f64);
-                metrics::gauge!("dq_timer_live_timers", "shard" => label.to_string())
-                    .set(b.timers as f64);
+                metrics::gauge!("dq_timer_buckets_owned", "shard" => label.to_string()).set(self.owned.len() as f64);
+                metrics::gauge!("dq_timer_live_timers", "shard" => label.to_string()).set(b.timers as f64);
             }
             Err(e) => {
                 // Without a heartbeat our leases may lapse; promotion stays exact either way, so keep
@@ -140,7 +145,9 @@ impl ShardTimer {
         }
     }
 
-    /// Promotes every owned bucket that is due, a batch at a time. Returns whether Redis failed.
+    /// Promotes one batch from every owned bucket that is due. A bucket with more due jobs than a batch
+    /// stays due, so the loop comes straight back after its heartbeat check: a backlog never starves
+    /// the heartbeat (and with it the leases) nor the other buckets. Returns whether Redis failed.
     async fn promote_due(&mut self) -> bool {
         let shard = &self.queue.shards().all()[self.shard];
         let now = self.clock.now();
@@ -151,27 +158,16 @@ impl ShardTimer {
             .map(|(b, _)| *b)
             .collect();
         for bucket in due {
-            loop {
-                match self
-                    .queue
-                    .promote(shard, bucket, self.settings.batch_size)
-                    .await
-                {
-                    Ok(p) => {
-                        self.clock.observe(p.now);
-                        record(&p);
-                        let full = p.moved as u32 >= self.settings.batch_size;
-                        self.owned
-                            .insert(bucket, Some(p.next_due.unwrap_or(i64::MAX)));
-                        if !full {
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(shard = self.shard, bucket, cause = %e, "promotion failed; retrying");
-                        self.owned.insert(bucket, Some(self.clock.now() + 500));
-                        return true;
-                    }
+            match self.queue.promote(shard, bucket, self.settings.batch_size).await {
+                Ok(p) => {
+                    self.clock.observe(p.now);
+                    record(&p);
+                    self.owned.insert(bucket, Some(p.next_due.unwrap_or(i64::MAX)));
+                }
+                Err(e) => {
+                    tracing::warn!(shard = self.shard, bucket, cause = %e, "promotion failed; retrying");
+                    self.owned.insert(bucket, Some(self.clock.now() + 500));
+                    return true;
                 }
             }
         }
@@ -180,34 +176,28 @@ impl ShardTimer {
 
     /// Ends expired reservations when this timer holds bucket 0. Returns whether Redis failed.
     async fn expire_due(&mut self) -> bool {
-        if !self.owned.contains_key(&0) || self.next_deadline.is_some_and(|d| d > self.clock.now())
-        {
+        if !self.owned.contains_key(&0) || self.next_deadline.is_some_and(|d| d > self.clock.now()) {
             return false;
         }
         let shard = &self.queue.shards().all()[self.shard];
-        loop {
-            match self.queue.expire(shard, self.settings.batch_size).await {
-                Ok(x) => {
-                    self.clock.observe(x.now);
-                    if x.to_ready > 0 {
-                        metrics::counter!("dq_jobs_expired_total", "outcome" => "ready")
-                            .increment(x.to_ready as u64);
-                    }
-                    if x.to_dead > 0 {
-                        metrics::counter!("dq_jobs_expired_total", "outcome" => "dead")
-                            .increment(x.to_dead as u64);
-                        metrics::counter!("dq_jobs_dead_total").increment(x.to_dead as u64);
-                    }
-                    self.next_deadline = Some(x.next_deadline.unwrap_or(i64::MAX));
-                    if ((x.to_ready + x.to_dead) as u32) < self.settings.batch_size {
-                        return false;
-                    }
+        match self.queue.expire(shard, self.settings.batch_size).await {
+            Ok(x) => {
+                self.clock.observe(x.now);
+                if x.to_ready > 0 {
+                    metrics::counter!("dq_jobs_expired_total", "outcome" => "ready").increment(x.to_ready as u64);
                 }
-                Err(e) => {
-                    tracing::warn!(shard = self.shard, cause = %e, "expiry failed; retrying");
-                    self.next_deadline = Some(self.clock.now() + 500);
-                    return true;
+                if x.to_dead > 0 {
+                    metrics::counter!("dq_jobs_expired_total", "outcome" => "dead").increment(x.to_dead as u64);
+                    metrics::counter!("dq_jobs_dead_total").increment(x.to_dead as u64);
                 }
+                // A full batch leaves expired ones behind: their deadline has passed, so come back at once.
+                self.next_deadline = Some(x.next_deadline.unwrap_or(i64::MAX));
+                false
+            }
+            Err(e) => {
+                tracing::warn!(shard = self.shard, cause = %e, "expiry failed; retrying");
+                self.next_deadline = Some(self.clock.now() + 500);
+                true
             }
         }
     }
@@ -224,10 +214,8 @@ impl ShardTimer {
                 let Some((key, due)) = payload.rsplit_once(' ') else {
                     return;
                 };
-                let (Some(bucket), Ok(due)) = (
-                    key.rsplit(':').next().and_then(|b| b.parse().ok()),
-                    due.parse::<i64>(),
-                ) else {
+                let (Some(bucket), Ok(due)) = (key.rsplit(':').next().and_then(|b| b.parse().ok()), due.parse::<i64>())
+                else {
                     return;
                 };
                 if let Some(known) = self.owned.get_mut(&bucket) {

@@ -40,10 +40,7 @@ fn push(q: &Queue, json: serde_json::Value) -> dq_core::NewJob {
 }
 
 fn leases(redis: &RedisServer) -> Vec<(String, String)> {
-    redis::cmd("HGETALL")
-        .arg("dq:leases")
-        .query(&mut redis.conn())
-        .unwrap()
+    redis::cmd("HGETALL").arg("dq:leases").query(&mut redis.conn()).unwrap()
 }
 
 #[tokio::test]
@@ -82,10 +79,7 @@ async fn several_timers_promote_every_job_exactly_once() {
     for t in timers {
         t.drain().await;
     }
-    assert!(
-        leases(&redis).is_empty(),
-        "draining timers release their buckets"
-    );
+    assert!(leases(&redis).is_empty(), "draining timers release their buckets");
 }
 
 #[tokio::test]
@@ -102,11 +96,9 @@ async fn rescheduling_earlier_wakes_a_sleeping_timer() {
         .unwrap();
     let timer = Timer::start(&s);
     // Let the timer learn the hour-long due time and go to sleep on it.
-    eventually(
-        Duration::from_secs(10),
-        "the timer holds every bucket",
-        || async { leases(&redis).len() == 16 },
-    )
+    eventually(Duration::from_secs(10), "the timer holds every bucket", || async {
+        leases(&redis).len() == 16
+    })
     .await;
     q.reschedule(&p.id, Schedule::Delay(300)).await.unwrap();
     eventually(Duration::from_secs(20), "the job is promoted", || async {
@@ -115,17 +107,12 @@ async fn rescheduling_earlier_wakes_a_sleeping_timer() {
     .await;
     // A push due sooner than everything else wakes it as well.
     let p2 = q
-        .push(push(
-            &q,
-            serde_json::json!({"topic": "w", "body": 2, "delay_ms": 200}),
-        ))
+        .push(push(&q, serde_json::json!({"topic": "w", "body": 2, "delay_ms": 200})))
         .await
         .unwrap();
-    eventually(
-        Duration::from_secs(20),
-        "the new job is promoted",
-        || async { q.get(&p2.id).await.unwrap().state == State::Ready },
-    )
+    eventually(Duration::from_secs(20), "the new job is promoted", || async {
+        q.get(&p2.id).await.unwrap().state == State::Ready
+    })
     .await;
     timer.drain().await;
 }
@@ -164,34 +151,27 @@ async fn a_new_timer_gets_a_share_and_a_drained_one_hands_over() {
     let redis = RedisServer::start();
     let s = settings(&redis);
     let a = Timer::start(&s);
-    eventually(
-        Duration::from_secs(10),
-        "the first timer holds all 16",
-        || async { leases(&redis).len() == 16 },
-    )
+    eventually(Duration::from_secs(10), "the first timer holds all 16", || async {
+        leases(&redis).len() == 16
+    })
     .await;
     let b = Timer::start(&s);
     eventually(Duration::from_secs(10), "8 and 8", || async {
         let mut per: std::collections::HashMap<String, usize> = Default::default();
         for (_, v) in leases(&redis) {
-            *per.entry(v.split(' ').next().unwrap().to_string())
-                .or_default() += 1;
+            *per.entry(v.split(' ').next().unwrap().to_string()).or_default() += 1;
         }
         per.len() == 2 && per.values().all(|n| *n == 8)
     })
     .await;
     a.drain().await;
-    eventually(
-        Duration::from_secs(10),
-        "the survivor holds all 16",
-        || async {
-            let owners: HashSet<String> = leases(&redis)
-                .into_iter()
-                .map(|(_, v)| v.split(' ').next().unwrap().to_string())
-                .collect();
-            leases(&redis).len() == 16 && owners.len() == 1
-        },
-    )
+    eventually(Duration::from_secs(10), "the survivor holds all 16", || async {
+        let owners: HashSet<String> = leases(&redis)
+            .into_iter()
+            .map(|(_, v)| v.split(' ').next().unwrap().to_string())
+            .collect();
+        leases(&redis).len() == 16 && owners.len() == 1
+    })
     .await;
     b.drain().await;
 }

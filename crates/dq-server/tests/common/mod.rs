@@ -52,11 +52,9 @@ impl TestServer {
             shutdown,
             task,
         };
-        dq_harness::eventually(
-            Duration::from_secs(10),
-            "server answers /healthz",
-            || async { server.http.get(server.url("/healthz")).send().await.is_ok() },
-        )
+        dq_harness::eventually(Duration::from_secs(10), "server answers /healthz", || async {
+            server.http.get(server.url("/healthz")).send().await.is_ok()
+        })
         .await;
         server
     }
@@ -82,12 +80,7 @@ impl TestServer {
         (status, json)
     }
 
-    pub async fn raw(
-        &self,
-        method: &str,
-        path: &str,
-        body: impl Into<reqwest::Body>,
-    ) -> (StatusCode, Value) {
+    pub async fn raw(&self, method: &str, path: &str, body: impl Into<reqwest::Body>) -> (StatusCode, Value) {
         let resp = self
             .http
             .request(method.parse().unwrap(), self.url(path))
@@ -97,10 +90,7 @@ impl TestServer {
             .expect("request");
         let status = resp.status();
         let text = resp.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
     pub async fn push(&self, body: Value) -> Value {
@@ -149,9 +139,7 @@ pub fn assert_error(status: StatusCode, body: &Value, want_status: u16, want_cod
     assert_eq!(status.as_u16(), want_status, "{body}");
     assert_eq!(body["error"]["code"], want_code, "{body}");
     assert!(
-        body["error"]["message"]
-            .as_str()
-            .is_some_and(|m| !m.is_empty()),
+        body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
         "{body}"
     );
 }
