@@ -1,0 +1,99 @@
+//! Starting dq binaries against a test Redis, and reading what they expose.
+#![allow(dead_code, missing_docs)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use dq_harness::{DqProcess, RedisServer, eventually, free_port};
+
+/// A dq binary with its metrics (or API) port.
+pub struct Running {
+    pub process: DqProcess,
+    pub port: u16,
+}
+
+pub fn env(redis: &[&RedisServer], port: u16) -> Vec<(&'static str, String)> {
+    let shards = redis.iter().map(|r| r.url()).collect::<Vec<_>>().join(",");
+    vec![
+        ("DQ__REDIS__SHARDS", shards),
+        ("DQ__METRICS__LISTEN", format!("127.0.0.1:{port}")),
+        ("DQ__SERVER__LISTEN", format!("127.0.0.1:{port}")),
+        ("DQ__SHUTDOWN__GRACE_MS", "5000".into()),
+        ("DQ__LIMITS__MIN_TTR_MS", "10".into()),
+    ]
+}
+
+/// Starts `name` and waits until its HTTP port answers `/healthz`.
+pub async fn start(name: &str, redis: &[&RedisServer]) -> Running {
+    let port = free_port();
+    let process = DqProcess::spawn(name, &env(redis, port), &[]);
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    eventually(Duration::from_secs(30), &format!("{name} serves {url}"), || async {
+        reqwest::get(&url).await.is_ok_and(|r| r.status().is_success())
+    })
+    .await;
+    Running { process, port }
+}
+
+/// Scrapes `/metrics` into name{labels} → value.
+pub async fn metrics(port: u16) -> HashMap<String, f64> {
+    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            l.rsplit_once(' ')
+                .and_then(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        })
+        .collect()
+}
+
+/// Sum of a metric over its labels.
+pub async fn metric_sum(port: u16, name: &str) -> f64 {
+    metrics(port)
+        .await
+        .into_iter()
+        .filter(|(k, _)| k == name || k.starts_with(&format!("{name}{{")))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// Lease holders on a shard: timer id → bucket count.
+pub fn lease_holders(redis: &RedisServer) -> HashMap<String, usize> {
+    let leases: Vec<(String, String)> = redis::cmd("HGETALL").arg("dq:leases").query(&mut redis.conn()).unwrap();
+    let mut per = HashMap::new();
+    for (_, v) in leases {
+        *per.entry(v.split(' ').next().unwrap().to_string()).or_default() += 1;
+    }
+    per
+}
+
+pub fn queue(redis: &[&RedisServer]) -> dq_core::Queue {
+    let mut s = dq_core::Settings::default();
+    s.redis.shards = redis.iter().map(|r| r.url()).collect();
+    s.limits.min_ttr_ms = 10;
+    dq_core::Queue::new(&s).unwrap()
+}
+
+pub fn job(q: &dq_core::Queue, json: serde_json::Value) -> dq_core::NewJob {
+    q.validate(serde_json::from_value(json).unwrap()).unwrap()
+}
+
+/// Reserves and acks everything ready on `topic` until `n` distinct jobs were seen (or the deadline).
+/// Panics on a duplicate.
+pub async fn drain_exactly(q: &dq_core::Queue, topic: &str, n: usize, timeout: Duration) {
+    let seen = std::sync::Mutex::new(std::collections::HashSet::new());
+    eventually(timeout, &format!("{n} distinct jobs of {topic}"), || async {
+        for r in q.reserve(&[topic.to_string()], 100).await.unwrap() {
+            assert!(seen.lock().unwrap().insert(r.id.clone()), "{} handed out twice", r.id);
+            q.ack(&r.id, &r.receipt).await.unwrap();
+        }
+        seen.lock().unwrap().len() >= n
+    })
+    .await;
+    assert_eq!(seen.lock().unwrap().len(), n);
+}

@@ -1,0 +1,83 @@
+//! dq-server and dq-timer as processes together: a delayed job reaches a long-polling consumer; the
+//! server drains on signals.
+
+mod common;
+
+use std::time::Duration;
+
+use common::start;
+use dq_harness::RedisServer;
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn a_delayed_job_reaches_a_long_poll_through_server_and_timer() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let _timer = start("dq-timer", &[&redis]).await;
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let http = reqwest::Client::new();
+    let pushed: Value = http
+        .post(format!("{base}/v1/jobs"))
+        .json(&json!({"topic": "e2e", "body": {"hello": "world"}, "delay_ms": 500}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pushed["state"], "delayed");
+    let mut got = Vec::new();
+    for _ in 0..10 {
+        let out: Value = http
+            .post(format!("{base}/v1/reserve"))
+            .json(&json!({"topics": ["e2e"], "timeout_ms": 5000}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        got = out["jobs"].as_array().unwrap().clone();
+        if !got.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 1, "the job was delivered");
+    assert_eq!(got[0]["id"], pushed["id"]);
+    assert_eq!(got[0]["body"], json!({"hello": "world"}));
+    let resp = http
+        .post(format!("{base}/v1/jobs/{}/ack", got[0]["id"].as_str().unwrap()))
+        .json(&json!({"receipt": got[0]["receipt"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+}
+
+#[tokio::test]
+async fn server_answers_in_flight_long_polls_and_exits_0_on_signals() {
+    let redis = RedisServer::start();
+    for sig in ["TERM", "INT", "USR2"] {
+        let mut server = start("dq-server", &[&redis]).await;
+        let url = format!("http://127.0.0.1:{}/v1/reserve", server.port);
+        let poll = tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(url)
+                .json(&json!({"topics": ["idle"], "timeout_ms": 30000}))
+                .send()
+                .await
+        });
+        // Give the long poll time to arrive; the outcome is checked either way below.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.process.signal(sig);
+        let status = server
+            .process
+            .wait(Duration::from_secs(30))
+            .expect("exits after the signal");
+        assert_eq!(status.code(), Some(0), "SIG{sig}: {}", server.process.log());
+        let answered = poll.await.unwrap().expect("the in-flight long poll got an answer");
+        assert_eq!(answered.status(), 200);
+        let body: Value = answered.json().await.unwrap();
+        assert_eq!(body["jobs"], json!([]));
+    }
+}
