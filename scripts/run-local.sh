@@ -41,7 +41,15 @@ for bin in dq-server dq-timer dq-consumer dq-checker; do
 done
 
 listen="${DQ__SERVER__LISTEN:-127.0.0.1:6789}"
-for _ in $(seq 100); do curl -fsS "http://$listen/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/${listen%:*}/${listen##*:}") 2>/dev/null && break; sleep 0.1; done
+sleep 0.5
+for pid in "${pids[@]}"; do
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "a dq process exited at start; see the logs:" >&2
+    tail -n 5 "$root"/*.log >&2
+    exit 1
+  fi
+done
 cat <<MSG
 
 dq is running (logs in $root/):
