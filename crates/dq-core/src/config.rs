@@ -323,6 +323,10 @@ impl Settings {
                 return Err(invalid(key, "must be at least 1"));
             }
         }
+        // A batch's sorted-set adds are unpacked onto Lua's stack, which holds about 8000 values.
+        if self.limits.max_batch > 2000 {
+            return Err(invalid("limits.max_batch", "must be at most 2000"));
+        }
         if self.jobs.max_attempts > self.limits.max_attempts {
             return Err(invalid("jobs.max_attempts", "must not exceed limits.max_attempts"));
         }

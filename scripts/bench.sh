@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Measures dq on this machine in one run: a private redis-server, dq-server and two dq-timers (release
+# build), then every figure the issues ask for. Redis, dq and the load share the machine, so the push
+# figure is also given as a ratio to redis-benchmark running the same push script on the same Redis.
+#
+#   scripts/bench.sh            all figures
+#   BENCH_ONLY=push scripts/bench.sh   one of: push batch reserve memory lateness burst kill
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/ensure-redis.sh
+cargo build --release --bins --locked >&2
+
+work=$(mktemp -d)
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+rport=$(port); sport=$(port)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --logfile "$work/redis.log" &
+pids+=($!)
+until redis-cli -p "$rport" ping >/dev/null 2>&1; do sleep 0.05; done
+export DQ__REDIS__SHARDS="redis://127.0.0.1:$rport" DQ__SERVER__LISTEN="127.0.0.1:$sport" DQ__LOG__LEVEL=warn
+target/release/dq-server >"$work/server.log" 2>&1 &
+pids+=($!)
+timer_pids=()
+for i in 1 2; do
+  DQ__METRICS__LISTEN="127.0.0.1:$(port)" target/release/dq-timer >"$work/timer$i.log" 2>&1 &
+  pids+=($!); timer_pids+=($!)
+done
+until (exec 3<>"/dev/tcp/127.0.0.1/$sport") 2>/dev/null; do sleep 0.05; done
+bench() { target/release/dq-bench --url "http://127.0.0.1:$sport" "$@"; }
+rcli() { redis-cli -p "$rport" "$@"; }
+info() { rcli info "$1" | tr -d '\r' | awk -F: -v k="$2" '$1==k {print $2}'; }
+want() { [ -z "${BENCH_ONLY:-}" ] || [ "$BENCH_ONLY" = "$1" ]; }
+echo "redis $(redis-server --version | awk '{print $3}'), $(nproc) cores; Redis, dq-server, 2 dq-timers and the load on this one machine"
+
+if want push; then
+  echo; echo "== single pushes, 64-byte body, 64 connections: dq over HTTP vs redis-benchmark on push.lua's EVALSHA"
+  sha=$(rcli script load "$(cat crates/dq-core/src/lua/push.lua)")
+  body='"'$(printf 'x%.0s' $(seq 62))'"'
+  rb=$(redis-benchmark -p "$rport" -c 64 -n 200000 -r 1000000000 -q EVALSHA "$sha" 4 dq:counts dq:job:rb__rand_int__ \
+        dq:delayed:3 dq:ready:rb dq:wake:ready dq:wake:timer rb__rand_int__ rb "$body" 3600000 "" 30000 10 \
+        | tr '\r' '\n' | grep -a 'requests per second' | tail -1 | awk '{print $(NF-3)}')
+  rcli flushall >/dev/null
+  dq=$(bench --json push -n 200000 -c 64 | tail -1)
+  echo "$dq"
+  python3 - "$rb" "$dq" <<'PY'
+import json, sys
+rb = float(sys.argv[1]); dq = json.loads(sys.argv[2])["jobs_per_sec"]
+print(f"redis-benchmark EVALSHA push.lua: {rb:,.0f}/s   dq push over HTTP: {dq:,.0f}/s   ratio {dq/rb:.2f}")
+PY
+  rcli flushall >/dev/null
+fi
+
+if want batch; then
+  echo; echo "== batch pushes of 100, 64-byte body, 16 connections"
+  bench push -n 500000 -c 16 --batch 100 | head -1
+  rcli flushall >/dev/null
+fi
+
+if want reserve; then
+  echo; echo "== reserve + ack, 64 workers, one job per reserve"
+  bench reserve-ack -n 100000 -c 64 | head -1
+  rcli flushall >/dev/null
+fi
+
+if want memory; then
+  echo; echo "== Redis memory and commands per delayed job (100,000 single pushes, 64-byte body)"
+  rcli flushall >/dev/null
+  bench push -n 1000 -c 8 --warmup 0 --topic warm >/dev/null # load the script, create the counts hash
+  m0=$(info memory used_memory); c0=$(info stats total_commands_processed)
+  bench push -n 100000 -c 64 --warmup 0 >/dev/null
+  m1=$(info memory used_memory); c1=$(info stats total_commands_processed)
+  python3 -c "print(f'memory per job: {($m1-$m0)/100000:.0f} bytes   commands per push (EVALSHA + inner calls): {($c1-$c0)/100000:.2f}')"
+  rcli flushall >/dev/null
+fi
+
+if want lateness; then
+  echo; echo "== lateness (reserved-at - due): 2,000 jobs/s due over 10 s, 2 timers, long-poll workers"
+  bench lateness --rate 2000 --seconds 10 | head -12
+fi
+
+if want burst; then
+  echo; echo "== burst: 100,000 jobs due in the same millisecond"
+  bench burst -n 100000 | head -8
+fi
+
+if want kill; then
+  echo; echo "== lateness while one of the two timers is killed (kill -9) halfway"
+  bench lateness --rate 2000 --seconds 10 --kill-pid "${timer_pids[0]}" --kill-at 0.5 | head -12
+fi
