@@ -14,8 +14,6 @@ cargo build --workspace --bins --locked
 echo "==> tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
-  # nextest does not run doctests.
-  cargo test --workspace --doc --locked
 else
   cargo test --workspace --locked --no-fail-fast
 fi

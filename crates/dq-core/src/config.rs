@@ -429,6 +429,14 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_is_the_defaults() {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/dq.toml"));
+        let from_file = Settings::load_from(Some(path), env(&[])).unwrap();
+        let defaults = Settings::load_from(None, env(&[])).unwrap();
+        assert_eq!(format!("{from_file:?}"), format!("{defaults:?}"));
+    }
+
+    #[test]
     fn missing_file_is_an_error() {
         let err = Settings::load_from(Some(Path::new("/nonexistent/dq.toml")), env(&[])).unwrap_err();
         assert!(err.to_string().contains("dq.toml"), "{err}");
