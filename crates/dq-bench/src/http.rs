@@ -5,7 +5,7 @@
 //! per-request URL parsing. Each load task owns one [`Conn`] — a single
 //! keep-alive TCP connection with `TCP_NODELAY`, driven by hyper's low-level
 //! `http1` handshake — and sends its requests on it one after the other. Every
-//! subcommand (push, reserve-ack, and later ones) builds on this module.
+//! subcommand (push, reserve-ack, lateness, burst) builds on this module.
 
 use std::sync::Arc;
 
@@ -33,9 +33,7 @@ impl Target {
     /// Parses a base URL such as `http://127.0.0.1:6789` (only `http`; a path
     /// prefix is allowed and prepended to every request path).
     pub fn parse(url: &str) -> Result<Arc<Self>> {
-        let uri: Uri = url
-            .parse()
-            .with_context(|| format!("`{url}` is not a valid URL"))?;
+        let uri: Uri = url.parse().with_context(|| format!("`{url}` is not a valid URL"))?;
         match uri.scheme_str() {
             Some("http") => {}
             Some(other) => bail!("`{url}`: only http:// is supported, not {other}://"),
@@ -55,8 +53,7 @@ impl Target {
         }
         Ok(Arc::new(Self {
             addr: format!("{host}:{port}"),
-            host: HeaderValue::from_str(authority.as_str())
-                .context("the URL's host is not a valid Host header")?,
+            host: HeaderValue::from_str(authority.as_str()).context("the URL's host is not a valid Host header")?,
             prefix,
         }))
     }
@@ -129,18 +126,32 @@ impl Conn {
     /// re-opened by the next request (so one dropped connection does not end
     /// the task). Any status, 2xx or not, is an `Ok` [`Reply`].
     pub async fn post_json(&mut self, uri: Uri, body: Bytes) -> Result<Reply> {
+        self.send(Method::POST, uri, Some(body)).await
+    }
+
+    /// Sends `GET uri` and reads the whole answer; errors as for [`Self::post_json`].
+    pub async fn get(&mut self, uri: Uri) -> Result<Reply> {
+        self.send(Method::GET, uri, None).await
+    }
+
+    /// Sends one request (a JSON body when `body` is given) and reads the answer.
+    async fn send(&mut self, method: Method, uri: Uri, body: Option<Bytes>) -> Result<Reply> {
         let sender = match &mut self.sender {
             Some(s) if !s.is_closed() => s,
             slot => slot.insert(handshake(&self.target).await?),
         };
+        let has_body = body.is_some();
+        let body = body.unwrap_or_default();
         let len = body.len();
         let mut req = Request::new(Full::new(body));
-        *req.method_mut() = Method::POST;
+        *req.method_mut() = method;
         *req.uri_mut() = uri;
         let headers = req.headers_mut();
         headers.insert(HOST, self.target.host.clone());
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
+        if has_body {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
+        }
 
         let result = async {
             sender.ready().await.context("connection not ready")?;

@@ -8,7 +8,10 @@
 //! runtime and dispatches; each subcommand lives in its own module and returns
 //! a [`report::Report`], which is printed the same way for all of them.
 
+mod burst;
+mod due;
 mod http;
+mod lateness;
 mod push;
 mod report;
 mod reserve_ack;
@@ -52,6 +55,10 @@ enum Command {
     Push(push::PushArgs),
     /// Fill a topic with N ready jobs, then reserve and ack them with C workers.
     ReserveAck(reserve_ack::ReserveAckArgs),
+    /// Push jobs falling due at a steady rate; measure how late long-poll workers get them.
+    Lateness(lateness::LatenessArgs),
+    /// Push N jobs due in the same ms; measure how soon all are ready.
+    Burst(burst::BurstArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,7 +69,7 @@ fn main() -> ExitCode {
             if cli.common.json {
                 println!("{}", report.json_line());
             }
-            if report.errors > 0 {
+            if report.is_failure() {
                 ExitCode::FAILURE
             } else {
                 ExitCode::SUCCESS
@@ -87,6 +94,8 @@ fn run(cli: &Cli) -> Result<Report> {
         match &cli.command {
             Command::Push(args) => push::run(&target, args).await,
             Command::ReserveAck(args) => reserve_ack::run(&target, args).await,
+            Command::Lateness(args) => lateness::run(&target, args).await,
+            Command::Burst(args) => burst::run(&target, args).await,
         }
     })?;
     Ok(report.with("threads", cli.common.threads))
@@ -111,34 +120,69 @@ mod tests {
         let Command::Push(p) = cli.command else {
             panic!("not push")
         };
-        assert_eq!(
-            (p.jobs, p.connections, p.batch, p.body_bytes),
-            (10, 64, 1, 64)
-        );
-        assert_eq!(
-            (p.topic.as_str(), p.delay_ms, p.warmup),
-            ("bench", 3_600_000, 2000)
-        );
+        assert_eq!((p.jobs, p.connections, p.batch, p.body_bytes), (10, 64, 1, 64));
+        assert_eq!((p.topic.as_str(), p.delay_ms, p.warmup), ("bench", 3_600_000, 2000));
 
-        let cli = Cli::try_parse_from([
-            "dq-bench",
-            "--threads",
-            "2",
-            "reserve-ack",
-            "--no-fill",
-            "-c",
-            "8",
-        ])
-        .unwrap();
+        let cli = Cli::try_parse_from(["dq-bench", "--threads", "2", "reserve-ack", "--no-fill", "-c", "8"]).unwrap();
         assert_eq!(cli.common.threads, 2);
         let Command::ReserveAck(r) = cli.command else {
             panic!("not reserve-ack")
         };
         assert!(r.no_fill);
+        assert_eq!((r.jobs, r.connections, r.topic.as_str()), (100_000, 8, "bench-ra"));
+    }
+
+    #[test]
+    fn parses_lateness_and_burst() {
+        let cli = Cli::try_parse_from(["dq-bench", "lateness"]).unwrap();
+        let Command::Lateness(l) = cli.command else {
+            panic!("not lateness")
+        };
         assert_eq!(
-            (r.jobs, r.connections, r.topic.as_str()),
-            (100_000, 8, "bench-ra")
+            (l.rate, l.seconds, l.lead_ms, l.workers, l.connections),
+            (2000, 10, 3000, 16, 8)
         );
+        assert_eq!(
+            (l.topic, l.deadline_ms, l.kill_pid, l.kill_at),
+            (None, 30_000, None, 0.5)
+        );
+
+        let cli = Cli::try_parse_from([
+            "dq-bench",
+            "lateness",
+            "--kill-pid",
+            "42",
+            "--kill-at",
+            "0.3",
+            "--topic",
+            "x",
+        ])
+        .unwrap();
+        let Command::Lateness(l) = cli.command else {
+            panic!("not lateness")
+        };
+        assert_eq!((l.kill_pid, l.kill_at, l.topic.as_deref()), (Some(42), 0.3, Some("x")));
+
+        let cli = Cli::try_parse_from(["dq-bench", "burst"]).unwrap();
+        let Command::Burst(b) = cli.command else {
+            panic!("not burst")
+        };
+        assert_eq!(
+            (b.jobs, b.lead_ms, b.connections, b.deadline_ms, b.poll_ms),
+            (100_000, 10_000, 8, 30_000, 10)
+        );
+        assert!(b.cleanup && b.topic.is_none());
+        for (flag, cleanup) in [
+            (&["--cleanup"][..], true),
+            (&["--cleanup", "false"], false),
+            (&["--cleanup=false"], false),
+        ] {
+            let args = ["dq-bench", "burst", "-n", "5"].iter().chain(flag).copied();
+            let Command::Burst(b) = Cli::try_parse_from(args).unwrap().command else {
+                panic!("not burst")
+            };
+            assert_eq!((b.jobs, b.cleanup), (5, cleanup), "{flag:?}");
+        }
     }
 
     #[test]
@@ -149,6 +193,12 @@ mod tests {
             &["dq-bench", "push", "--batch", "0"],
             &["dq-bench", "reserve-ack", "-n", "0"],
             &["dq-bench", "--threads", "0", "push"],
+            &["dq-bench", "lateness", "--rate", "0"],
+            &["dq-bench", "lateness", "--kill-at", "0.5"],
+            &["dq-bench", "lateness", "--kill-pid", "1", "--kill-at", "1.5"],
+            &["dq-bench", "lateness", "--workers", "0"],
+            &["dq-bench", "burst", "-n", "0"],
+            &["dq-bench", "burst", "--poll-ms", "0"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }

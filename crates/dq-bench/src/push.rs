@@ -65,10 +65,7 @@ pub async fn run(target: &Arc<Target>, args: &PushArgs) -> Result<Report> {
     let conns = if args.warmup > 0 {
         let warm = push_phase(conns, &plan, args.warmup).await?;
         if let Some(e) = warm.errors.first() {
-            bail!(
-                "warm-up failed ({} errors); first: {e}",
-                warm.errors.count()
-            );
+            bail!("warm-up failed ({} errors); first: {e}", warm.errors.count());
         }
         warm.conns
     } else {
@@ -76,21 +73,16 @@ pub async fn run(target: &Arc<Target>, args: &PushArgs) -> Result<Report> {
     };
 
     let done = push_phase(conns, &plan, args.jobs).await?;
-    Ok(Report::new(
-        "push",
-        done.jobs_ok,
-        done.elapsed,
-        "request",
-        &done.hist,
-        &done.errors,
+    Ok(
+        Report::new("push", done.jobs_ok, done.elapsed, "request", &done.hist, &done.errors)
+            .with("connections", args.connections)
+            .with("batch", args.batch)
+            .with("body_bytes", args.body_bytes)
+            .with("topic", args.topic.as_str())
+            .with("delay_ms", args.delay_ms)
+            .with("warmup", args.warmup)
+            .with("requests", done.hist.len()),
     )
-    .with("connections", args.connections)
-    .with("batch", args.batch)
-    .with("body_bytes", args.body_bytes)
-    .with("topic", args.topic.as_str())
-    .with("delay_ms", args.delay_ms)
-    .with("warmup", args.warmup)
-    .with("requests", done.hist.len()))
 }
 
 /// A JSON string body whose serialized text is exactly `size` bytes
@@ -131,19 +123,9 @@ pub struct PushPlan {
 
 impl PushPlan {
     /// Plans pushes of `body` (JSON text) to `topic`, `batch` jobs per request.
-    pub fn new(
-        target: &Target,
-        topic: &str,
-        body: String,
-        delay_ms: u64,
-        batch: usize,
-    ) -> Result<Self> {
+    pub fn new(target: &Target, topic: &str, body: String, delay_ms: u64, batch: usize) -> Result<Self> {
         let body = RawValue::from_string(body).context("the job body is not valid JSON")?;
-        let uri = target.uri(if batch > 1 {
-            "/v1/jobs/batch"
-        } else {
-            "/v1/jobs"
-        })?;
+        let uri = target.uri(if batch > 1 { "/v1/jobs/batch" } else { "/v1/jobs" })?;
         let mut plan = Self {
             topic: topic.to_string(),
             body,
@@ -219,20 +201,17 @@ struct BatchReply<'a> {
 }
 
 /// Parses a batch answer for `n` jobs into `(pushed, failed)`.
-fn count_batch_results(body: &[u8], n: usize) -> Result<(u64, u64)> {
+pub fn count_batch_results(body: &[u8], n: usize) -> Result<(u64, u64)> {
     let reply: BatchReply = serde_json::from_slice(body).context("unreadable batch answer")?;
     if reply.results.len() != n {
-        bail!(
-            "batch answer has {} results for {n} jobs",
-            reply.results.len()
-        );
+        bail!("batch answer has {} results for {n} jobs", reply.results.len());
     }
     let failed = reply.results.iter().filter(|r| r.error.is_some()).count() as u64;
     Ok((n as u64 - failed, failed))
 }
 
 /// The first item error of a batch answer, as JSON text.
-fn first_item_error(body: &[u8]) -> String {
+pub fn first_item_error(body: &[u8]) -> String {
     serde_json::from_slice::<BatchReply>(body)
         .ok()
         .and_then(|r| r.results.into_iter().find_map(|i| i.error))
@@ -400,15 +379,9 @@ mod tests {
         let single = plan(1);
         assert_eq!(single.check(1, &reply(201, "{}"), &errors), 1);
         assert_eq!(errors.count(), 0);
-        assert_eq!(
-            single.check(1, &reply(400, r#"{"error":"bad"}"#), &errors),
-            0
-        );
+        assert_eq!(single.check(1, &reply(400, r#"{"error":"bad"}"#), &errors), 0);
         assert_eq!(errors.count(), 1);
-        assert_eq!(
-            errors.first(),
-            Some(r#"HTTP 400 Bad Request: {"error":"bad"}"#)
-        );
+        assert_eq!(errors.first(), Some(r#"HTTP 400 Bad Request: {"error":"bad"}"#));
 
         let errors = Errors::default();
         let batch = plan(3);

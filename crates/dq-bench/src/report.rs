@@ -3,7 +3,9 @@
 //! Every subcommand measures the same way — each load task records its
 //! request latencies in its own HDR histogram (microseconds, so recording is
 //! lock-free and cheap), the histograms are merged once the timed phase ends,
-//! and the result is summarised as throughput plus p50/p90/p99/max in ms.
+//! and the result is summarised as throughput plus p50/p90/p99/p99.9/max in
+//! ms. A run can also end in a verdict ([`Report::failure`]) for benchmarks
+//! that check correctness (lost or duplicated jobs, a deadline missed).
 //! Keeping that here gives all subcommands one human format and one JSON line
 //! format, so their numbers can be compared and parsed by the same scripts.
 
@@ -85,6 +87,8 @@ pub struct Percentiles {
     pub p90_ms: f64,
     /// 99th percentile.
     pub p99_ms: f64,
+    /// 99.9th percentile.
+    pub p999_ms: f64,
     /// Largest.
     pub max_ms: f64,
 }
@@ -101,16 +105,18 @@ impl Percentiles {
             p50_ms: ms(hist.value_at_quantile(0.50)),
             p90_ms: ms(hist.value_at_quantile(0.90)),
             p99_ms: ms(hist.value_at_quantile(0.99)),
+            p999_ms: ms(hist.value_at_quantile(0.999)),
             max_ms: ms(hist.max()),
         }
     }
 
     /// `(name, value)` pairs for the JSON line, each name prefixed.
-    fn json_fields(&self, prefix: &str) -> [(String, Value); 4] {
+    fn json_fields(&self, prefix: &str) -> [(String, Value); 5] {
         [
             (format!("{prefix}p50_ms"), round(self.p50_ms, 3).into()),
             (format!("{prefix}p90_ms"), round(self.p90_ms, 3).into()),
             (format!("{prefix}p99_ms"), round(self.p99_ms, 3).into()),
+            (format!("{prefix}p999_ms"), round(self.p999_ms, 3).into()),
             (format!("{prefix}max_ms"), round(self.max_ms, 3).into()),
         ]
     }
@@ -136,6 +142,8 @@ pub struct Report {
     pub first_error: Option<String>,
     /// Run parameters and extra counters, shown after the standard fields.
     pub extras: Vec<(String, Value)>,
+    /// Why the run failed its check, if it did (the process then exits 1).
+    pub failure: Option<String>,
 }
 
 impl Report {
@@ -157,13 +165,13 @@ impl Report {
             errors: errors.count(),
             first_error: errors.first().map(str::to_string),
             extras: Vec::new(),
+            failure: None,
         }
     }
 
     /// Adds a further latency summary.
     pub fn with_latency(mut self, label: &str, hist: &Hist) -> Self {
-        self.more_latencies
-            .push((label.to_string(), Percentiles::of(hist)));
+        self.more_latencies.push((label.to_string(), Percentiles::of(hist)));
         self
     }
 
@@ -171,6 +179,17 @@ impl Report {
     pub fn with(mut self, name: &str, value: impl Into<Value>) -> Self {
         self.extras.push((name.to_string(), value.into()));
         self
+    }
+
+    /// Marks the run as failed (exit status 1) for `reason`.
+    pub fn failed(mut self, reason: impl Into<String>) -> Self {
+        self.failure = Some(reason.into());
+        self
+    }
+
+    /// Whether the run should exit with status 1: errors, or a failed check.
+    pub fn is_failure(&self) -> bool {
+        self.errors > 0 || self.failure.is_some()
     }
 
     /// Jobs per second of wall time (0 when no time passed).
@@ -208,18 +227,21 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "  {:<12} {:>10} {:>9} {:>9} {:>9} {:>9}",
-            "latency ms", "count", "p50", "p90", "p99", "max"
+            "  {:<12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "latency ms", "count", "p50", "p90", "p99", "p99.9", "max"
         );
         for (label, p) in std::iter::once(&self.latency).chain(&self.more_latencies) {
             let _ = writeln!(
                 out,
-                "  {:<12} {:>10} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
-                label, p.count, p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms
+                "  {:<12} {:>10} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                label, p.count, p.p50_ms, p.p90_ms, p.p99_ms, p.p999_ms, p.max_ms
             );
         }
         if let Some(e) = &self.first_error {
             let _ = writeln!(out, "  first error: {e}");
+        }
+        if let Some(f) = &self.failure {
+            let _ = writeln!(out, "  FAILED: {f}");
         }
         out
     }
@@ -240,6 +262,9 @@ impl Report {
         fields.extend(self.extras.iter().cloned());
         if let Some(e) = &self.first_error {
             fields.push(("first_error".into(), shorten(e, 300).into()));
+        }
+        if let Some(f) = &self.failure {
+            fields.push(("failure".into(), shorten(f, 300).into()));
         }
         serde_json::to_string(&Ordered(&fields)).expect("a report always serializes")
     }
@@ -278,12 +303,13 @@ mod tests {
 
     #[test]
     fn percentiles_of_known_values() {
-        // 1..=1000 µs: p50 ≈ 0.5 ms, p90 ≈ 0.9 ms, p99 ≈ 0.99 ms, max 1 ms.
+        // 1..=1000 µs: p50 ≈ 0.5 ms, p90 ≈ 0.9 ms, p99 ≈ 0.99 ms, p99.9 ≈ 0.999 ms, max 1 ms.
         let p = Percentiles::of(&hist_of(1..=1000));
         assert_eq!(p.count, 1000);
         assert!((p.p50_ms - 0.500).abs() < 0.001, "{p:?}");
         assert!((p.p90_ms - 0.900).abs() < 0.001, "{p:?}");
         assert!((p.p99_ms - 0.990).abs() < 0.001, "{p:?}");
+        assert!((p.p999_ms - 0.999).abs() < 0.001, "{p:?}");
         assert!((p.max_ms - 1.000).abs() < 0.001, "{p:?}");
         assert_eq!(Percentiles::of(&new_hist()), Percentiles::default());
     }
@@ -338,17 +364,16 @@ mod tests {
         assert!(!line.contains('\n'));
         assert!(
             line.starts_with(
-                r#"{"bench":"reserve-ack","jobs":1000,"seconds":0.5,"jobs_per_sec":2000.0,"p50_ms":0.5,"p90_ms":0.9,"p99_ms":0.99,"max_ms":1.0,"errors":0,"reserve_p50_ms":2.0,"#
+                r#"{"bench":"reserve-ack","jobs":1000,"seconds":0.5,"jobs_per_sec":2000.0,"p50_ms":0.5,"p90_ms":0.9,"p99_ms":0.99,"p999_ms":0.999,"max_ms":1.0,"errors":0,"reserve_p50_ms":2.0,"#
             ),
             "{line}"
         );
-        assert!(
-            line.ends_with(r#""connections":64,"topic":"bench-ra"}"#),
-            "{line}"
-        );
+        assert!(line.ends_with(r#""connections":64,"topic":"bench-ra"}"#), "{line}");
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["reserve_max_ms"], 2.0);
         assert!(v.get("first_error").is_none());
+        assert!(v.get("failure").is_none());
+        assert!(!sample().is_failure());
     }
 
     #[test]
@@ -361,21 +386,28 @@ mod tests {
         assert_eq!(v["jobs_per_sec"], 0.0);
         assert_eq!(v["p99_ms"], 0.0);
         assert_eq!(v["first_error"], "HTTP 400 Bad Request: {\"error\":1}");
+        assert!(r.is_failure());
+    }
+
+    #[test]
+    fn failed_checks_are_reported() {
+        let r = sample().failed("3 jobs missing");
+        assert!(r.is_failure());
+        let v: Value = serde_json::from_str(&r.json_line()).unwrap();
+        assert_eq!(v["failure"], "3 jobs missing");
+        assert_eq!(r.human().lines().last(), Some("  FAILED: 3 jobs missing"));
     }
 
     #[test]
     fn human_report_lines() {
         let text = sample().human();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(
-            lines[0],
-            "reserve-ack: 1000 jobs in 0.500 s = 2000.0 jobs/s, 0 errors"
-        );
+        assert_eq!(lines[0], "reserve-ack: 1000 jobs in 0.500 s = 2000.0 jobs/s, 0 errors");
         assert_eq!(lines[1], "  connections=64 topic=bench-ra");
         assert!(lines[2].trim_start().starts_with("latency ms"));
         assert_eq!(
             lines[3],
-            "  cycle              1000     0.500     0.900     0.990     1.000"
+            "  cycle              1000     0.500     0.900     0.990     0.999     1.000"
         );
         assert!(lines[4].starts_with("  reserve               1     2.000"));
         assert_eq!(lines.len(), 5);

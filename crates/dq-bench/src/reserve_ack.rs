@@ -88,39 +88,26 @@ pub async fn run(target: &Arc<Target>, args: &ReserveAckArgs) -> Result<Report> 
     let ack = report::merge(tallies.iter().map(|t| &t.ack));
     let acked: u64 = tallies.iter().map(|t| t.acked).sum();
     let empty: u64 = tallies.iter().map(|t| t.empty_reserves).sum();
-    let mut report = Report::new(
-        "reserve-ack",
-        acked,
-        elapsed,
-        "cycle",
-        &cycle,
-        &shared.errors,
-    )
-    .with_latency("reserve", &reserve)
-    .with_latency("ack", &ack)
-    .with("connections", args.connections)
-    .with("body_bytes", args.body_bytes)
-    .with("topic", args.topic.as_str())
-    .with("reserves", reserve.len())
-    .with("empty_reserves", empty);
+    let mut report = Report::new("reserve-ack", acked, elapsed, "cycle", &cycle, &shared.errors)
+        .with_latency("reserve", &reserve)
+        .with_latency("ack", &ack)
+        .with("connections", args.connections)
+        .with("body_bytes", args.body_bytes)
+        .with("topic", args.topic.as_str())
+        .with("reserves", reserve.len())
+        .with("empty_reserves", empty);
     if let Some(s) = fill_seconds {
         report = report.with("fill_seconds", (s * 1000.0).round() / 1000.0);
     }
     if acked < args.jobs && shared.errors.count() == 0 {
-        eprintln!(
-            "note: the topic ran dry after {acked} of {} jobs",
-            args.jobs
-        );
+        eprintln!("note: the topic ran dry after {acked} of {} jobs", args.jobs);
     }
     Ok(report)
 }
 
 /// Pushes N ready jobs in batches; fails if any push fails.
 async fn fill(target: &Arc<Target>, args: &ReserveAckArgs) -> Result<f64> {
-    eprintln!(
-        "filling topic `{}` with {} ready jobs ...",
-        args.topic, args.jobs
-    );
+    eprintln!("filling topic `{}` with {} ready jobs ...", args.topic, args.jobs);
     let plan = Arc::new(PushPlan::new(
         target,
         &args.topic,
@@ -163,7 +150,7 @@ fn reserve_body(topic: &str) -> Bytes {
 }
 
 /// The ack request for a reservation.
-fn ack_body(receipt: &str) -> Bytes {
+pub fn ack_body(receipt: &str) -> Bytes {
     #[derive(Serialize)]
     struct AckJson<'a> {
         receipt: &'a str,
@@ -231,10 +218,7 @@ async fn worker(
             break;
         }
         let t0 = Instant::now();
-        let reply = match conn
-            .post_json(reserve_uri.clone(), reserve_body.clone())
-            .await
-        {
+        let reply = match conn.post_json(reserve_uri.clone(), reserve_body.clone()).await {
             Ok(r) => r,
             Err(e) => {
                 errors.add(1, || format!("reserve: {e:#}"));
@@ -251,9 +235,7 @@ async fn worker(
         let jobs = match serde_json::from_slice::<ReserveReply>(&reply.body) {
             Ok(r) => r.jobs,
             Err(e) => {
-                errors.add(1, || {
-                    format!("reserve: unreadable answer ({e}): {}", reply.describe())
-                });
+                errors.add(1, || format!("reserve: unreadable answer ({e}): {}", reply.describe()));
                 continue;
             }
         };
@@ -300,10 +282,7 @@ mod tests {
             reserve_body("bench-ra"),
             Bytes::from_static(br#"{"topics":["bench-ra"],"count":1,"timeout_ms":0}"#)
         );
-        assert_eq!(
-            ack_body("r\"1"),
-            Bytes::from_static(br#"{"receipt":"r\"1"}"#)
-        );
+        assert_eq!(ack_body("r\"1"), Bytes::from_static(br#"{"receipt":"r\"1"}"#));
     }
 
     #[test]

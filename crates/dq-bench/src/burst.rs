@@ -1,0 +1,267 @@
+//! `dq-bench burst`: how fast does a burst of jobs due in the same instant
+//! become ready?
+//!
+//! N jobs are pushed (batches of 1000) all with `run_at = due`, where due is
+//! `--lead-ms` after the push starts; if pushing takes longer than that the
+//! run fails, since jobs would be due before they were all in. At `due` the
+//! bench polls `GET /v1/stats` every `--poll-ms` until the topic's ready (plus
+//! reserved and dead, though nothing reserves them) count reaches N, and
+//! reports when the first job and when all of them were ready, relative to
+//! `due`. The times are those of the poll answers, so they are upper bounds
+//! with the poll interval plus one stats request as resolution. Afterwards
+//! (`--cleanup`, on by default) the topic is drained over 16 connections.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use clap::{ArgAction, Args};
+use serde_json::Value;
+
+use crate::due;
+use crate::http::{Conn, Target};
+use crate::report::{self, Errors, Report};
+
+/// Jobs per push request.
+const PUSH_BATCH: u64 = 1000;
+/// Connections that drain the topic afterwards.
+const DRAIN_CONNECTIONS: usize = 16;
+/// Long poll of the drain when not everything was ready (the timer may still be promoting).
+const DRAIN_WAIT_MS: u64 = 1000;
+
+/// Options of `dq-bench burst`.
+#[derive(Debug, Args)]
+pub struct BurstArgs {
+    /// Jobs in the burst, all due in the same ms.
+    #[arg(short = 'n', long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub jobs: u64,
+    /// Time from the start of pushing to the due time, in ms; pushing must end before it.
+    #[arg(long, default_value_t = 10_000)]
+    pub lead_ms: u64,
+    /// Topic to use (default: `bench-burst-<random>`, so runs don't mix).
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Connections used to push the jobs.
+    #[arg(short = 'c', long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub connections: u32,
+    /// Give up waiting for all jobs to be ready this long after the due time, in ms.
+    #[arg(long, default_value_t = 30_000)]
+    pub deadline_ms: u64,
+    /// Interval between stats polls, in ms.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub poll_ms: u64,
+    /// Drain the topic afterwards (reserve and ack everything), leaving Redis clean.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub cleanup: bool,
+}
+
+/// A topic's job counts, as `GET /v1/stats` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    /// Waiting for their due time.
+    pub delayed: u64,
+    /// Due, waiting for a consumer.
+    pub ready: u64,
+    /// Reserved by a consumer.
+    pub reserved: u64,
+    /// Out of attempts.
+    pub dead: u64,
+}
+
+impl Counts {
+    /// The counts of `topic` in a stats answer (all zero when it is not listed).
+    pub fn of(stats: &Value, topic: &str) -> Self {
+        let t = &stats["topics"][topic];
+        let n = |state: &str| t[state].as_u64().unwrap_or(0);
+        Self {
+            delayed: n("delayed"),
+            ready: n("ready"),
+            reserved: n("reserved"),
+            dead: n("dead"),
+        }
+    }
+
+    /// Jobs that are due and were promoted: ready, or past ready.
+    pub fn promoted(&self) -> u64 {
+        self.ready + self.reserved + self.dead
+    }
+}
+
+/// Runs `dq-bench burst`.
+pub async fn run(target: &Arc<Target>, args: &BurstArgs) -> Result<Report> {
+    let topic = args.topic.clone().unwrap_or_else(|| due::random_topic("bench-burst"));
+    let n = args.jobs;
+    let mut stats_conn = Conn::connect(Arc::clone(target)).await?;
+    let stats_uri = target.uri("/v1/stats")?;
+
+    let due = due::unix_ms() + args.lead_ms as i64;
+    eprintln!("burst: {n} jobs on `{topic}`, all due in {} ms", args.lead_ms);
+    let pushed = due::push_all(
+        target,
+        args.connections as usize,
+        &topic,
+        n,
+        PUSH_BATCH,
+        Arc::new(move |_| due),
+    )
+    .await?;
+    let pushed_at = due::unix_ms();
+    let push_seconds = pushed.elapsed.as_secs_f64();
+    let problem = if let Some(e) = pushed.errors.first() {
+        Some(format!(
+            "pushing failed for {} of {n} jobs (topic `{topic}`); first error: {e}",
+            pushed.errors.count()
+        ))
+    } else if pushed_at >= due {
+        Some(format!(
+            "pushing {n} jobs took {push_seconds:.3} s, longer than --lead-ms {} (the jobs were due before all \
+             were pushed); raise --lead-ms or lower -n",
+            args.lead_ms
+        ))
+    } else {
+        None
+    };
+    if let Some(problem) = problem {
+        if args.cleanup {
+            cleanup(target, &topic, DRAIN_WAIT_MS).await;
+        }
+        bail!(problem);
+    }
+    eprintln!(
+        "pushed {n} jobs in {push_seconds:.3} s ({:.0} jobs/s); {} ms to the due time",
+        n as f64 / push_seconds.max(f64::MIN_POSITIVE),
+        due - pushed_at
+    );
+
+    due::sleep_until_unix_ms(due).await;
+    let errors = Errors::default();
+    let mut poll_hist = report::new_hist();
+    let mut ticker = tokio::time::interval(Duration::from_millis(args.poll_ms));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let give_up_us = (due + args.deadline_ms as i64) * 1000;
+    let mut first_ready_us = None;
+    let mut all_ready_us = None;
+    let mut last = Counts::default();
+    loop {
+        ticker.tick().await;
+        let t0 = Instant::now();
+        let result = stats_conn.get(stats_uri.clone()).await;
+        let now_us = due::unix_us();
+        report::record(&mut poll_hist, t0.elapsed());
+        match result {
+            Ok(reply) if reply.is_success() => match serde_json::from_slice::<Value>(&reply.body) {
+                Ok(v) => {
+                    last = Counts::of(&v, &topic);
+                    let since_due = now_us - due * 1000;
+                    if last.promoted() > 0 && first_ready_us.is_none() {
+                        first_ready_us = Some(since_due);
+                    }
+                    if last.promoted() >= n {
+                        all_ready_us = Some(since_due);
+                        break;
+                    }
+                }
+                Err(e) => errors.add(1, || format!("stats: unreadable answer ({e}): {}", reply.describe())),
+            },
+            Ok(reply) => errors.add(1, || format!("stats: {}", reply.describe())),
+            Err(e) => errors.add(1, || format!("stats: {e:#}")),
+        }
+        if now_us >= give_up_us {
+            break;
+        }
+    }
+
+    let secs = |us: i64| (us as f64 / 1e6 * 1e4).round() / 1e4;
+    let elapsed_us = all_ready_us.unwrap_or(give_up_us - due * 1000).max(0);
+    let mut report = Report::new(
+        "burst",
+        last.promoted(),
+        Duration::from_micros(elapsed_us as u64),
+        "stats-poll",
+        &poll_hist,
+        &errors,
+    )
+    .with_latency("push", &pushed.hist)
+    .with("expected", n)
+    .with("push_seconds", secs((push_seconds * 1e6) as i64))
+    .with("first_ready_seconds", first_ready_us.map(secs))
+    .with("all_ready_seconds", all_ready_us.map(secs))
+    .with("ready", last.ready)
+    .with("delayed", last.delayed)
+    .with("polls", poll_hist.len())
+    .with("poll_ms", args.poll_ms)
+    .with("lead_ms", args.lead_ms)
+    .with("deadline_ms", args.deadline_ms)
+    .with("connections", args.connections)
+    .with("topic", topic.as_str());
+    if all_ready_us.is_none() {
+        report = report.failed(format!(
+            "only {} of {n} jobs ready {} ms after the due time ({} still delayed)",
+            last.promoted(),
+            args.deadline_ms,
+            last.delayed
+        ));
+    }
+    if args.cleanup {
+        let wait = if all_ready_us.is_some() { 0 } else { DRAIN_WAIT_MS };
+        let drained = cleanup(target, &topic, wait).await;
+        if drained < n {
+            eprintln!(
+                "cleanup: {} jobs of `{topic}` were not ready and are left in Redis",
+                n - drained
+            );
+        }
+        report = report.with("drained", drained);
+    }
+    Ok(report)
+}
+
+/// Drains `topic`, reporting problems on stderr (they don't fail the run).
+async fn cleanup(target: &Arc<Target>, topic: &str, wait_ms: u64) -> u64 {
+    let t0 = Instant::now();
+    match due::drain(target, topic, DRAIN_CONNECTIONS, wait_ms).await {
+        Ok(d) => {
+            eprintln!(
+                "cleanup: drained {} jobs in {:.3} s",
+                d.acked,
+                t0.elapsed().as_secs_f64()
+            );
+            if let Some(e) = d.errors.first() {
+                eprintln!("cleanup: {} errors; first: {e}", d.errors.count());
+            }
+            d.acked
+        }
+        Err(e) => {
+            eprintln!("cleanup failed: {e:#}");
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_topic_counts() {
+        let stats = json!({"topics": {
+            "a": {"delayed": 5, "ready": 7, "reserved": 1, "dead": 2},
+            "b": {"ready": 3}
+        }, "shards": []});
+        let a = Counts::of(&stats, "a");
+        assert_eq!(
+            a,
+            Counts {
+                delayed: 5,
+                ready: 7,
+                reserved: 1,
+                dead: 2
+            }
+        );
+        assert_eq!(a.promoted(), 10);
+        assert_eq!(Counts::of(&stats, "b").promoted(), 3);
+        assert_eq!(Counts::of(&stats, "c"), Counts::default());
+        assert_eq!(Counts::of(&json!({}), "a"), Counts::default());
+    }
+}
