@@ -56,7 +56,8 @@ pub async fn run(target: &Arc<Target>, args: &ReserveAckArgs) -> Result<Report> 
     };
 
     let reserve_uri = target.uri("/v1/reserve")?;
-    let reserve_body = reserve_body(&args.topic);
+    // One job per reserve, no long poll.
+    let reserve_body = crate::due::reserve_body(&args.topic, 1, 0);
     let conns = Conn::connect_many(target, args.connections as usize).await?;
     let shared = Arc::new(Shared {
         claimed: AtomicU64::new(0),
@@ -131,22 +132,6 @@ async fn fill(target: &Arc<Target>, args: &ReserveAckArgs) -> Result<f64> {
         done.jobs_ok as f64 / secs.max(f64::MIN_POSITIVE)
     );
     Ok(secs)
-}
-
-/// The reserve request: one job of `topic`, no long poll.
-fn reserve_body(topic: &str) -> Bytes {
-    #[derive(Serialize)]
-    struct ReserveJson<'a> {
-        topics: [&'a str; 1],
-        count: u32,
-        timeout_ms: u64,
-    }
-    let json = serde_json::to_vec(&ReserveJson {
-        topics: [topic],
-        count: 1,
-        timeout_ms: 0,
-    });
-    Bytes::from(json.expect("a reserve request always serializes"))
 }
 
 /// The ack request for a reservation.
@@ -279,7 +264,7 @@ mod tests {
     #[test]
     fn request_bodies() {
         assert_eq!(
-            reserve_body("bench-ra"),
+            crate::due::reserve_body("bench-ra", 1, 0),
             Bytes::from_static(br#"{"topics":["bench-ra"],"count":1,"timeout_ms":0}"#)
         );
         assert_eq!(ack_body("r\"1"), Bytes::from_static(br#"{"receipt":"r\"1"}"#));
