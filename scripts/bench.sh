@@ -40,7 +40,7 @@ if want push; then
   sha=$(rcli script load "$(cat crates/dq-core/src/lua/push.lua)")
   body='"'$(printf 'x%.0s' $(seq 62))'"'
   rb=$(redis-benchmark -p "$rport" -c 64 -n 200000 -r 1000000000 -q EVALSHA "$sha" 4 dq:counts dq:job:rb__rand_int__ \
-        dq:delayed:3 dq:ready:rb dq:wake:ready dq:wake:timer rb__rand_int__ rb "$body" 3600000 "" 30000 10 \
+        dq:delayed:3 dq:ready:rb dq:wake:ready dq:wake:timer rb__rand_int__ rb "$body" 3600000 "" 30000 10 0 \
         | tr '\r' '\n' | grep -ao '[0-9.]* requests per second' | tail -1 | awk '{print $1}')
   rcli flushall >/dev/null
   dq=$(bench --json push -n 200000 -c 64 | tail -1)

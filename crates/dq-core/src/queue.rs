@@ -248,7 +248,9 @@ impl Queue {
                 Schedule::Delay(d) => inv.arg(d).arg(""),
                 Schedule::At(at) => inv.arg("").arg(at),
             };
-            inv.arg(job.ttr_ms).arg(job.max_attempts);
+            inv.arg(job.ttr_ms)
+                .arg(job.max_attempts)
+                .arg(if job.id.is_some() { "1" } else { "0" });
         }
         let out: Vec<Value> = shard.invoke(&inv).await?;
         let bad = |what: &str| Error::Redis {
@@ -648,10 +650,13 @@ fn parse_job(id: &str, mut f: HashMap<String, Vec<u8>>) -> std::result::Result<J
         state,
         run_at: num(take("r"), "no run_at")?,
         ttr_ms: num(take("ttr"), "no ttr")? as u64,
-        attempts: num(take("a"), "no attempts")? as u32,
+        // Absent until the first reservation.
+        attempts: take("a").map_or(Ok(0), |a| num(Some(a), "bad attempts"))? as u32,
         max_attempts: num(take("m"), "no max_attempts")? as u32,
         created_at: num(take("c"), "no created_at")?,
         last_error: take("e"),
-        deadline: take("d").and_then(|s| s.parse().ok()),
+        deadline: take("d")
+            .and_then(|s| s.parse().ok())
+            .filter(|_| state == State::Reserved),
     })
 }

@@ -5,8 +5,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use dq_core::job::validate_id;
-use dq_core::{Job, NewJob, PushRequest, Schedule};
-use serde::Deserialize;
+use dq_core::{Job, NewJob, PushRequest, Schedule, State as JobState};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use serde_json::value::RawValue;
 
@@ -14,12 +14,30 @@ use crate::AppState;
 use crate::body::JsonBody;
 use crate::error::ApiError;
 
+/// `POST /v1/jobs` answer.
+#[derive(Serialize)]
+pub struct PushAnswer {
+    /// Given or generated id.
+    id: String,
+    /// The job's topic.
+    topic: String,
+    /// `delayed` or `ready`.
+    state: JobState,
+    /// Due time, Unix ms.
+    run_at: i64,
+}
+
 /// `POST /v1/jobs`: 201 `{id, topic, state, run_at}`.
 pub async fn push(State(app): State<AppState>, JsonBody(req): JsonBody<PushRequest>) -> Result<Response, ApiError> {
     let job = app.queue.validate(req)?;
     let topic = job.topic.clone();
     let pushed = app.queue.push(job).await?;
-    let body = json!({"id": pushed.id, "topic": topic, "state": pushed.state, "run_at": pushed.run_at});
+    let body = PushAnswer {
+        id: pushed.id,
+        topic,
+        state: pushed.state,
+        run_at: pushed.run_at,
+    };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 

@@ -27,8 +27,8 @@ use tokio_util::sync::CancellationToken;
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    /// The queue over all shards.
-    pub queue: Queue,
+    /// The queue over all shards (shared: handlers clone the state per request).
+    pub queue: Arc<Queue>,
     /// Wakes long-polling reservers when their topics get ready jobs.
     pub ready: Arc<ReadySignals>,
     /// Cancelled when the server drains: long polls answer at once.
@@ -54,7 +54,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     let ready = Arc::new(ReadySignals::default());
     let listeners = ready.listen(queue.shards(), queue.keys().ready_channel(), shutdown.clone());
     let state = AppState {
-        queue,
+        queue: Arc::new(queue),
         ready,
         shutdown: shutdown.clone(),
     };

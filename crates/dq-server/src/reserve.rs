@@ -7,12 +7,20 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use dq_core::Reservation;
 use dq_core::job::{validate_id, validate_topic};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::AppState;
 use crate::body::JsonBody;
 use crate::error::ApiError;
+
+/// `POST /v1/reserve` answer. A typed struct, not `json!`: that would turn each job's raw body into a
+/// `serde_json::Value`, parsing it again on every reserve.
+#[derive(Serialize)]
+pub struct Reserved {
+    /// The reserved jobs; empty when none became ready in time.
+    jobs: Vec<Reservation>,
+}
 
 /// `POST /v1/reserve` body.
 #[derive(Deserialize)]
@@ -35,7 +43,7 @@ pub struct ReserveRequest {
 pub async fn reserve(
     State(app): State<AppState>,
     JsonBody(req): JsonBody<ReserveRequest>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Reserved>, ApiError> {
     let limits = app.queue.limits();
     if req.topics.is_empty() {
         return Err(ApiError::invalid("`topics` must name at least one topic"));
@@ -89,12 +97,12 @@ pub async fn reserve(
         }
         let jobs: Vec<Reservation> = app.queue.reserve(&topics, count).await?;
         if !jobs.is_empty() || timeout == 0 {
-            return Ok(Json(json!({ "jobs": jobs })));
+            return Ok(Json(Reserved { jobs }));
         }
         tokio::select! {
             _ = dq_core::wake::changed_any(&mut signals) => {}
-            _ = tokio::time::sleep_until(deadline) => return Ok(Json(json!({ "jobs": [] }))),
-            _ = app.shutdown.cancelled() => return Ok(Json(json!({ "jobs": [] }))),
+            _ = tokio::time::sleep_until(deadline) => return Ok(Json(Reserved { jobs: Vec::new() })),
+            _ = app.shutdown.cancelled() => return Ok(Json(Reserved { jobs: Vec::new() })),
         }
     }
 }

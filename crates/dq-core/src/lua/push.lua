@@ -7,8 +7,9 @@
 -- KEYS[3 + 3*(i-1)]: job i's delay bucket (<prefix>:delayed:<bucket>)
 -- KEYS[4 + 3*(i-1)]: job i's ready queue  (<prefix>:ready:<topic>)
 -- ARGV[1]: ready wake channel    ARGV[2]: timer wake channel
--- ARGV[3 + 7*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
---          delay_ms is given), ttr_ms, max_attempts
+-- ARGV[3 + 8*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
+--          delay_ms is given), ttr_ms, max_attempts, check ("1": the producer chose the id, refuse it when
+--          taken; "0": a fresh ULID minted by dq, which no live job can have, so the lookup is skipped)
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken), state, run_at.
 --
 -- Due times come from this server's clock (TIME), never from the caller's (invariant 2).
@@ -26,9 +27,9 @@ local tally = {}   -- "<topic>:<state>" -> jobs added
 local n = (#KEYS - 1) / 3
 for i = 0, n - 1 do
   local job = KEYS[2 + 3 * i]
-  local a = 3 + 7 * i
+  local a = 3 + 8 * i
   local id, topic = ARGV[a], ARGV[a + 1]
-  if redis.call('EXISTS', job) == 1 then
+  if ARGV[a + 7] == '1' and redis.call('EXISTS', job) == 1 then
     out[#out + 1] = 0
     out[#out + 1] = ''
     out[#out + 1] = 0
@@ -42,8 +43,9 @@ for i = 0, n - 1 do
     elseif earliest[zset] == nil or run_at < earliest[zset] then
       earliest[zset] = run_at
     end
+    -- Attempts ('a') start absent, read as 0: reserve creates the field.
     redis.call('HSET', job, 't', topic, 'b', ARGV[a + 2], 'r', run_at, 'ttr', ARGV[a + 5], 'm', ARGV[a + 6],
-      'a', 0, 'c', now, 's', state)
+      'c', now, 's', state)
     if adds[zset] == nil then
       adds[zset] = {}
       order[#order + 1] = zset
