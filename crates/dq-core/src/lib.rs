@@ -1,12 +1,14 @@
 //! dq-core: what every dq process shares.
 //!
 //! - [`job`]: the job model and the checks on what producers send.
+//! - [`condition`]: retry conditions on a callback's answer, parsed once and evaluated safely.
 //! - [`keys`]: the Redis key layout; [`scripts`]: the Lua scripts, one per atomic operation.
 //! - [`shard`]: pools per Redis shard and the placement of jobs on shards and buckets.
 //! - [`queue`]: the typed async API over the scripts.
 //! - [`wake`]: pub/sub wake-ups for long polls and timers.
 //! - [`config`], [`signals`], [`telemetry`]: settings, drain on signals, logs and metrics.
 
+pub mod condition;
 pub mod config;
 pub mod error;
 pub mod job;

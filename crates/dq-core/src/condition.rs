@@ -1,0 +1,1 @@
+//! Retry conditions (being written).
