@@ -102,7 +102,7 @@ pub async fn run(target: &Arc<Target>, args: &BurstArgs) -> Result<Report> {
         &topic,
         n,
         PUSH_BATCH,
-        Arc::new(move |_| due),
+        Arc::new(move |_| Some(due)),
     )
     .await?;
     let pushed_at = due::unix_ms();

@@ -1,11 +1,12 @@
 //! Pieces shared by the benchmarks that measure the timer end to end
-//! (`lateness` and `burst`).
+//! (`lateness` and `burst`, and `deliver` through dq-consumer).
 //!
-//! Both push jobs with an explicit `run_at` (Unix ms, wall clock) and an id
-//! `<topic>-<i>`, so a received job tells which one it is and when it was due;
-//! both read the wall clock to compare with those due times (server, timer and
-//! bench share one machine, hence one clock); both can kill a process and
-//! leave the topic empty afterwards. The pure parts — the due-time schedule
+//! They push jobs with an id `<topic>-<i>` and an explicit `run_at` (Unix ms,
+//! wall clock; only `deliver`'s throughput mode leaves it out), so a received
+//! job tells which one it is and when it was due; they read the wall clock to
+//! compare with those due times (server, timer and bench share one machine,
+//! hence one clock); `lateness` and `burst` can kill a process and leave the
+//! topic empty afterwards. The pure parts — the due-time schedule
 //! and the accounting of missing and duplicated ids — are unit tested here.
 
 use std::borrow::Cow;
@@ -224,13 +225,14 @@ impl Seen {
     }
 }
 
-/// One job of a batch push with an id and a due time.
+/// One job of a batch push with an id and a due time (none: ready at once).
 #[derive(Serialize)]
 struct JobJson<'a> {
     topic: &'a str,
     id: String,
     body: &'a RawValue,
-    run_at: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_at: Option<i64>,
 }
 
 /// A batch push request.
@@ -240,8 +242,8 @@ struct BatchJson<'a> {
 }
 
 /// The `POST /v1/jobs/batch` body for jobs `first..first + n` of `topic`,
-/// job `i` due at `run_at(i)`.
-pub fn batch_body(topic: &str, first: u64, n: u64, run_at: impl Fn(u64) -> i64) -> Bytes {
+/// job `i` due at `run_at(i)` (`None`: no due time, so ready at once).
+pub fn batch_body(topic: &str, first: u64, n: u64, run_at: impl Fn(u64) -> Option<i64>) -> Bytes {
     let body: &RawValue = serde_json::from_str(JOB_BODY).expect("the job body is valid JSON");
     let jobs = (first..first + n)
         .map(|i| JobJson {
@@ -267,14 +269,15 @@ pub struct Pushed {
 }
 
 /// Pushes jobs `0..n` of `topic` over `connections` connections, `batch` per
-/// request, job `i` due at `run_at(i)`; jobs are claimed in index order.
+/// request, job `i` due at `run_at(i)` (`None`: ready at once); jobs are
+/// claimed in index order.
 pub async fn push_all(
     target: &Arc<Target>,
     connections: usize,
     topic: &str,
     n: u64,
     batch: u64,
-    run_at: Arc<dyn Fn(u64) -> i64 + Send + Sync>,
+    run_at: Arc<dyn Fn(u64) -> Option<i64> + Send + Sync>,
 ) -> Result<Pushed> {
     let conns = Conn::connect_many(target, connections).await?;
     let uri = target.uri("/v1/jobs/batch")?;
@@ -616,7 +619,7 @@ mod tests {
 
     #[test]
     fn batch_bodies_carry_ids_and_due_times() {
-        let body = batch_body("t", 10, 3, |i| 1000 + i as i64);
+        let body = batch_body("t", 10, 3, |i| Some(1000 + i as i64));
         let v: Value = serde_json::from_slice(&body).unwrap();
         let jobs = v["jobs"].as_array().unwrap();
         assert_eq!(jobs.len(), 3);
@@ -626,6 +629,12 @@ mod tests {
         );
         assert_eq!(jobs[2]["id"], "t-12");
         assert_eq!(jobs[2]["run_at"], 1012);
+        // Without a due time the field is left out: the job is ready at once.
+        let body = batch_body("t", 0, 1, |_| None);
+        assert_eq!(
+            body,
+            Bytes::from_static(br#"{"jobs":[{"topic":"t","id":"t-0","body":{}}]}"#)
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! per-request URL parsing. Each load task owns one [`Conn`] — a single
 //! keep-alive TCP connection with `TCP_NODELAY`, driven by hyper's low-level
 //! `http1` handshake — and sends its requests on it one after the other. Every
-//! subcommand (push, reserve-ack, lateness, burst) builds on this module.
+//! subcommand (push, reserve-ack, lateness, burst, deliver) builds on this
+//! module; `sink` is the other side, an HTTP server (see `sink`).
 
 use std::sync::Arc;
 
@@ -132,6 +133,16 @@ impl Conn {
     /// Sends `GET uri` and reads the whole answer; errors as for [`Self::post_json`].
     pub async fn get(&mut self, uri: Uri) -> Result<Reply> {
         self.send(Method::GET, uri, None).await
+    }
+
+    /// Sends `PUT uri` with a JSON body and reads the whole answer; errors as for [`Self::post_json`].
+    pub async fn put_json(&mut self, uri: Uri, body: Bytes) -> Result<Reply> {
+        self.send(Method::PUT, uri, Some(body)).await
+    }
+
+    /// Sends `DELETE uri` and reads the whole answer; errors as for [`Self::post_json`].
+    pub async fn delete(&mut self, uri: Uri) -> Result<Reply> {
+        self.send(Method::DELETE, uri, None).await
     }
 
     /// Sends one request (a JSON body when `body` is given) and reads the answer.

@@ -148,7 +148,7 @@ pub async fn run(target: &Arc<Target>, args: &LatenessArgs) -> Result<Report> {
         &topic,
         n,
         PUSH_BATCH,
-        Arc::new(move |i| schedule.due_ms(i)),
+        Arc::new(move |i| Some(schedule.due_ms(i))),
     )
     .await?;
     let pushed_at = due::unix_ms();

@@ -1,5 +1,9 @@
 //! `dq-bench`: a load tool for a running dq-server.
 //!
+//! For push delivery it is also the receiving end: `sink` is a callback
+//! server, and `deliver` runs one in-process to measure delivery through
+//! dq-consumer end to end.
+//!
 //! It drives the HTTP API with a fixed number of keep-alive connections and
 //! prints throughput and latency percentiles for people, plus one JSON line
 //! with `--json` for scripts. It runs on the same small box as the server and
@@ -9,12 +13,14 @@
 //! a [`report::Report`], which is printed the same way for all of them.
 
 mod burst;
+mod deliver;
 mod due;
 mod http;
 mod lateness;
 mod push;
 mod report;
 mod reserve_ack;
+mod sink;
 
 use std::process::ExitCode;
 
@@ -59,6 +65,10 @@ enum Command {
     Lateness(lateness::LatenessArgs),
     /// Push N jobs due in the same ms; measure how soon all are ready.
     Burst(burst::BurstArgs),
+    /// Serve push-delivery callbacks until SIGINT/SIGTERM; count them and measure their lateness.
+    Sink(sink::SinkArgs),
+    /// Register a topic with an in-process sink as callback, push N jobs, measure delivery end to end.
+    Deliver(deliver::DeliverArgs),
 }
 
 fn main() -> ExitCode {
@@ -96,6 +106,8 @@ fn run(cli: &Cli) -> Result<Report> {
             Command::ReserveAck(args) => reserve_ack::run(&target, args).await,
             Command::Lateness(args) => lateness::run(&target, args).await,
             Command::Burst(args) => burst::run(&target, args).await,
+            Command::Sink(args) => sink::run(args).await,
+            Command::Deliver(args) => deliver::run(&target, args).await,
         }
     })?;
     Ok(report.with("threads", cli.common.threads))
@@ -186,6 +198,73 @@ mod tests {
     }
 
     #[test]
+    fn parses_sink_and_deliver() {
+        let cli = Cli::try_parse_from(["dq-bench", "sink"]).unwrap();
+        let Command::Sink(s) = cli.command else {
+            panic!("not sink")
+        };
+        assert_eq!(
+            (s.listen.to_string().as_str(), s.status, s.reply.as_str(), s.delay_ms),
+            ("127.0.0.1:0", 200, r#"{"ok":true}"#, 0)
+        );
+        let cli = Cli::try_parse_from([
+            "dq-bench",
+            "sink",
+            "--listen",
+            "0.0.0.0:9000",
+            "--status",
+            "503",
+            "--reply",
+            "",
+            "--delay-ms",
+            "250",
+        ])
+        .unwrap();
+        let Command::Sink(s) = cli.command else {
+            panic!("not sink")
+        };
+        assert_eq!(
+            (s.listen.to_string().as_str(), s.status, s.reply.as_str(), s.delay_ms),
+            ("0.0.0.0:9000", 503, "", 250)
+        );
+
+        let cli = Cli::try_parse_from(["dq-bench", "deliver", "--json"]).unwrap();
+        assert!(cli.common.json);
+        let Command::Deliver(d) = cli.command else {
+            panic!("not deliver")
+        };
+        assert_eq!(
+            (d.jobs, d.concurrency, d.rate, d.lead_ms, d.connections, d.deadline_ms),
+            (50_000, 64, 0, 3000, 8, 60_000)
+        );
+        assert_eq!(
+            (d.topic, d.sink_listen.to_string().as_str(), d.callback_url),
+            (None, "127.0.0.1:0", None)
+        );
+        assert_eq!((d.sink_delay_ms, d.settle_ms, d.linger_ms), (0, 2000, 1000));
+        let cli = Cli::try_parse_from([
+            "dq-bench",
+            "deliver",
+            "-n",
+            "10",
+            "--rate",
+            "500",
+            "--connections",
+            "2",
+            "--topic",
+            "t",
+        ])
+        .unwrap();
+        let Command::Deliver(d) = cli.command else {
+            panic!("not deliver")
+        };
+        assert_eq!(
+            (d.jobs, d.rate, d.connections, d.topic.as_deref()),
+            (10, 500, 2, Some("t"))
+        );
+    }
+
+    #[test]
     fn rejects_bad_values() {
         for args in [
             &["dq-bench", "push", "--body-bytes", "1"][..],
@@ -199,6 +278,12 @@ mod tests {
             &["dq-bench", "lateness", "--workers", "0"],
             &["dq-bench", "burst", "-n", "0"],
             &["dq-bench", "burst", "--poll-ms", "0"],
+            &["dq-bench", "sink", "--status", "600"],
+            &["dq-bench", "sink", "--status", "199"],
+            &["dq-bench", "sink", "--listen", "localhost"],
+            &["dq-bench", "deliver", "-n", "0"],
+            &["dq-bench", "deliver", "--concurrency", "0"],
+            &["dq-bench", "deliver", "-c", "0"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }

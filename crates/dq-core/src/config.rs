@@ -41,6 +41,8 @@ pub struct Settings {
     pub shutdown: ShutdownSettings,
     /// dq-timer's batch sizes and bucket leases.
     pub timer: TimerSettings,
+    /// How processes follow the topic registry.
+    pub topics: TopicSettings,
     /// Log format and level.
     pub log: LogSettings,
 }
@@ -216,6 +218,21 @@ impl Default for TimerSettings {
     }
 }
 
+/// The topic registry as every process follows it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopicSettings {
+    /// How often a process re-reads the registry: the bound on how long a registration change takes to
+    /// reach every dq-server and dq-consumer.
+    pub refresh_ms: u64,
+}
+
+impl Default for TopicSettings {
+    fn default() -> Self {
+        Self { refresh_ms: 1000 }
+    }
+}
+
 /// Logging.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -342,6 +359,9 @@ impl Settings {
         // Scripts unpack a batch onto Lua's stack, which holds about 8000 values.
         if !(1..=5000).contains(&self.timer.batch_size) {
             return Err(invalid("timer.batch_size", "must be between 1 and 5000"));
+        }
+        if self.topics.refresh_ms == 0 {
+            return Err(invalid("topics.refresh_ms", "must be at least 1"));
         }
         if self.timer.renew_ms == 0 {
             return Err(invalid("timer.renew_ms", "must be at least 1"));

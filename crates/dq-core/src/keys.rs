@@ -58,6 +58,16 @@ impl Keys {
         format!("{}:meta", self.prefix)
     }
 
+    /// The topic registry, kept whole on every shard: a hash of topic → `<version> <config JSON>`.
+    pub fn topics(&self) -> String {
+        format!("{}:topics", self.prefix)
+    }
+
+    /// Events for dq-checker (a job died): a list of JSON objects, newest first, capped at 10,000.
+    pub fn events(&self) -> String {
+        format!("{}:events", self.prefix)
+    }
+
     /// Live timers: a sorted set of timer id → heartbeat expiry (ms).
     pub fn timers(&self) -> String {
         format!("{}:timers", self.prefix)
@@ -95,6 +105,8 @@ mod tests {
         assert_eq!(k.counts(), "dq:counts");
         assert_eq!(k.meta(), "dq:meta");
         assert_eq!(k.timers(), "dq:timers");
+        assert_eq!(k.topics(), "dq:topics");
+        assert_eq!(k.events(), "dq:events");
         assert_eq!(k.leases(), "dq:leases");
         assert_eq!(k.ready_channel(), "dq:wake:ready");
         assert_eq!(k.timer_channel(), "dq:wake:timer");

@@ -4,7 +4,8 @@
 //! - [`condition`]: retry conditions on a callback's answer, parsed once and evaluated safely.
 //! - [`keys`]: the Redis key layout; [`scripts`]: the Lua scripts, one per atomic operation.
 //! - [`shard`]: pools per Redis shard and the placement of jobs on shards and buckets.
-//! - [`queue`]: the typed async API over the scripts.
+//! - [`queue`]: the typed async API over the scripts; [`registry`]: topics on every shard, dead letters.
+//! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks.
 //! - [`wake`]: pub/sub wake-ups for long polls and timers.
 //! - [`config`], [`signals`], [`telemetry`]: settings, drain on signals, logs and metrics.
 
@@ -14,13 +15,16 @@ pub mod error;
 pub mod job;
 pub mod keys;
 pub mod queue;
+pub mod registry;
 pub mod scripts;
 pub mod shard;
 pub mod signals;
 pub mod telemetry;
+pub mod topic;
 pub mod wake;
 
 pub use config::Settings;
 pub use error::{Error, Result};
 pub use job::{Job, NewJob, PushRequest, Pushed, Reservation, Schedule, State};
 pub use queue::Queue;
+pub use topic::TopicConfig;

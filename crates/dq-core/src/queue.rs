@@ -105,6 +105,11 @@ impl Queue {
         &self.limits
     }
 
+    /// Job defaults (`jobs.*`).
+    pub fn defaults(&self) -> &JobDefaults {
+        &self.defaults
+    }
+
     /// Checks a push and fills in defaults; nothing touches Redis.
     pub fn validate(&self, req: PushRequest) -> Result<NewJob> {
         NewJob::from_request(req, &self.limits, &self.defaults, unix_ms())
@@ -333,6 +338,17 @@ impl Queue {
     /// are asked in an order that starts at a random one, so reservers spread over shards; within a shard
     /// the topics' priority holds exactly.
     pub async fn reserve(&self, topics: &[String], count: usize) -> Result<Vec<Reservation>> {
+        self.reserve_with(topics, count, None).await
+    }
+
+    /// [`Queue::reserve`], with each reservation lasting at least `least_ttr_ms` (dq-consumer's
+    /// reservations must outlive the callback's timeout, whatever the job's own TTR).
+    pub async fn reserve_with(
+        &self,
+        topics: &[String],
+        count: usize,
+        least_ttr_ms: Option<u64>,
+    ) -> Result<Vec<Reservation>> {
         let all = self.shards.all();
         let start = if all.len() > 1 {
             rand::rng().random_range(0..all.len())
@@ -346,7 +362,7 @@ impl Queue {
                 break;
             }
             let shard = &all[(start + k) % all.len()];
-            match self.reserve_on(shard, topics, count - out.len()).await {
+            match self.reserve_on(shard, topics, count - out.len(), least_ttr_ms).await {
                 Ok(mut got) => out.append(&mut got),
                 Err(e) => last_err = Some(e),
             }
@@ -363,7 +379,13 @@ impl Queue {
         }
     }
 
-    async fn reserve_on(&self, shard: &Shard, topics: &[String], count: usize) -> Result<Vec<Reservation>> {
+    async fn reserve_on(
+        &self,
+        shard: &Shard,
+        topics: &[String],
+        count: usize,
+        least_ttr_ms: Option<u64>,
+    ) -> Result<Vec<Reservation>> {
         let mut inv = scripts::RESERVE.prepare_invoke();
         inv.key(self.keys.reserved()).key(self.keys.counts());
         for t in topics {
@@ -371,6 +393,10 @@ impl Queue {
         }
         let nonce: u64 = rand::rng().random();
         inv.arg(self.keys.prefix()).arg(count).arg(format!("{nonce:016x}"));
+        match least_ttr_ms {
+            Some(t) => inv.arg(t),
+            None => inv.arg(""),
+        };
         let out: Vec<Value> = shard.invoke(&inv).await?;
         let bad = || Error::Redis {
             shard: shard.index,
@@ -431,6 +457,7 @@ impl Queue {
             .key(self.keys.reserved())
             .key(self.keys.delayed(self.shards.bucket_of(id)))
             .key(self.keys.counts())
+            .key(self.keys.events())
             .arg(self.keys.prefix())
             .arg(id)
             .arg(receipt)
@@ -512,6 +539,7 @@ impl Queue {
         let mut inv = scripts::EXPIRE.prepare_invoke();
         inv.key(self.keys.reserved())
             .key(self.keys.counts())
+            .key(self.keys.events())
             .arg(self.keys.prefix())
             .arg(limit)
             .arg(self.keys.ready_channel());

@@ -62,6 +62,26 @@ script!(
 );
 
 script!(
+    /// Write a topic's registration on one shard unless it holds a newer one.
+    TOPIC_SET,
+    "topic_set.lua"
+);
+script!(
+    /// Dead jobs back to ready.
+    REQUEUE,
+    "requeue.lua"
+);
+script!(
+    /// Delete dead jobs.
+    PURGE,
+    "purge.lua"
+);
+script!(
+    /// Hand a reservation back unfinished (drain).
+    RELEASE,
+    "release.lua"
+);
+script!(
     /// A timer's heartbeat: claim its fair share of buckets (the timer).
     BALANCE,
     "balance.lua"
@@ -90,6 +110,6 @@ mod tests {
             assert!(this.contains(&format!("\"{name}\"")), "{name} is not loaded");
             n += 1;
         }
-        assert_eq!(n, 10);
+        assert_eq!(n, 14);
     }
 }

@@ -25,8 +25,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
         if bytes.is_empty() {
             return Err(ApiError::invalid("a JSON body is required"));
         }
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::invalid(format!("invalid request body: {e}")))
+        // serde fills a struct from an array too; every request body of ours is an object.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError::invalid("the request body must be a JSON object"));
+        }
+        // The path names the field in nested bodies (`retry.max_attempts`), which serde's message omits.
+        let de = &mut serde_json::Deserializer::from_slice(&bytes);
+        serde_path_to_error::deserialize(de).map(JsonBody).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "." || path.is_empty() {
+                ApiError::invalid(format!("invalid request body: {}", e.inner()))
+            } else {
+                ApiError::invalid(format!("invalid request body at `{path}`: {}", e.inner()))
+            }
+        })
     }
 }

@@ -29,7 +29,9 @@ pub struct PushAnswer {
 
 /// `POST /v1/jobs`: 201 `{id, topic, state, run_at}`.
 pub async fn push(State(app): State<AppState>, JsonBody(req): JsonBody<PushRequest>) -> Result<Response, ApiError> {
-    let job = app.queue.validate(req)?;
+    let registry = app.topics.snapshot();
+    let config = registry.get(&req.topic);
+    let job = app.queue.validate_for(req, config)?;
     let topic = job.topic.clone();
     let pushed = app.queue.push(job).await?;
     let body = PushAnswer {
@@ -65,11 +67,13 @@ pub async fn push_many(
             req.jobs.len()
         )));
     }
+    let registry = app.topics.snapshot();
     let mut jobs: Vec<NewJob> = Vec::with_capacity(req.jobs.len());
     for (i, raw) in req.jobs.iter().enumerate() {
         let parsed: PushRequest =
             serde_json::from_str(raw.get()).map_err(|e| ApiError::invalid(format!("jobs[{i}]: {e}")))?;
-        let job = app.queue.validate(parsed).map_err(|e| {
+        let config = registry.get(&parsed.topic);
+        let job = app.queue.validate_for(parsed, config).map_err(|e| {
             let mut err = ApiError::from(e);
             err.message = format!("jobs[{i}]: {}", err.message);
             err

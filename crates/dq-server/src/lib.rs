@@ -4,6 +4,7 @@
 //! - [`body`]: the JSON body extractor that refuses bad input with those errors.
 //! - [`jobs`]: push, push many, look up, cancel, reschedule.
 //! - [`reserve`]: reserve (with long poll), ack, nack, touch.
+//! - [`topics`]: the topic registry, pause and resume, dead letters.
 //! - [`probes`]: stats, `/healthz`, `/readyz`, `/metrics`.
 
 pub mod body;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod jobs;
 pub mod probes;
 pub mod reserve;
+pub mod topics;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +21,7 @@ use anyhow::Context;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path};
 use axum::routing::{get, post};
+use dq_core::registry::TopicCache;
 use dq_core::wake::ReadySignals;
 use dq_core::{Queue, Settings};
 use tokio::net::TcpListener;
@@ -29,6 +32,8 @@ use tokio_util::sync::CancellationToken;
 pub struct AppState {
     /// The queue over all shards (shared: handlers clone the state per request).
     pub queue: Arc<Queue>,
+    /// The topic registry as last read (defaults for pushes, paused topics for reserve).
+    pub topics: Arc<TopicCache>,
     /// Wakes long-polling reservers when their topics get ready jobs.
     pub ready: Arc<ReadySignals>,
     /// Cancelled when the server drains: long polls answer at once.
@@ -53,8 +58,11 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     dq_core::telemetry::prometheus();
     let ready = Arc::new(ReadySignals::default());
     let listeners = ready.listen(queue.shards(), queue.keys().ready_channel(), shutdown.clone());
+    let refresh = Duration::from_millis(settings.topics.refresh_ms);
+    let topics = TopicCache::start(queue.clone(), refresh, shutdown.clone()).await;
     let state = AppState {
         queue: Arc::new(queue),
+        topics,
         ready,
         shutdown: shutdown.clone(),
     };
@@ -98,6 +106,15 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/nack", post(reserve::nack))
         .route("/v1/jobs/{id}/touch", post(reserve::touch))
         .route("/v1/reserve", post(reserve::reserve))
+        .route("/v1/topics", get(topics::list))
+        .route(
+            "/v1/topics/{topic}",
+            get(topics::get).put(topics::put).delete(topics::delete),
+        )
+        .route("/v1/topics/{topic}/pause", post(topics::pause))
+        .route("/v1/topics/{topic}/resume", post(topics::resume))
+        .route("/v1/topics/{topic}/dead", get(topics::dead).delete(topics::purge))
+        .route("/v1/topics/{topic}/dead/requeue", post(topics::requeue))
         .route("/v1/stats", get(probes::stats))
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))

@@ -85,6 +85,9 @@ pub async fn reserve(
         }
     };
 
+    // A paused topic hands out nothing; when all are paused, the long poll just runs out.
+    let registry = app.topics.snapshot();
+    topics.retain(|t| !registry.get(t).is_some_and(|c| c.paused));
     let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout);
     let mut signals: Vec<_> = if timeout > 0 {
         topics.iter().map(|t| app.ready.subscribe(t)).collect()
@@ -95,7 +98,11 @@ pub async fn reserve(
         for s in &mut signals {
             s.borrow_and_update();
         }
-        let jobs: Vec<Reservation> = app.queue.reserve(&topics, count).await?;
+        let jobs: Vec<Reservation> = if topics.is_empty() {
+            Vec::new()
+        } else {
+            app.queue.reserve(&topics, count).await?
+        };
         if !jobs.is_empty() || timeout == 0 {
             return Ok(Json(Reserved { jobs }));
         }

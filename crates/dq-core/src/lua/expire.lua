@@ -4,10 +4,11 @@
 --
 -- KEYS[1]: the reserved set (<prefix>:reserved)
 -- KEYS[2]: counts hash (<prefix>:counts)
+-- KEYS[3]: events list (<prefix>:events), where a job's death is recorded for dq-checker's alerts
 -- ARGV[1]: key prefix   ARGV[2]: most jobs to handle in this call   ARGV[3]: ready wake channel
 -- Returns: {back to ready, dead, next_deadline (-1 when none is reserved), now}
 
-local reserved, counts = KEYS[1], KEYS[2]
+local reserved, counts, events = KEYS[1], KEYS[2], KEYS[3]
 local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -27,6 +28,9 @@ for _, id in ipairs(expired) do
       redis.call('ZADD', prefix .. ':dead:' .. topic, now, id)
       redis.call('HSET', job, 's', 'dead')
       redis.call('HINCRBY', counts, topic .. ':dead', 1)
+      redis.call('LPUSH', events, cjson.encode({kind = 'dead', topic = topic, id = id, attempts = attempts,
+        error = 'reservation expired (ttr)', at = now}))
+      redis.call('LTRIM', events, 0, 9999)
       to_dead = to_dead + 1
     else
       local ready = prefix .. ':ready:' .. topic

@@ -5,12 +5,13 @@
 -- KEYS[2]: the reserved set (<prefix>:reserved)
 -- KEYS[3]: the job's delay bucket (<prefix>:delayed:<bucket>)
 -- KEYS[4]: counts hash (<prefix>:counts)
+-- KEYS[5]: events list (<prefix>:events), where a job's death is recorded for dq-checker's alerts
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: receipt   ARGV[4]: error text ("" for none)
 -- ARGV[5]: delay_ms chosen by the caller ("" to use the backoff list)   ARGV[6]: ready wake channel
 -- ARGV[7]: timer wake channel   ARGV[8..]: backoff list in ms: the i-th after the i-th failure, the last repeats
 -- Returns: {1, state, run_at} (state 'delayed', 'ready' or 'dead'), {0} no such job, {-1} stale receipt.
 
-local job, reserved, bucket, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local job, reserved, bucket, counts, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, id = ARGV[1], ARGV[2]
 local rec = redis.call('HMGET', job, 't', 's', 'rc', 'a', 'm')
 local topic = rec[1]
@@ -29,6 +30,9 @@ if max > 0 and attempts >= max then
   redis.call('ZADD', prefix .. ':dead:' .. topic, now, id)
   redis.call('HSET', job, 's', 'dead')
   redis.call('HINCRBY', counts, topic .. ':dead', 1)
+  redis.call('LPUSH', events, cjson.encode({kind = 'dead', topic = topic, id = id, attempts = attempts,
+    error = ARGV[4], at = now}))
+  redis.call('LTRIM', events, 0, 9999)
   return {1, 'dead', now}
 end
 

@@ -5,10 +5,12 @@
 -- KEYS[2]: counts hash (<prefix>:counts)
 -- KEYS[3..]: ready queues (<prefix>:ready:<topic>), highest priority first
 -- ARGV[1]: key prefix   ARGV[2]: count   ARGV[3]: receipt nonce (random, from the caller)
+-- ARGV[4]: least TTR in ms ("" for none): dq-consumer's reservations must outlive its callback's timeout
 -- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at.
 
 local reserved, counts = KEYS[1], KEYS[2]
 local prefix, want, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local least_ttr = tonumber(ARGV[4]) or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
@@ -25,7 +27,7 @@ for k = 3, #KEYS do
       taken = taken + 1
       local attempt = redis.call('HINCRBY', job, 'a', 1)
       local receipt = nonce .. '.' .. taken
-      local deadline = now + tonumber(rec[3])
+      local deadline = now + math.max(tonumber(rec[3]), least_ttr)
       redis.call('HSET', job, 's', 'reserved', 'rc', receipt, 'd', deadline)
       redis.call('ZADD', reserved, deadline, id)
       redis.call('HINCRBY', counts, rec[1] .. ':ready', -1)

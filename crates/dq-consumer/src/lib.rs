@@ -1,0 +1,157 @@
+//! dq-consumer: delivers the ready jobs of every topic that has a callback, by HTTP POST.
+//!
+//! - [`deliver`]: one POST and what its answer means (2xx, a body, and the retry condition false).
+//! - [`worker`]: one topic's loop: reserve as many jobs as there are free delivery slots, deliver each,
+//!   ack or nack it.
+//!
+//! This module follows the topic registry and keeps one worker per deliverable topic. On SIGTERM,
+//! SIGINT or SIGUSR2 it stops reserving, lets deliveries in flight finish within `shutdown.grace_ms`
+//! (acking or retrying them by their outcome), hands back the ones still running after that for
+//! immediate redelivery, and returns.
+
+pub mod deliver;
+pub mod worker;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use dq_core::registry::TopicCache;
+use dq_core::wake::ReadySignals;
+use dq_core::{Queue, Settings};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::worker::{Plan, Shared, TopicWorker};
+
+/// Default `/metrics` address of dq-consumer.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9792";
+
+/// A running topic worker, as the supervisor holds it.
+struct Running {
+    /// Sends the worker its topic's new plan when the registration changes.
+    plan: watch::Sender<Arc<Plan>>,
+    /// Stops the worker's reserving (deliveries in flight go on).
+    stop: CancellationToken,
+    /// The worker's loop.
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Delivers until `shutdown`, then drains.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let queue = Queue::new(&settings)?;
+    if let Err(e) = queue.check_layout().await {
+        anyhow::bail!("{e}");
+    }
+    let listen = settings
+        .metrics
+        .listen
+        .clone()
+        .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
+    let (_, metrics) = dq_core::telemetry::serve_metrics(&listen, shutdown.clone())
+        .await
+        .with_context(|| format!("cannot serve metrics on {listen} (metrics.listen)"))?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(4096)
+        .tcp_nodelay(true)
+        .no_proxy()
+        .build()
+        .context("cannot build the HTTP client")?;
+    let ready = Arc::new(ReadySignals::default());
+    let listeners = ready.listen(queue.shards(), queue.keys().ready_channel(), shutdown.clone());
+    let refresh = Duration::from_millis(settings.topics.refresh_ms);
+    // The registry refresher keeps going through the drain; it stops with `background`.
+    let background = CancellationToken::new();
+    let topics = TopicCache::start(queue.clone(), refresh, background.clone()).await;
+    let shared = Arc::new(Shared {
+        queue: queue.clone(),
+        http,
+        ready,
+        tracker: TaskTracker::new(),
+        hand_back: CancellationToken::new(),
+        backoff_default: settings.jobs.backoff_ms.clone(),
+    });
+    tracing::info!(metrics = %listen, "dq-consumer starting");
+
+    let mut running: HashMap<String, Running> = HashMap::new();
+    loop {
+        reconcile(&shared, &topics, &mut running);
+        tokio::select! {
+            _ = tokio::time::sleep(refresh) => {}
+            _ = shutdown.cancelled() => break,
+        }
+    }
+
+    // Drain: stop reserving, let deliveries finish, hand back what is still running at the grace period.
+    tracing::info!(in_flight = shared.tracker.len(), "draining");
+    for (_, w) in running.drain() {
+        w.stop.cancel();
+        let _ = w.task.await;
+    }
+    shared.tracker.close();
+    let grace = Duration::from_millis(settings.shutdown.grace_ms);
+    if tokio::time::timeout(grace, shared.tracker.wait()).await.is_err() {
+        tracing::warn!(
+            in_flight = shared.tracker.len(),
+            "grace period over: handing back deliveries still running"
+        );
+        shared.hand_back.cancel();
+        shared.tracker.wait().await;
+    }
+    background.cancel();
+    for l in listeners {
+        l.abort();
+    }
+    let _ = metrics.await;
+    tracing::info!("dq-consumer stopped");
+    Ok(())
+}
+
+/// Starts a worker for each topic that has a callback and is not paused, updates the plan of the others,
+/// and stops workers whose topic went away, lost its callback, or was paused.
+fn reconcile(shared: &Arc<Shared>, topics: &TopicCache, running: &mut HashMap<String, Running>) {
+    let registry = topics.snapshot();
+    running.retain(|topic, w| {
+        let keep = registry.get(topic).is_some_and(|c| c.callback.is_some() && !c.paused);
+        if !keep {
+            tracing::info!(%topic, "stopping delivery");
+            w.stop.cancel();
+        }
+        keep
+    });
+    for (topic, config) in registry.iter() {
+        if config.callback.is_none() || config.paused {
+            continue;
+        }
+        let plan = match Plan::new(config) {
+            Ok(p) => Arc::new(p),
+            Err(e) => {
+                tracing::error!(%topic, cause = %e, "cannot deliver this topic");
+                continue;
+            }
+        };
+        match running.get(topic) {
+            Some(w) if w.plan.borrow().config == *config => {}
+            Some(w) => {
+                tracing::info!(%topic, "registration changed");
+                w.plan.send_replace(plan);
+            }
+            None => {
+                tracing::info!(%topic, url = %config.callback.as_ref().map(|c| c.url.as_str()).unwrap_or(""), "delivering");
+                let (tx, rx) = watch::channel(plan);
+                let stop = CancellationToken::new();
+                let worker = TopicWorker::new(topic.clone(), shared.clone(), rx, stop.clone());
+                running.insert(
+                    topic.clone(),
+                    Running {
+                        plan: tx,
+                        stop,
+                        task: tokio::spawn(worker.run()),
+                    },
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! One topic's delivery loop.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use dq_core::condition::Condition;
+use dq_core::topic::Callback;
+use dq_core::wake::ReadySignals;
+use dq_core::{Queue, Reservation, TopicConfig};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::deliver::{self, Outcome};
+
+/// What every worker of this process shares.
+pub struct Shared {
+    /// The queue.
+    pub queue: Queue,
+    /// One HTTP client, so connections to each callback host are reused.
+    pub http: reqwest::Client,
+    /// Wakes a worker when its topic's ready queue stops being empty.
+    pub ready: Arc<ReadySignals>,
+    /// Every delivery in flight, so the drain can wait for them.
+    pub tracker: TaskTracker,
+    /// Cancelled when the drain's grace period is over: deliveries still running hand their job back.
+    pub hand_back: CancellationToken,
+    /// `jobs.backoff_ms`, for topics without their own.
+    pub backoff_default: Vec<u64>,
+}
+
+/// A topic's registration, prepared for delivery: the condition parsed once.
+pub struct Plan {
+    /// The registration as read.
+    pub config: TopicConfig,
+    /// Its callback.
+    callback: Callback,
+    /// Its retry condition.
+    condition: Option<Condition>,
+}
+
+impl Plan {
+    /// Prepares a registration that has a callback.
+    pub fn new(config: &TopicConfig) -> Result<Plan, String> {
+        let callback = config.callback.clone().ok_or("no callback")?;
+        let condition = match &config.retry.condition {
+            Some(c) => Some(Condition::parse(c).map_err(|e| format!("retry.condition: {e}"))?),
+            None => None,
+        };
+        Ok(Plan {
+            config: config.clone(),
+            callback,
+            condition,
+        })
+    }
+}
+
+/// Reserves and delivers one topic's jobs, at most `callback.concurrency` at a time.
+pub struct TopicWorker {
+    /// The topic.
+    topic: String,
+    /// What all workers share.
+    shared: Arc<Shared>,
+    /// The topic's current plan.
+    plan: watch::Receiver<Arc<Plan>>,
+    /// Stops reserving.
+    stop: CancellationToken,
+}
+
+/// How long a reservation lasts beyond the callback's timeout, so it outlives the call.
+const TTR_MARGIN_MS: u64 = 5000;
+
+impl TopicWorker {
+    /// A worker for `topic`.
+    pub fn new(topic: String, shared: Arc<Shared>, plan: watch::Receiver<Arc<Plan>>, stop: CancellationToken) -> Self {
+        TopicWorker {
+            topic,
+            shared,
+            plan,
+            stop,
+        }
+    }
+
+    /// Loops until stopped: waits for a free slot, reserves as many jobs as there are free slots (without
+    /// polling: an empty queue waits for its wake-up), and starts a delivery for each.
+    pub async fn run(mut self) {
+        let topics = [self.topic.clone()];
+        let mut slots_for = self.plan.borrow().callback.concurrency;
+        let mut slots = Arc::new(Semaphore::new(slots_for as usize));
+        let mut signal = self.shared.ready.subscribe(&self.topic);
+        loop {
+            let plan = self.plan.borrow_and_update().clone();
+            if plan.callback.concurrency != slots_for {
+                // Deliveries in flight keep their permits of the old semaphore.
+                slots_for = plan.callback.concurrency;
+                slots = Arc::new(Semaphore::new(slots_for as usize));
+            }
+            let first = tokio::select! {
+                p = slots.clone().acquire_owned() => p.expect("never closed"),
+                _ = self.stop.cancelled() => return,
+                _ = self.plan.changed() => continue,
+            };
+            let want = (1 + slots.available_permits()).min(100);
+            signal.borrow_and_update();
+            let least_ttr = plan.callback.timeout_ms + TTR_MARGIN_MS;
+            let jobs = match self.shared.queue.reserve_with(&topics, want, Some(least_ttr)).await {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, cause = %e, "reserve failed");
+                    drop(first);
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = self.stop.cancelled() => return,
+                    }
+                    continue;
+                }
+            };
+            if jobs.is_empty() {
+                drop(first);
+                tokio::select! {
+                    _ = signal.changed() => {}
+                    _ = self.plan.changed() => {}
+                    _ = self.stop.cancelled() => return,
+                }
+                continue;
+            }
+            let mut permits = vec![first];
+            while permits.len() < jobs.len() {
+                // Only this loop takes permits, so the ones counted above are still there.
+                permits.push(slots.clone().try_acquire_owned().expect("counted free slots"));
+            }
+            for (job, permit) in jobs.into_iter().zip(permits) {
+                let (shared, plan) = (self.shared.clone(), plan.clone());
+                self.shared.tracker.spawn(deliver_one(shared, plan, job, permit));
+            }
+        }
+    }
+}
+
+/// Delivers one reserved job and settles it: ack, nack (backoff or dead), or, when the drain's grace
+/// period ends first, release for immediate redelivery.
+async fn deliver_one(shared: Arc<Shared>, plan: Arc<Plan>, job: Reservation, _permit: OwnedSemaphorePermit) {
+    let topic = job.topic.clone();
+    let in_flight = metrics::gauge!("dq_consumer_in_flight", "topic" => topic.clone());
+    in_flight.increment(1.0);
+    if job.attempt == 1 {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        metrics::histogram!("dq_delivery_lateness_seconds", "topic" => topic.clone())
+            .record((now - job.run_at).max(0) as f64 / 1000.0);
+    }
+    let posted = tokio::select! {
+        r = deliver::post(&shared.http, &job, &plan.callback, plan.condition.as_ref()) => Some(r),
+        _ = shared.hand_back.cancelled() => None,
+    };
+    in_flight.decrement(1.0);
+    let Some((outcome, took)) = posted else {
+        match shared.queue.release(&job.id, &job.receipt).await {
+            Ok(()) => tracing::info!(id = %job.id, %topic, "handed back unfinished"),
+            Err(e) => tracing::warn!(id = %job.id, %topic, cause = %e, "cannot hand back; it returns after its TTR"),
+        }
+        metrics::counter!("dq_deliveries_total", "topic" => topic, "outcome" => "handed_back").increment(1);
+        return;
+    };
+    metrics::histogram!("dq_callback_duration_seconds", "topic" => topic.clone()).record(took.as_secs_f64());
+    metrics::counter!("dq_deliveries_total", "topic" => topic.clone(), "outcome" => outcome.label()).increment(1);
+    let settled = match &outcome {
+        Outcome::Delivered => shared.queue.ack(&job.id, &job.receipt).await.map(|_| ()),
+        Outcome::Failed { reason, .. } => {
+            let backoff = plan
+                .config
+                .retry
+                .backoff_ms
+                .as_deref()
+                .unwrap_or(&shared.backoff_default);
+            match shared
+                .queue
+                .nack(&job.id, &job.receipt, None, Some(reason), Some(backoff))
+                .await
+            {
+                Ok((dq_core::State::Dead, _)) => {
+                    tracing::warn!(id = %job.id, %topic, attempts = job.attempt, %reason, "job is dead");
+                    Ok(())
+                }
+                Ok(_) => {
+                    tracing::debug!(id = %job.id, %topic, attempt = job.attempt, %reason, "delivery failed; retrying");
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
+    };
+    if let Err(e) = settled {
+        // Most likely the reservation expired and the job went to another delivery: it is not lost.
+        tracing::warn!(id = %job.id, %topic, cause = %e, "cannot settle the delivery");
+    }
+}

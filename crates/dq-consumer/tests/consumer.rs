@@ -1,0 +1,409 @@
+//! dq-consumer in-process against a real Redis and a real local HTTP callback server.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use dq_core::{PushRequest, Queue, Settings, State as JobState, TopicConfig};
+use dq_harness::{RedisServer, eventually};
+use tokio_util::sync::CancellationToken;
+
+/// One request the callback server received.
+#[derive(Clone, Debug)]
+struct Received {
+    headers: HeaderMap,
+    body: serde_json::Value,
+    raw: Bytes,
+}
+
+type Responder = Arc<dyn Fn(usize, &Received) -> (u16, String, u64) + Send + Sync>;
+
+/// A callback server: answers each request with what `respond(n, request)` says (status, body, delay ms).
+struct Hook {
+    url: String,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Hook {
+    async fn start(respond: impl Fn(usize, &Received) -> (u16, String, u64) + Send + Sync + 'static) -> Hook {
+        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let state = (received.clone(), Arc::new(respond) as Responder);
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(
+                |State((received, respond)): State<(Arc<Mutex<Vec<Received>>>, Responder)>,
+                 headers: HeaderMap,
+                 raw: Bytes| async move {
+                    let r = Received {
+                        headers,
+                        body: serde_json::from_slice(&raw).unwrap(),
+                        raw,
+                    };
+                    let n = {
+                        let mut all = received.lock().unwrap();
+                        all.push(r.clone());
+                        all.len() - 1
+                    };
+                    let (status, body, delay) = respond(n, &r);
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    (StatusCode::from_u16(status).unwrap(), body)
+                },
+            ),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app.with_state(state)).await });
+        Hook { url, received }
+    }
+
+    fn count(&self) -> usize {
+        self.received.lock().unwrap().len()
+    }
+
+    fn all(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+fn ok() -> (u16, String, u64) {
+    (200, r#"{"ok":true}"#.into(), 0)
+}
+
+fn settings(redis: &RedisServer) -> Settings {
+    let mut s = Settings::default();
+    s.redis.shards = vec![redis.url()];
+    s.metrics.listen = Some("127.0.0.1:0".into());
+    s.topics.refresh_ms = 100;
+    s.shutdown.grace_ms = 5000;
+    s
+}
+
+/// A consumer, and a timer to bring retried jobs back when their backoff is over.
+struct Consumer {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    timer_stop: CancellationToken,
+    timer: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Consumer {
+    fn start(s: &Settings) -> Self {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(dq_consumer::run(s.clone(), stop.clone()));
+        let timer_stop = CancellationToken::new();
+        let timer = tokio::spawn(dq_timer::run(s.clone(), timer_stop.clone()));
+        Consumer {
+            stop,
+            task,
+            timer_stop,
+            timer,
+        }
+    }
+
+    async fn drain(self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("drains")
+            .unwrap()
+            .unwrap();
+        self.timer_stop.cancel();
+        self.timer.await.unwrap().unwrap();
+    }
+}
+
+async fn register(q: &Queue, topic: &str, json: serde_json::Value) {
+    let config: TopicConfig = serde_json::from_value(json).unwrap();
+    config.validate(q.limits()).unwrap();
+    q.put_topic(topic, &config).await.unwrap();
+}
+
+/// Pushes as dq-server does: the topic's registration supplies the defaults.
+async fn push(q: &Queue, json: serde_json::Value) -> String {
+    let req: PushRequest = serde_json::from_value(json).unwrap();
+    let topics = q.topics().await.unwrap();
+    let config = topics.get(&req.topic);
+    q.push(q.validate_for(req, config).unwrap()).await.unwrap().id
+}
+
+async fn state_of(q: &Queue, id: &str) -> JobState {
+    q.get(id).await.unwrap().state
+}
+
+#[tokio::test]
+async fn delivers_once_with_the_envelope_and_headers() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::new(&s).unwrap();
+    let hook = Hook::start(|_, _| ok()).await;
+    register(
+        &q,
+        "orders",
+        serde_json::json!({"callback": {"url": hook.url, "headers": {"X-Team": "billing"}}}),
+    )
+    .await;
+    let consumer = Consumer::start(&s);
+    let id = push(&q, serde_json::json!({"topic": "orders", "body": {"order": 42}})).await;
+    eventually(Duration::from_secs(20), "the job is done", || async {
+        state_of(&q, &id).await == JobState::Done
+    })
+    .await;
+    let got = hook.all();
+    assert_eq!(got.len(), 1);
+    let r = &got[0];
+    assert_eq!(r.body["id"], id.as_str());
+    assert_eq!(r.body["topic"], "orders");
+    assert_eq!(r.body["body"], serde_json::json!({"order": 42}));
+    assert_eq!(r.body["attempt"], 1);
+    assert!(r.body["run_at"].as_i64().unwrap() > 0);
+    assert_eq!(r.headers["idempotency-key"], id.as_str());
+    assert_eq!(r.headers["x-dq-job-id"], id.as_str());
+    assert_eq!(r.headers["x-dq-attempt"], "1");
+    assert_eq!(r.headers["x-team"], "billing");
+    assert!(r.headers.get("x-dq-signature").is_none(), "no secret, no signature");
+    consumer.drain().await;
+}
+
+#[tokio::test]
+async fn a_failed_delivery_is_retried_after_its_backoff() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::new(&s).unwrap();
+    let hook = Hook::start(|n, _| if n == 0 { (500, "boom".into(), 0) } else { ok() }).await;
+    register(
+        &q,
+        "t",
+        serde_json::json!({"callback": {"url": hook.url}, "retry": {"backoff_ms": [50]}}),
+    )
+    .await;
+    let consumer = Consumer::start(&s);
+    let id = push(&q, serde_json::json!({"topic": "t", "body": 1})).await;
+    eventually(Duration::from_secs(20), "done on the second try", || async {
+        state_of(&q, &id).await == JobState::Done
+    })
+    .await;
+    let got = hook.all();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1].headers["x-dq-attempt"], "2");
+    assert_eq!(q.get(&id).await.unwrap().attempts, 2);
+    consumer.drain().await;
+}
+
+#[tokio::test]
+async fn the_retry_condition_decides_on_2xx_answers() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::new(&s).unwrap();
+    let hook = Hook::start(|n, _| (200, format!(r#"{{"status": {}}}"#, if n < 2 { 1 } else { 2 }), 0)).await;
+    register(
+        &q,
+        "cond",
+        serde_json::json!({"callback": {"url": hook.url},
+            "retry": {"backoff_ms": [20], "condition": "{res.code} != 200 || {res.data.status} != 2"}}),
+    )
+    .await;
+    let consumer = Consumer::start(&s);
+    let id = push(&q, serde_json::json!({"topic": "cond", "body": 1})).await;
+    eventually(Duration::from_secs(20), "done once status is 2", || async {
+        state_of(&q, &id).await == JobState::Done
+    })
+    .await;
+    assert_eq!(hook.count(), 3);
+    consumer.drain().await;
+}
+
+#[tokio::test]
+async fn timeouts_and_empty_answers_fail_and_the_last_attempt_is_dead_with_an_event() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::new(&s).unwrap();
+    let slow = Hook::start(|_, _| (200, r#"{"ok":true}"#.into(), 2000)).await;
+    let empty = Hook::start(|_, _| (200, String::new(), 0)).await;
+    register(
+        &q,
+        "slow",
+        serde_json::json!({"callback": {"url": slow.url, "timeout_ms": 100}, "retry": {"max_attempts": 2, "backoff_ms": [20]}}),
+    )
+    .await;
+    register(
+        &q,
+        "empty",
+        serde_json::json!({"callback": {"url": empty.url}, "retry": {"max_attempts": 1}}),
+    )
+    .await;
+    let consumer = Consumer::start(&s);
+    let a = push(&q, serde_json::json!({"topic": "slow", "body": 1})).await;
+    let b = push(&q, serde_json::json!({"topic": "empty", "body": 1})).await;
+    eventually(Duration::from_secs(30), "both dead", || async {
+        state_of(&q, &a).await == JobState::Dead && state_of(&q, &b).await == JobState::Dead
+    })
+    .await;
+    let ja = q.get(&a).await.unwrap();
+    assert_eq!(ja.attempts, 2);
+    assert!(
+        ja.last_error.as_deref().unwrap().contains("no answer within 100 ms"),
+        "{:?}",
+        ja.last_error
+    );
+    assert!(q.get(&b).await.unwrap().last_error.unwrap().contains("empty body"));
+    let events: Vec<String> = redis::cmd("LRANGE")
+        .arg("dq:events")
+        .arg(0)
+        .arg(-1)
+        .query(&mut redis.conn())
+        .unwrap();
+    for id in [&a, &b] {
+        assert!(
+            events
+                .iter()
+                .any(|e| e.contains(id.as_str()) && e.contains(r#""kind":"dead""#)),
+            "{events:?}"
+        );
+    }
+    // Requeue brings the dead job back, and a working callback finishes it.
+    register(
+        &q,
+        "empty",
+        serde_json::json!({"callback": {"url": slow.url, "timeout_ms": 5000}}),
+    )
+    .await;
+    // Until the consumer has read the new registration, a requeued job may fail (and die) again.
+    eventually(Duration::from_secs(20), "the requeued job is done", || async {
+        if state_of(&q, &b).await == JobState::Dead {
+            assert_eq!(
+                q.requeue_dead("empty", Some(std::slice::from_ref(&b))).await.unwrap(),
+                1
+            );
+        }
+        state_of(&q, &b).await == JobState::Done
+    })
+    .await;
+    consumer.drain().await;
+}
+
+#[tokio::test]
+async fn deliveries_are_signed_when_the_topic_has_a_secret() {
+    use hmac::{Hmac, Mac};
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::new(&s).unwrap();
+    let hook = Hook::start(|_, _| ok()).await;
+    register(
+        &q,
+        "signed",
+        serde_json::json!({"callback": {"url": hook.url, "secret": "s3cr3t"}}),
+    )
+    .await;
+    let consumer = Consumer::start(&s);
+    let id = push(&q, serde_json::json!({"topic": "signed", "body": "x"})).await;
+    eventually(Duration::from_secs(20), "delivered", || async {
+        state_of(&q, &id).await == JobState::Done
+    })
+    .await;
+    let r = &hook.all()[0];
+    let header = r.headers["x-dq-signature"].to_str().unwrap().to_string();
+    let (t, v1) = header.strip_prefix("t=").unwrap().split_once(",v1=").unwrap();
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"s3cr3t").unwrap();
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(&r.raw);
+    mac.verify_slice(&hex::decode(v1).unwrap())
+        .expect("the signature verifies with the shared secret");
+    consumer.drain().await;
+}
+
+#[tokio::test]
+async fn paused_topics_wait_and_registry_changes_are_picked_up() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::new(&s).unwrap();
+    let first = Hook::start(|_, _| ok()).await;
+    let second = Hook::start(|_, _| ok()).await;
+    register(
+        &q,
+        "p",
+        serde_json::json!({"callback": {"url": first.url}, "paused": true}),
+    )
+    .await;
+    let consumer = Consumer::start(&s);
+    let a = push(&q, serde_json::json!({"topic": "p", "body": 1})).await;
+    // Many registry refreshes (100 ms) pass; a paused topic is not delivered.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(first.count(), 0);
+    assert_eq!(state_of(&q, &a).await, JobState::Ready);
+    register(&q, "p", serde_json::json!({"callback": {"url": first.url}})).await;
+    eventually(Duration::from_secs(20), "resumed and delivered", || async {
+        state_of(&q, &a).await == JobState::Done
+    })
+    .await;
+    register(&q, "p", serde_json::json!({"callback": {"url": second.url}})).await;
+    // Once the new URL is in use, jobs go there.
+    eventually(
+        Duration::from_secs(20),
+        "the new callback gets the next job",
+        || async {
+            let id = push(&q, serde_json::json!({"topic": "p", "body": 2})).await;
+            eventually(Duration::from_secs(20), "delivered", || async {
+                state_of(&q, &id).await == JobState::Done
+            })
+            .await;
+            second.count() > 0
+        },
+    )
+    .await;
+    consumer.drain().await;
+}
+
+#[tokio::test]
+async fn drain_finishes_deliveries_in_flight() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::new(&s).unwrap();
+    let hook = Hook::start(|_, _| (200, r#"{"ok":true}"#.into(), 800)).await;
+    register(
+        &q,
+        "d",
+        serde_json::json!({"callback": {"url": hook.url, "concurrency": 8}}),
+    )
+    .await;
+    let consumer = Consumer::start(&s);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(push(&q, serde_json::json!({"topic": "d", "body": i})).await);
+    }
+    eventually(Duration::from_secs(20), "three deliveries in flight", || async {
+        hook.count() == 3
+    })
+    .await;
+    consumer.drain().await;
+    for id in &ids {
+        assert_eq!(
+            state_of(&q, id).await,
+            JobState::Done,
+            "finished within the grace period and acked"
+        );
+    }
+}
+
+#[tokio::test]
+async fn drain_hands_back_what_outlives_the_grace_period() {
+    let redis = RedisServer::start();
+    let mut s = settings(&redis);
+    s.shutdown.grace_ms = 200;
+    let q = Queue::new(&s).unwrap();
+    let hook = Hook::start(|_, _| (200, r#"{"ok":true}"#.into(), 10_000)).await;
+    register(
+        &q,
+        "h",
+        serde_json::json!({"callback": {"url": hook.url, "timeout_ms": 30000}}),
+    )
+    .await;
+    let consumer = Consumer::start(&s);
+    let id = push(&q, serde_json::json!({"topic": "h", "body": 1})).await;
+    eventually(Duration::from_secs(20), "in flight", || async { hook.count() == 1 }).await;
+    consumer.drain().await;
+    let job = q.get(&id).await.unwrap();
+    assert_eq!(job.state, JobState::Ready, "handed back for immediate redelivery");
+    assert_eq!(job.attempts, 0, "the unfinished delivery does not count");
+}

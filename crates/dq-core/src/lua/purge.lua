@@ -1,0 +1,25 @@
+-- purge.lua: delete dead jobs of a topic, records and all.
+--
+-- KEYS[1]: the topic's dead list (<prefix>:dead:<topic>)
+-- KEYS[2]: counts hash (<prefix>:counts)
+-- ARGV[1]: key prefix   ARGV[2]: topic   ARGV[3]: most jobs to take when no ids are given
+-- ARGV[4..]: ids (none: the oldest dead jobs, up to ARGV[3])
+-- Returns: the number of jobs deleted (ids not in the dead list are skipped).
+
+local dead, counts = KEYS[1], KEYS[2]
+local prefix, topic = ARGV[1], ARGV[2]
+local ids = {}
+if #ARGV >= 4 then
+  for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
+else
+  ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[3]) - 1)
+end
+local n = 0
+for _, id in ipairs(ids) do
+  if redis.call('ZREM', dead, id) == 1 then
+    redis.call('DEL', prefix .. ':job:' .. id)
+    n = n + 1
+  end
+end
+if n > 0 then redis.call('HINCRBY', counts, topic .. ':dead', -n) end
+return n

@@ -1,0 +1,38 @@
+-- requeue.lua: give dead jobs of a topic a fresh start: back to the ready queue with their attempts
+-- reset, as operators do once the cause is fixed.
+--
+-- KEYS[1]: the topic's dead list (<prefix>:dead:<topic>)
+-- KEYS[2]: the topic's ready queue (<prefix>:ready:<topic>)
+-- KEYS[3]: counts hash (<prefix>:counts)
+-- ARGV[1]: key prefix   ARGV[2]: topic   ARGV[3]: ready wake channel   ARGV[4]: most jobs to take when no
+-- ids are given   ARGV[5..]: ids (none: the oldest dead jobs, up to ARGV[4])
+-- Returns: the number of jobs requeued (ids not in the dead list are skipped).
+
+local dead, ready, counts = KEYS[1], KEYS[2], KEYS[3]
+local prefix, topic = ARGV[1], ARGV[2]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ids = {}
+if #ARGV >= 5 then
+  for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
+else
+  ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[4]) - 1)
+end
+local was_empty = redis.call('EXISTS', ready) == 0
+local n = 0
+for _, id in ipairs(ids) do
+  if redis.call('ZREM', dead, id) == 1 then
+    local job = prefix .. ':job:' .. id
+    if redis.call('EXISTS', job) == 1 then
+      redis.call('HSET', job, 's', 'ready', 'a', 0, 'r', now)
+      redis.call('ZADD', ready, now, id)
+      n = n + 1
+    end
+  end
+end
+if n > 0 then
+  redis.call('HINCRBY', counts, topic .. ':dead', -n)
+  redis.call('HINCRBY', counts, topic .. ':ready', n)
+  if was_empty then redis.call('PUBLISH', ARGV[3], topic) end
+end
+return n

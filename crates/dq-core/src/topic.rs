@@ -1,0 +1,271 @@
+//! Topics: what a topic's registration says (callback, retry policy, defaults, paused), and its checks.
+//!
+//! A topic without a callback is pulled through the API; one with a callback is delivered by
+//! dq-consumer. Registration is optional: pushing to an unregistered topic uses the global defaults.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::condition::Condition;
+use crate::config::{JobDefaults, Limits};
+use crate::error::{Error, Result};
+
+/// A topic's registration, as `PUT /v1/topics/{topic}` takes it and `GET` returns it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicConfig {
+    /// Where dq-consumer POSTs the topic's jobs; none for pull topics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<Callback>,
+    /// Attempts, backoff and the retry condition.
+    #[serde(default)]
+    pub retry: Retry,
+    /// Values for what a push of this topic leaves out.
+    #[serde(default)]
+    pub defaults: TopicDefaults,
+    /// A paused topic is neither delivered nor handed out by reserve; pushes still go in.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// The callback of a push topic.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Callback {
+    /// `http` or `https` URL to POST each job to.
+    pub url: String,
+    /// How long one delivery may take, in ms.
+    #[serde(default = "default_timeout")]
+    pub timeout_ms: u64,
+    /// Deliveries in flight at once, per dq-consumer process.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: u32,
+    /// Extra request headers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Key of the `X-DQ-Signature` HMAC; never printed, and shown as `***` by the API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+impl std::fmt::Debug for Callback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Callback")
+            .field("url", &self.url)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("concurrency", &self.concurrency)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("secret", &self.secret.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+fn default_timeout() -> u64 {
+    5000
+}
+
+fn default_concurrency() -> u32 {
+    16
+}
+
+/// Retry policy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retry {
+    /// Deliveries before a job goes dead (0 = unlimited); else `jobs.max_attempts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// Delay after the i-th failed delivery, ms; the last repeats. Else `jobs.backoff_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_ms: Option<Vec<u64>>,
+    /// When true of a 2xx answer, the delivery failed, e.g. `{res.code} != 200 && {res.data.status} != 2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+}
+
+/// Push defaults of a topic.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicDefaults {
+    /// TTR of a push that gives none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttr_ms: Option<u64>,
+    /// Delay of a push that gives neither `delay_ms` nor `run_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+}
+
+/// Headers dq sets itself, which a topic may not override.
+const RESERVED_HEADERS: [&str; 6] = [
+    "content-type",
+    "content-length",
+    "host",
+    "idempotency-key",
+    "x-dq-job-id",
+    "x-dq-attempt",
+];
+
+impl TopicConfig {
+    /// Checks everything once, at registration: a bad topic is refused with a message naming the field.
+    pub fn validate(&self, limits: &Limits) -> Result<()> {
+        let bad = |m: String| Err(Error::Invalid(m));
+        if let Some(cb) = &self.callback {
+            match url::Url::parse(&cb.url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+                Ok(_) => return bad(format!("`callback.url` must be an http or https URL, got `{}`", cb.url)),
+                Err(e) => return bad(format!("`callback.url` `{}` is not a URL: {e}", cb.url)),
+            }
+            if !(1..=300_000).contains(&cb.timeout_ms) {
+                return bad(format!(
+                    "`callback.timeout_ms` must be between 1 and 300000, got {}",
+                    cb.timeout_ms
+                ));
+            }
+            if !(1..=4096).contains(&cb.concurrency) {
+                return bad(format!(
+                    "`callback.concurrency` must be between 1 and 4096, got {}",
+                    cb.concurrency
+                ));
+            }
+            for (name, value) in &cb.headers {
+                let valid_name =
+                    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+                if !valid_name || value.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
+                    return bad(format!("`callback.headers` has an invalid header `{name}`"));
+                }
+                if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
+                    || name.to_ascii_lowercase().starts_with("x-dq-")
+                {
+                    return bad(format!("`callback.headers` may not set `{name}`: dq sets it"));
+                }
+            }
+            if cb.secret.as_deref() == Some("") {
+                return bad("`callback.secret` must not be empty".into());
+            }
+        }
+        if let Some(m) = self.retry.max_attempts
+            && m > limits.max_attempts
+        {
+            return bad(format!(
+                "`retry.max_attempts` must be between 0 (unlimited) and {}, got {m}",
+                limits.max_attempts
+            ));
+        }
+        if let Some(b) = &self.retry.backoff_ms {
+            if b.is_empty() || b.len() > 100 {
+                return bad("`retry.backoff_ms` must hold 1 to 100 delays".into());
+            }
+            if let Some(d) = b.iter().find(|d| **d > limits.max_delay_ms) {
+                return bad(format!(
+                    "`retry.backoff_ms` has {d}, beyond the limit of {} ms",
+                    limits.max_delay_ms
+                ));
+            }
+        }
+        if let Some(c) = &self.retry.condition {
+            Condition::parse(c).map_err(|e| Error::Invalid(format!("`retry.condition`: {e}")))?;
+        }
+        if let Some(t) = self.defaults.ttr_ms
+            && !(limits.min_ttr_ms..=limits.max_ttr_ms).contains(&t)
+        {
+            return bad(format!(
+                "`defaults.ttr_ms` must be between {} and {}, got {t}",
+                limits.min_ttr_ms, limits.max_ttr_ms
+            ));
+        }
+        if let Some(d) = self.defaults.delay_ms
+            && d > limits.max_delay_ms
+        {
+            return bad(format!(
+                "`defaults.delay_ms` {d} is beyond the limit of {} ms",
+                limits.max_delay_ms
+            ));
+        }
+        Ok(())
+    }
+
+    /// The config as the API shows it: the secret masked.
+    pub fn redacted(&self) -> TopicConfig {
+        let mut c = self.clone();
+        if let Some(cb) = &mut c.callback
+            && cb.secret.is_some()
+        {
+            cb.secret = Some("***".into());
+        }
+        c
+    }
+
+    /// Backoff list: the topic's, else the global one.
+    pub fn backoff<'a>(&'a self, defaults: &'a JobDefaults) -> &'a [u64] {
+        self.retry.backoff_ms.as_deref().unwrap_or(&defaults.backoff_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(json: &str) -> Result<TopicConfig> {
+        let c: TopicConfig = serde_json::from_str(json).map_err(|e| Error::Invalid(e.to_string()))?;
+        c.validate(&Limits::default()).map(|_| c)
+    }
+
+    #[test]
+    fn the_design_example_is_valid() {
+        let c = check(
+            r#"{"callback": {"url": "http://10.0.0.5:8080/hooks/order-close", "timeout_ms": 5000, "concurrency": 32,
+                "secret": "s3cr3t"},
+                "retry": {"max_attempts": 10, "backoff_ms": [60000, 180000, 300000],
+                "condition": "{res.code} != 200 && {res.data.status} != 2"},
+                "defaults": {"ttr_ms": 30000}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.callback.as_ref().unwrap().concurrency, 32);
+        assert_eq!(c.redacted().callback.unwrap().secret.as_deref(), Some("***"));
+        assert!(!format!("{c:?}").contains("s3cr3t"), "Debug never shows the secret");
+    }
+
+    #[test]
+    fn defaults_fill_in() {
+        let c = check(r#"{"callback": {"url": "https://example.com/x"}}"#).unwrap();
+        let cb = c.callback.unwrap();
+        assert_eq!((cb.timeout_ms, cb.concurrency), (5000, 16));
+        assert_eq!(check("{}").unwrap(), TopicConfig::default());
+    }
+
+    #[test]
+    fn bad_configs_name_the_field() {
+        for (json, field) in [
+            (r#"{"callback": {"url": "ftp://x/y"}}"#, "callback.url"),
+            (r#"{"callback": {"url": "not a url"}}"#, "callback.url"),
+            (
+                r#"{"callback": {"url": "http://x", "timeout_ms": 0}}"#,
+                "callback.timeout_ms",
+            ),
+            (
+                r#"{"callback": {"url": "http://x", "concurrency": 0}}"#,
+                "callback.concurrency",
+            ),
+            (
+                r#"{"callback": {"url": "http://x", "headers": {"X-DQ-Attempt": "1"}}}"#,
+                "callback.headers",
+            ),
+            (
+                r#"{"callback": {"url": "http://x", "headers": {"bad name": "1"}}}"#,
+                "callback.headers",
+            ),
+            (r#"{"callback": {"url": "http://x", "secret": ""}}"#, "callback.secret"),
+            (r#"{"retry": {"max_attempts": 100000}}"#, "retry.max_attempts"),
+            (r#"{"retry": {"backoff_ms": []}}"#, "retry.backoff_ms"),
+            (r#"{"retry": {"backoff_ms": [99999999999999]}}"#, "retry.backoff_ms"),
+            (r#"{"retry": {"condition": "{res.code} = 200"}}"#, "retry.condition"),
+            (r#"{"defaults": {"ttr_ms": 1}}"#, "defaults.ttr_ms"),
+            (r#"{"defaults": {"delay_ms": 99999999999999}}"#, "defaults.delay_ms"),
+            (r#"{"calback": {}}"#, "calback"),
+        ] {
+            let err = check(json).unwrap_err().to_string();
+            assert!(err.contains(field), "{json}: {err}");
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Admins' verbs: the topic registry, pause and resume, and dead letters.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use dq_core::job::{validate_id, validate_topic};
+use dq_core::registry::DeadPage;
+use dq_core::{State as JobState, TopicConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::AppState;
+use crate::body::JsonBody;
+use crate::error::ApiError;
+
+/// A topic as the API shows it: its registration (`null` for an unregistered topic that has jobs) and
+/// its job counts.
+#[derive(Serialize)]
+pub struct TopicView {
+    /// The topic's name.
+    topic: String,
+    /// Its registration, secret masked.
+    config: Option<TopicConfig>,
+    /// Jobs by state.
+    counts: BTreeMap<&'static str, i64>,
+}
+
+/// Job counts per topic and state over all shards.
+pub(crate) async fn counts(app: &AppState) -> BTreeMap<String, BTreeMap<&'static str, i64>> {
+    let mut topics: BTreeMap<String, BTreeMap<&'static str, i64>> = BTreeMap::new();
+    for s in app.queue.stats().await {
+        for (topic, counts) in s.counts {
+            let t = topics.entry(topic).or_insert_with(zero_counts);
+            for (state, n) in counts {
+                *t.entry(state.as_str()).or_default() += n;
+            }
+        }
+    }
+    topics
+}
+
+fn zero_counts() -> BTreeMap<&'static str, i64> {
+    [JobState::Delayed, JobState::Ready, JobState::Reserved, JobState::Dead]
+        .into_iter()
+        .map(|s| (s.as_str(), 0))
+        .collect()
+}
+
+fn checked(topic: &str) -> Result<(), ApiError> {
+    validate_topic(topic).map_err(ApiError::from)
+}
+
+async fn view(app: &AppState, topic: String, config: Option<TopicConfig>) -> TopicView {
+    let counts = counts(app).await.remove(&topic).unwrap_or_else(zero_counts);
+    TopicView {
+        topic,
+        config: config.map(|c| c.redacted()),
+        counts,
+    }
+}
+
+/// Writes a registration and refreshes this process's cache, so the change applies here at once.
+async fn store(app: &AppState, topic: &str, config: &TopicConfig) -> Result<(), ApiError> {
+    app.queue.put_topic(topic, config).await?;
+    if let Ok(all) = app.queue.topics().await {
+        app.topics.set(all);
+    }
+    Ok(())
+}
+
+/// `PUT /v1/topics/{topic}`: registers or replaces a topic; 400 names what is wrong.
+pub async fn put(
+    State(app): State<AppState>,
+    Path(topic): Path<String>,
+    JsonBody(config): JsonBody<TopicConfig>,
+) -> Result<Json<TopicView>, ApiError> {
+    checked(&topic)?;
+    config.validate(app.queue.limits())?;
+    store(&app, &topic, &config).await?;
+    Ok(Json(view(&app, topic, Some(config)).await))
+}
+
+/// `GET /v1/topics/{topic}`: the registration and counts; 404 when neither exists.
+pub async fn get(State(app): State<AppState>, Path(topic): Path<String>) -> Result<Json<TopicView>, ApiError> {
+    checked(&topic)?;
+    let config = app.queue.topics().await?.remove(&topic);
+    let counts = counts(&app).await;
+    if config.is_none() && !counts.contains_key(&topic) {
+        return Err(dq_core::Error::NotFound(format!("topic {topic}")).into());
+    }
+    Ok(Json(view(&app, topic, config).await))
+}
+
+/// `DELETE /v1/topics/{topic}`: removes the registration (its jobs stay): 204, or 404.
+pub async fn delete(State(app): State<AppState>, Path(topic): Path<String>) -> Result<StatusCode, ApiError> {
+    checked(&topic)?;
+    app.queue.delete_topic(&topic).await?;
+    if let Ok(all) = app.queue.topics().await {
+        app.topics.set(all);
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1/topics` answer.
+#[derive(Serialize)]
+pub struct TopicList {
+    /// Registered topics and topics with jobs, by name.
+    topics: Vec<TopicView>,
+}
+
+/// `GET /v1/topics`: every registered topic and every topic with jobs, with counts per state.
+pub async fn list(State(app): State<AppState>) -> Result<Json<TopicList>, ApiError> {
+    let mut configs = app.queue.topics().await?;
+    let mut counts = counts(&app).await;
+    let mut names: Vec<String> = configs.keys().chain(counts.keys()).cloned().collect();
+    names.sort();
+    names.dedup();
+    let topics = names
+        .into_iter()
+        .map(|t| TopicView {
+            config: configs.remove(&t).map(|c| c.redacted()),
+            counts: counts.remove(&t).unwrap_or_else(zero_counts),
+            topic: t,
+        })
+        .collect();
+    Ok(Json(TopicList { topics }))
+}
+
+async fn set_paused(app: AppState, topic: String, paused: bool) -> Result<Json<TopicView>, ApiError> {
+    checked(&topic)?;
+    let mut config = app.queue.topics().await?.remove(&topic).unwrap_or_default();
+    config.paused = paused;
+    store(&app, &topic, &config).await?;
+    Ok(Json(view(&app, topic, Some(config)).await))
+}
+
+/// `POST /v1/topics/{topic}/pause`: stops delivery and reserve of the topic (pushes still go in).
+pub async fn pause(State(app): State<AppState>, Path(topic): Path<String>) -> Result<Json<TopicView>, ApiError> {
+    set_paused(app, topic, true).await
+}
+
+/// `POST /v1/topics/{topic}/resume`: undoes pause.
+pub async fn resume(State(app): State<AppState>, Path(topic): Path<String>) -> Result<Json<TopicView>, ApiError> {
+    set_paused(app, topic, false).await
+}
+
+/// `GET /v1/topics/{topic}/dead` query.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadQuery {
+    /// Jobs to skip.
+    #[serde(default)]
+    offset: Option<usize>,
+    /// Jobs to return (1..=1000, default 100).
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// `GET /v1/topics/{topic}/dead?offset=&limit=`: a page of dead jobs, oldest death first, and the total.
+pub async fn dead(
+    State(app): State<AppState>,
+    Path(topic): Path<String>,
+    query: Result<Query<DeadQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<DeadPage>, ApiError> {
+    checked(&topic)?;
+    let Query(q) = query.map_err(|e| ApiError::invalid(format!("invalid query: {}", e.body_text())))?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid(format!(
+            "`limit` must be between 1 and 1000, got {limit}"
+        )));
+    }
+    let offset = q.offset.unwrap_or(0);
+    if offset > 1_000_000 {
+        return Err(ApiError::invalid("`offset` must be at most 1000000"));
+    }
+    Ok(Json(app.queue.dead(&topic, offset, limit).await?))
+}
+
+/// Body of requeue and delete of dead jobs: some ids, or none for all.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DeadIds {
+    /// Which dead jobs (at most 1000); absent means all.
+    #[serde(default)]
+    ids: Option<Vec<String>>,
+}
+
+fn dead_ids(body: &Bytes) -> Result<Option<Vec<String>>, ApiError> {
+    let parsed: DeadIds = if body.iter().all(u8::is_ascii_whitespace) {
+        DeadIds::default()
+    } else {
+        serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid request body: {e}")))?
+    };
+    if let Some(ids) = &parsed.ids {
+        if ids.is_empty() || ids.len() > 1000 {
+            return Err(ApiError::invalid(
+                "`ids` must hold 1 to 1000 ids (leave it out for all)",
+            ));
+        }
+        for id in ids {
+            validate_id(id)?;
+        }
+    }
+    Ok(parsed.ids)
+}
+
+/// `POST /v1/topics/{topic}/dead/requeue` `{ids?}`: back to ready with fresh attempts; `{requeued}`.
+pub async fn requeue(
+    State(app): State<AppState>,
+    Path(topic): Path<String>,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    checked(&topic)?;
+    let ids = dead_ids(&body)?;
+    let n = app.queue.requeue_dead(&topic, ids.as_deref()).await?;
+    Ok(Json(serde_json::json!({ "requeued": n })))
+}
+
+/// `DELETE /v1/topics/{topic}/dead` `{ids?}`: deletes dead jobs; `{deleted}`.
+pub async fn purge(
+    State(app): State<AppState>,
+    Path(topic): Path<String>,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    checked(&topic)?;
+    let ids = dead_ids(&body)?;
+    let n = app.queue.purge_dead(&topic, ids.as_deref()).await?;
+    Ok(Json(serde_json::json!({ "deleted": n })))
+}

@@ -1,0 +1,219 @@
+//! The topic registry, pause, topic defaults and dead letters over HTTP.
+
+mod common;
+
+use common::{TestServer, assert_error};
+use serde_json::json;
+
+#[tokio::test]
+async fn register_look_up_list_and_delete() {
+    let s = TestServer::start().await;
+    let config = json!({"callback": {"url": "http://127.0.0.1:9/hook", "timeout_ms": 2000, "concurrency": 4, "secret": "s3cr3t"},
+                        "retry": {"max_attempts": 3, "backoff_ms": [1000, 5000], "condition": "{res.code} != 200 && {res.data.status} != 2"},
+                        "defaults": {"ttr_ms": 5000}});
+    let (status, out) = s.call("PUT", "/v1/topics/orders", Some(config)).await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["topic"], "orders");
+    assert_eq!(out["config"]["callback"]["secret"], "***", "the secret is never shown");
+    assert_eq!(out["config"]["retry"]["max_attempts"], 3);
+    let (status, got) = s.call("GET", "/v1/topics/orders", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(got["config"], out["config"]);
+    assert_eq!(got["counts"]["ready"], 0);
+
+    s.push(json!({"topic": "pulled", "body": 1})).await;
+    let (_, list) = s.call("GET", "/v1/topics", None).await;
+    let names: Vec<_> = list["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["topic"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["orders", "pulled"], "registered topics and topics with jobs");
+    assert_eq!(list["topics"][1]["config"], serde_json::Value::Null);
+    assert_eq!(list["topics"][1]["counts"]["ready"], 1);
+
+    let (status, _) = s.call("DELETE", "/v1/topics/orders", None).await;
+    assert_eq!(status, 204);
+    let (status, body) = s.call("GET", "/v1/topics/orders", None).await;
+    assert_error(status, &body, 404, "not_found");
+    let (status, body) = s.call("DELETE", "/v1/topics/orders", None).await;
+    assert_error(status, &body, 404, "not_found");
+}
+
+#[tokio::test]
+async fn bad_registrations_are_refused_and_write_nothing() {
+    let s = TestServer::start().await;
+    let before = s.snapshot();
+    for (body, says) in [
+        (json!({"callback": {"url": "ftp://x"}}), "callback.url"),
+        (
+            json!({"callback": {"url": "http://x", "timeout_ms": 0}}),
+            "callback.timeout_ms",
+        ),
+        (
+            json!({"callback": {"url": "http://x", "concurrency": 100000}}),
+            "callback.concurrency",
+        ),
+        (json!({"retry": {"condition": "{res.code} = 200"}}), "retry.condition"),
+        (
+            json!({"retry": {"condition": "{res.code} == 200 &&"}}),
+            "retry.condition",
+        ),
+        (json!({"retry": {"backoff_ms": []}}), "retry.backoff_ms"),
+        (json!({"retry": {"max_attempts": -1}}), "max_attempts"),
+        (json!({"defaults": {"ttr_ms": 1}}), "defaults.ttr_ms"),
+        (json!({"callbak": {}}), "callbak"),
+        (json!([]), "JSON object"),
+    ] {
+        let (status, out) = s.call("PUT", "/v1/topics/t", Some(body.clone())).await;
+        assert_error(status, &out, 400, "invalid_argument");
+        assert!(
+            out["error"]["message"].as_str().unwrap().contains(says),
+            "{body}: {out}"
+        );
+    }
+    let (status, out) = s.call("PUT", "/v1/topics/bad%20name", Some(json!({}))).await;
+    assert_error(status, &out, 400, "invalid_argument");
+    let (status, out) = s.raw("PUT", "/v1/topics/t", "{nope").await;
+    assert_error(status, &out, 400, "invalid_argument");
+    assert_eq!(s.snapshot(), before);
+}
+
+#[tokio::test]
+async fn topic_defaults_apply_to_pushes() {
+    let s = TestServer::start().await;
+    s.call(
+        "PUT",
+        "/v1/topics/d",
+        Some(json!({"retry": {"max_attempts": 3}, "defaults": {"ttr_ms": 7000, "delay_ms": 60000}})),
+    )
+    .await;
+    let out = s.push(json!({"topic": "d", "body": 1})).await;
+    assert_eq!(out["state"], "delayed", "the topic's default delay");
+    let (_, job) = s
+        .call("GET", &format!("/v1/jobs/{}", out["id"].as_str().unwrap()), None)
+        .await;
+    assert_eq!(job["ttr_ms"], 7000);
+    assert_eq!(job["max_attempts"], 3);
+    let out = s
+        .push(json!({"topic": "d", "body": 1, "delay_ms": 0, "ttr_ms": 2000, "max_attempts": 5}))
+        .await;
+    assert_eq!(out["state"], "ready", "the push's own values win");
+    let (_, job) = s
+        .call("GET", &format!("/v1/jobs/{}", out["id"].as_str().unwrap()), None)
+        .await;
+    assert_eq!(
+        (job["ttr_ms"].as_i64(), job["max_attempts"].as_i64()),
+        (Some(2000), Some(5))
+    );
+}
+
+#[tokio::test]
+async fn paused_topics_are_not_handed_out_until_resumed() {
+    let s = TestServer::start().await;
+    s.push(json!({"topic": "p", "body": 1})).await;
+    let (status, out) = s.call("POST", "/v1/topics/p/pause", None).await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["config"]["paused"], true);
+    assert!(s.reserve(&["p"], 1, 0).await.is_empty());
+    let (_, out) = s.call("POST", "/v1/topics/p/resume", None).await;
+    assert_eq!(out["config"]["paused"], false);
+    assert_eq!(s.reserve(&["p"], 1, 0).await.len(), 1);
+}
+
+async fn make_dead(s: &TestServer, topic: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(
+            s.push(json!({"topic": topic, "body": i, "max_attempts": 1})).await["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+        let job = &s.reserve(&[topic], 1, 0).await[0];
+        let path = format!("/v1/jobs/{}/nack", job["id"].as_str().unwrap());
+        s.call(
+            "POST",
+            &path,
+            Some(json!({"receipt": job["receipt"], "error": format!("failure {i}")})),
+        )
+        .await;
+    }
+    ids
+}
+
+#[tokio::test]
+async fn dead_letters_can_be_listed_requeued_and_deleted() {
+    let s = TestServer::with_shards(2).await;
+    let ids = make_dead(&s, "dl", 5).await;
+    let (status, page) = s.call("GET", "/v1/topics/dl/dead?limit=2", None).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["total"], 5);
+    let first: Vec<_> = page["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(first.len(), 2);
+    assert_eq!(page["jobs"][0]["state"], "dead");
+    let (_, rest) = s.call("GET", "/v1/topics/dl/dead?offset=2&limit=100", None).await;
+    let mut all: Vec<String> = first.clone();
+    all.extend(
+        rest["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].as_str().unwrap().to_string()),
+    );
+    let mut sorted = all.clone();
+    sorted.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(sorted, want, "pages cover every dead job once");
+
+    let (status, out) = s
+        .call("POST", "/v1/topics/dl/dead/requeue", Some(json!({"ids": [ids[0]]})))
+        .await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["requeued"], 1);
+    let (_, job) = s.call("GET", &format!("/v1/jobs/{}", ids[0]), None).await;
+    assert_eq!(job["state"], "ready");
+    assert_eq!(job["attempts"], 0);
+
+    let (_, out) = s
+        .call("DELETE", "/v1/topics/dl/dead", Some(json!({"ids": [ids[1]]})))
+        .await;
+    assert_eq!(out["deleted"], 1);
+    let (status, _) = s.call("GET", &format!("/v1/jobs/{}", ids[1]), None).await;
+    assert_eq!(status, 404);
+
+    let (_, out) = s.raw("POST", "/v1/topics/dl/dead/requeue", "").await;
+    assert_eq!(out["requeued"], 3, "all that are left");
+    assert_eq!(s.reserve(&["dl"], 10, 0).await.len(), 4);
+    let (_, page) = s.call("GET", "/v1/topics/dl/dead", None).await;
+    assert_eq!(page["total"], 0);
+}
+
+#[tokio::test]
+async fn bad_dead_letter_requests_write_nothing() {
+    let s = TestServer::start().await;
+    make_dead(&s, "x", 1).await;
+    let before = s.snapshot();
+    for (method, path, body, code) in [
+        ("GET", "/v1/topics/x/dead?limit=0", "", 400),
+        ("GET", "/v1/topics/x/dead?limit=5000", "", 400),
+        ("GET", "/v1/topics/x/dead?limit=abc", "", 400),
+        ("GET", "/v1/topics/x/dead?bogus=1", "", 400),
+        ("POST", "/v1/topics/x/dead/requeue", r#"{"ids": []}"#, 400),
+        ("POST", "/v1/topics/x/dead/requeue", r#"{"ids": ["a b"]}"#, 400),
+        ("POST", "/v1/topics/x/dead/requeue", r#"{"id": ["a"]}"#, 400),
+        ("DELETE", "/v1/topics/x/dead", "{", 400),
+        ("POST", "/v1/topics/bad%20topic/dead/requeue", "", 400),
+    ] {
+        let (status, out) = s.raw(method, path, body).await;
+        assert_error(status, &out, code, "invalid_argument");
+    }
+    assert_eq!(s.snapshot(), before);
+}

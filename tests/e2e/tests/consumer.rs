@@ -1,0 +1,92 @@
+//! dq-consumer as a real process with dq-server and dq-timer: drain on signals with deliveries in flight.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{env, start};
+use dq_harness::{DqProcess, RedisServer, eventually, free_port};
+use serde_json::{Value, json};
+
+/// A callback that takes `delay` to answer, counting requests.
+async fn slow_hook(delay: Duration) -> (String, Arc<AtomicUsize>) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                r#"{"ok":true}"#
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, count)
+}
+
+// Multi-threaded: waiting for the process blocks a thread, and the callback server must keep answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_finishes_in_flight_deliveries_and_exits_0_on_signals() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let _timer = start("dq-timer", &[&redis]).await;
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let http = reqwest::Client::new();
+    let (url, count) = slow_hook(Duration::from_millis(1500)).await;
+    let resp = http
+        .put(format!("{base}/v1/topics/slow"))
+        .json(&json!({"callback": {"url": url}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut delivered = 0;
+    for sig in ["TERM", "INT", "USR2"] {
+        let port = free_port();
+        let mut vars = env(&[&redis], port);
+        vars.push(("DQ__TOPICS__REFRESH_MS", "100".into()));
+        let mut consumer = DqProcess::spawn("dq-consumer", &vars, &[]);
+        let mut ids = Vec::new();
+        for i in 0..3 {
+            let out: Value = http
+                .post(format!("{base}/v1/jobs"))
+                .json(&json!({"topic": "slow", "body": i}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            ids.push(out["id"].as_str().unwrap().to_string());
+        }
+        delivered += 3;
+        eventually(Duration::from_secs(30), "three deliveries in flight", || async {
+            count.load(Ordering::SeqCst) >= delivered
+        })
+        .await;
+        consumer.signal(sig);
+        let status = consumer.wait(Duration::from_secs(30)).expect("exits after the signal");
+        assert_eq!(status.code(), Some(0), "SIG{sig}: {}", consumer.log());
+        for id in &ids {
+            let job: Value = http
+                .get(format!("{base}/v1/jobs/{id}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(
+                job["state"], "done",
+                "SIG{sig}: in-flight delivery finished and acked: {job}"
+            );
+        }
+    }
+}
