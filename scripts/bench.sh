@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Measures dq on this machine in one run: a private redis-server, dq-server and two dq-timers (release
-# build), then every figure the issues ask for. Redis, dq and the load share the machine, so the push
+# Measures dq on this machine in one run: a private redis-server, dq-server, two dq-timers and a
+# dq-consumer (release build), then every figure the issues ask for. Redis, dq and the load share the machine, so the push
 # figure is also given as a ratio to redis-benchmark running the same push script on the same Redis.
 #
 #   scripts/bench.sh            all figures
-#   BENCH_ONLY=push scripts/bench.sh   one of: push batch reserve memory lateness burst kill
+#   BENCH_ONLY=push scripts/bench.sh   one of: push batch reserve memory lateness burst kill deliver
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
@@ -28,12 +28,14 @@ for i in 1 2; do
   DQ__METRICS__LISTEN="127.0.0.1:$(port)" target/release/dq-timer >"$work/timer$i.log" 2>&1 &
   pids+=($!); timer_pids+=($!)
 done
+DQ__METRICS__LISTEN="127.0.0.1:$(port)" target/release/dq-consumer >"$work/consumer.log" 2>&1 &
+pids+=($!)
 until (exec 3<>"/dev/tcp/127.0.0.1/$sport") 2>/dev/null; do sleep 0.05; done
 bench() { target/release/dq-bench --url "http://127.0.0.1:$sport" "$@"; }
 rcli() { redis-cli -p "$rport" "$@"; }
 info() { rcli info "$1" | tr -d '\r' | awk -F: -v k="$2" '$1==k {print $2}'; }
 want() { [ -z "${BENCH_ONLY:-}" ] || [ "$BENCH_ONLY" = "$1" ]; }
-echo "redis $(redis-server --version | awk '{print $3}'), $(nproc) cores; Redis, dq-server, 2 dq-timers and the load on this one machine"
+echo "redis $(redis-server --version | awk '{print $3}'), $(nproc) cores; Redis, dq-server, 2 dq-timers, dq-consumer and the load on this one machine"
 
 if want push; then
   echo; echo "== single pushes, 64-byte body, 64 connections: dq over HTTP vs redis-benchmark on push.lua's EVALSHA"
@@ -84,6 +86,13 @@ fi
 if want burst; then
   echo; echo "== burst: 100,000 jobs due in the same millisecond"
   bench burst -n 100000 | head -8
+fi
+
+if want deliver; then
+  echo; echo "== push delivery to a local callback that answers at once, concurrency 64"
+  bench deliver -n 50000 --concurrency 64 | head -8
+  echo; echo "== delivery lateness (callback received - due) at 1,000 jobs/s over 10 s"
+  bench deliver -n 10000 --rate 1000 --concurrency 64 | head -8
 fi
 
 if want kill; then
