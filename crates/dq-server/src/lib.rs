@@ -6,7 +6,9 @@
 //! - [`reserve`]: reserve (with long poll), ack, nack, touch.
 //! - [`topics`]: the topic registry, pause and resume, dead letters.
 //! - [`probes`]: stats, `/healthz`, `/readyz`, `/metrics`.
+//! - [`admin`]: the web admin pages over the same API.
 
+pub mod admin;
 pub mod body;
 pub mod error;
 pub mod jobs;
@@ -116,6 +118,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/topics/{topic}/dead", get(topics::dead).delete(topics::purge))
         .route("/v1/topics/{topic}/dead/requeue", post(topics::requeue))
         .route("/v1/stats", get(probes::stats))
+        .route("/admin", get(admin::overview))
+        .route("/admin/topics/{topic}", get(admin::topic))
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
         .route("/metrics", get(probes::metrics))

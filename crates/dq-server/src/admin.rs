@@ -1,0 +1,135 @@
+//! The web admin pages: shards, topics with their counts, pause and resume, and dead letters with
+//! requeue and delete. Server-rendered (maud escapes everything it prints), with a few lines of
+//! script that call the JSON API, so the pages can do nothing the API cannot.
+
+use axum::extract::{Path, State};
+use dq_core::job::validate_topic;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::topics::counts;
+
+/// Calls the API and reloads the page; shows the API's error message when it refuses.
+const SCRIPT: &str = r#"
+async function call(method, path, body) {
+  const r = await fetch(path, {method, headers: {'content-type': 'application/json'},
+                               body: body === undefined ? undefined : JSON.stringify(body)});
+  if (!r.ok) { const e = await r.json().catch(() => ({})); alert((e.error && e.error.message) || r.status); }
+  location.reload();
+}
+"#;
+
+const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}\
+td,th{border-bottom:1px solid #ddd;padding:4px 10px;text-align:left}th{background:#f4f4f4}.down{color:#b00}\
+.num{text-align:right;font-variant-numeric:tabular-nums}button{margin-right:4px}pre{background:#f8f8f8;padding:8px}";
+
+fn page(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html {
+            head { meta charset="utf-8"; title { (title) " · dq" } style { (PreEscaped(STYLE)) } script { (PreEscaped(SCRIPT)) } }
+            body { p { a href="/admin" { "dq admin" } } h1 { (title) } (body) }
+        }
+    }
+}
+
+/// `GET /admin`: shards and topics.
+pub async fn overview(State(app): State<AppState>) -> Result<Markup, ApiError> {
+    let shards = app.queue.stats().await;
+    let registry = app.queue.topics().await.unwrap_or_default();
+    let counts = counts(&app).await;
+    let mut names: Vec<&String> = registry.keys().chain(counts.keys()).collect();
+    names.sort();
+    names.dedup();
+    Ok(page(
+        "Overview",
+        html! {
+            h2 { "Shards" }
+            table {
+                tr { th { "#" } th { "Redis" } th { "state" } th { "PING" } }
+                @for s in &shards {
+                    tr {
+                        td { (s.index) } td { (s.name) }
+                        @if s.up { td { "up" } } @else { td class="down" { "down" } }
+                        td class="num" { @if let Some(l) = s.latency { (format!("{:.2} ms", l.as_secs_f64() * 1000.0)) } }
+                    }
+                }
+            }
+            h2 { "Topics" }
+            table {
+                tr { th { "topic" } th { "delivery" } th { "delayed" } th { "ready" } th { "reserved" } th { "dead" } th {} }
+                @for name in &names {
+                    @let config = registry.get(*name);
+                    @let c = counts.get(*name);
+                    @let n = |state: &str| c.and_then(|c| c.get(state)).copied().unwrap_or(0);
+                    tr {
+                        td { a href={ "/admin/topics/" (name) } { (name) } }
+                        td {
+                            @match config.and_then(|c| c.callback.as_ref()) {
+                                Some(cb) => { "POST " (cb.url) }
+                                None => { "pull" }
+                            }
+                            @if config.is_some_and(|c| c.paused) { " (paused)" }
+                        }
+                        td class="num" { (n("delayed")) } td class="num" { (n("ready")) }
+                        td class="num" { (n("reserved")) } td class="num" { (n("dead")) }
+                        td {
+                            @if config.is_some_and(|c| c.paused) {
+                                button onclick={ "call('POST', '/v1/topics/" (name) "/resume')" } { "resume" }
+                            } @else {
+                                button onclick={ "call('POST', '/v1/topics/" (name) "/pause')" } { "pause" }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    ))
+}
+
+/// `GET /admin/topics/{topic}`: a topic's registration, counts and first dead letters.
+pub async fn topic(State(app): State<AppState>, Path(topic): Path<String>) -> Result<Markup, ApiError> {
+    validate_topic(&topic)?;
+    let config = app.queue.topics().await?.remove(&topic);
+    let counts = counts(&app).await.remove(&topic).unwrap_or_default();
+    let dead = app.queue.dead(&topic, 0, 100).await?;
+    let config_json = config
+        .as_ref()
+        .map(|c| serde_json::to_string_pretty(&c.redacted()).unwrap_or_default());
+    Ok(page(
+        &format!("Topic {topic}"),
+        html! {
+            p {
+                @for (state, n) in &counts { (state) ": " b { (n) } " · " }
+            }
+            h2 { "Registration" }
+            @match config_json {
+                Some(json) => { pre { (json) } }
+                None => { p { "Not registered: pulled through the API with the global defaults." } }
+            }
+            h2 { "Dead letters (" (dead.total) ")" }
+            @if dead.total > 0 {
+                p {
+                    button onclick={ "call('POST', '/v1/topics/" (topic) "/dead/requeue')" } { "requeue all" }
+                    button onclick={ "if (confirm('Delete every dead job of this topic?')) call('DELETE', '/v1/topics/" (topic) "/dead')" } { "delete all" }
+                }
+                table {
+                    tr { th { "id" } th { "attempts" } th { "last error" } th { "body" } th {} }
+                    @for job in &dead.jobs {
+                        tr {
+                            td { code { (job.id) } } td class="num" { (job.attempts) }
+                            td { (job.last_error.as_deref().unwrap_or("")) }
+                            td { code { (job.body.get().chars().take(120).collect::<String>()) } }
+                            td {
+                                button onclick={ "call('POST', '/v1/topics/" (topic) "/dead/requeue', {ids: ['" (job.id) "']})" } { "requeue" }
+                                button onclick={ "call('DELETE', '/v1/topics/" (topic) "/dead', {ids: ['" (job.id) "']})" } { "delete" }
+                            }
+                        }
+                    }
+                }
+                @if dead.total as usize > dead.jobs.len() { p { "Showing the oldest " (dead.jobs.len()) "; the API pages through the rest." } }
+            }
+        },
+    ))
+}
