@@ -45,25 +45,27 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     if let Err(e) = queue.check_layout().await {
         anyhow::bail!("{e}");
     }
+    // The metrics listener and the registry refresher keep going through the drain; `background` ends them.
+    let background = CancellationToken::new();
     let listen = settings
         .metrics
         .listen
         .clone()
         .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
-    let (_, metrics) = dq_core::telemetry::serve_metrics(&listen, shutdown.clone())
+    let (_, metrics) = dq_core::telemetry::serve_metrics(&listen, background.clone())
         .await
         .with_context(|| format!("cannot serve metrics on {listen} (metrics.listen)"))?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(4096)
         .tcp_nodelay(true)
         .no_proxy()
+        // A redirect would turn the POST into a GET elsewhere; a 3xx is a failed delivery instead.
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .context("cannot build the HTTP client")?;
     let ready = Arc::new(ReadySignals::default());
     let listeners = ready.listen(queue.shards(), queue.keys().ready_channel(), shutdown.clone());
     let refresh = Duration::from_millis(settings.topics.refresh_ms);
-    // The registry refresher keeps going through the drain; it stops with `background`.
-    let background = CancellationToken::new();
     let topics = TopicCache::start(queue.clone(), refresh, background.clone()).await;
     let shared = Arc::new(Shared {
         queue: queue.clone(),

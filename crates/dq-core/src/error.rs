@@ -13,6 +13,9 @@ pub enum Error {
     /// No live job has this id (`not_found`, 404).
     #[error("job `{0}` not found")]
     NotFound(String),
+    /// No topic of this name is registered or has jobs (`not_found`, 404).
+    #[error("topic `{0}` not found")]
+    TopicNotFound(String),
     /// The request conflicts with the job's state, e.g. a push of a live id (`conflict`, 409).
     #[error("{0}")]
     Conflict(String),

@@ -38,7 +38,7 @@ impl Queue {
     /// Deletes a topic's registration (its jobs stay). `NotFound` when it was not registered.
     pub async fn delete_topic(&self, name: &str) -> Result<()> {
         if !self.topics().await?.contains_key(name) {
-            return Err(Error::NotFound(format!("topic {name}")));
+            return Err(Error::TopicNotFound(name.to_string()));
         }
         self.write_topic(name, "").await
     }
@@ -186,8 +186,9 @@ impl Queue {
     }
 
     /// Moves dead jobs of `topic` back to ready with fresh attempts: the given ids, else all of them.
+    /// (A dead id without a record is dropped from the list and not counted.)
     pub async fn requeue_dead(&self, topic: &str, ids: Option<&[String]>) -> Result<u64> {
-        self.dead_op(topic, ids, |shard_ids, all_limit| {
+        self.dead_op(ids, |shard_ids, all_limit| {
             let mut inv = scripts::REQUEUE.prepare_invoke();
             inv.key(self.keys().dead(topic))
                 .key(self.keys().ready(topic))
@@ -206,7 +207,7 @@ impl Queue {
 
     /// Deletes dead jobs of `topic`: the given ids, else all of them.
     pub async fn purge_dead(&self, topic: &str, ids: Option<&[String]>) -> Result<u64> {
-        self.dead_op(topic, ids, |shard_ids, all_limit| {
+        self.dead_op(ids, |shard_ids, all_limit| {
             let mut inv = scripts::PURGE.prepare_invoke();
             inv.key(self.keys().dead(topic))
                 .key(self.keys().counts())
@@ -224,7 +225,6 @@ impl Queue {
     /// Runs a dead-list script per shard: with the ids that live there, or in batches until the list is empty.
     async fn dead_op<'a>(
         &self,
-        topic: &str,
         ids: Option<&[String]>,
         build: impl Fn(&[&String], u32) -> redis::ScriptInvocation<'a>,
     ) -> Result<u64> {
@@ -238,19 +238,20 @@ impl Queue {
                         .filter(|id| self.shards().for_id(id).index == shard.index)
                         .collect();
                     for chunk in mine.chunks(BATCH as usize) {
-                        total += shard.invoke::<u64>(&build(chunk, BATCH)).await?;
+                        let [done, _]: [u64; 2] = shard.invoke(&build(chunk, BATCH)).await?;
+                        total += done;
                     }
                 }
+                // A full batch taken off the list means there may be more.
                 None => loop {
-                    let n = shard.invoke::<u64>(&build(&[], BATCH)).await?;
-                    total += n;
-                    if n < BATCH as u64 {
+                    let [done, removed]: [u64; 2] = shard.invoke(&build(&[], BATCH)).await?;
+                    total += done;
+                    if removed < BATCH as u64 {
                         break;
                     }
                 },
             }
         }
-        let _ = topic;
         Ok(total)
     }
 

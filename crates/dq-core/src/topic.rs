@@ -185,13 +185,16 @@ impl TopicConfig {
         Ok(())
     }
 
-    /// The config as the API shows it: the secret masked.
+    /// The config as the API shows it: the secret and header values (often credentials) masked.
     pub fn redacted(&self) -> TopicConfig {
         let mut c = self.clone();
-        if let Some(cb) = &mut c.callback
-            && cb.secret.is_some()
-        {
-            cb.secret = Some("***".into());
+        if let Some(cb) = &mut c.callback {
+            if cb.secret.is_some() {
+                cb.secret = Some("***".into());
+            }
+            for v in cb.headers.values_mut() {
+                *v = "***".into();
+            }
         }
         c
     }

@@ -332,3 +332,39 @@ async fn a_shard_set_up_with_other_buckets_is_refused() {
     let err = Queue::new(&other).unwrap().check_layout().await.unwrap_err();
     assert!(err.to_string().contains("redis.buckets"), "{err}");
 }
+
+#[tokio::test]
+async fn requeue_and_purge_keep_counts_right_even_for_ids_that_lost_their_record() {
+    let redis = RedisServer::start();
+    let q = Queue::new(&settings(&redis)).unwrap();
+    for i in 0..4 {
+        q.push(job(
+            &q,
+            serde_json::json!({"id": format!("d{i}"), "topic": "t", "body": i, "max_attempts": 1}),
+        ))
+        .await
+        .unwrap();
+        let r = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
+        assert_eq!(
+            q.nack(&r.id, &r.receipt, None, None, None).await.unwrap().0,
+            State::Dead
+        );
+    }
+    assert_consistent(&redis);
+    // Damage by hand: a dead id whose record is gone.
+    let _: () = redis::cmd("DEL").arg("dq:job:d0").query(&mut redis.conn()).unwrap();
+    let _: () = redis::cmd("HINCRBY")
+        .arg("dq:counts")
+        .arg("t:dead")
+        .arg(0)
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(q.requeue_dead("t", Some(&["d0".into(), "d1".into()])).await.unwrap(), 1);
+    assert_eq!(q.purge_dead("t", Some(&["d2".into()])).await.unwrap(), 1);
+    assert_eq!(q.requeue_dead("t", None).await.unwrap(), 1, "d3, the last one");
+    let counts: std::collections::HashMap<String, i64> =
+        redis::cmd("HGETALL").arg("dq:counts").query(&mut redis.conn()).unwrap();
+    assert_eq!(counts.get("t:dead"), Some(&0));
+    assert_eq!(counts.get("t:ready"), Some(&2));
+    assert_consistent(&redis);
+}

@@ -100,9 +100,7 @@ pub async fn topic(State(app): State<AppState>, Path(topic): Path<String>) -> Re
     Ok(page(
         &format!("Topic {topic}"),
         html! {
-            p {
-                @for (state, n) in &counts { (state) ": " b { (n) } " · " }
-            }
+            p { (counts.iter().map(|(state, n)| format!("{state}: {n}")).collect::<Vec<_>>().join(" · ")) }
             h2 { "Registration" }
             @match config_json {
                 Some(json) => { pre { (json) } }

@@ -47,7 +47,7 @@ impl From<dq_core::Error> for ApiError {
         let (status, code) = match &e {
             E::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
             E::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            E::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            E::NotFound(_) | E::TopicNotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             E::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             E::StaleReceipt => (StatusCode::CONFLICT, "stale_receipt"),
             E::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),

@@ -88,7 +88,7 @@ pub async fn get(State(app): State<AppState>, Path(topic): Path<String>) -> Resu
     let config = app.queue.topics().await?.remove(&topic);
     let counts = counts(&app).await;
     if config.is_none() && !counts.contains_key(&topic) {
-        return Err(dq_core::Error::NotFound(format!("topic {topic}")).into());
+        return Err(dq_core::Error::TopicNotFound(topic.clone()).into());
     }
     Ok(Json(view(&app, topic, config).await))
 }
@@ -191,6 +191,10 @@ pub struct DeadIds {
 fn dead_ids(body: &Bytes) -> Result<Option<Vec<String>>, ApiError> {
     let parsed: DeadIds = if body.iter().all(u8::is_ascii_whitespace) {
         DeadIds::default()
+    } else if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::invalid(
+            "the request body must be a JSON object (or empty for all)",
+        ));
     } else {
         serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid request body: {e}")))?
     };

@@ -37,6 +37,7 @@ async fn register_look_up_list_and_delete() {
     assert_eq!(status, 204);
     let (status, body) = s.call("GET", "/v1/topics/orders", None).await;
     assert_error(status, &body, 404, "not_found");
+    assert_eq!(body["error"]["message"], "topic `orders` not found");
     let (status, body) = s.call("DELETE", "/v1/topics/orders", None).await;
     assert_error(status, &body, 404, "not_found");
 }
@@ -210,6 +211,8 @@ async fn bad_dead_letter_requests_write_nothing() {
         ("POST", "/v1/topics/x/dead/requeue", r#"{"ids": ["a b"]}"#, 400),
         ("POST", "/v1/topics/x/dead/requeue", r#"{"id": ["a"]}"#, 400),
         ("DELETE", "/v1/topics/x/dead", "{", 400),
+        ("DELETE", "/v1/topics/x/dead", "[]", 400),
+        ("POST", "/v1/topics/x/dead/requeue", "[]", 400),
         ("POST", "/v1/topics/bad%20topic/dead/requeue", "", 400),
     ] {
         let (status, out) = s.raw(method, path, body).await;

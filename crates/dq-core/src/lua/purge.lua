@@ -4,7 +4,8 @@
 -- KEYS[2]: counts hash (<prefix>:counts)
 -- ARGV[1]: key prefix   ARGV[2]: topic   ARGV[3]: most jobs to take when no ids are given
 -- ARGV[4..]: ids (none: the oldest dead jobs, up to ARGV[3])
--- Returns: the number of jobs deleted (ids not in the dead list are skipped).
+-- Returns: {deleted, removed from the dead list} (the same number; the shape matches requeue.lua).
+-- Ids not in the dead list are skipped.
 
 local dead, counts = KEYS[1], KEYS[2]
 local prefix, topic = ARGV[1], ARGV[2]
@@ -22,4 +23,4 @@ for _, id in ipairs(ids) do
   end
 end
 if n > 0 then redis.call('HINCRBY', counts, topic .. ':dead', -n) end
-return n
+return {n, n}

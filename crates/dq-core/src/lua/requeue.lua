@@ -6,7 +6,8 @@
 -- KEYS[3]: counts hash (<prefix>:counts)
 -- ARGV[1]: key prefix   ARGV[2]: topic   ARGV[3]: ready wake channel   ARGV[4]: most jobs to take when no
 -- ids are given   ARGV[5..]: ids (none: the oldest dead jobs, up to ARGV[4])
--- Returns: the number of jobs requeued (ids not in the dead list are skipped).
+-- Returns: {requeued, removed from the dead list}; they differ by dead ids that had lost their record
+-- (dropped from the list). Ids not in the dead list are skipped.
 
 local dead, ready, counts = KEYS[1], KEYS[2], KEYS[3]
 local prefix, topic = ARGV[1], ARGV[2]
@@ -19,9 +20,10 @@ else
   ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[4]) - 1)
 end
 local was_empty = redis.call('EXISTS', ready) == 0
-local n = 0
+local n, removed = 0, 0
 for _, id in ipairs(ids) do
   if redis.call('ZREM', dead, id) == 1 then
+    removed = removed + 1
     local job = prefix .. ':job:' .. id
     if redis.call('EXISTS', job) == 1 then
       redis.call('HSET', job, 's', 'ready', 'a', 0, 'r', now)
@@ -30,9 +32,9 @@ for _, id in ipairs(ids) do
     end
   end
 end
+if removed > 0 then redis.call('HINCRBY', counts, topic .. ':dead', -removed) end
 if n > 0 then
-  redis.call('HINCRBY', counts, topic .. ':dead', -n)
   redis.call('HINCRBY', counts, topic .. ':ready', n)
   if was_empty then redis.call('PUBLISH', ARGV[3], topic) end
 end
-return n
+return {n, removed}
