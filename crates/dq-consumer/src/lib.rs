@@ -78,6 +78,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     tracing::info!(metrics = %listen, "dq-consumer starting");
 
     let mut running: HashMap<String, Running> = HashMap::new();
+    dq_core::systemd::ready(&shutdown);
     loop {
         reconcile(&shared, &topics, &mut running);
         tokio::select! {

@@ -7,7 +7,8 @@
 //! - [`queue`]: the typed async API over the scripts; [`registry`]: topics on every shard, dead letters.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks.
 //! - [`wake`]: pub/sub wake-ups for long polls and timers.
-//! - [`config`], [`signals`], [`telemetry`]: settings, drain on signals, logs and metrics.
+//! - [`config`], [`signals`], [`telemetry`], [`systemd`]: settings, drain on signals, logs and metrics,
+//!   readiness and watchdog for systemd.
 
 pub mod condition;
 pub mod config;
@@ -19,6 +20,7 @@ pub mod registry;
 pub mod scripts;
 pub mod shard;
 pub mod signals;
+pub mod systemd;
 pub mod telemetry;
 pub mod topic;
 pub mod wake;

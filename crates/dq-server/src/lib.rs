@@ -72,6 +72,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     let app = router(state).layer(DefaultBodyLimit::max(max_request));
 
     tracing::info!(addr = %listener.local_addr()?, shards = settings.redis.shards.len(), "dq-server listening");
+    dq_core::systemd::ready(&shutdown);
     let grace = Duration::from_millis(settings.shutdown.grace_ms);
     let drained = shutdown.clone();
     let server = axum::serve(listener, app).with_graceful_shutdown(async move { drained.cancelled().await });

@@ -76,6 +76,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .into_iter()
         .map(|t| tokio::spawn(t.run(shutdown.clone())))
         .collect();
+    dq_core::systemd::ready(&shutdown);
     for t in tasks {
         t.await.context("shard timer panicked")?;
     }
