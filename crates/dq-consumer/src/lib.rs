@@ -78,6 +78,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     tracing::info!(metrics = %listen, "dq-consumer starting");
 
     let mut running: HashMap<String, Running> = HashMap::new();
+    queue
+        .shards()
+        .spawn_health_probe(Duration::from_secs(5), shutdown.clone());
     dq_core::systemd::ready(&shutdown);
     loop {
         reconcile(&shared, &topics, &mut running);

@@ -221,6 +221,31 @@ impl Shards {
         &self.list[shard_of(id, self.list.len())]
     }
 
+    /// PINGs every shard every `every` until `shutdown`, publishing `dq_redis_up{shard}` (1 or 0) and
+    /// `dq_redis_latency_seconds{shard}`, so each process shows the Redis it sees.
+    pub fn spawn_health_probe(&self, every: Duration, shutdown: tokio_util::sync::CancellationToken) {
+        let shards = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                for shard in shards.all() {
+                    let label = shard.index.to_string();
+                    match shard.ping(every.min(Duration::from_secs(1))).await {
+                        Ok(rtt) => {
+                            metrics::gauge!("dq_redis_up", "shard" => label.clone()).set(1.0);
+                            metrics::gauge!("dq_redis_latency_seconds", "shard" => label).set(rtt.as_secs_f64());
+                        }
+                        Err(_) => metrics::gauge!("dq_redis_up", "shard" => label).set(0.0),
+                    }
+                }
+            }
+        });
+    }
+
     /// The delay bucket of job `id` on its shard.
     pub fn bucket_of(&self, id: &str) -> u32 {
         bucket_of(id, self.buckets)

@@ -69,6 +69,10 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
         shutdown: shutdown.clone(),
     };
     let max_request = settings.limits.max_request_bytes();
+    state
+        .queue
+        .shards()
+        .spawn_health_probe(Duration::from_secs(5), shutdown.clone());
     let app = router(state).layer(DefaultBodyLimit::max(max_request));
 
     tracing::info!(addr = %listener.local_addr()?, shards = settings.redis.shards.len(), "dq-server listening");

@@ -12,6 +12,7 @@ pub mod shard_timer;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use dq_core::wake::{self, Wake};
@@ -76,6 +77,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .into_iter()
         .map(|t| tokio::spawn(t.run(shutdown.clone())))
         .collect();
+    queue
+        .shards()
+        .spawn_health_probe(Duration::from_secs(5), shutdown.clone());
     dq_core::systemd::ready(&shutdown);
     for t in tasks {
         t.await.context("shard timer panicked")?;

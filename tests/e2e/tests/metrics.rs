@@ -1,0 +1,178 @@
+//! Every binary serves `/metrics`, and every metric `docs/metrics.md` documents is really there, on the
+//! binaries the doc names, once the system has done some work.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{env, metrics, start};
+use dq_harness::{DqProcess, RedisServer, eventually, free_port};
+use serde_json::{Value, json};
+
+/// Metric names documented in docs/metrics.md (the first column of its tables).
+fn documented() -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md")).unwrap();
+    doc.lines()
+        .filter_map(|l| l.strip_prefix("| `dq_"))
+        .filter_map(|rest| rest.split('`').next())
+        .map(|name| format!("dq_{name}"))
+        .collect()
+}
+
+/// Names present in a scrape (histograms by their base name).
+fn names(scrape: &HashMap<String, f64>) -> Vec<String> {
+    let mut out: Vec<String> = scrape
+        .keys()
+        .map(|k| k.split('{').next().unwrap().to_string())
+        .map(|k| {
+            for suffix in ["_bucket", "_count", "_sum"] {
+                if let Some(base) = k.strip_suffix(suffix) {
+                    return base.to_string();
+                }
+            }
+            k
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_binary_serves_the_documented_metrics() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let timer = start("dq-timer", &[&redis]).await;
+    let consumer_port = free_port();
+    let mut vars = env(&[&redis], consumer_port);
+    vars.push(("DQ__TOPICS__REFRESH_MS", "100".into()));
+    let _consumer = DqProcess::spawn("dq-consumer", &vars, &[]);
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let http = reqwest::Client::new();
+    let call = |method: &str, path: &str, body: Value| {
+        http.request(method.parse().unwrap(), format!("{base}{path}"))
+            .json(&body)
+            .send()
+    };
+
+    // A callback that works, and one that does not (nothing listens on port 9): delivered and dead jobs.
+    let app = axum::Router::new().route("/hook", axum::routing::post(|| async { r#"{"ok":true}"# }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    call("PUT", "/v1/topics/good", json!({"callback": {"url": hook}}))
+        .await
+        .unwrap();
+    call(
+        "PUT",
+        "/v1/topics/bad",
+        json!({"callback": {"url": "http://127.0.0.1:9/x"}, "retry": {"max_attempts": 1}}),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..5 {
+        call("POST", "/v1/jobs", json!({"topic": "good", "body": i, "delay_ms": 100}))
+            .await
+            .unwrap();
+        call("POST", "/v1/jobs", json!({"topic": "bad", "body": i}))
+            .await
+            .unwrap();
+    }
+    // Pull work: an ack, a nack to dead, and a reservation left to expire.
+    for (verb, ttr) in [("ack", 30000), ("nack", 30000), ("expire", 10)] {
+        call(
+            "POST",
+            "/v1/jobs",
+            json!({"topic": "pull", "body": verb, "ttr_ms": ttr, "max_attempts": 1}),
+        )
+        .await
+        .unwrap();
+        let got: Value = call("POST", "/v1/reserve", json!({"topics": ["pull"]}))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let job = &got["jobs"][0];
+        if verb != "expire" {
+            let path = format!("/v1/jobs/{}/{verb}", job["id"].as_str().unwrap());
+            call("POST", &path, json!({"receipt": job["receipt"]})).await.unwrap();
+        }
+    }
+
+    let want: &[(&str, u16, &[&str])] = &[
+        (
+            "dq-server",
+            server.port,
+            &[
+                "dq_jobs_pushed_total",
+                "dq_jobs_reserved_total",
+                "dq_jobs_acked_total",
+                "dq_jobs_nacked_total",
+                "dq_jobs_dead_total",
+                "dq_redis_up",
+                "dq_redis_latency_seconds",
+            ],
+        ),
+        (
+            "dq-timer",
+            timer.port,
+            &[
+                "dq_jobs_promoted_total",
+                "dq_jobs_expired_total",
+                "dq_promotion_lateness_seconds",
+                "dq_timer_buckets_owned",
+                "dq_timer_live_timers",
+                "dq_timer_next_due_timestamp_seconds",
+                "dq_jobs_dead_total",
+                "dq_redis_up",
+            ],
+        ),
+        (
+            "dq-consumer",
+            consumer_port,
+            &[
+                "dq_deliveries_total",
+                "dq_callback_duration_seconds",
+                "dq_delivery_lateness_seconds",
+                "dq_consumer_in_flight",
+                "dq_jobs_reserved_total",
+                "dq_jobs_acked_total",
+                "dq_jobs_nacked_total",
+                "dq_jobs_dead_total",
+                "dq_redis_up",
+            ],
+        ),
+    ];
+    let mut seen_anywhere: Vec<String> = Vec::new();
+    for (binary, port, expected) in want {
+        let seen = std::sync::Mutex::new(Vec::new());
+        eventually(
+            Duration::from_secs(60),
+            &format!("{binary} serves {expected:?}"),
+            || async {
+                let got = names(&metrics(*port).await);
+                let ok = expected.iter().all(|m| got.iter().any(|g| g == m));
+                *seen.lock().unwrap() = got;
+                ok
+            },
+        )
+        .await;
+        seen_anywhere.extend(seen.into_inner().unwrap());
+    }
+    let documented = documented();
+    for name in &documented {
+        assert!(
+            seen_anywhere.contains(name),
+            "docs/metrics.md documents {name}, which no binary serves"
+        );
+    }
+    for name in seen_anywhere.iter().filter(|n| n.starts_with("dq_")) {
+        assert!(
+            documented.contains(name),
+            "{name} is served but not documented in docs/metrics.md"
+        );
+    }
+}
