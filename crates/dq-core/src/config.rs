@@ -43,6 +43,8 @@ pub struct Settings {
     pub timer: TimerSettings,
     /// How processes follow the topic registry.
     pub topics: TopicSettings,
+    /// dq-checker: health checks, alerts, depths, audit.
+    pub checker: CheckerSettings,
     /// Log format and level.
     pub log: LogSettings,
 }
@@ -233,6 +235,43 @@ impl Default for TopicSettings {
     }
 }
 
+/// dq-checker.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckerSettings {
+    /// How often every shard is checked and queue depths are published, in ms.
+    pub interval_ms: u64,
+    /// Where alerts are POSTed as JSON; none for no webhook.
+    pub webhook_url: Option<String>,
+    /// SMTP server for alert e-mail, e.g. `smtp://mail.internal:25` or `smtps://user:pass@host:465`.
+    pub smtp_url: Option<String>,
+    /// Sender of alert e-mail.
+    pub mail_from: String,
+    /// Recipients of alert e-mail.
+    pub mail_to: Vec<String>,
+    /// Ready jobs of one topic above which a backlog alert goes out (none: no backlog alerts).
+    pub backlog_threshold: Option<u64>,
+    /// How often the consistency audit runs, in ms (0: only on demand, `dq-checker audit`).
+    pub audit_interval_ms: u64,
+    /// How long one alert delivery (webhook or mail) may take, in ms.
+    pub alert_timeout_ms: u64,
+}
+
+impl Default for CheckerSettings {
+    fn default() -> Self {
+        Self {
+            interval_ms: 1000,
+            webhook_url: None,
+            smtp_url: None,
+            mail_from: "dq-checker@localhost".into(),
+            mail_to: Vec::new(),
+            backlog_threshold: None,
+            audit_interval_ms: 600_000,
+            alert_timeout_ms: 5000,
+        }
+    }
+}
+
 /// Logging.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -275,6 +314,7 @@ impl Settings {
                 .list_separator(",")
                 .with_list_parse_key("redis.shards")
                 .with_list_parse_key("jobs.backoff_ms")
+                .with_list_parse_key("checker.mail_to")
                 .try_parsing(true)
                 .source(Some(env)),
         );
@@ -359,6 +399,23 @@ impl Settings {
         // Scripts unpack a batch onto Lua's stack, which holds about 8000 values.
         if !(1..=5000).contains(&self.timer.batch_size) {
             return Err(invalid("timer.batch_size", "must be between 1 and 5000"));
+        }
+        if self.checker.interval_ms == 0 || self.checker.alert_timeout_ms == 0 {
+            return Err(invalid(
+                "checker.interval_ms",
+                "checker.interval_ms and checker.alert_timeout_ms must be at least 1",
+            ));
+        }
+        if let Some(url) = &self.checker.webhook_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(invalid("checker.webhook_url", format!("`{url}` is not an http(s) URL")));
+        }
+        if self.checker.smtp_url.is_some() && self.checker.mail_to.is_empty() {
+            return Err(invalid(
+                "checker.mail_to",
+                "needs at least one recipient when checker.smtp_url is set",
+            ));
         }
         if self.topics.refresh_ms == 0 {
             return Err(invalid("topics.refresh_ms", "must be at least 1"));

@@ -6,10 +6,11 @@
 //! - [`shard`]: pools per Redis shard and the placement of jobs on shards and buckets.
 //! - [`queue`]: the typed async API over the scripts; [`registry`]: topics on every shard, dead letters.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks.
-//! - [`wake`]: pub/sub wake-ups for long polls and timers.
+//! - [`wake`]: pub/sub wake-ups for long polls and timers; [`audit`]: the consistency audit and repair.
 //! - [`config`], [`signals`], [`telemetry`], [`systemd`]: settings, drain on signals, logs and metrics,
 //!   readiness and watchdog for systemd.
 
+pub mod audit;
 pub mod condition;
 pub mod config;
 pub mod error;

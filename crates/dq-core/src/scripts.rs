@@ -82,6 +82,16 @@ script!(
     "release.lua"
 );
 script!(
+    /// Put an orphaned job record back in its ready queue (the audit).
+    REPAIR_RECORD,
+    "repair_record.lua"
+);
+script!(
+    /// Drop an id that has no job record from a structure (the audit).
+    REPAIR_MEMBER,
+    "repair_member.lua"
+);
+script!(
     /// A timer's heartbeat: claim its fair share of buckets (the timer).
     BALANCE,
     "balance.lua"
@@ -110,6 +120,6 @@ mod tests {
             assert!(this.contains(&format!("\"{name}\"")), "{name} is not loaded");
             n += 1;
         }
-        assert_eq!(n, 14);
+        assert_eq!(n, 16);
     }
 }

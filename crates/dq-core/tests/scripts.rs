@@ -368,3 +368,96 @@ async fn requeue_and_purge_keep_counts_right_even_for_ids_that_lost_their_record
     assert_eq!(counts.get("t:ready"), Some(&2));
     assert_consistent(&redis);
 }
+
+#[tokio::test]
+async fn the_audit_repairs_every_kind_of_damage_and_leaves_healthy_jobs_alone() {
+    let redis = RedisServer::start();
+    let q = Queue::new(&settings(&redis)).unwrap();
+    for (id, extra) in [
+        ("ready-lost", serde_json::json!({})),
+        ("delayed-lost", serde_json::json!({"delay_ms": 600_000})),
+        ("healthy-ready", serde_json::json!({})),
+        ("healthy-delayed", serde_json::json!({"delay_ms": 600_000})),
+    ] {
+        let mut j = serde_json::json!({"id": id, "topic": "a", "body": 1});
+        j.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        q.push(job(&q, j)).await.unwrap();
+    }
+    q.push(job(&q, serde_json::json!({"id": "done", "topic": "a", "body": 1})))
+        .await
+        .unwrap();
+    let got = q.reserve(&["a".into()], 10).await.unwrap();
+    for r in &got {
+        if r.id == "done" {
+            q.ack(&r.id, &r.receipt).await.unwrap();
+        } else {
+            q.release(&r.id, &r.receipt).await.unwrap();
+        }
+    }
+    assert_consistent(&redis);
+    assert_eq!(
+        q.audit().await.unwrap().orphan_records + q.audit().await.unwrap().dangling_ids,
+        0,
+        "nothing to repair"
+    );
+
+    // Damage by hand, of every kind.
+    let mut c = redis.conn();
+    let bucket = format!("dq:delayed:{}", q.shards().bucket_of("delayed-lost"));
+    let _: () = redis::cmd("ZREM")
+        .arg("dq:ready:a")
+        .arg("ready-lost")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("ZREM")
+        .arg(&bucket)
+        .arg("delayed-lost")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("dq:ready:a")
+        .arg(1)
+        .arg("ghost-ready")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("dq:delayed:0")
+        .arg(1)
+        .arg("ghost-delayed")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("dq:dead:a")
+        .arg(1)
+        .arg("ghost-dead")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("dq:reserved")
+        .arg(1)
+        .arg("ghost-reserved")
+        .query(&mut c)
+        .unwrap();
+
+    let report = q.audit().await.unwrap();
+    assert_eq!(report.orphan_records, 2, "{report:?}");
+    assert_eq!(report.dangling_ids, 4, "{report:?}");
+    assert!(report.records >= 5 && report.ids >= 4, "{report:?}");
+    // The counts hash still says "delayed" for the job that was delayed; the audit moved it and its count.
+    assert_consistent(&redis);
+    for id in ["ready-lost", "delayed-lost"] {
+        let j = q.get(id).await.unwrap();
+        assert_eq!(j.state, State::Ready, "{id}");
+        assert_eq!(j.last_error.as_deref(), Some("restored by the consistency audit"));
+    }
+    assert_eq!(q.get("healthy-delayed").await.unwrap().state, State::Delayed);
+    assert_eq!(q.get("done").await.unwrap().state, State::Done);
+    assert_eq!(
+        q.audit().await.unwrap(),
+        dq_core::audit::AuditReport {
+            records: 5,
+            ids: 4,
+            ..Default::default()
+        }
+    );
+}

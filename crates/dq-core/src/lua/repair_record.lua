@@ -1,0 +1,29 @@
+-- repair_record.lua: the audit found a job record whose id is in no structure (invariant 1 broken, e.g. by
+-- hand or by a bug): put the job back in its ready queue so it is delivered, rather than lost. Checked
+-- again here, atomically, so a job that moved since the audit looked is left alone.
+--
+-- KEYS[1]: job record (<prefix>:job:<id>)
+-- KEYS[2]: the job's delay bucket (<prefix>:delayed:<bucket>)
+-- KEYS[3]: the reserved set (<prefix>:reserved)
+-- KEYS[4]: counts hash (<prefix>:counts)
+-- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: ready wake channel
+-- Returns: 1 repaired, 0 nothing to repair.
+
+local job, bucket, reserved, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prefix, id = ARGV[1], ARGV[2]
+local rec = redis.call('HMGET', job, 't', 's')
+local topic, state = rec[1], rec[2]
+if not topic or state == 'done' then return 0 end
+local ready = prefix .. ':ready:' .. topic
+local where = {delayed = bucket, ready = ready, reserved = reserved, dead = prefix .. ':dead:' .. topic}
+if where[state] and redis.call('ZSCORE', where[state], id) then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local was_empty = redis.call('EXISTS', ready) == 0
+redis.call('ZADD', ready, now, id)
+redis.call('HSET', job, 's', 'ready', 'e', 'restored by the consistency audit')
+redis.call('HDEL', job, 'rc', 'd')
+if where[state] then redis.call('HINCRBY', counts, topic .. ':' .. state, -1) end
+redis.call('HINCRBY', counts, topic .. ':ready', 1)
+if was_empty then redis.call('PUBLISH', ARGV[3], topic) end
+return 1
