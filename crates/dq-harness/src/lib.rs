@@ -282,3 +282,69 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A minimal SMTP server for tests: accepts every message and keeps its DATA, so a test can see the
+/// e-mail a dq process sent over a real SMTP conversation.
+pub struct SmtpSink {
+    /// `smtp://127.0.0.1:<port>`.
+    pub url: String,
+    /// Every message's DATA, in order.
+    pub messages: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl SmtpSink {
+    /// Listens on a free port (call from inside a tokio runtime).
+    pub async fn start() -> SmtpSink {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind smtp sink");
+        let url = format!("smtp://{}", listener.local_addr().expect("addr"));
+        let messages: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+        let kept = messages.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let kept = kept.clone();
+                tokio::spawn(async move {
+                    let (read, mut write) = stream.into_split();
+                    let mut lines = BufReader::new(read).lines();
+                    let _ = write.write_all(b"220 sink ESMTP\r\n").await;
+                    let mut data: Option<String> = None;
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        if let Some(body) = data.as_mut() {
+                            if line == "." {
+                                kept.lock().expect("smtp sink lock").push(std::mem::take(body));
+                                data = None;
+                                let _ = write.write_all(b"250 OK queued\r\n").await;
+                            } else {
+                                body.push_str(&line);
+                                body.push('\n');
+                            }
+                            continue;
+                        }
+                        let verb = line.split_whitespace().next().unwrap_or("").to_ascii_uppercase();
+                        let reply: &[u8] = match verb.as_str() {
+                            "EHLO" | "HELO" => b"250-sink\r\n250 8BITMIME\r\n",
+                            "DATA" => {
+                                data = Some(String::new());
+                                b"354 go ahead\r\n"
+                            }
+                            "QUIT" => {
+                                let _ = write.write_all(b"221 bye\r\n").await;
+                                return;
+                            }
+                            _ => b"250 OK\r\n",
+                        };
+                        let _ = write.write_all(reply).await;
+                    }
+                });
+            }
+        });
+        SmtpSink { url, messages }
+    }
+
+    /// Messages received so far.
+    pub fn messages(&self) -> Vec<String> {
+        self.messages.lock().expect("smtp sink lock").clone()
+    }
+}

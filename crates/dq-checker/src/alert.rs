@@ -1,0 +1,130 @@
+//! Alerts and where they go: a JSON POST to `checker.webhook_url` and an e-mail over SMTP.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use dq_core::config::CheckerSettings;
+use lettre::message::Mailbox;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use serde::Serialize;
+
+/// One alert, as the webhook receives it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Alert {
+    /// `shard_down`, `shard_up`, `dead_jobs`, `backlog`, `backlog_cleared`.
+    pub kind: &'static str,
+    /// `critical`, `warning` or `info`.
+    pub severity: &'static str,
+    /// One line for people (also the e-mail subject).
+    pub summary: String,
+    /// The shard concerned, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<usize>,
+    /// The topic concerned, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    /// Anything else worth knowing.
+    pub details: serde_json::Value,
+    /// When it was raised, Unix ms.
+    pub at: i64,
+    /// Always `dq-checker`.
+    pub source: &'static str,
+}
+
+impl Alert {
+    /// A new alert raised now.
+    pub fn new(kind: &'static str, severity: &'static str, summary: String) -> Alert {
+        let at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        Alert {
+            kind,
+            severity,
+            summary,
+            shard: None,
+            topic: None,
+            details: serde_json::Value::Null,
+            at,
+            source: "dq-checker",
+        }
+    }
+}
+
+/// Sends alerts to the configured channels; a channel that fails is logged and counted, never retried
+/// forever (the next transition raises a new alert).
+pub struct Notifier {
+    /// The webhook client and URL.
+    webhook: Option<(reqwest::Client, String)>,
+    /// The SMTP transport, sender and recipients.
+    mail: Option<(AsyncSmtpTransport<Tokio1Executor>, Mailbox, Vec<Mailbox>)>,
+}
+
+impl Notifier {
+    /// Channels from the settings (none configured: alerts are only logged and counted).
+    pub fn new(settings: &CheckerSettings) -> anyhow::Result<Notifier> {
+        let timeout = Duration::from_millis(settings.alert_timeout_ms);
+        let webhook = match &settings.webhook_url {
+            Some(url) => Some((reqwest::Client::builder().timeout(timeout).build()?, url.clone())),
+            None => None,
+        };
+        let mail = match &settings.smtp_url {
+            Some(url) => {
+                let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
+                    .with_context(|| "checker.smtp_url is not a usable SMTP URL")?
+                    .timeout(Some(timeout))
+                    .build();
+                let from: Mailbox = settings
+                    .mail_from
+                    .parse()
+                    .context("checker.mail_from is not an address")?;
+                let to = settings
+                    .mail_to
+                    .iter()
+                    .map(|a| {
+                        a.parse::<Mailbox>()
+                            .with_context(|| format!("checker.mail_to: `{a}` is not an address"))
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                Some((transport, from, to))
+            }
+            None => None,
+        };
+        Ok(Notifier { webhook, mail })
+    }
+
+    /// Logs the alert and sends it to every channel.
+    pub async fn send(&self, alert: Alert) {
+        tracing::warn!(kind = alert.kind, severity = alert.severity, summary = %alert.summary, "alert");
+        metrics::counter!("dq_alerts_total", "kind" => alert.kind).increment(1);
+        if let Some((client, url)) = &self.webhook {
+            let sent = client
+                .post(url)
+                .json(&alert)
+                .send()
+                .await
+                .and_then(|r| r.error_for_status());
+            if let Err(e) = sent {
+                tracing::error!(cause = %e, "alert webhook failed");
+                metrics::counter!("dq_alerts_failed_total", "channel" => "webhook").increment(1);
+            }
+        }
+        if let Some((transport, from, to)) = &self.mail {
+            let body = serde_json::to_string_pretty(&alert).unwrap_or_default();
+            let mut builder = Message::builder()
+                .from(from.clone())
+                .subject(format!("[dq {}] {}", alert.severity, alert.summary));
+            for rcpt in to {
+                builder = builder.to(rcpt.clone());
+            }
+            let sent = match builder.body(format!("{}\n\n{body}\n", alert.summary)) {
+                Ok(message) => transport.send(message).await.map(|_| ()).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = sent {
+                tracing::error!(cause = %e, "alert e-mail failed");
+                metrics::counter!("dq_alerts_failed_total", "channel" => "smtp").increment(1);
+            }
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! dq-checker: watches every shard and raises alerts, publishes queue depths, audits consistency.
+//!
+//! - [`alert`]: alerts and their channels (webhook, e-mail).
+//!
+//! Every `checker.interval_ms` it:
+//! - PINGs each shard and reads its INFO: an alert when a shard goes down and one when it comes back (at
+//!   most one per transition), gauges for memory and role, and a warning (log and gauge) when
+//!   `maxmemory-policy` is not `noeviction` or persistence is off, since either can lose jobs;
+//! - takes the dead-job events the scripts recorded (`<prefix>:events`, popped, so two checkers never
+//!   report the same death) and raises one alert per topic;
+//! - publishes job counts per topic and state and the age of each topic's oldest ready job, and raises a
+//!   backlog alert when a topic's ready jobs pass `checker.backlog_threshold` (and a clearing one after).
+//!
+//! Every `checker.audit_interval_ms` it audits every shard and repairs what it finds.
+
+pub mod alert;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use dq_core::audit::AuditReport;
+use dq_core::shard::Shard;
+use dq_core::{Queue, Settings};
+use tokio_util::sync::CancellationToken;
+
+use crate::alert::{Alert, Notifier};
+
+/// Default `/metrics` address of dq-checker.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9793";
+
+/// Runs the audit once over every shard and repairs what it finds.
+pub async fn audit(settings: &Settings) -> anyhow::Result<AuditReport> {
+    let queue = Queue::new(settings)?;
+    Ok(queue.audit().await?)
+}
+
+/// What the checker remembers between rounds.
+#[derive(Default)]
+struct Memory {
+    /// Last seen health per shard: an alert goes out only when it changes.
+    up: HashMap<usize, bool>,
+    /// Config problems already warned about, per shard and check.
+    warned: HashSet<(usize, &'static str)>,
+    /// Topics whose backlog alert is raised and not yet cleared.
+    backlogged: HashSet<String>,
+}
+
+/// Checks until `shutdown`.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let queue = Queue::new(&settings)?;
+    let notifier = Notifier::new(&settings.checker)?;
+    let listen = settings
+        .metrics
+        .listen
+        .clone()
+        .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
+    let (_, metrics) = dq_core::telemetry::serve_metrics(&listen, shutdown.clone())
+        .await
+        .with_context(|| format!("cannot serve metrics on {listen} (metrics.listen)"))?;
+    tracing::info!(metrics = %listen, shards = queue.shards().all().len(), "dq-checker starting");
+    dq_core::systemd::ready(&shutdown);
+
+    let interval = Duration::from_millis(settings.checker.interval_ms);
+    let audit_every = Duration::from_millis(settings.checker.audit_interval_ms);
+    let mut next_audit = tokio::time::Instant::now() + audit_every;
+    let mut memory = Memory::default();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.cancelled() => break,
+        }
+        for shard in queue.shards().all() {
+            check_shard(&queue, shard, interval, &notifier, &mut memory).await;
+        }
+        depths(&queue, settings.checker.backlog_threshold, &notifier, &mut memory).await;
+        if !audit_every.is_zero() && tokio::time::Instant::now() >= next_audit {
+            next_audit = tokio::time::Instant::now() + audit_every;
+            run_audit(&queue).await;
+        }
+    }
+    let _ = metrics.await;
+    tracing::info!("dq-checker stopped");
+    Ok(())
+}
+
+async fn check_shard(queue: &Queue, shard: &Shard, interval: Duration, notifier: &Notifier, memory: &mut Memory) {
+    let label = shard.index.to_string();
+    let ping = shard
+        .ping(interval.clamp(Duration::from_millis(100), Duration::from_secs(1)))
+        .await;
+    let up = ping.is_ok();
+    metrics::gauge!("dq_redis_up", "shard" => label.clone()).set(if up { 1.0 } else { 0.0 });
+    if let Ok(rtt) = ping {
+        metrics::gauge!("dq_redis_latency_seconds", "shard" => label.clone()).set(rtt.as_secs_f64());
+    }
+    let before = memory.up.insert(shard.index, up);
+    if before != Some(up) && (before.is_some() || !up) {
+        let mut alert = if up {
+            Alert::new(
+                "shard_up",
+                "info",
+                format!("Redis shard {} ({}) is back", shard.index, shard.name),
+            )
+        } else {
+            Alert::new(
+                "shard_down",
+                "critical",
+                format!(
+                    "Redis shard {} ({}) is down: its jobs are unavailable",
+                    shard.index, shard.name
+                ),
+            )
+        };
+        alert.shard = Some(shard.index);
+        alert.details = serde_json::json!({ "redis": shard.name, "error": ping.err().map(|e| e.to_string()) });
+        notifier.send(alert).await;
+    }
+    if !up {
+        return;
+    }
+    if let Ok(info) = shard.query::<String>(&redis::cmd("INFO")).await {
+        let info: HashMap<&str, &str> = info.lines().filter_map(|l| l.trim_end().split_once(':')).collect();
+        let number = |k: &str| info.get(k).and_then(|v| v.parse::<f64>().ok());
+        if let Some(v) = number("used_memory") {
+            metrics::gauge!("dq_redis_used_memory_bytes", "shard" => label.clone()).set(v);
+        }
+        if let Some(v) = number("maxmemory") {
+            metrics::gauge!("dq_redis_maxmemory_bytes", "shard" => label.clone()).set(v);
+        }
+        let primary = info.get("role").is_none_or(|r| *r == "master");
+        metrics::gauge!("dq_redis_primary", "shard" => label.clone()).set(if primary { 1.0 } else { 0.0 });
+        let policy_ok = info.get("maxmemory_policy").is_none_or(|p| *p == "noeviction");
+        // RDB is on when `save` has rules; AOF shows in INFO.
+        let rdb = shard
+            .query::<Vec<String>>(redis::cmd("CONFIG").arg("GET").arg("save"))
+            .await
+            .map(|v| v.get(1).is_some_and(|rules| !rules.trim().is_empty()))
+            .unwrap_or(true);
+        let persistence_ok = rdb || info.get("aof_enabled") == Some(&"1");
+        for (check, ok, why) in [
+            (
+                "maxmemory_policy",
+                policy_ok,
+                "maxmemory-policy is not noeviction: Redis may evict jobs under memory pressure",
+            ),
+            (
+                "persistence",
+                persistence_ok,
+                "persistence is off (no AOF, no RDB saves): a Redis restart loses every job",
+            ),
+        ] {
+            metrics::gauge!("dq_redis_config_ok", "shard" => label.clone(), "check" => check).set(if ok {
+                1.0
+            } else {
+                0.0
+            });
+            if !ok && memory.warned.insert((shard.index, check)) {
+                tracing::warn!(shard = shard.index, redis = %shard.name, "{why}");
+            } else if ok {
+                memory.warned.remove(&(shard.index, check));
+            }
+        }
+    }
+    dead_events(queue, shard, notifier).await;
+}
+
+/// Pops the dead-job events of one shard and raises one alert per topic.
+async fn dead_events(queue: &Queue, shard: &Shard, notifier: &Notifier) {
+    let events: Vec<String> = match shard
+        .query(redis::cmd("RPOP").arg(queue.keys().events()).arg(1000))
+        .await
+    {
+        Ok(Some(e)) => e,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(shard = shard.index, cause = %e, "cannot read dead-job events");
+            return;
+        }
+    };
+    let mut per_topic: HashMap<String, Vec<serde_json::Value>> = HashMap::new();
+    for e in events {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&e) {
+            let topic = v["topic"].as_str().unwrap_or("?").to_string();
+            per_topic.entry(topic).or_default().push(v);
+        }
+    }
+    for (topic, jobs) in per_topic {
+        let mut alert = Alert::new(
+            "dead_jobs",
+            "warning",
+            format!(
+                "{} job(s) of topic {topic} went dead after their last attempt",
+                jobs.len()
+            ),
+        );
+        alert.topic = Some(topic);
+        alert.shard = Some(shard.index);
+        let sample: Vec<_> = jobs.iter().take(20).cloned().collect();
+        alert.details = serde_json::json!({ "count": jobs.len(), "jobs": sample });
+        notifier.send(alert).await;
+    }
+}
+
+/// Publishes depths and the oldest ready job's age per topic; raises and clears backlog alerts.
+async fn depths(queue: &Queue, threshold: Option<u64>, notifier: &Notifier, memory: &mut Memory) {
+    let mut depth: HashMap<(String, dq_core::State), i64> = HashMap::new();
+    for s in queue.stats().await {
+        for (topic, counts) in s.counts {
+            for (state, n) in counts {
+                *depth.entry((topic.clone(), state)).or_default() += n;
+            }
+        }
+    }
+    let mut ready: HashMap<String, i64> = HashMap::new();
+    for ((topic, state), n) in depth {
+        if state == dq_core::State::Ready {
+            ready.insert(topic.clone(), n);
+        }
+        metrics::gauge!("dq_queue_depth", "topic" => topic, "state" => state.as_str()).set(n as f64);
+    }
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as f64)
+        .unwrap_or(0.0);
+    for (topic, n) in &ready {
+        let mut oldest: Option<f64> = None;
+        if *n > 0 {
+            for shard in queue.shards().all() {
+                let head: Vec<(String, f64)> = shard
+                    .query(
+                        redis::cmd("ZRANGE")
+                            .arg(queue.keys().ready(topic))
+                            .arg(0)
+                            .arg(0)
+                            .arg("WITHSCORES"),
+                    )
+                    .await
+                    .unwrap_or_default();
+                if let Some((_, score)) = head.first() {
+                    oldest = Some(oldest.map_or(*score, |o: f64| o.min(*score)));
+                }
+            }
+        }
+        let age = oldest.map_or(0.0, |o| ((now_ms - o) / 1000.0).max(0.0));
+        metrics::gauge!("dq_oldest_ready_age_seconds", "topic" => topic.clone()).set(age);
+        if let Some(limit) = threshold {
+            let over = *n as u64 > limit;
+            if over && memory.backlogged.insert(topic.clone()) {
+                let mut alert = Alert::new(
+                    "backlog",
+                    "warning",
+                    format!("topic {topic} has {n} ready jobs waiting, over the threshold of {limit}"),
+                );
+                alert.topic = Some(topic.clone());
+                alert.details = serde_json::json!({ "ready": n, "threshold": limit, "oldest_ready_age_seconds": age });
+                notifier.send(alert).await;
+            } else if !over && memory.backlogged.remove(topic) {
+                let mut alert = Alert::new(
+                    "backlog_cleared",
+                    "info",
+                    format!("topic {topic} is back under {limit} ready jobs ({n})"),
+                );
+                alert.topic = Some(topic.clone());
+                alert.details = serde_json::json!({ "ready": n, "threshold": limit });
+                notifier.send(alert).await;
+            }
+        }
+    }
+}
+
+async fn run_audit(queue: &Queue) {
+    match queue.audit().await {
+        Ok(r) => {
+            metrics::counter!("dq_audit_repairs_total", "kind" => "orphan_record").increment(r.orphan_records);
+            metrics::counter!("dq_audit_repairs_total", "kind" => "dangling_id").increment(r.dangling_ids);
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
+            metrics::gauge!("dq_audit_last_run_timestamp_seconds").set(now);
+            if r.orphan_records + r.dangling_ids > 0 {
+                tracing::warn!(?r, "audit repaired inconsistencies");
+            } else {
+                tracing::info!(records = r.records, ids = r.ids, "audit found nothing to repair");
+            }
+        }
+        Err(e) => tracing::warn!(cause = %e, "audit failed"),
+    }
+}
