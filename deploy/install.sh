@@ -14,8 +14,8 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-binaries=(dq-server dq-timer dq-consumer dq-bench)
-units=(dq-server.service dq-timer@.service dq-consumer@.service)
+binaries=(dq-server dq-timer dq-consumer dq-checker dq-bench)
+units=(dq-server.service dq-checker.service dq-timer@.service dq-consumer@.service)
 
 usage() {
   cat <<EOF
@@ -174,7 +174,7 @@ Next steps:
   1. Point dq at Redis: edit /etc/dq/dq.toml (redis.shards, ...) or add DQ__... lines to /etc/dq/dq.env.
   2. Start the services. Timer and consumer instances are named by their metrics port
      (timers 9801..9899, consumers 9901..9999; see systemd/README.md):
-       systemctl enable --now dq-server dq-timer@9801 dq-timer@9802 dq-consumer@9901 dq-consumer@9902
+       systemctl enable --now dq-server dq-checker dq-timer@9801 dq-timer@9802 dq-consumer@9901 dq-consumer@9902
   3. Check them:
        systemctl status dq-server 'dq-timer@*' 'dq-consumer@*'
        curl -s 127.0.0.1:6789/readyz; curl -s 127.0.0.1:9801/healthz

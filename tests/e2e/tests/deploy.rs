@@ -10,14 +10,15 @@ use std::process::{Command, Output};
 use dq_harness::bin_dir;
 
 /// The unit files in `systemd/`, and the name each is verified under (an instance for templates).
-const UNITS: [(&str, &str); 3] = [
+const UNITS: [(&str, &str); 4] = [
+    ("dq-checker.service", "dq-checker.service"),
     ("dq-server.service", "dq-server.service"),
     ("dq-timer@.service", "dq-timer@9801.service"),
     ("dq-consumer@.service", "dq-consumer@9901.service"),
 ];
 
 /// The binaries `deploy/install.sh` installs.
-const BINARIES: [&str; 4] = ["dq-server", "dq-timer", "dq-consumer", "dq-bench"];
+const BINARIES: [&str; 5] = ["dq-server", "dq-timer", "dq-consumer", "dq-checker", "dq-bench"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

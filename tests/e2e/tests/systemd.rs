@@ -26,7 +26,7 @@ fn expect(socket: &UnixDatagram, want: &str, timeout: Duration) {
 #[test]
 fn every_binary_notifies_ready_watchdog_and_stopping() {
     let redis = RedisServer::start();
-    for name in ["dq-server", "dq-timer", "dq-consumer"] {
+    for name in ["dq-server", "dq-timer", "dq-consumer", "dq-checker"] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("notify.sock");
         let socket = UnixDatagram::bind(&path).unwrap();
