@@ -176,9 +176,9 @@ Next steps:
      (timers 9801..9899, consumers 9901..9999; see systemd/README.md):
        systemctl enable --now dq-server dq-checker dq-timer@9801 dq-timer@9802 dq-consumer@9901 dq-consumer@9902
   3. Check them:
-       systemctl status dq-server 'dq-timer@*' 'dq-consumer@*'
+       systemctl status dq-server dq-checker 'dq-timer@*' 'dq-consumer@*'
        curl -s 127.0.0.1:6789/readyz; curl -s 127.0.0.1:9801/healthz
   After an upgrade, restart what runs (each drains first):
-       systemctl restart dq-server 'dq-timer@*' 'dq-consumer@*'
+       systemctl restart dq-server dq-checker 'dq-timer@*' 'dq-consumer@*'
   Prometheus: deploy/prometheus/scrape.yml and deploy/prometheus/alerts.yml.
 EOF

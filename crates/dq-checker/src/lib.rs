@@ -32,6 +32,11 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9793";
 /// Runs the audit once over every shard and repairs what it finds.
 pub async fn audit(settings: &Settings) -> anyhow::Result<AuditReport> {
     let queue = Queue::new(settings)?;
+    // The audit places delayed jobs by this process's bucket count: with another count than the shard's,
+    // every delayed job would look orphaned.
+    if let Err(e) = queue.check_layout().await {
+        anyhow::bail!("{e}");
+    }
     Ok(queue.audit().await?)
 }
 
@@ -49,6 +54,9 @@ struct Memory {
 /// Checks until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let queue = Queue::new(&settings)?;
+    if let Err(e) = queue.check_layout().await {
+        anyhow::bail!("{e}");
+    }
     let notifier = Notifier::new(&settings.checker)?;
     let listen = settings
         .metrics
@@ -62,8 +70,19 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     dq_core::systemd::ready(&shutdown);
 
     let interval = Duration::from_millis(settings.checker.interval_ms);
+    // The audit scans whole shards: it runs on its own, so health checks and alerts never wait for it.
     let audit_every = Duration::from_millis(settings.checker.audit_interval_ms);
-    let mut next_audit = tokio::time::Instant::now() + audit_every;
+    if !audit_every.is_zero() {
+        let (queue, shutdown) = (queue.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(audit_every) => run_audit(&queue).await,
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+        });
+    }
     let mut memory = Memory::default();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -76,10 +95,6 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             check_shard(&queue, shard, interval, &notifier, &mut memory).await;
         }
         depths(&queue, settings.checker.backlog_threshold, &notifier, &mut memory).await;
-        if !audit_every.is_zero() && tokio::time::Instant::now() >= next_audit {
-            next_audit = tokio::time::Instant::now() + audit_every;
-            run_audit(&queue).await;
-        }
     }
     let _ = metrics.await;
     tracing::info!("dq-checker stopped");
@@ -214,6 +229,8 @@ async fn depths(queue: &Queue, threshold: Option<u64>, notifier: &Notifier, memo
             }
         }
     }
+    // A topic's own threshold wins over checker.backlog_threshold.
+    let registry = queue.topics().await.unwrap_or_default();
     let mut ready: HashMap<String, i64> = HashMap::new();
     for ((topic, state), n) in depth {
         if state == dq_core::State::Ready {
@@ -246,7 +263,7 @@ async fn depths(queue: &Queue, threshold: Option<u64>, notifier: &Notifier, memo
         }
         let age = oldest.map_or(0.0, |o| ((now_ms - o) / 1000.0).max(0.0));
         metrics::gauge!("dq_oldest_ready_age_seconds", "topic" => topic.clone()).set(age);
-        if let Some(limit) = threshold {
+        if let Some(limit) = registry.get(topic).and_then(|c| c.backlog_threshold).or(threshold) {
             let over = *n as u64 > limit;
             if over && memory.backlogged.insert(topic.clone()) {
                 let mut alert = Alert::new(

@@ -46,7 +46,7 @@ async fn settings(redis: &[&RedisServer], smtp: &SmtpSink, hook: &str) -> Settin
     s.checker.webhook_url = Some(hook.to_string());
     s.checker.smtp_url = Some(smtp.url.clone());
     s.checker.mail_to = vec!["ops@example.com".into()];
-    s.checker.backlog_threshold = Some(3);
+    s.checker.backlog_threshold = Some(1000);
     s
 }
 
@@ -120,8 +120,12 @@ async fn dead_jobs_and_backlogs_raise_alerts_and_depths_are_published() {
     q.nack(&r.id, &r.receipt, None, Some("remote said 500"), None)
         .await
         .unwrap();
+    // A topic's own threshold (3) wins over the checker's default (1000).
+    let config: dq_core::TopicConfig = serde_json::from_value(serde_json::json!({"backlog_threshold": 3})).unwrap();
+    q.put_topic("busy", &config).await.unwrap();
     for i in 0..5 {
         push(serde_json::json!({"topic": "busy", "body": i})).await;
+        push(serde_json::json!({"topic": "calm", "body": i})).await;
     }
     let (stop, task) = start(&s);
     eventually(Duration::from_secs(30), "dead and backlog alerts", || async {
@@ -135,6 +139,10 @@ async fn dead_jobs_and_backlogs_raise_alerts_and_depths_are_published() {
     let events: i64 = redis::cmd("LLEN").arg("dq:events").query(&mut redis.conn()).unwrap();
     assert_eq!(events, 0, "events are taken, so no second checker reports them again");
     assert_eq!(kinds(&alerts, "backlog")[0]["topic"], "busy");
+    assert!(
+        kinds(&alerts, "backlog").iter().all(|a| a["topic"] != "calm"),
+        "5 ready is under the default of 1000"
+    );
 
     // Drain the backlog: the alert clears.
     for r in q.reserve(&["busy".into()], 10).await.unwrap() {

@@ -26,14 +26,29 @@ pub struct AuditReport {
 const SCAN_COUNT: usize = 1000;
 
 impl Queue {
-    /// Audits every shard that answers and repairs what it finds.
+    /// Audits every shard that answers and repairs what it finds; a shard that fails is skipped (and
+    /// logged), the others are still audited. Fails only when no shard could be audited.
     pub async fn audit(&self) -> Result<AuditReport> {
         let mut report = AuditReport::default();
+        let mut last_err = None;
+        let mut audited = 0;
         for shard in self.shards().all() {
-            self.audit_records(shard, &mut report).await?;
-            self.audit_structures(shard, &mut report).await?;
+            let done = async {
+                self.audit_records(shard, &mut report).await?;
+                self.audit_structures(shard, &mut report).await
+            };
+            match done.await {
+                Ok(()) => audited += 1,
+                Err(e) => {
+                    tracing::warn!(shard = shard.index, cause = %e, "audit of this shard failed; skipped");
+                    last_err = Some(e);
+                }
+            }
         }
-        Ok(report)
+        match last_err {
+            Some(e) if audited == 0 => Err(e),
+            _ => Ok(report),
+        }
     }
 
     /// Keys matching `pattern` on one shard.

@@ -249,7 +249,8 @@ pub struct CheckerSettings {
     pub mail_from: String,
     /// Recipients of alert e-mail.
     pub mail_to: Vec<String>,
-    /// Ready jobs of one topic above which a backlog alert goes out (none: no backlog alerts).
+    /// Ready jobs of one topic above which a backlog alert goes out, for topics whose registration sets no
+    /// `backlog_threshold` of their own (none: no backlog alerts for them).
     pub backlog_threshold: Option<u64>,
     /// How often the consistency audit runs, in ms (0: only on demand, `dq-checker audit`).
     pub audit_interval_ms: u64,
@@ -400,11 +401,11 @@ impl Settings {
         if !(1..=5000).contains(&self.timer.batch_size) {
             return Err(invalid("timer.batch_size", "must be between 1 and 5000"));
         }
-        if self.checker.interval_ms == 0 || self.checker.alert_timeout_ms == 0 {
-            return Err(invalid(
-                "checker.interval_ms",
-                "checker.interval_ms and checker.alert_timeout_ms must be at least 1",
-            ));
+        if self.checker.interval_ms == 0 {
+            return Err(invalid("checker.interval_ms", "must be at least 1"));
+        }
+        if self.checker.alert_timeout_ms == 0 {
+            return Err(invalid("checker.alert_timeout_ms", "must be at least 1"));
         }
         if let Some(url) = &self.checker.webhook_url
             && !(url.starts_with("http://") || url.starts_with("https://"))

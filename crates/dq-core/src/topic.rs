@@ -27,6 +27,10 @@ pub struct TopicConfig {
     /// A paused topic is neither delivered nor handed out by reserve; pushes still go in.
     #[serde(default)]
     pub paused: bool,
+    /// Ready jobs above which dq-checker raises a backlog alert for this topic (else
+    /// `checker.backlog_threshold`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog_threshold: Option<u64>,
 }
 
 /// The callback of a push topic.

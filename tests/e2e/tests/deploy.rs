@@ -330,9 +330,10 @@ fn scrape_targets_follow_the_units_port_scheme() {
     }
     assert_eq!(
         targets.keys().map(String::as_str).collect::<Vec<_>>(),
-        ["dq-consumer", "dq-server", "dq-timer"]
+        ["dq-checker", "dq-consumer", "dq-server", "dq-timer"]
     );
     assert_eq!(targets["dq-server"], [6789]);
+    assert_eq!(targets["dq-checker"], [9793]);
     assert!(
         targets["dq-timer"].iter().all(|p| (9801..=9899).contains(p)),
         "{targets:?}"

@@ -48,6 +48,16 @@ async fn every_binary_serves_the_documented_metrics() {
     let mut vars = env(&[&redis], consumer_port);
     vars.push(("DQ__TOPICS__REFRESH_MS", "100".into()));
     let _consumer = DqProcess::spawn("dq-consumer", &vars, &[]);
+    // A checker whose webhook fails (nothing listens on port 9), so every alert metric shows.
+    let checker_port = free_port();
+    let mut vars = env(&[&redis], checker_port);
+    vars.extend([
+        ("DQ__CHECKER__INTERVAL_MS", "100".to_string()),
+        ("DQ__CHECKER__AUDIT_INTERVAL_MS", "300".to_string()),
+        ("DQ__CHECKER__BACKLOG_THRESHOLD", "0".to_string()),
+        ("DQ__CHECKER__WEBHOOK_URL", "http://127.0.0.1:9/alerts".to_string()),
+    ]);
+    let _checker = DqProcess::spawn("dq-checker", &vars, &[]);
     let base = format!("http://127.0.0.1:{}", server.port);
     let http = reqwest::Client::new();
     let call = |method: &str, path: &str, body: Value| {
@@ -143,6 +153,24 @@ async fn every_binary_serves_the_documented_metrics() {
                 "dq_jobs_nacked_total",
                 "dq_jobs_dead_total",
                 "dq_redis_up",
+            ],
+        ),
+        (
+            "dq-checker",
+            checker_port,
+            &[
+                "dq_redis_up",
+                "dq_redis_latency_seconds",
+                "dq_redis_used_memory_bytes",
+                "dq_redis_maxmemory_bytes",
+                "dq_redis_primary",
+                "dq_redis_config_ok",
+                "dq_queue_depth",
+                "dq_oldest_ready_age_seconds",
+                "dq_alerts_total",
+                "dq_alerts_failed_total",
+                "dq_audit_repairs_total",
+                "dq_audit_last_run_timestamp_seconds",
             ],
         ),
     ];
