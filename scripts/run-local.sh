@@ -57,6 +57,8 @@ dq is running (logs in $root/):
   stats     http://$listen/v1/stats
   metrics   http://$listen/metrics
   ready     http://$listen/readyz
+  admin     http://$listen/admin
+  timer     http://127.0.0.1:9791/metrics   consumer http://127.0.0.1:9792/metrics   checker http://127.0.0.1:9793/metrics
   Redis     redis://127.0.0.1:$port
 
 Try:  curl -s -XPOST http://$listen/v1/jobs -d '{"topic":"hello","body":{"n":1},"delay_ms":2000}'
