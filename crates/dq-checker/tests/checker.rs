@@ -1,41 +1,10 @@
 //! dq-checker in-process against real Redis servers, a real HTTP webhook and a real SMTP sink.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dq_core::{PushRequest, Queue, Settings};
-use dq_harness::{RedisServer, SmtpSink, eventually};
+use dq_harness::{RedisServer, SmtpSink, WebhookSink, eventually};
 use tokio_util::sync::CancellationToken;
-
-/// A webhook that keeps every alert it receives.
-async fn webhook() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
-    let got: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
-    let kept = got.clone();
-    let app = axum::Router::new().route(
-        "/alerts",
-        axum::routing::post(move |axum::Json(alert): axum::Json<serde_json::Value>| {
-            let kept = kept.clone();
-            async move {
-                kept.lock().unwrap().push(alert);
-                "ok"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/alerts", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, got)
-}
-
-fn kinds(alerts: &Arc<Mutex<Vec<serde_json::Value>>>, kind: &str) -> Vec<serde_json::Value> {
-    alerts
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|a| a["kind"] == kind)
-        .cloned()
-        .collect()
-}
 
 async fn settings(redis: &[&RedisServer], smtp: &SmtpSink, hook: &str) -> Settings {
     let mut s = Settings::default();
@@ -60,31 +29,31 @@ async fn a_shard_down_and_back_gives_exactly_one_alert_each_way_by_webhook_and_m
     let healthy = RedisServer::start();
     let mut flaky = RedisServer::start();
     let smtp = SmtpSink::start().await;
-    let (hook, alerts) = webhook().await;
-    let s = settings(&[&healthy, &flaky], &smtp, &hook).await;
+    let alerts = WebhookSink::start().await;
+    let s = settings(&[&healthy, &flaky], &smtp, &alerts.url).await;
     let (stop, task) = start(&s);
     // Let it see both shards up (no alert for that).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(kinds(&alerts, "shard_down").is_empty());
+    assert!(alerts.of_kind("shard_down").is_empty());
 
     flaky.stop();
     eventually(Duration::from_secs(30), "a shard_down alert", || async {
-        !kinds(&alerts, "shard_down").is_empty()
+        !alerts.of_kind("shard_down").is_empty()
     })
     .await;
-    let down = &kinds(&alerts, "shard_down")[0];
+    let down = &alerts.of_kind("shard_down")[0];
     assert_eq!(down["shard"], 1);
     assert_eq!(down["severity"], "critical");
     // Many checks pass while it stays down: still one alert.
     tokio::time::sleep(Duration::from_millis(800)).await;
     flaky.restart();
     eventually(Duration::from_secs(30), "a shard_up alert", || async {
-        !kinds(&alerts, "shard_up").is_empty()
+        !alerts.of_kind("shard_up").is_empty()
     })
     .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(kinds(&alerts, "shard_down").len(), 1, "one alert per transition");
-    assert_eq!(kinds(&alerts, "shard_up").len(), 1, "one alert per transition");
+    assert_eq!(alerts.of_kind("shard_down").len(), 1, "one alert per transition");
+    assert_eq!(alerts.of_kind("shard_up").len(), 1, "one alert per transition");
     eventually(Duration::from_secs(30), "both alerts by e-mail", || async {
         let mails = smtp.messages();
         mails.iter().any(|m| m.contains("is down")) && mails.iter().any(|m| m.contains("is back"))
@@ -101,8 +70,8 @@ async fn a_shard_down_and_back_gives_exactly_one_alert_each_way_by_webhook_and_m
 async fn dead_jobs_and_backlogs_raise_alerts_and_depths_are_published() {
     let redis = RedisServer::start();
     let smtp = SmtpSink::start().await;
-    let (hook, alerts) = webhook().await;
-    let s = settings(&[&redis], &smtp, &hook).await;
+    let alerts = WebhookSink::start().await;
+    let s = settings(&[&redis], &smtp, &alerts.url).await;
     let q = Queue::new(&s).unwrap();
     let push = |json: serde_json::Value| {
         let q = q.clone();
@@ -129,18 +98,18 @@ async fn dead_jobs_and_backlogs_raise_alerts_and_depths_are_published() {
     }
     let (stop, task) = start(&s);
     eventually(Duration::from_secs(30), "dead and backlog alerts", || async {
-        !kinds(&alerts, "dead_jobs").is_empty() && !kinds(&alerts, "backlog").is_empty()
+        !alerts.of_kind("dead_jobs").is_empty() && !alerts.of_kind("backlog").is_empty()
     })
     .await;
-    let dead = &kinds(&alerts, "dead_jobs")[0];
+    let dead = &alerts.of_kind("dead_jobs")[0];
     assert_eq!(dead["topic"], "pay");
     assert_eq!(dead["details"]["jobs"][0]["id"], "doomed");
     assert_eq!(dead["details"]["jobs"][0]["error"], "remote said 500");
     let events: i64 = redis::cmd("LLEN").arg("dq:events").query(&mut redis.conn()).unwrap();
     assert_eq!(events, 0, "events are taken, so no second checker reports them again");
-    assert_eq!(kinds(&alerts, "backlog")[0]["topic"], "busy");
+    assert_eq!(alerts.of_kind("backlog")[0]["topic"], "busy");
     assert!(
-        kinds(&alerts, "backlog").iter().all(|a| a["topic"] != "calm"),
+        alerts.of_kind("backlog").iter().all(|a| a["topic"] != "calm"),
         "5 ready is under the default of 1000"
     );
 
@@ -149,10 +118,10 @@ async fn dead_jobs_and_backlogs_raise_alerts_and_depths_are_published() {
         q.ack(&r.id, &r.receipt).await.unwrap();
     }
     eventually(Duration::from_secs(30), "backlog_cleared", || async {
-        !kinds(&alerts, "backlog_cleared").is_empty()
+        !alerts.of_kind("backlog_cleared").is_empty()
     })
     .await;
-    assert_eq!(kinds(&alerts, "backlog").len(), 1);
+    assert_eq!(alerts.of_kind("backlog").len(), 1);
     stop.cancel();
     task.await.unwrap().unwrap();
 }

@@ -348,3 +348,46 @@ impl SmtpSink {
         self.messages.lock().expect("smtp sink lock").clone()
     }
 }
+
+/// An HTTP endpoint for tests that keeps every JSON body POSTed to it (alert webhooks).
+pub struct WebhookSink {
+    /// `http://127.0.0.1:<port>/alerts`.
+    pub url: String,
+    /// Every body received, in order.
+    pub received: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+impl WebhookSink {
+    /// Listens on a free port (call from inside a tokio runtime).
+    pub async fn start() -> WebhookSink {
+        let received: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Default::default();
+        let kept = received.clone();
+        let app = axum::Router::new().route(
+            "/alerts",
+            axum::routing::post(move |axum::Json(body): axum::Json<serde_json::Value>| {
+                let kept = kept.clone();
+                async move {
+                    kept.lock().expect("webhook sink lock").push(body);
+                    "ok"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind webhook sink");
+        let url = format!("http://{}/alerts", listener.local_addr().expect("addr"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        WebhookSink { url, received }
+    }
+
+    /// The bodies whose `kind` field is `kind`.
+    pub fn of_kind(&self, kind: &str) -> Vec<serde_json::Value> {
+        self.received
+            .lock()
+            .expect("webhook sink lock")
+            .iter()
+            .filter(|a| a["kind"] == kind)
+            .cloned()
+            .collect()
+    }
+}

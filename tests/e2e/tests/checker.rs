@@ -3,45 +3,21 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::env;
-use dq_harness::{DqProcess, RedisServer, SmtpSink, eventually, free_port};
-
-async fn webhook() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
-    let got: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
-    let kept = got.clone();
-    let app = axum::Router::new().route(
-        "/alerts",
-        axum::routing::post(move |axum::Json(alert): axum::Json<serde_json::Value>| {
-            let kept = kept.clone();
-            async move {
-                kept.lock().unwrap().push(alert);
-                "ok"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/alerts", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, got)
-}
-
-fn count(alerts: &Arc<Mutex<Vec<serde_json::Value>>>, kind: &str) -> usize {
-    alerts.lock().unwrap().iter().filter(|a| a["kind"] == kind).count()
-}
+use dq_harness::{DqProcess, RedisServer, SmtpSink, WebhookSink, eventually, free_port};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_and_restarted_shard_gives_one_down_and_one_up_alert_by_webhook_and_smtp() {
     let healthy = RedisServer::start();
     let mut flaky = RedisServer::start();
     let smtp = SmtpSink::start().await;
-    let (hook, alerts) = webhook().await;
+    let alerts = WebhookSink::start().await;
     let mut vars = env(&[&healthy, &flaky], free_port());
     vars.extend([
         ("DQ__CHECKER__INTERVAL_MS", "100".to_string()),
-        ("DQ__CHECKER__WEBHOOK_URL", hook),
+        ("DQ__CHECKER__WEBHOOK_URL", alerts.url.clone()),
         ("DQ__CHECKER__SMTP_URL", smtp.url.clone()),
         ("DQ__CHECKER__MAIL_TO", "ops@example.com,oncall@example.com".to_string()),
         ("DQ__REDIS__CONNECT_TIMEOUT_MS", "200".to_string()),
@@ -55,18 +31,18 @@ async fn a_killed_and_restarted_shard_gives_one_down_and_one_up_alert_by_webhook
 
     flaky.stop();
     eventually(Duration::from_secs(30), "shard_down", || async {
-        count(&alerts, "shard_down") == 1
+        alerts.of_kind("shard_down").len() == 1
     })
     .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     flaky.restart();
     eventually(Duration::from_secs(30), "shard_up", || async {
-        count(&alerts, "shard_up") == 1
+        alerts.of_kind("shard_up").len() == 1
     })
     .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(
-        (count(&alerts, "shard_down"), count(&alerts, "shard_up")),
+        (alerts.of_kind("shard_down").len(), alerts.of_kind("shard_up").len()),
         (1, 1),
         "one alert per transition"
     );
