@@ -30,17 +30,13 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let settings = dq_core::Settings::load(args.config.as_deref())?;
-    dq_core::telemetry::init_logging(&settings.log);
+    let (settings, shutdown) = dq_core::process::start(args.config.as_deref())?;
     match args.command {
         Some(Command::Audit) => {
             let report = dq_checker::audit(&settings).await?;
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
-        None => {
-            let shutdown = dq_core::signals::shutdown_token()?;
-            dq_checker::run(settings, shutdown).await
-        }
+        None => dq_checker::run(settings, shutdown).await,
     }
 }

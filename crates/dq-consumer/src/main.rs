@@ -21,8 +21,6 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let settings = dq_core::Settings::load(args.config.as_deref())?;
-    dq_core::telemetry::init_logging(&settings.log);
-    let shutdown = dq_core::signals::shutdown_token()?;
+    let (settings, shutdown) = dq_core::process::start(args.config.as_deref())?;
     dq_consumer::run(settings, shutdown).await
 }

@@ -169,12 +169,7 @@ async fn deliver_one(shared: Arc<Shared>, plan: Arc<Plan>, job: Reservation, _pe
     let settled = match &outcome {
         Outcome::Delivered => shared.queue.ack(&job.id, &job.receipt).await.map(|_| ()),
         Outcome::Failed { reason, .. } => {
-            let backoff = plan
-                .config
-                .retry
-                .backoff_ms
-                .as_deref()
-                .unwrap_or(&shared.backoff_default);
+            let backoff = plan.config.backoff(&shared.backoff_default);
             match shared
                 .queue
                 .nack(&job.id, &job.receipt, None, Some(reason), Some(backoff))

@@ -7,6 +7,7 @@
 //! - [`queue`]: the typed async API over the scripts; [`registry`]: topics on every shard, dead letters.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks.
 //! - [`wake`]: pub/sub wake-ups for long polls and timers; [`audit`]: the consistency audit and repair.
+//! - [`process`]: the start-up every binary shares.
 //! - [`config`], [`signals`], [`telemetry`], [`systemd`]: settings, drain on signals, logs and metrics,
 //!   readiness and watchdog for systemd.
 
@@ -16,6 +17,7 @@ pub mod config;
 pub mod error;
 pub mod job;
 pub mod keys;
+pub mod process;
 pub mod queue;
 pub mod registry;
 pub mod scripts;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::condition::Condition;
-use crate::config::{JobDefaults, Limits};
+use crate::config::Limits;
 use crate::error::{Error, Result};
 
 /// A topic's registration, as `PUT /v1/topics/{topic}` takes it and `GET` returns it.
@@ -203,9 +203,9 @@ impl TopicConfig {
         c
     }
 
-    /// Backoff list: the topic's, else the global one.
-    pub fn backoff<'a>(&'a self, defaults: &'a JobDefaults) -> &'a [u64] {
-        self.retry.backoff_ms.as_deref().unwrap_or(&defaults.backoff_ms)
+    /// Backoff list: the topic's, else `default` (`jobs.backoff_ms`).
+    pub fn backoff<'a>(&'a self, default: &'a [u64]) -> &'a [u64] {
+        self.retry.backoff_ms.as_deref().unwrap_or(default)
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::io::Read;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -243,11 +243,6 @@ impl DqProcess {
 
     fn log_path(&self) -> PathBuf {
         self.dir.path().join("log")
-    }
-
-    /// Path of the log file.
-    pub fn log_file(&self) -> &Path {
-        self.dir.path()
     }
 }
 
