@@ -3,7 +3,8 @@
 //! - [`job`]: the job model and the checks on what producers send.
 //! - [`condition`]: retry conditions on a callback's answer, parsed once and evaluated safely.
 //! - [`keys`]: the Redis key layout; [`scripts`]: the Lua scripts, one per atomic operation.
-//! - [`shard`]: pools per Redis shard and the placement of jobs on shards and buckets.
+//! - [`shard`]: pools per Redis shard and the placement of jobs on shards and buckets; [`coalesce`]: group
+//!   commit, so concurrent pushes to a shard share script calls.
 //! - [`queue`]: the typed async API over the scripts; [`registry`]: topics on every shard, dead letters.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks.
 //! - [`wake`]: pub/sub wake-ups for long polls and timers; [`audit`]: the consistency audit and repair.
@@ -12,6 +13,7 @@
 //!   readiness and watchdog for systemd.
 
 pub mod audit;
+pub mod coalesce;
 pub mod condition;
 pub mod config;
 pub mod error;

@@ -1,12 +1,14 @@
 //! The typed queue API: every operation on jobs, each one script (or one command) on one shard.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::Rng;
 use redis::Value;
 use serde_json::value::RawValue;
 
+use crate::coalesce::Coalescer;
 use crate::config::{JobDefaults, Limits, Settings};
 use crate::error::{Error, Result};
 use crate::job::{Job, NewJob, PushRequest, Pushed, Reservation, Schedule, State};
@@ -25,7 +27,30 @@ pub struct Queue {
     limits: Limits,
     /// Values for what a push leaves out.
     defaults: JobDefaults,
+    /// Per shard, in shard order: the group commit of pushes.
+    pushes: Arc<[Arc<Coalescer<PushGroup, PushOutcome>>]>,
 }
+
+/// The most jobs one coalesced push call carries: big enough that a crowd of single pushes costs Redis a
+/// few calls, small enough that one call holds Redis for only a few milliseconds.
+const PUSH_GROUP_JOBS: usize = 1000;
+
+/// Push calls out at once per shard. Two lets one group gather while the other is on the wire; more only
+/// splits the crowd into smaller groups.
+const PUSH_CALLS_IN_FLIGHT: usize = 2;
+
+/// The jobs of one push request bound for one shard: the request's jobs (shared between its shards) and
+/// which of them go here, with their ids.
+#[derive(Debug)]
+struct PushGroup {
+    /// Every job of the request.
+    jobs: Arc<Vec<NewJob>>,
+    /// Index into `jobs` and id, for the jobs placed on this shard.
+    picks: Vec<(usize, String)>,
+}
+
+/// A push group's answer: per job, its state and due time, or a conflict; or why the call failed.
+type PushOutcome = Result<Vec<Result<(State, i64)>>>;
 
 /// What a promotion call did on one bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +112,12 @@ impl Queue {
             keys: Keys::new(settings.redis.prefix.clone()),
             limits: settings.limits.clone(),
             defaults: settings.jobs.clone(),
+            pushes: settings
+                .redis
+                .shards
+                .iter()
+                .map(|_| Arc::new(Coalescer::new(PUSH_GROUP_JOBS, PUSH_CALLS_IN_FLIGHT)))
+                .collect(),
         })
     }
 
@@ -161,8 +192,9 @@ impl Queue {
         self.push_many(vec![job]).await.pop().expect("one result per job")
     }
 
-    /// Stores many jobs: one script call per shard. The results are in the order of `jobs`; a job whose
-    /// id is live gets `Conflict`, one whose shard is down `Unavailable` (jobs without a given id are
+    /// Stores many jobs: one script call per shard, shared with other requests' pushes to that shard that
+    /// arrive at the same moment (see [`crate::coalesce`]). The results are in the order of `jobs`; a job
+    /// whose id is live gets `Conflict`, one whose shard is down `Unavailable` (jobs without a given id are
     /// moved to another shard first).
     pub async fn push_many(&self, jobs: Vec<NewJob>) -> Vec<Result<Pushed>> {
         let mut results: Vec<Option<Result<Pushed>>> = (0..jobs.len()).map(|_| None).collect();
@@ -172,6 +204,7 @@ impl Queue {
             generated.push(job.id.is_none());
             ids.push(job.id.clone().unwrap_or_else(|| self.fresh_id(None)));
         }
+        let jobs = Arc::new(jobs);
         let mut pending: Vec<usize> = (0..jobs.len()).collect();
         for round in 0..=self.shards.all().len() {
             let mut by_shard: HashMap<usize, Vec<usize>> = HashMap::new();
@@ -179,12 +212,11 @@ impl Queue {
                 by_shard.entry(self.shards.for_id(&ids[i]).index).or_default().push(i);
             }
             let calls = by_shard.into_iter().map(|(s, idx)| {
-                let shard = &self.shards.all()[s];
-                let (jobs, ids) = (&jobs, &ids);
-                async move {
-                    let r = self.push_on(shard, idx.iter().map(|&i| (&ids[i], &jobs[i]))).await;
-                    (s, idx, r)
-                }
+                let group = PushGroup {
+                    jobs: jobs.clone(),
+                    picks: idx.iter().map(|&i| (i, ids[i].clone())).collect(),
+                };
+                async move { (s, idx, self.push_grouped(s, group).await) }
             });
             let mut retry = Vec::new();
             for (s, idx, r) in futures_util::future::join_all(calls).await {
@@ -216,7 +248,7 @@ impl Queue {
             }
             pending = retry;
         }
-        for (r, job) in results.iter().zip(&jobs) {
+        for (r, job) in results.iter().zip(jobs.iter()) {
             if let Some(Ok(_)) = r {
                 metrics::counter!("dq_jobs_pushed_total", "topic" => job.topic.clone()).increment(1);
             }
@@ -234,48 +266,33 @@ impl Queue {
             .collect()
     }
 
-    async fn push_on<'a>(
-        &self,
-        shard: &Shard,
-        jobs: impl Iterator<Item = (&'a String, &'a NewJob)>,
-    ) -> Result<Vec<Result<(State, i64)>>> {
-        let mut inv = scripts::PUSH.prepare_invoke();
-        inv.key(self.keys.counts());
-        inv.arg(self.keys.ready_channel()).arg(self.keys.timer_channel());
-        let mut n = 0;
-        for (id, job) in jobs {
-            n += 1;
-            inv.key(self.keys.job(id))
-                .key(self.keys.delayed(self.shards.bucket_of(id)))
-                .key(self.keys.ready(&job.topic));
-            inv.arg(id).arg(&job.topic).arg(&job.body);
-            match job.schedule {
-                Schedule::Delay(d) => inv.arg(d).arg(""),
-                Schedule::At(at) => inv.arg("").arg(at),
-            };
-            inv.arg(job.ttr_ms)
-                .arg(job.max_attempts)
-                .arg(if job.id.is_some() { "1" } else { "0" });
-        }
-        let out: Vec<Value> = shard.invoke(&inv).await?;
-        let bad = |what: &str| Error::Redis {
-            shard: shard.index,
-            message: format!("push returned {what}"),
-        };
-        if out.len() != 3 * n {
-            return Err(bad("the wrong number of values"));
-        }
-        out.chunks(3)
-            .map(|c| {
-                if int(&c[0]) == Some(0) {
-                    return Ok(Err(Error::Conflict("a live job already has this id".into())));
+    /// Stores one group on shard `s`, in one script call with whatever other groups wait for that shard.
+    async fn push_grouped(&self, s: usize, group: PushGroup) -> PushOutcome {
+        let (shards, keys) = (self.shards.clone(), self.keys.clone());
+        let weight = group.picks.len();
+        let flush = move |groups: Vec<PushGroup>| {
+            let (shards, keys) = (shards.clone(), keys.clone());
+            async move {
+                let shard = &shards.all()[s];
+                let mut jobs: Vec<(&String, &NewJob)> = Vec::new();
+                for g in &groups {
+                    jobs.extend(g.picks.iter().map(|(i, id)| (id, &g.jobs[*i])));
                 }
-                let state = text(&c[1])
-                    .and_then(|s| State::parse(&s))
-                    .ok_or_else(|| bad("an unknown state"))?;
-                Ok(Ok((state, int(&c[2]).ok_or_else(|| bad("no run_at"))?)))
+                match push_on(&shards, &keys, shard, jobs.into_iter()).await {
+                    Ok(mut outs) => groups
+                        .iter()
+                        .map(|g| Ok(outs.drain(..g.picks.len()).collect()))
+                        .collect(),
+                    Err(e) => groups.iter().map(|_| Err(clone_err(&e))).collect(),
+                }
+            }
+        };
+        self.pushes[s].submit(group, weight, flush).await.unwrap_or_else(|| {
+            Err(Error::Redis {
+                shard: s,
+                message: "the push call ended without an answer".into(),
             })
-            .collect()
+        })
     }
 
     /// Looks a job up by id.
@@ -618,6 +635,52 @@ pub fn unix_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// Runs push.lua once on `shard` for `jobs` (id and job each), answering per job.
+async fn push_on<'a>(
+    shards: &Shards,
+    keys: &Keys,
+    shard: &Shard,
+    jobs: impl Iterator<Item = (&'a String, &'a NewJob)>,
+) -> Result<Vec<Result<(State, i64)>>> {
+    let mut inv = scripts::PUSH.prepare_invoke();
+    inv.key(keys.counts());
+    inv.arg(keys.ready_channel()).arg(keys.timer_channel());
+    let mut n = 0;
+    for (id, job) in jobs {
+        n += 1;
+        inv.key(keys.job(id))
+            .key(keys.delayed(shards.bucket_of(id)))
+            .key(keys.ready(&job.topic));
+        inv.arg(id).arg(&job.topic).arg(&job.body);
+        match job.schedule {
+            Schedule::Delay(d) => inv.arg(d).arg(""),
+            Schedule::At(at) => inv.arg("").arg(at),
+        };
+        inv.arg(job.ttr_ms)
+            .arg(job.max_attempts)
+            .arg(if job.id.is_some() { "1" } else { "0" });
+    }
+    let out: Vec<Value> = shard.invoke(&inv).await?;
+    let bad = |what: &str| Error::Redis {
+        shard: shard.index,
+        message: format!("push returned {what}"),
+    };
+    if out.len() != 3 * n {
+        return Err(bad("the wrong number of values"));
+    }
+    out.chunks(3)
+        .map(|c| {
+            if int(&c[0]) == Some(0) {
+                return Ok(Err(Error::Conflict("a live job already has this id".into())));
+            }
+            let state = text(&c[1])
+                .and_then(|s| State::parse(&s))
+                .ok_or_else(|| bad("an unknown state"))?;
+            Ok(Ok((state, int(&c[2]).ok_or_else(|| bad("no run_at"))?)))
+        })
+        .collect()
 }
 
 fn clone_err(e: &Error) -> Error {

@@ -461,3 +461,44 @@ async fn the_audit_repairs_every_kind_of_damage_and_leaves_healthy_jobs_alone() 
         }
     );
 }
+
+/// Concurrent pushes share script calls (group commit), yet each caller gets its own answer: every job is
+/// stored once with its own id, and of several pushes racing on one producer id exactly one wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pushes_each_get_their_own_answer() {
+    let redis = RedisServer::start();
+    let q = Queue::new(&settings(&redis)).unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..400 {
+        let q = q.clone();
+        let req = match i % 4 {
+            // Every fourth push races for one of ten ids: ten winners, the rest conflicts.
+            0 => serde_json::json!({"topic": "race", "body": i, "id": format!("same-{}", i % 40 / 4)}),
+            1 => serde_json::json!({"topic": "now", "body": i}),
+            _ => serde_json::json!({"topic": "later", "body": i, "delay_ms": 60_000 + i}),
+        };
+        let new = job(&q, req);
+        tasks.push(tokio::spawn(async move { (i, q.push(new).await) }));
+    }
+    let (mut stored, mut conflicts, mut ids) = (0, 0, HashSet::new());
+    for t in tasks {
+        let (i, r) = t.await.unwrap();
+        match r {
+            Ok(p) => {
+                stored += 1;
+                assert!(ids.insert(p.id.clone()), "id {} answered twice", p.id);
+                let want = if i % 4 < 2 { State::Ready } else { State::Delayed };
+                assert_eq!(p.state, want, "push {i}");
+                let got = q.get(&p.id).await.unwrap();
+                assert_eq!(got.body.get(), i.to_string(), "push {i} answered with another job's id");
+            }
+            Err(Error::Conflict(_)) => {
+                assert_eq!(i % 4, 0, "push {i} had no reason to conflict");
+                conflicts += 1;
+            }
+            Err(e) => panic!("push {i}: {e}"),
+        }
+    }
+    assert_eq!((stored, conflicts), (310, 90));
+    assert_consistent(&redis);
+}
