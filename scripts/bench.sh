@@ -38,7 +38,8 @@ want() { [ -z "${BENCH_ONLY:-}" ] || [ "$BENCH_ONLY" = "$1" ]; }
 echo "redis $(redis-server --version | awk '{print $3}'), $(nproc) cores; Redis, dq-server, 2 dq-timers, dq-consumer and the load on this one machine"
 
 if want push; then
-  echo; echo "== single pushes, 64-byte body, 64 connections: dq over HTTP vs redis-benchmark on push.lua's EVALSHA"
+  echo; echo "== single pushes, 64-byte body, 64 connections: dq over HTTP vs redis-benchmark on push.lua's EVALSHA,"
+  echo "   and vs the bare axum + redis-rs push path (dq-bench baseline) loaded the same way"
   sha=$(rcli script load "$(cat crates/dq-core/src/lua/push.lua)")
   body='"'$(printf 'x%.0s' $(seq 62))'"'
   rb=$(redis-benchmark -p "$rport" -c 64 -n 200000 -r 1000000000 -q EVALSHA "$sha" 4 dq:counts dq:job:rb__rand_int__ \
@@ -47,10 +48,18 @@ if want push; then
   rcli flushall >/dev/null
   dq=$(bench --json push -n 200000 -c 64 | tail -1)
   echo "$dq"
-  python3 - "$rb" "$dq" <<'PY'
+  rcli flushall >/dev/null
+  bport=$(port)
+  target/release/dq-bench baseline --redis "redis://127.0.0.1:$rport" --listen "127.0.0.1:$bport" >"$work/baseline.log" 2>&1 &
+  bpid=$!; pids+=($bpid)
+  until (exec 3<>"/dev/tcp/127.0.0.1/$bport") 2>/dev/null; do sleep 0.05; done
+  base=$(target/release/dq-bench --url "http://127.0.0.1:$bport" --json push -n 200000 -c 64 | tail -1)
+  kill "$bpid"; wait "$bpid" 2>/dev/null || true
+  python3 - "$rb" "$dq" "$base" <<'PY'
 import json, sys
-rb = float(sys.argv[1]); dq = json.loads(sys.argv[2])["jobs_per_sec"]
+rb = float(sys.argv[1]); dq = json.loads(sys.argv[2])["jobs_per_sec"]; base = json.loads(sys.argv[3])["jobs_per_sec"]
 print(f"redis-benchmark EVALSHA push.lua: {rb:,.0f}/s   dq push over HTTP: {dq:,.0f}/s   ratio {dq/rb:.2f}")
+print(f"bare axum + redis-rs push path:   {base:,.0f}/s   dq / bare: {dq/base:.2f}")
 PY
   rcli flushall >/dev/null
 fi

@@ -12,6 +12,7 @@
 //! runtime and dispatches; each subcommand lives in its own module and returns
 //! a [`report::Report`], which is printed the same way for all of them.
 
+mod baseline;
 mod burst;
 mod deliver;
 mod due;
@@ -28,6 +29,10 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::http::Target;
+
+/// The allocator dq-server uses, so `baseline` is compared like for like (and the load costs less CPU).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use crate::report::Report;
 
 /// Measure a running dq-server over HTTP.
@@ -69,6 +74,8 @@ enum Command {
     Sink(sink::SinkArgs),
     /// Register a topic with an in-process sink as callback, push N jobs, measure delivery end to end.
     Deliver(deliver::DeliverArgs),
+    /// Serve the bare axum + redis-rs push path (no dq) until SIGINT/SIGTERM, to load with `push`.
+    Baseline(baseline::BaselineArgs),
 }
 
 fn main() -> ExitCode {
@@ -108,6 +115,7 @@ fn run(cli: &Cli) -> Result<Report> {
             Command::Burst(args) => burst::run(&target, args).await,
             Command::Sink(args) => sink::run(args).await,
             Command::Deliver(args) => deliver::run(&target, args).await,
+            Command::Baseline(args) => baseline::run(args).await,
         }
     })?;
     Ok(report.with("threads", cli.common.threads))
