@@ -65,9 +65,25 @@ PY
 fi
 
 if want batch; then
-  echo; echo "== batch pushes of 100, 64-byte body, 16 connections"
-  bench push -n 500000 -c 16 --batch 100 | head -1
+  echo; echo "== batch pushes of 100, 64-byte body, 16 connections; and the ceiling of the two writes every push makes,"
+  echo "   HSET of the record and ZADD to a delay bucket, pipelined by redis-benchmark with no Lua and no HTTP"
+  batch=$(bench --json push -n 500000 -c 16 --batch 100 | tail -1)
   rcli flushall >/dev/null
+  rbody=$(printf 'x%.0s' $(seq 64))
+  hset=$(redis-benchmark -p "$rport" -c 16 -P 100 -n 1000000 -r 1000000000 -q HSET dq:job:__rand_int__ t bench b "$rbody" \
+          r 1795360773451 ttr 30000 m 10 c 1795357173451 s delayed | tr '\r' '\n' | grep -ao '[0-9.]* requests per second' \
+          | tail -1 | awk '{print $1}')
+  rcli flushall >/dev/null
+  zadd=$(redis-benchmark -p "$rport" -c 16 -P 100 -n 1000000 -r 1000000000 -q ZADD dq:delayed:1 __rand_int__ \
+          01M81T0SPBBQBFRQ__rand_int__ | tr '\r' '\n' | grep -ao '[0-9.]* requests per second' | tail -1 | awk '{print $1}')
+  rcli flushall >/dev/null
+  python3 - "$batch" "$hset" "$zadd" <<'PY'
+import json, sys
+b = json.loads(sys.argv[1]); hset = float(sys.argv[2]); zadd = float(sys.argv[3])
+ceiling = 1 / (1 / hset + 1 / zadd)
+print(f"dq batch push: {b['jobs_per_sec']:,.0f} jobs/s (p99 {b['p99_ms']} ms per batch)")
+print(f"pipelined HSET {hset:,.0f}/s, ZADD {zadd:,.0f}/s: both per job at most {ceiling:,.0f}/s   dq / that: {b['jobs_per_sec']/ceiling:.2f}")
+PY
 fi
 
 if want reserve; then
@@ -84,6 +100,18 @@ if want memory; then
   bench push -n 100000 -c 64 --warmup 0 >/dev/null
   m1=$(info memory used_memory); c1=$(info stats total_commands_processed)
   python3 -c "print(f'memory per job: {($m1-$m0)/100000:.0f} bytes   commands per push (EVALSHA + inner calls): {($c1-$c0)/100000:.2f}')"
+  # Past hash-max-listpack-value (64 bytes by default) a record leaves the compact encoding: see
+  # docs/redis-keys.md. Show a 200-byte body at the default and at the setting docs/operations.md recommends.
+  for v in 64 1024; do
+    rcli config set hash-max-listpack-value "$v" >/dev/null
+    rcli flushall >/dev/null
+    bench push -n 1000 -c 8 --warmup 0 --topic warm >/dev/null
+    m0=$(info memory used_memory)
+    bench push -n 100000 -c 64 --warmup 0 --body-bytes 200 >/dev/null
+    m1=$(info memory used_memory)
+    python3 -c "print(f'memory per job, 200-byte body, hash-max-listpack-value $v: {($m1-$m0)/100000:.0f} bytes')"
+  done
+  rcli config set hash-max-listpack-value 64 >/dev/null
   rcli flushall >/dev/null
 fi
 

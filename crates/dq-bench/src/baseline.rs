@@ -58,7 +58,10 @@ struct App {
     script: Arc<redis::Script>,
 }
 
-async fn push(State(app): State<App>, Json(p): Json<Push>) -> Result<(StatusCode, Json<serde_json::Value>), StatusCode> {
+async fn push(
+    State(app): State<App>,
+    Json(p): Json<Push>,
+) -> Result<(StatusCode, Json<serde_json::Value>), StatusCode> {
     let id = ulid::Ulid::new().to_string();
     let mut conn = app.conn.clone();
     let run_at: i64 = app
@@ -101,7 +104,14 @@ pub async fn run(args: &BaselineArgs) -> Result<Report> {
         })
         .await
         .context("serving")?;
-    Ok(Report::new("baseline", 0, started.elapsed(), "none", &new_hist(), &Errors::default())
-        .with("listen", addr.to_string())
-        .with("redis", args.redis.clone()))
+    Ok(Report::new(
+        "baseline",
+        0,
+        started.elapsed(),
+        "none",
+        &new_hist(),
+        &Errors::default(),
+    )
+    .with("listen", addr.to_string())
+    .with("redis", args.redis.clone()))
 }

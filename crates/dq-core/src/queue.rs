@@ -35,6 +35,10 @@ pub struct Queue {
 /// few calls, small enough that one call holds Redis for only a few milliseconds.
 const PUSH_GROUP_JOBS: usize = 1000;
 
+/// A request with at least this many jobs for a shard is its own call: it already shares the call's cost
+/// among its jobs, and waiting to be grouped would only hold it back (and leave Redis idle between calls).
+const PUSH_ALONE_JOBS: usize = 16;
+
 /// Push calls out at once per shard. Two lets one group gather while the other is on the wire; more only
 /// splits the crowd into smaller groups.
 const PUSH_CALLS_IN_FLIGHT: usize = 2;
@@ -266,10 +270,15 @@ impl Queue {
             .collect()
     }
 
-    /// Stores one group on shard `s`, in one script call with whatever other groups wait for that shard.
+    /// Stores one group on shard `s`: a big one in a call of its own, a small one in one script call with
+    /// whatever other small groups wait for that shard.
     async fn push_grouped(&self, s: usize, group: PushGroup) -> PushOutcome {
-        let (shards, keys) = (self.shards.clone(), self.keys.clone());
         let weight = group.picks.len();
+        if weight >= PUSH_ALONE_JOBS {
+            let jobs = group.picks.iter().map(|(i, id)| (id, &group.jobs[*i]));
+            return push_on(&self.shards, &self.keys, &self.shards.all()[s], jobs).await;
+        }
+        let (shards, keys) = (self.shards.clone(), self.keys.clone());
         let flush = move |groups: Vec<PushGroup>| {
             let (shards, keys) = (shards.clone(), keys.clone());
             async move {
