@@ -35,6 +35,19 @@ bench() { target/release/dq-bench --url "http://127.0.0.1:$sport" "$@"; }
 rcli() { redis-cli -p "$rport" "$@"; }
 info() { rcli info "$1" | tr -d '\r' | awk -F: -v k="$2" '$1==k {print $2}'; }
 want() { [ -z "${BENCH_ONLY:-}" ] || [ "$BENCH_ONLY" = "$1" ]; }
+# redis-benchmark on the private Redis, quiet; prints its requests per second.
+rbench() {
+  redis-benchmark -p "$rport" -q "$@" | tr '\r' '\n' | grep -ao '[0-9.]* requests per second' | tail -1 | awk '{print $1}'
+}
+# Of 100,000 single pushes (after a warm-up that loads the script and creates the counts hash): Redis
+# memory per job in bytes, and Redis commands per push (EVALSHA and the script's inner calls).
+per_job() {
+  rcli flushall >/dev/null
+  bench push -n 1000 -c 8 --warmup 0 --topic warm >/dev/null
+  local m0 c0; m0=$(info memory used_memory); c0=$(info stats total_commands_processed)
+  bench push -n 100000 -c 64 --warmup 0 "$@" >/dev/null
+  python3 -c "print(f'{($(info memory used_memory)-$m0)/100000:.0f} {($(info stats total_commands_processed)-$c0)/100000:.2f}')"
+}
 echo "redis $(redis-server --version | awk '{print $3}'), $(nproc) cores; Redis, dq-server, 2 dq-timers, dq-consumer and the load on this one machine"
 
 if want push; then
@@ -42,9 +55,8 @@ if want push; then
   echo "   and vs the bare axum + redis-rs push path (dq-bench baseline) loaded the same way"
   sha=$(rcli script load "$(cat crates/dq-core/src/lua/push.lua)")
   body='"'$(printf 'x%.0s' $(seq 62))'"'
-  rb=$(redis-benchmark -p "$rport" -c 64 -n 200000 -r 1000000000 -q EVALSHA "$sha" 4 dq:counts dq:job:rb__rand_int__ \
-        dq:delayed:3 dq:ready:rb dq:wake:ready dq:wake:timer rb__rand_int__ rb "$body" 3600000 "" 30000 10 0 \
-        | tr '\r' '\n' | grep -ao '[0-9.]* requests per second' | tail -1 | awk '{print $1}')
+  rb=$(rbench -c 64 -n 200000 -r 1000000000 EVALSHA "$sha" 4 dq:counts dq:job:rb__rand_int__ \
+        dq:delayed:3 dq:ready:rb dq:wake:ready dq:wake:timer rb__rand_int__ rb "$body" 3600000 "" 30000 10 0)
   rcli flushall >/dev/null
   dq=$(bench --json push -n 200000 -c 64 | tail -1)
   echo "$dq"
@@ -70,12 +82,10 @@ if want batch; then
   batch=$(bench --json push -n 500000 -c 16 --batch 100 | tail -1)
   rcli flushall >/dev/null
   rbody=$(printf 'x%.0s' $(seq 64))
-  hset=$(redis-benchmark -p "$rport" -c 16 -P 100 -n 1000000 -r 1000000000 -q HSET dq:job:__rand_int__ t bench b "$rbody" \
-          r 1795360773451 ttr 30000 m 10 c 1795357173451 s delayed | tr '\r' '\n' | grep -ao '[0-9.]* requests per second' \
-          | tail -1 | awk '{print $1}')
+  hset=$(rbench -c 16 -P 100 -n 1000000 -r 1000000000 HSET dq:job:__rand_int__ t bench b "$rbody" \
+          r 1795360773451 ttr 30000 m 10 c 1795357173451 s delayed)
   rcli flushall >/dev/null
-  zadd=$(redis-benchmark -p "$rport" -c 16 -P 100 -n 1000000 -r 1000000000 -q ZADD dq:delayed:1 __rand_int__ \
-          01M81T0SPBBQBFRQ__rand_int__ | tr '\r' '\n' | grep -ao '[0-9.]* requests per second' | tail -1 | awk '{print $1}')
+  zadd=$(rbench -c 16 -P 100 -n 1000000 -r 1000000000 ZADD dq:delayed:1 __rand_int__ 01M81T0SPBBQBFRQ__rand_int__)
   rcli flushall >/dev/null
   python3 - "$batch" "$hset" "$zadd" <<'PY'
 import json, sys
@@ -94,22 +104,14 @@ fi
 
 if want memory; then
   echo; echo "== Redis memory and commands per delayed job (100,000 single pushes, 64-byte body)"
-  rcli flushall >/dev/null
-  bench push -n 1000 -c 8 --warmup 0 --topic warm >/dev/null # load the script, create the counts hash
-  m0=$(info memory used_memory); c0=$(info stats total_commands_processed)
-  bench push -n 100000 -c 64 --warmup 0 >/dev/null
-  m1=$(info memory used_memory); c1=$(info stats total_commands_processed)
-  python3 -c "print(f'memory per job: {($m1-$m0)/100000:.0f} bytes   commands per push (EVALSHA + inner calls): {($c1-$c0)/100000:.2f}')"
+  read -r m c < <(per_job)
+  echo "memory per job: $m bytes   commands per push (EVALSHA + inner calls): $c"
   # Past hash-max-listpack-value (64 bytes by default) a record leaves the compact encoding: see
   # docs/redis-keys.md. Show a 200-byte body at the default and at the setting docs/operations.md recommends.
   for v in 64 1024; do
     rcli config set hash-max-listpack-value "$v" >/dev/null
-    rcli flushall >/dev/null
-    bench push -n 1000 -c 8 --warmup 0 --topic warm >/dev/null
-    m0=$(info memory used_memory)
-    bench push -n 100000 -c 64 --warmup 0 --body-bytes 200 >/dev/null
-    m1=$(info memory used_memory)
-    python3 -c "print(f'memory per job, 200-byte body, hash-max-listpack-value $v: {($m1-$m0)/100000:.0f} bytes')"
+    read -r m _ < <(per_job --body-bytes 200)
+    echo "memory per job, 200-byte body, hash-max-listpack-value $v: $m bytes"
   done
   rcli config set hash-max-listpack-value 64 >/dev/null
   rcli flushall >/dev/null

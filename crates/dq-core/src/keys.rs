@@ -4,17 +4,22 @@
 //! queue and dead list of the job's topic) are built inside the scripts from the prefix, the same way as
 //! here; `docs/redis-keys.md` documents the layout and the record's fields.
 
+use std::sync::Arc;
+
 /// Builds key names under one prefix, so that several dq installations can share a Redis.
 #[derive(Debug, Clone)]
 pub struct Keys {
-    /// The prefix every key and channel starts with (`dq` by default).
-    prefix: String,
+    /// The prefix every key and channel starts with (`dq` by default). Shared, so a clone (one per
+    /// grouped push) costs a reference count, not an allocation.
+    prefix: Arc<str>,
 }
 
 impl Keys {
     /// Key names under `prefix`.
     pub fn new(prefix: impl Into<String>) -> Self {
-        Self { prefix: prefix.into() }
+        Self {
+            prefix: prefix.into().into(),
+        }
     }
 
     /// The prefix, passed to scripts that name keys from a job's topic.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-/// mimalloc: under load, glibc malloc showed as ~15% of dq-server's CPU.
+/// mimalloc, as in dq-server, where glibc malloc showed as ~15% of the CPU under load.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
