@@ -53,7 +53,8 @@ echo "redis $(redis-server --version | awk '{print $3}'), $(nproc) cores; Redis,
 if want push; then
   echo; echo "== single pushes, 64-byte body, 64 connections: dq over HTTP vs redis-benchmark on push.lua's EVALSHA,"
   echo "   and vs the bare axum + redis-rs push path (dq-bench baseline) loaded the same way"
-  sha=$(rcli script load "$(cat crates/dq-core/src/lua/push.lua)")
+  # push.lua as dq-server loads it: after record.lua, the record's format (crates/dq-core/src/scripts.rs).
+  sha=$(rcli script load "$(cat crates/dq-core/src/lua/record.lua crates/dq-core/src/lua/push.lua)")
   body='"'$(printf 'x%.0s' $(seq 62))'"'
   rb=$(rbench -c 64 -n 200000 -r 1000000000 EVALSHA "$sha" 4 dq:counts dq:job:rb__rand_int__ \
         dq:delayed:3 dq:ready:rb dq:wake:ready dq:wake:timer rb__rand_int__ rb "$body" 3600000 "" 30000 10 0)
@@ -78,21 +79,21 @@ fi
 
 if want batch; then
   echo; echo "== batch pushes of 100, 64-byte body, 16 connections; and the ceiling of the two writes every push makes,"
-  echo "   HSET of the record and ZADD to a delay bucket, pipelined by redis-benchmark with no Lua and no HTTP"
+  echo "   SET of the record (97 bytes, as push packs a 64-byte body) and ZADD to a delay bucket, pipelined by"
+  echo "   redis-benchmark with no Lua and no HTTP"
   batch=$(bench --json push -n 500000 -c 16 --batch 100 | tail -1)
   rcli flushall >/dev/null
-  rbody=$(printf 'x%.0s' $(seq 64))
-  hset=$(rbench -c 16 -P 100 -n 1000000 -r 1000000000 HSET dq:job:__rand_int__ t bench b "$rbody" \
-          r 1795360773451 ttr 30000 m 10 c 1795357173451 s delayed)
+  record=$(printf 'x%.0s' $(seq 97))
+  set=$(rbench -c 16 -P 100 -n 1000000 -r 1000000000 SET dq:job:__rand_int__ "$record")
   rcli flushall >/dev/null
   zadd=$(rbench -c 16 -P 100 -n 1000000 -r 1000000000 ZADD dq:delayed:1 __rand_int__ 01M81T0SPBBQBFRQ__rand_int__)
   rcli flushall >/dev/null
-  python3 - "$batch" "$hset" "$zadd" <<'PY'
+  python3 - "$batch" "$set" "$zadd" <<'PY'
 import json, sys
-b = json.loads(sys.argv[1]); hset = float(sys.argv[2]); zadd = float(sys.argv[3])
-ceiling = 1 / (1 / hset + 1 / zadd)
+b = json.loads(sys.argv[1]); set_ = float(sys.argv[2]); zadd = float(sys.argv[3])
+ceiling = 1 / (1 / set_ + 1 / zadd)
 print(f"dq batch push: {b['jobs_per_sec']:,.0f} jobs/s (p99 {b['p99_ms']} ms per batch)")
-print(f"pipelined HSET {hset:,.0f}/s, ZADD {zadd:,.0f}/s: both per job at most {ceiling:,.0f}/s   dq / that: {b['jobs_per_sec']/ceiling:.2f}")
+print(f"pipelined SET {set_:,.0f}/s, ZADD {zadd:,.0f}/s: both per job at most {ceiling:,.0f}/s   dq / that: {b['jobs_per_sec']/ceiling:.2f}")
 PY
 fi
 
@@ -106,14 +107,11 @@ if want memory; then
   echo; echo "== Redis memory and commands per delayed job (100,000 single pushes, 64-byte body)"
   read -r m c < <(per_job)
   echo "memory per job: $m bytes   commands per push (EVALSHA + inner calls): $c"
-  # Past hash-max-listpack-value (64 bytes by default) a record leaves the compact encoding: see
-  # docs/redis-keys.md. Show a 200-byte body at the default and at the setting docs/operations.md recommends.
-  for v in 64 1024; do
-    rcli config set hash-max-listpack-value "$v" >/dev/null
-    read -r m _ < <(per_job --body-bytes 200)
-    echo "memory per job, 200-byte body, hash-max-listpack-value $v: $m bytes"
+  # A record is one packed string (docs/redis-keys.md), so a longer body adds about its own length.
+  for b in 200 1000; do
+    read -r m _ < <(per_job --body-bytes "$b")
+    echo "memory per job, $b-byte body: $m bytes"
   done
-  rcli config set hash-max-listpack-value 64 >/dev/null
   rcli flushall >/dev/null
 fi
 

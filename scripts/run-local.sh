@@ -24,9 +24,9 @@ trap cleanup EXIT INT TERM
 if redis-cli -p "$port" ping >/dev/null 2>&1; then
   echo "==> using the Redis already answering on port $port"
 else
-  echo "==> starting redis-server on port $port (AOF on, noeviction, compact records; data in $root)"
+  echo "==> starting redis-server on port $port (AOF on, noeviction; data in $root)"
   redis-server --port "$port" --bind 127.0.0.1 --dir "$root" --appendonly yes \
-    --maxmemory-policy noeviction --hash-max-ziplist-value 1024 --logfile "$root/redis.log" &
+    --maxmemory-policy noeviction --logfile "$root/redis.log" &
   pids+=($!)
   for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 fi

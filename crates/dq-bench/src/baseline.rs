@@ -2,8 +2,8 @@
 //!
 //! Foundation's speed target compares dq-server with "a bare axum + redis-rs prototype of the push path".
 //! This is that prototype, so the comparison can be run rather than remembered: `POST /v1/jobs` parses
-//! `{topic, body, delay_ms?}`, makes a ULID and runs one EVALSHA (TIME, HSET of topic, body and due time,
-//! ZADD) on one multiplexed connection, and answers 201 `{id, topic, state, run_at}` like dq-server. No
+//! `{topic, body, delay_ms?}`, makes a ULID and runs one EVALSHA (TIME, SET of topic, body and due time
+//! packed with cmsgpack, as dq packs its records; ZADD) on one multiplexed connection, and answers 201 `{id, topic, state, run_at}` like dq-server. No
 //! validation, no topic registry, no shards, no counters, no wake-ups, no metrics. `push` can load it
 //! exactly as it loads dq-server; `scripts/bench.sh` runs both in one run and prints the ratio.
 
@@ -27,7 +27,7 @@ use crate::sink::StopSignal;
 const PUSH: &str = r"
 local t = redis.call('TIME')
 local run_at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 't', ARGV[1], 'b', ARGV[2], 'r', run_at)
+redis.call('SET', KEYS[1], cmsgpack.pack({ARGV[1], ARGV[2], run_at}))
 redis.call('ZADD', KEYS[2], run_at, ARGV[4])
 return run_at
 ";

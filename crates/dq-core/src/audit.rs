@@ -78,15 +78,12 @@ impl Queue {
         let job_prefix = self.keys().job("");
         let keys = self.scan_keys(shard, &format!("{job_prefix}*")).await?;
         for chunk in keys.chunks(SCAN_COUNT) {
-            let mut pipe = redis::pipe();
-            for key in chunk {
-                pipe.cmd("HMGET").arg(key).arg("t").arg("s");
-            }
-            let recs: Vec<(Option<String>, Option<String>)> = shard.pipe(&pipe).await?;
+            let recs = self.read_records(shard, chunk, &["t", "s"]).await?;
             let mut check = redis::pipe();
             let mut candidates = Vec::new();
-            for (key, (topic, state)) in chunk.iter().zip(recs) {
-                let (Some(topic), Some(state)) = (topic, state) else {
+            for (key, mut rec) in chunk.iter().zip(recs) {
+                let text = |v: Option<Vec<u8>>| v.and_then(|v| String::from_utf8(v).ok());
+                let (Some(topic), Some(state)) = (text(rec.remove("t")), text(rec.remove("s"))) else {
                     continue;
                 };
                 let id = &key[job_prefix.len()..];

@@ -307,7 +307,11 @@ impl Queue {
     /// Looks a job up by id.
     pub async fn get(&self, id: &str) -> Result<Job> {
         let shard = self.shards.for_id(id);
-        let fields: HashMap<String, Vec<u8>> = shard.query(redis::cmd("HGETALL").arg(self.keys.job(id))).await?;
+        let fields = self
+            .read_records(shard, &[self.keys.job(id)], &[])
+            .await?
+            .pop()
+            .unwrap_or_default();
         parse_job(id, fields).map_err(|e| match e {
             ParseJob::Missing => Error::NotFound(id.to_string()),
             ParseJob::Bad(what) => Error::Redis {
@@ -315,6 +319,24 @@ impl Queue {
                 message: format!("job {id}: {what}"),
             },
         })
+    }
+
+    /// Reads job records on one shard, decoded by `get.lua` (a record is one packed string): for each key,
+    /// its fields by name, empty when there is no record. `fields` names the fields wanted; none means all.
+    pub async fn read_records(
+        &self,
+        shard: &Shard,
+        keys: &[String],
+        fields: &[&str],
+    ) -> Result<Vec<HashMap<String, Vec<u8>>>> {
+        let mut inv = scripts::GET.prepare_invoke();
+        for key in keys {
+            inv.key(key);
+        }
+        for field in fields {
+            inv.arg(*field);
+        }
+        shard.invoke(&inv).await
     }
 
     /// Removes a job from whatever state it is in.

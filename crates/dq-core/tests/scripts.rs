@@ -38,9 +38,14 @@ fn assert_consistent(redis: &RedisServer) {
         }
     }
     let mut counted: HashMap<String, i64> = HashMap::new();
+    let mut read = dq_core::scripts::GET.prepare_invoke();
     for key in &jobs {
+        read.key(key);
+    }
+    let recs: Vec<HashMap<String, String>> = read.arg("t").arg("s").invoke(&mut c).unwrap();
+    for (key, rec) in jobs.iter().zip(recs) {
         let id = key.trim_start_matches("dq:job:");
-        let (topic, state): (String, String) = redis::cmd("HMGET").arg(key).arg("t").arg("s").query(&mut c).unwrap();
+        let (topic, state) = (&rec["t"], &rec["s"]);
         let inside = members.remove(id).unwrap_or_default();
         let want = match state.as_str() {
             "delayed" => "dq:delayed:",
@@ -500,5 +505,182 @@ async fn concurrent_pushes_each_get_their_own_answer() {
         }
     }
     assert_eq!((stored, conflicts), (310, 90));
+    assert_consistent(&redis);
+}
+
+/// A record is one packed string (record.lua): every field survives each move the scripts make, and the
+/// body comes back byte for byte, whatever its size or content.
+#[tokio::test]
+async fn the_record_keeps_every_field_and_the_exact_body_through_every_move() {
+    let redis = RedisServer::start();
+    let q = Queue::new(&settings(&redis)).unwrap();
+    let bodies = [
+        "1".to_string(),
+        format!("\"{}\"", "x".repeat(62)),
+        format!("\"{}\"", "x".repeat(63)),
+        r#"{ "name" : "Zoë 😀", "esc": "a\"b\\c\u0000\n", "n": [1, 2.5e3, null, true] }"#.to_string(),
+        format!("\"{}\"", "y".repeat(60 * 1024)),
+    ];
+    for (i, body) in bodies.iter().enumerate() {
+        let text = format!(r#"{{"id":"b{i}","topic":"t","body":{body},"ttr_ms":30000,"max_attempts":2}}"#);
+        q.push(q.validate(serde_json::from_str(&text).unwrap()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(q.get(&format!("b{i}")).await.unwrap().body.get(), body);
+    }
+    let mut held = HashMap::new();
+    for r in q.reserve(&["t".into()], 10).await.unwrap() {
+        let i: usize = r.id[1..].parse().unwrap();
+        assert_eq!(r.body.get(), bodies[i]);
+        assert_eq!(r.attempt, 1);
+        held.insert(r.id.clone(), r);
+    }
+    assert_eq!(held.len(), bodies.len());
+    assert_consistent(&redis);
+
+    let fresh = q.get("b3").await.unwrap();
+    assert_eq!(
+        (fresh.state, fresh.attempts, fresh.max_attempts, fresh.ttr_ms),
+        (State::Reserved, 1, 2, 30000)
+    );
+    assert_eq!(fresh.deadline, Some(held["b3"].deadline));
+    let unchanged = |j: &dq_core::Job| {
+        assert_eq!(j.body.get(), bodies[3]);
+        assert_eq!(
+            (j.topic.as_str(), j.created_at, j.ttr_ms),
+            ("t", fresh.created_at, 30000)
+        );
+    };
+    let deadline = q.touch("b3", &held["b3"].receipt, Some(90_000)).await.unwrap();
+    assert_eq!(q.get("b3").await.unwrap().deadline, Some(deadline));
+
+    q.nack("b3", &held["b3"].receipt, Some(0), Some("boom"), None)
+        .await
+        .unwrap();
+    let j = q.get("b3").await.unwrap();
+    assert_eq!((j.state, j.attempts, j.deadline), (State::Ready, 1, None));
+    assert_eq!(j.last_error.as_deref(), Some("boom"));
+    unchanged(&j);
+
+    let r = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
+    assert_eq!((r.id.as_str(), r.attempt), ("b3", 2));
+    q.release("b3", &r.receipt).await.unwrap();
+    let j = q.get("b3").await.unwrap();
+    assert_eq!(
+        (j.state, j.attempts, j.deadline),
+        (State::Ready, 1, None),
+        "a release does not count"
+    );
+
+    let r = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
+    assert_eq!(q.nack("b3", &r.receipt, None, None, None).await.unwrap().0, State::Dead);
+    let j = q.get("b3").await.unwrap();
+    assert_eq!((j.state, j.attempts), (State::Dead, 2));
+    assert_eq!(
+        j.last_error.as_deref(),
+        Some("boom"),
+        "a nack without an error keeps the last one"
+    );
+    unchanged(&j);
+
+    assert_eq!(q.requeue_dead("t", Some(&["b3".into()])).await.unwrap(), 1);
+    let j = q.get("b3").await.unwrap();
+    assert_eq!((j.state, j.attempts), (State::Ready, 0));
+    unchanged(&j);
+    let r = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
+    q.ack("b3", &r.receipt).await.unwrap();
+    let j = q.get("b3").await.unwrap();
+    assert_eq!((j.state, j.attempts, j.deadline), (State::Done, 1, None));
+    unchanged(&j);
+    let ttl: i64 = redis::cmd("PTTL").arg("dq:job:b3").query(&mut redis.conn()).unwrap();
+    assert!(ttl > 0, "a done record expires after the retention period");
+
+    q.ack("b4", &held["b4"].receipt).await.unwrap();
+    assert_eq!(q.get("b4").await.unwrap().body.get(), bodies[4]);
+    assert_consistent(&redis);
+}
+
+/// A record's Redis memory follows its body's length: there is no step at 64 bytes, where a hash record
+/// would leave Redis's compact encoding and more than double (docs/redis-keys.md).
+#[tokio::test]
+async fn a_records_memory_follows_its_body_without_a_step() {
+    let redis = RedisServer::start();
+    let q = Queue::new(&settings(&redis)).unwrap();
+    let mut usage = HashMap::new();
+    for n in [64, 65, 200] {
+        let body = format!("\"{}\"", "x".repeat(n - 2));
+        let text = format!(r#"{{"id":"m{n}","topic":"t","body":{body},"delay_ms":60000}}"#);
+        q.push(q.validate(serde_json::from_str(&text).unwrap()).unwrap())
+            .await
+            .unwrap();
+        let bytes: i64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(format!("dq:job:m{n}"))
+            .query(&mut redis.conn())
+            .unwrap();
+        usage.insert(n, bytes);
+    }
+    // Allocations come in size classes, so one more byte costs at most a class step (16 bytes here).
+    assert!(usage[&65] - usage[&64] <= 16, "{usage:?}");
+    assert!(usage[&200] - usage[&64] <= 200, "{usage:?}");
+}
+
+/// Records written before dq packed them are hashes. They are still read, and the first script that
+/// changes one writes it back packed, so an upgrade needs no migration step.
+#[tokio::test]
+async fn records_written_as_hashes_are_still_read_and_are_packed_when_changed() {
+    let redis = RedisServer::start();
+    let q = Queue::new(&settings(&redis)).unwrap();
+    let mut c = redis.conn();
+    let fields = [
+        ("t", "t"),
+        ("b", r#"{"a": 1}"#),
+        ("r", "1000"),
+        ("ttr", "30000"),
+        ("m", "3"),
+        ("c", "900"),
+        ("s", "ready"),
+        ("a", "1"),
+        ("e", "earlier failure"),
+    ];
+    let _: () = redis::cmd("HSET")
+        .arg("dq:job:old")
+        .arg(&fields[..])
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("dq:ready:t")
+        .arg(1000)
+        .arg("old")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("HINCRBY")
+        .arg("dq:counts")
+        .arg("t:ready")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    assert_consistent(&redis);
+
+    let j = q.get("old").await.unwrap();
+    assert_eq!(
+        (j.state, j.run_at, j.created_at, j.ttr_ms),
+        (State::Ready, 1000, 900, 30000)
+    );
+    assert_eq!((j.attempts, j.max_attempts), (1, 3));
+    assert_eq!(j.last_error.as_deref(), Some("earlier failure"));
+
+    let r = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
+    assert_eq!(
+        (r.id.as_str(), r.body.get(), r.attempt, r.run_at),
+        ("old", r#"{"a": 1}"#, 2, 1000)
+    );
+    let kind: String = redis::cmd("TYPE").arg("dq:job:old").query(&mut c).unwrap();
+    assert_eq!(kind, "string", "the reservation wrote the record back packed");
+    let j = q.get("old").await.unwrap();
+    assert_eq!((j.state, j.attempts, j.created_at), (State::Reserved, 2, 900));
+    assert_eq!(j.last_error.as_deref(), Some("earlier failure"));
+    q.ack("old", &r.receipt).await.unwrap();
+    assert_eq!(q.get("old").await.unwrap().state, State::Done);
     assert_consistent(&redis);
 }

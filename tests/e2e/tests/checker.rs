@@ -63,14 +63,16 @@ async fn a_killed_and_restarted_shard_gives_one_down_and_one_up_alert_by_webhook
 async fn dq_checker_audit_repairs_damage_and_prints_its_report() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
-    // A job record in no structure, and an id without a record.
-    let _: () = redis::cmd("HSET")
-        .arg("dq:job:lost")
-        .arg(&[
-            "t", "audit", "b", "1", "r", "1", "ttr", "30000", "m", "10", "c", "1", "s", "ready",
-        ])
-        .query(&mut c)
-        .unwrap();
+    // A job record in no structure (pushed, then taken out of its ready queue by hand), and an id
+    // without a record.
+    let q = common::queue(&[&redis]);
+    q.push(common::job(
+        &q,
+        serde_json::json!({"id": "lost", "topic": "audit", "body": 1}),
+    ))
+    .await
+    .unwrap();
+    let _: () = redis::cmd("DEL").arg("dq:ready:audit").query(&mut c).unwrap();
     let _: () = redis::cmd("ZADD")
         .arg("dq:ready:audit")
         .arg(1)

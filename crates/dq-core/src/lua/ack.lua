@@ -7,15 +7,15 @@
 -- Returns: 1 acked, 0 no such job, -1 stale receipt (the reservation it names is over; nothing changed).
 
 local job, reserved, counts = KEYS[1], KEYS[2], KEYS[3]
-local rec = redis.call('HMGET', job, 't', 's', 'rc')
-if not rec[1] then return 0 end
-if rec[2] ~= 'reserved' or rec[3] ~= ARGV[2] then return -1 end
+local r = rec_load(job)
+if not r then return 0 end
+if r.s ~= 'reserved' or r.rc ~= ARGV[2] then return -1 end
 redis.call('ZREM', reserved, ARGV[1])
-redis.call('HINCRBY', counts, rec[1] .. ':reserved', -1)
+redis.call('HINCRBY', counts, r.t .. ':reserved', -1)
 local retention = tonumber(ARGV[3])
 if retention > 0 then
-  redis.call('HSET', job, 's', 'done')
-  redis.call('HDEL', job, 'rc', 'd')
+  r.s = 'done'
+  rec_store(job, r, true)
   redis.call('PEXPIRE', job, retention)
 else
   redis.call('DEL', job)

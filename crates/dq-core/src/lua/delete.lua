@@ -10,9 +10,9 @@
 
 local job, bucket, reserved, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, id = ARGV[1], ARGV[2]
-local rec = redis.call('HMGET', job, 't', 's')
-local topic, state = rec[1], rec[2]
-if not topic then return 0 end
+local r = rec_load(job)
+if not r then return 0 end
+local topic, state = r.t, r.s
 if state == 'delayed' then
   redis.call('ZREM', bucket, id)
 elseif state == 'ready' then

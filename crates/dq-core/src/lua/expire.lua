@@ -17,16 +17,17 @@ local to_ready, to_dead = 0, 0
 for _, id in ipairs(expired) do
   redis.call('ZREM', reserved, id)
   local job = prefix .. ':job:' .. id
-  local rec = redis.call('HMGET', job, 't', 'a', 'm', 'r')
-  local topic = rec[1]
-  if topic then
-    redis.call('HDEL', job, 'rc', 'd')
-    redis.call('HSET', job, 'e', 'reservation expired (ttr)')
+  local r = rec_load(job)
+  if r then
+    local topic = r.t
+    r.rc, r.d = nil, nil
+    r.e = 'reservation expired (ttr)'
     redis.call('HINCRBY', counts, topic .. ':reserved', -1)
-    local attempts, max = tonumber(rec[2]), tonumber(rec[3])
+    local attempts, max = r.a, r.m
     if max > 0 and attempts >= max then
       redis.call('ZADD', prefix .. ':dead:' .. topic, now, id)
-      redis.call('HSET', job, 's', 'dead')
+      r.s = 'dead'
+      rec_store(job, r)
       redis.call('HINCRBY', counts, topic .. ':dead', 1)
       redis.call('LPUSH', events, cjson.encode({kind = 'dead', topic = topic, id = id, attempts = attempts,
         error = 'reservation expired (ttr)', at = now}))
@@ -35,9 +36,10 @@ for _, id in ipairs(expired) do
     else
       local ready = prefix .. ':ready:' .. topic
       -- Its original due time puts it ahead of jobs that became due after it.
-      redis.call('ZADD', ready, tonumber(rec[4]), id)
+      redis.call('ZADD', ready, r.r, id)
       if redis.call('ZCARD', ready) == 1 then redis.call('PUBLISH', ready_channel, topic) end
-      redis.call('HSET', job, 's', 'ready')
+      r.s = 'ready'
+      rec_store(job, r)
       redis.call('HINCRBY', counts, topic .. ':ready', 1)
       to_ready = to_ready + 1
     end

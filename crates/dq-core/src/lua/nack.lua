@@ -13,22 +13,23 @@
 
 local job, reserved, bucket, counts, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, id = ARGV[1], ARGV[2]
-local rec = redis.call('HMGET', job, 't', 's', 'rc', 'a', 'm')
-local topic = rec[1]
-if not topic then return {0} end
-if rec[2] ~= 'reserved' or rec[3] ~= ARGV[3] then return {-1} end
+local r = rec_load(job)
+if not r then return {0} end
+if r.s ~= 'reserved' or r.rc ~= ARGV[3] then return {-1} end
+local topic = r.t
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local attempts, max = tonumber(rec[4]), tonumber(rec[5])
+local attempts, max = r.a, r.m
 redis.call('ZREM', reserved, id)
-redis.call('HDEL', job, 'rc', 'd')
-if ARGV[4] ~= '' then redis.call('HSET', job, 'e', ARGV[4]) end
+r.rc, r.d = nil, nil
+if ARGV[4] ~= '' then r.e = ARGV[4] end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 
 if max > 0 and attempts >= max then
   redis.call('ZADD', prefix .. ':dead:' .. topic, now, id)
-  redis.call('HSET', job, 's', 'dead')
+  r.s = 'dead'
+  rec_store(job, r)
   redis.call('HINCRBY', counts, topic .. ':dead', 1)
   redis.call('LPUSH', events, cjson.encode({kind = 'dead', topic = topic, id = id, attempts = attempts,
     error = ARGV[4], at = now}))
@@ -50,7 +51,8 @@ if delay <= 0 then
   local ready = prefix .. ':ready:' .. topic
   redis.call('ZADD', ready, run_at, id)
   if redis.call('ZCARD', ready) == 1 then redis.call('PUBLISH', ARGV[6], topic) end
-  redis.call('HSET', job, 's', 'ready', 'r', run_at)
+  r.s, r.r = 'ready', run_at
+  rec_store(job, r)
   redis.call('HINCRBY', counts, topic .. ':ready', 1)
   return {1, 'ready', run_at}
 end
@@ -59,6 +61,7 @@ redis.call('ZADD', bucket, run_at, id)
 if head[2] == nil or run_at < tonumber(head[2]) then
   redis.call('PUBLISH', ARGV[7], bucket .. ' ' .. run_at)
 end
-redis.call('HSET', job, 's', 'delayed', 'r', run_at)
+r.s, r.r = 'delayed', run_at
+rec_store(job, r)
 redis.call('HINCRBY', counts, topic .. ':delayed', 1)
 return {1, 'delayed', run_at}

@@ -19,16 +19,18 @@ for j = 1, #due, 2 do
   local id, run_at = due[j], tonumber(due[j + 1])
   ids[#ids + 1] = id
   local job = prefix .. ':job:' .. id
-  local topic = redis.call('HGET', job, 't')
+  local r = rec_load(job)
   -- An id without a record was deleted half-way by hand; there is nothing to deliver.
-  if topic then
+  if r then
+    local topic = r.t
     local ready = prefix .. ':ready:' .. topic
     if per_topic[topic] == nil then
       per_topic[topic] = 0
       was_empty[topic] = redis.call('EXISTS', ready) == 0
     end
     redis.call('ZADD', ready, run_at, id)
-    redis.call('HSET', job, 's', 'ready')
+    r.s = 'ready'
+    rec_store(job, r, true)
     per_topic[topic] = per_topic[topic] + 1
     out[#out + 1] = now - run_at
   end

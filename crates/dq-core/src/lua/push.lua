@@ -43,9 +43,8 @@ for i = 0, n - 1 do
     elseif earliest[zset] == nil or run_at < earliest[zset] then
       earliest[zset] = run_at
     end
-    -- Attempts ('a') start absent, read as 0: reserve creates the field.
-    redis.call('HSET', job, 't', topic, 'b', ARGV[a + 2], 'r', run_at, 'ttr', ARGV[a + 5], 'm', ARGV[a + 6],
-      'c', now, 's', state)
+    rec_store(job, {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]),
+      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0})
     if adds[zset] == nil then
       adds[zset] = {}
       order[#order + 1] = zset

@@ -9,17 +9,18 @@
 
 local job, reserved, counts = KEYS[1], KEYS[2], KEYS[3]
 local prefix, id = ARGV[1], ARGV[2]
-local rec = redis.call('HMGET', job, 't', 's', 'rc', 'r')
-local topic = rec[1]
-if not topic then return 0 end
-if rec[2] ~= 'reserved' or rec[3] ~= ARGV[3] then return -1 end
+local r = rec_load(job)
+if not r then return 0 end
+if r.s ~= 'reserved' or r.rc ~= ARGV[3] then return -1 end
+local topic = r.t
 local ready = prefix .. ':ready:' .. topic
 redis.call('ZREM', reserved, id)
-redis.call('HDEL', job, 'rc', 'd')
-redis.call('HINCRBY', job, 'a', -1)
-redis.call('HSET', job, 's', 'ready')
+r.rc, r.d = nil, nil
+r.a = r.a - 1
+r.s = 'ready'
+rec_store(job, r)
 local was_empty = redis.call('EXISTS', ready) == 0
-redis.call('ZADD', ready, tonumber(rec[4]), id)
+redis.call('ZADD', ready, r.r, id)
 if was_empty then redis.call('PUBLISH', ARGV[4], topic) end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 redis.call('HINCRBY', counts, topic .. ':ready', 1)

@@ -11,9 +11,9 @@
 
 local job, bucket, reserved, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, id = ARGV[1], ARGV[2]
-local rec = redis.call('HMGET', job, 't', 's')
-local topic, state = rec[1], rec[2]
-if not topic or state == 'done' then return 0 end
+local r = rec_load(job)
+if not r or r.s == 'done' then return 0 end
+local topic, state = r.t, r.s
 local ready = prefix .. ':ready:' .. topic
 local where = {delayed = bucket, ready = ready, reserved = reserved, dead = prefix .. ':dead:' .. topic}
 if where[state] and redis.call('ZSCORE', where[state], id) then return 0 end
@@ -21,8 +21,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local was_empty = redis.call('EXISTS', ready) == 0
 redis.call('ZADD', ready, now, id)
-redis.call('HSET', job, 's', 'ready', 'e', 'restored by the consistency audit')
-redis.call('HDEL', job, 'rc', 'd')
+r.rc, r.d = nil, nil
+r.s, r.e = 'ready', 'restored by the consistency audit'
+rec_store(job, r)
 if where[state] then redis.call('HINCRBY', counts, topic .. ':' .. state, -1) end
 redis.call('HINCRBY', counts, topic .. ':ready', 1)
 if was_empty then redis.call('PUBLISH', ARGV[3], topic) end

@@ -25,8 +25,10 @@ for _, id in ipairs(ids) do
   if redis.call('ZREM', dead, id) == 1 then
     removed = removed + 1
     local job = prefix .. ':job:' .. id
-    if redis.call('EXISTS', job) == 1 then
-      redis.call('HSET', job, 's', 'ready', 'a', 0, 'r', now)
+    local r = rec_load(job)
+    if r then
+      r.s, r.a, r.r = 'ready', 0, now
+      rec_store(job, r)
       redis.call('ZADD', ready, now, id)
       n = n + 1
     end

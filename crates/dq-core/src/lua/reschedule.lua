@@ -9,9 +9,9 @@
 
 local job, bucket, counts = KEYS[1], KEYS[2], KEYS[3]
 local prefix, id = ARGV[1], ARGV[2]
-local rec = redis.call('HMGET', job, 't', 's')
-local topic, state = rec[1], rec[2]
-if not topic then return {0, 'not_found'} end
+local r = rec_load(job)
+if not r then return {0, 'not_found'} end
+local topic, state = r.t, r.s
 if state ~= 'delayed' and state ~= 'ready' then return {0, state} end
 
 local t = redis.call('TIME')
@@ -33,7 +33,8 @@ else
     redis.call('PUBLISH', ARGV[6], bucket .. ' ' .. run_at)
   end
 end
-redis.call('HSET', job, 'r', run_at, 's', new_state)
+r.r, r.s = run_at, new_state
+rec_store(job, r)
 if new_state ~= state then
   redis.call('HINCRBY', counts, topic .. ':' .. state, -1)
   redis.call('HINCRBY', counts, topic .. ':' .. new_state, 1)

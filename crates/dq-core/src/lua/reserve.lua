@@ -21,24 +21,23 @@ for k = 3, #KEYS do
   for j = 1, #popped, 2 do
     local id = popped[j]
     local job = prefix .. ':job:' .. id
-    local rec = redis.call('HMGET', job, 't', 'b', 'ttr', 'r')
+    local r = rec_load(job)
     -- A queue entry without a record cannot be delivered; dropping it is what delete would have done.
-    if rec[1] then
+    if r then
       taken = taken + 1
-      local attempt = redis.call('HINCRBY', job, 'a', 1)
-      local receipt = nonce .. '.' .. taken
-      local deadline = now + math.max(tonumber(rec[3]), least_ttr)
-      redis.call('HSET', job, 's', 'reserved', 'rc', receipt, 'd', deadline)
-      redis.call('ZADD', reserved, deadline, id)
-      redis.call('HINCRBY', counts, rec[1] .. ':ready', -1)
-      redis.call('HINCRBY', counts, rec[1] .. ':reserved', 1)
+      r.a = r.a + 1
+      r.s, r.rc, r.d = 'reserved', nonce .. '.' .. taken, now + math.max(r.ttr, least_ttr)
+      rec_store(job, r)
+      redis.call('ZADD', reserved, r.d, id)
+      redis.call('HINCRBY', counts, r.t .. ':ready', -1)
+      redis.call('HINCRBY', counts, r.t .. ':reserved', 1)
       out[#out + 1] = id
-      out[#out + 1] = rec[1]
-      out[#out + 1] = rec[2]
-      out[#out + 1] = attempt
-      out[#out + 1] = receipt
-      out[#out + 1] = deadline
-      out[#out + 1] = tonumber(rec[4])
+      out[#out + 1] = r.t
+      out[#out + 1] = r.b
+      out[#out + 1] = r.a
+      out[#out + 1] = r.rc
+      out[#out + 1] = r.d
+      out[#out + 1] = r.r
     end
   end
 end

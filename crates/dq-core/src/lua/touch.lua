@@ -6,14 +6,14 @@
 -- Returns: the new deadline (ms), 0 no such job, -1 stale receipt.
 
 local job, reserved = KEYS[1], KEYS[2]
-local rec = redis.call('HMGET', job, 's', 'rc', 'ttr')
-if not rec[1] then return 0 end
-if rec[1] ~= 'reserved' or rec[2] ~= ARGV[2] then return -1 end
+local r = rec_load(job)
+if not r then return 0 end
+if r.s ~= 'reserved' or r.rc ~= ARGV[2] then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttr = tonumber(rec[3])
+local ttr = r.ttr
 if ARGV[3] ~= '' then ttr = tonumber(ARGV[3]) end
-local deadline = now + ttr
-redis.call('ZADD', reserved, deadline, ARGV[1])
-redis.call('HSET', job, 'd', deadline)
-return deadline
+r.d = now + ttr
+redis.call('ZADD', reserved, r.d, ARGV[1])
+rec_store(job, r)
+return r.d

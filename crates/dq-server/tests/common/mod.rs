@@ -111,8 +111,9 @@ impl TestServer {
         out["jobs"].as_array().unwrap().clone()
     }
 
-    /// Every key in every shard with its contents' size, to show that a refused request wrote nothing.
-    pub fn snapshot(&self) -> Vec<(String, i64)> {
+    /// Every key in every shard with its serialized contents (DUMP), to show that a refused request wrote
+    /// nothing.
+    pub fn snapshot(&self) -> Vec<(String, Vec<u8>)> {
         let mut all = Vec::new();
         for r in &self.redis {
             let mut c = r.conn();
@@ -120,7 +121,7 @@ impl TestServer {
             keys.sort();
             for k in keys {
                 let dump: Vec<u8> = redis::cmd("DUMP").arg(&k).query(&mut c).unwrap();
-                all.push((k, dump.len() as i64));
+                all.push((k, dump));
             }
         }
         all

@@ -1,0 +1,76 @@
+-- record.lua: the job record's format. Not a script of its own: it is put in front of every script that
+-- reads or writes a record (scripts.rs), so the format is defined once.
+--
+-- A record (<prefix>:job:<id>) is one string: a MessagePack array of its fields in the order
+-- s, t, b, r, ttr, m, c, a, d, rc, e (the names below), the state stored as a number (1 delayed,
+-- 2 ready, 3 reserved, 4 done, 5 dead).
+-- Absent fields are `false` in the array, and absent fields at its end are left out. One string instead
+-- of a hash of fields takes less memory (200 bytes instead of 248 for a job with a 64-byte body), and a
+-- longer body adds only about its length: a hash leaves its compact encoding once a value passes
+-- hash-max-listpack-value (64 bytes by default) and then more than doubles.
+--
+-- Records written by dq before it packed them are hashes with the same field names. rec_load still reads
+-- them, and the first script that changes such a record writes it back packed.
+--
+-- In Lua a record is a table with the fields by name: s state (delayed, ready, reserved, done or dead),
+-- t topic, b body, r run_at (ms), ttr (ms), m max_attempts (0 = unlimited), c created_at (ms),
+-- a attempts, d reservation deadline (ms), rc receipt, e last error. Absent fields are nil; `a` reads
+-- as 0.
+--
+-- KEYS[1]: none of its own (the including script's)   ARGV[1]: none of its own
+-- Returns: nothing (defines local functions).
+
+-- This preamble runs on every call of the scripts that include it, and each function or table it makes
+-- costs instructions on each call, so it makes two functions and no table.
+
+-- The record at `key` as a table, or nil when there is none.
+local function rec_load(key)
+  local raw = redis.pcall('GET', key)
+  if not raw then return nil end
+  if type(raw) == 'table' then
+    -- A record written as a hash, before records were packed (the pcall caught WRONGTYPE).
+    local flat = redis.call('HGETALL', key)
+    local r = {hash = true}
+    for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end
+    for _, f in ipairs({'r', 'ttr', 'm', 'c', 'a', 'd'}) do r[f] = tonumber(r[f]) end
+    r.a = r.a or 0
+    return r
+  end
+  local v = cmsgpack.unpack(raw)
+  local c, s = v[1]
+  if c == 1 then s = 'delayed' elseif c == 2 then s = 'ready' elseif c == 3 then s = 'reserved'
+  elseif c == 4 then s = 'done' else s = 'dead' end
+  -- `x or nil` turns an absent field's `false` into nil.
+  return {s = s, t = v[2], b = v[3], r = v[4], ttr = v[5], m = v[6], c = v[7], a = v[8] or 0,
+    d = v[9] or nil, rc = v[10] or nil, e = v[11] or nil}
+end
+
+-- Writes `r` at `key`. The fields up to `a` are always there; the optional ones (d, rc, e) are `false`
+-- when absent, and left out at the end. A reservation's end is `r.rc, r.d = nil, nil`.
+--
+-- With `only_state`, the caller changed nothing but `r.s`. The state is the array's first element, one
+-- byte at offset 1 (after MessagePack's one-byte array header, a positive fixint), so one SETRANGE writes
+-- it without rewriting the record. (A done record, written so, keeps the receipt and deadline of its
+-- last reservation, which mean nothing once it is done.)
+--
+-- Only done records have a TTL (ack gives it after this), and no script rewrites a done record, so a SET
+-- never drops a TTL that should stay.
+local function rec_store(key, r, only_state)
+  local s, code = r.s
+  if s == 'delayed' then code = 1 elseif s == 'ready' then code = 2 elseif s == 'reserved' then code = 3
+  elseif s == 'done' then code = 4 elseif s == 'dead' then code = 5
+  else error('unknown job state ' .. tostring(s)) end
+  if only_state and not r.hash then
+    redis.call('SETRANGE', key, 1, string.char(code))
+    return
+  end
+  local v = {code, r.t, r.b, r.r, r.ttr, r.m, r.c, r.a, r.d or false, r.rc or false, r.e or false}
+  if not r.e then
+    v[11] = nil
+    if not r.rc then
+      v[10] = nil
+      if not r.d then v[9] = nil end
+    end
+  end
+  redis.call('SET', key, cmsgpack.pack(v))
+end
