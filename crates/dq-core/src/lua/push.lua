@@ -50,7 +50,9 @@ for i = 0, n - 1 do
       order[#order + 1] = zset
     end
     local z = adds[zset]
-    z[#z + 1] = run_at
+    -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3% of
+    -- a batch push's instructions).
+    z[#z + 1] = string.format('%d', run_at)
     z[#z + 1] = id
     local c = topic .. ':' .. state
     tally[c] = (tally[c] or 0) + 1
