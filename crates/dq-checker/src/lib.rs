@@ -18,7 +18,6 @@ pub mod alert;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use dq_core::audit::AuditReport;
 use dq_core::shard::Shard;
 use dq_core::{Queue, Settings};
@@ -58,14 +57,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         anyhow::bail!("{e}");
     }
     let notifier = Notifier::new(&settings.checker)?;
-    let listen = settings
-        .metrics
-        .listen
-        .clone()
-        .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
-    let (_, metrics) = dq_core::telemetry::serve_metrics(&listen, shutdown.clone())
-        .await
-        .with_context(|| format!("cannot serve metrics on {listen} (metrics.listen)"))?;
+    let (listen, metrics) = dq_core::telemetry::serve_configured_metrics(
+        settings.metrics.listen.as_deref(),
+        DEFAULT_METRICS_LISTEN,
+        shutdown.clone(),
+    )
+    .await?;
     tracing::info!(metrics = %listen, shards = queue.shards().all().len(), "dq-checker starting");
     dq_core::systemd::ready(&shutdown);
 

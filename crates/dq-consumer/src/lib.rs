@@ -47,14 +47,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     }
     // The metrics listener and the registry refresher keep going through the drain; `background` ends them.
     let background = CancellationToken::new();
-    let listen = settings
-        .metrics
-        .listen
-        .clone()
-        .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
-    let (_, metrics) = dq_core::telemetry::serve_metrics(&listen, background.clone())
-        .await
-        .with_context(|| format!("cannot serve metrics on {listen} (metrics.listen)"))?;
+    let (listen, metrics) = dq_core::telemetry::serve_configured_metrics(
+        settings.metrics.listen.as_deref(),
+        DEFAULT_METRICS_LISTEN,
+        background.clone(),
+    )
+    .await?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(4096)
         .tcp_nodelay(true)

@@ -81,8 +81,8 @@ impl Queue {
             let recs = self.read_records(shard, chunk, &["t", "s"]).await?;
             let mut check = redis::pipe();
             let mut candidates = Vec::new();
+            let text = |v: Option<Vec<u8>>| v.and_then(|v| String::from_utf8(v).ok());
             for (key, mut rec) in chunk.iter().zip(recs) {
-                let text = |v: Option<Vec<u8>>| v.and_then(|v| String::from_utf8(v).ok());
                 let (Some(topic), Some(state)) = (text(rec.remove("t")), text(rec.remove("s"))) else {
                     continue;
                 };

@@ -306,19 +306,37 @@ impl Queue {
 
     /// Looks a job up by id.
     pub async fn get(&self, id: &str) -> Result<Job> {
-        let shard = self.shards.for_id(id);
-        let fields = self
-            .read_records(shard, &[self.keys.job(id)], &[])
-            .await?
-            .pop()
-            .unwrap_or_default();
-        parse_job(id, fields).map_err(|e| match e {
-            ParseJob::Missing => Error::NotFound(id.to_string()),
-            ParseJob::Bad(what) => Error::Redis {
-                shard: shard.index,
-                message: format!("job {id}: {what}"),
-            },
-        })
+        let ids = [id.to_string()];
+        let mut jobs = self.get_many(&ids).await?;
+        jobs.pop().flatten().ok_or_else(|| Error::NotFound(id.to_string()))
+    }
+
+    /// Looks jobs up by id, in one `get.lua` call per shard: each job in the order of `ids`, `None` for
+    /// an id without a record.
+    pub async fn get_many(&self, ids: &[String]) -> Result<Vec<Option<Job>>> {
+        let mut by_shard: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (i, id) in ids.iter().enumerate() {
+            by_shard.entry(self.shards.for_id(id).index).or_default().push(i);
+        }
+        let mut jobs: Vec<Option<Job>> = ids.iter().map(|_| None).collect();
+        for (s, positions) in by_shard {
+            let keys: Vec<String> = positions.iter().map(|&i| self.keys.job(&ids[i])).collect();
+            let records = self.read_records(&self.shards.all()[s], &keys, &[]).await?;
+            for (i, fields) in positions.into_iter().zip(records) {
+                let id = &ids[i];
+                jobs[i] = match parse_job(id, fields) {
+                    Ok(job) => Some(job),
+                    Err(ParseJob::Missing) => None,
+                    Err(ParseJob::Bad(what)) => {
+                        return Err(Error::Redis {
+                            shard: s,
+                            message: format!("job {id}: {what}"),
+                        });
+                    }
+                };
+            }
+        }
+        Ok(jobs)
     }
 
     /// Reads job records on one shard, decoded by `get.lua` (a record is one packed string): for each key,

@@ -174,14 +174,8 @@ impl Queue {
             all.extend(page.into_iter().map(|(id, score)| (score, id)));
         }
         all.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-        let mut jobs = Vec::new();
-        for (_, id) in all.into_iter().skip(offset).take(limit) {
-            match self.get(&id).await {
-                Ok(job) => jobs.push(job),
-                Err(Error::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let page: Vec<String> = all.into_iter().skip(offset).take(limit).map(|(_, id)| id).collect();
+        let jobs = self.get_many(&page).await?.into_iter().flatten().collect();
         Ok(DeadPage { jobs, total })
     }
 

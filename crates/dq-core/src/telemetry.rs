@@ -39,6 +39,22 @@ pub fn prometheus() -> &'static PrometheusHandle {
     })
 }
 
+/// [`serve_metrics`] on `metrics.listen` (`listen`), or on the binary's `default` when it is not set. The
+/// error names the address and the setting, ready for the binary to print.
+pub async fn serve_configured_metrics(
+    listen: Option<&str>,
+    default: &str,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listen = listen.unwrap_or(default);
+    serve_metrics(listen, shutdown).await.map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot serve metrics on {listen} (metrics.listen): {e}"),
+        )
+    })
+}
+
 /// Serves `/metrics` (and `/healthz`) on `listen` until `shutdown`: the HTTP face of the binaries that
 /// have no API of their own (timer, consumer, checker). Returns the bound address.
 pub async fn serve_metrics(

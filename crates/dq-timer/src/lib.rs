@@ -31,14 +31,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     if let Err(e) = queue.check_layout().await {
         anyhow::bail!("{e}");
     }
-    let listen = settings
-        .metrics
-        .listen
-        .clone()
-        .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.into());
-    let (_, metrics) = dq_core::telemetry::serve_metrics(&listen, shutdown.clone())
-        .await
-        .with_context(|| format!("cannot serve metrics on {listen} (metrics.listen)"))?;
+    let (_, metrics) = dq_core::telemetry::serve_configured_metrics(
+        settings.metrics.listen.as_deref(),
+        DEFAULT_METRICS_LISTEN,
+        shutdown.clone(),
+    )
+    .await?;
     let id = format!("timer-{}-{}", std::process::id(), ulid::Ulid::new());
     tracing::info!(timer = %id, shards = queue.shards().all().len(), buckets = queue.shards().buckets(), "dq-timer starting");
 
