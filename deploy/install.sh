@@ -114,7 +114,7 @@ else
 fi
 
 # --- /etc/dq ------------------------------------------------------------------------------------------
-# Both files may hold secrets (Redis passwords in shard URLs): readable by root and the dq group only.
+# Both files may hold secrets (Redis passwords in redis.urls): readable by root and the dq group only.
 owner() {
   if [[ -z "$destdir" ]]; then
     chown root:dq "$1"
@@ -127,7 +127,7 @@ if [[ -e "$etc_dq/dq.toml" || -L "$etc_dq/dq.toml" ]]; then
 else
   install -m 0640 "$repo/deploy/dq.toml" "$etc_dq/dq.toml"
   owner "$etc_dq/dq.toml"
-  say "    dq.toml installed (the defaults; edit it, e.g. redis.shards)"
+  say "    dq.toml installed (the defaults; edit it, e.g. redis.mode and redis.urls)"
 fi
 if [[ -e "$etc_dq/dq.env" || -L "$etc_dq/dq.env" ]]; then
   say "    dq.env exists: kept as it is"
@@ -136,7 +136,8 @@ else
   install -m 0640 /dev/null "$etc_dq/dq.env"
   cat >"$etc_dq/dq.env" <<'EOF'
 # Environment of every dq unit: DQ__SECTION__KEY=value lines override /etc/dq/dq.toml, e.g.
-#   DQ__REDIS__SHARDS=redis://:secret@10.0.0.7:6379,redis://:secret@10.0.0.8:6379
+#   DQ__REDIS__MODE=cluster
+#   DQ__REDIS__URLS=redis://:secret@10.0.0.7:7000,redis://:secret@10.0.0.8:7000
 #   DQ__LOG__FORMAT=json
 # Do not set DQ__METRICS__LISTEN here: it would override every instance's own port (systemd/README.md).
 EOF
@@ -171,7 +172,8 @@ fi
 cat <<'EOF'
 
 Next steps:
-  1. Point dq at Redis: edit /etc/dq/dq.toml (redis.shards, ...) or add DQ__... lines to /etc/dq/dq.env.
+  1. Point dq at Redis: edit /etc/dq/dq.toml (redis.mode, redis.urls, ...) or add DQ__... lines to /etc/dq/dq.env.
+     Coming from a release with redis.shards: stop dq and run dq-checker migrate first (docs/operations.md).
   2. Start the services. Timer and consumer instances are named by their metrics port
      (timers 9801..9899, consumers 9901..9999; see systemd/README.md):
        systemctl enable --now dq-server dq-checker dq-timer@9801 dq-timer@9802 dq-consumer@9901 dq-consumer@9902

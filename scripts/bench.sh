@@ -5,10 +5,13 @@
 #
 #   scripts/bench.sh            all figures
 #   BENCH_ONLY=push scripts/bench.sh   one of: push batch reserve memory lateness burst kill deliver
+#   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
+#   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
 cargo build --release --bins --locked >&2
+bin=${DQ_BIN:-target/release}
 
 work=$(mktemp -d)
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -20,18 +23,19 @@ trap cleanup EXIT
 redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --logfile "$work/redis.log" &
 pids+=($!)
 until redis-cli -p "$rport" ping >/dev/null 2>&1; do sleep 0.05; done
-export DQ__REDIS__SHARDS="redis://127.0.0.1:$rport" DQ__SERVER__LISTEN="127.0.0.1:$sport" DQ__LOG__LEVEL=warn
-target/release/dq-server >"$work/server.log" 2>&1 &
+if [ -n "${DQ_SHARDS_LAYOUT:-}" ]; then export DQ__REDIS__SHARDS="redis://127.0.0.1:$rport"; else export DQ__REDIS__URLS="redis://127.0.0.1:$rport"; fi
+export DQ__SERVER__LISTEN="127.0.0.1:$sport" DQ__LOG__LEVEL=warn
+$bin/dq-server >"$work/server.log" 2>&1 &
 pids+=($!)
 timer_pids=()
 for i in 1 2; do
-  DQ__METRICS__LISTEN="127.0.0.1:$(port)" target/release/dq-timer >"$work/timer$i.log" 2>&1 &
+  DQ__METRICS__LISTEN="127.0.0.1:$(port)" $bin/dq-timer >"$work/timer$i.log" 2>&1 &
   pids+=($!); timer_pids+=($!)
 done
-DQ__METRICS__LISTEN="127.0.0.1:$(port)" target/release/dq-consumer >"$work/consumer.log" 2>&1 &
+DQ__METRICS__LISTEN="127.0.0.1:$(port)" $bin/dq-consumer >"$work/consumer.log" 2>&1 &
 pids+=($!)
 until (exec 3<>"/dev/tcp/127.0.0.1/$sport") 2>/dev/null; do sleep 0.05; done
-bench() { target/release/dq-bench --url "http://127.0.0.1:$sport" "$@"; }
+bench() { $bin/dq-bench --url "http://127.0.0.1:$sport" "$@"; }
 rcli() { redis-cli -p "$rport" "$@"; }
 info() { rcli info "$1" | tr -d '\r' | awk -F: -v k="$2" '$1==k {print $2}'; }
 want() { [ -z "${BENCH_ONLY:-}" ] || [ "$BENCH_ONLY" = "$1" ]; }
@@ -68,10 +72,10 @@ if want push; then
   echo "$dq"
   rcli flushall >/dev/null
   bport=$(port)
-  target/release/dq-bench baseline --redis "redis://127.0.0.1:$rport" --listen "127.0.0.1:$bport" >"$work/baseline.log" 2>&1 &
+  $bin/dq-bench baseline --redis "redis://127.0.0.1:$rport" --listen "127.0.0.1:$bport" >"$work/baseline.log" 2>&1 &
   bpid=$!; pids+=($bpid)
   until (exec 3<>"/dev/tcp/127.0.0.1/$bport") 2>/dev/null; do sleep 0.05; done
-  base=$(target/release/dq-bench --url "http://127.0.0.1:$bport" --json push -n 200000 -c 64 | tail -1)
+  base=$($bin/dq-bench --url "http://127.0.0.1:$bport" --json push -n 200000 -c 64 | tail -1)
   kill "$bpid"; wait "$bpid" 2>/dev/null || true
   python3 - "$rb" "$dq" "$base" <<'PY'
 import json, sys

@@ -8,7 +8,7 @@ bash scripts/ensure-redis.sh
 root="$PWD/.dq-local"
 mkdir -p "$root"
 port="${DQ_LOCAL_REDIS_PORT:-6379}"
-export DQ__REDIS__SHARDS="redis://127.0.0.1:$port"
+export DQ__REDIS__URLS="redis://127.0.0.1:$port"
 
 echo "==> building dq (release)"
 cargo build --release --bins --locked

@@ -11,15 +11,15 @@ use serde::Serialize;
 /// One alert, as the webhook receives it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Alert {
-    /// `shard_down`, `shard_up`, `dead_jobs`, `backlog`, `backlog_cleared`.
+    /// `redis_down`, `redis_up`, `dead_jobs`, `backlog`, `backlog_cleared`.
     pub kind: &'static str,
     /// `critical`, `warning` or `info`.
     pub severity: &'static str,
     /// One line for people (also the e-mail subject).
     pub summary: String,
-    /// The shard concerned, if any.
+    /// The Redis primary concerned (`host:port`, or the configured URL without password), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub shard: Option<usize>,
+    pub node: Option<String>,
     /// The topic concerned, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
@@ -42,7 +42,7 @@ impl Alert {
             kind,
             severity,
             summary,
-            shard: None,
+            node: None,
             topic: None,
             details: serde_json::Value::Null,
             at,

@@ -1,25 +1,28 @@
-//! dq-checker: watches every shard and raises alerts, publishes queue depths, audits consistency.
+//! dq-checker: watches every Redis primary and raises alerts, publishes queue depths, audits consistency,
+//! and converts the layout of older releases (`migrate`).
 //!
-//! - [`alert`]: alerts and their channels (webhook, e-mail).
+//! - [`alert`]: alerts and their channels (webhook, e-mail); [`migrate`]: the conversion of the shard
+//!   layout (`redis.shards`) into partitions.
 //!
 //! Every `checker.interval_ms` it:
-//! - PINGs each shard and reads its INFO: an alert when a shard goes down and one when it comes back (at
+//! - PINGs each Redis primary and reads its INFO: an alert when one goes down and one when it comes back (at
 //!   most one per transition), gauges for memory and role, and a warning (log and gauge) when
 //!   `maxmemory-policy` is not `noeviction` or persistence is off, since either can lose jobs;
-//! - takes the dead-job events the scripts recorded (`<prefix>:events`, popped, so two checkers never
+//! - takes the dead-job events the scripts recorded (each partition's `events`, popped, so two checkers never
 //!   report the same death) and raises one alert per topic;
 //! - publishes job counts per topic and state and the age of each topic's oldest ready job, and raises a
 //!   backlog alert when a topic's ready jobs pass `checker.backlog_threshold` (and a clearing one after).
 //!
-//! Every `checker.audit_interval_ms` it audits every shard and repairs what it finds.
+//! Every `checker.audit_interval_ms` it audits every partition and repairs what it finds.
 
 pub mod alert;
+pub mod migrate;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dq_core::audit::AuditReport;
-use dq_core::shard::Shard;
+use dq_core::connection::Node;
 use dq_core::{Queue, Settings};
 use tokio_util::sync::CancellationToken;
 
@@ -28,34 +31,26 @@ use crate::alert::{Alert, Notifier};
 /// Default `/metrics` address of dq-checker.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9793";
 
-/// Runs the audit once over every shard and repairs what it finds.
+/// Runs the audit once over every partition and repairs what it finds.
 pub async fn audit(settings: &Settings) -> anyhow::Result<AuditReport> {
-    let queue = Queue::new(settings)?;
-    // The audit places delayed jobs by this process's bucket count: with another count than the shard's,
-    // every delayed job would look orphaned.
-    if let Err(e) = queue.check_layout().await {
-        anyhow::bail!("{e}");
-    }
-    Ok(queue.audit().await?)
+    let queue = Queue::connect(settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(dq_core::audit::run(&queue).await?)
 }
 
 /// What the checker remembers between rounds.
 #[derive(Default)]
 struct Memory {
-    /// Last seen health per shard: an alert goes out only when it changes.
-    up: HashMap<usize, bool>,
-    /// Config problems already warned about, per shard and check.
-    warned: HashSet<(usize, &'static str)>,
+    /// Last seen health per primary: an alert goes out only when it changes.
+    up: HashMap<String, bool>,
+    /// Config problems already warned about, per primary and check.
+    warned: HashSet<(String, &'static str)>,
     /// Topics whose backlog alert is raised and not yet cleared.
     backlogged: HashSet<String>,
 }
 
 /// Checks until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let queue = Queue::new(&settings)?;
-    if let Err(e) = queue.check_layout().await {
-        anyhow::bail!("{e}");
-    }
+    let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let notifier = Notifier::new(&settings.checker)?;
     let (listen, metrics) = dq_core::telemetry::serve_configured_metrics(
         settings.metrics.listen.as_deref(),
@@ -63,11 +58,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         shutdown.clone(),
     )
     .await?;
-    tracing::info!(metrics = %listen, shards = queue.shards().all().len(), "dq-checker starting");
+    tracing::info!(metrics = %listen, partitions = queue.partitions().count(), "dq-checker starting");
     dq_core::systemd::ready(&shutdown);
 
     let interval = Duration::from_millis(settings.checker.interval_ms);
-    // The audit scans whole shards: it runs on its own, so health checks and alerts never wait for it.
+    // The audit scans every partition: it runs on its own, so health checks and alerts never wait for it.
     let audit_every = Duration::from_millis(settings.checker.audit_interval_ms);
     if !audit_every.is_zero() {
         let (queue, shutdown) = (queue.clone(), shutdown.clone());
@@ -88,9 +83,17 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             _ = tick.tick() => {}
             _ = shutdown.cancelled() => break,
         }
-        for shard in queue.shards().all() {
-            check_shard(&queue, shard, interval, &notifier, &mut memory).await;
+        let nodes = match queue.redis().primaries().await {
+            Ok(nodes) => nodes,
+            Err(_) => vec![Node {
+                name: queue.redis().names().join(","),
+                addr: None,
+            }],
+        };
+        for node in &nodes {
+            check_node(&queue, node, interval, &notifier, &mut memory).await;
         }
+        dead_events(&queue, &notifier).await;
         depths(&queue, settings.checker.backlog_threshold, &notifier, &mut memory).await;
     }
     let _ = metrics.await;
@@ -98,56 +101,53 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     Ok(())
 }
 
-async fn check_shard(queue: &Queue, shard: &Shard, interval: Duration, notifier: &Notifier, memory: &mut Memory) {
-    let label = shard.index.to_string();
-    let ping = shard
-        .ping(interval.clamp(Duration::from_millis(100), Duration::from_secs(1)))
+async fn check_node(queue: &Queue, node: &Node, interval: Duration, notifier: &Notifier, memory: &mut Memory) {
+    let label = node.name.clone();
+    let ping = queue
+        .redis()
+        .ping(node, interval.clamp(Duration::from_millis(100), Duration::from_secs(1)))
         .await;
     let up = ping.is_ok();
-    metrics::gauge!("dq_redis_up", "shard" => label.clone()).set(if up { 1.0 } else { 0.0 });
+    metrics::gauge!("dq_redis_up", "node" => label.clone()).set(if up { 1.0 } else { 0.0 });
     if let Ok(rtt) = ping {
-        metrics::gauge!("dq_redis_latency_seconds", "shard" => label.clone()).set(rtt.as_secs_f64());
+        metrics::gauge!("dq_redis_latency_seconds", "node" => label.clone()).set(rtt.as_secs_f64());
     }
-    let before = memory.up.insert(shard.index, up);
+    let before = memory.up.insert(label.clone(), up);
     if before != Some(up) && (before.is_some() || !up) {
         let mut alert = if up {
-            Alert::new(
-                "shard_up",
-                "info",
-                format!("Redis shard {} ({}) is back", shard.index, shard.name),
-            )
+            Alert::new("redis_up", "info", format!("Redis {label} is back"))
         } else {
             Alert::new(
-                "shard_down",
+                "redis_down",
                 "critical",
                 format!(
-                    "Redis shard {} ({}) is down: its jobs are unavailable",
-                    shard.index, shard.name
+                    "Redis {label} is down: the jobs of its partitions are unavailable until it or a replica serves them"
                 ),
             )
         };
-        alert.shard = Some(shard.index);
-        alert.details = serde_json::json!({ "redis": shard.name, "error": ping.err().map(|e| e.to_string()) });
+        alert.node = Some(label.clone());
+        alert.details = serde_json::json!({ "redis": label, "error": ping.err().map(|e| e.to_string()) });
         notifier.send(alert).await;
     }
     if !up {
         return;
     }
-    if let Ok(info) = shard.query::<String>(&redis::cmd("INFO")).await {
+    if let Ok(info) = queue.redis().query_node::<String>(node, redis::cmd("INFO")).await {
         let info: HashMap<&str, &str> = info.lines().filter_map(|l| l.trim_end().split_once(':')).collect();
         let number = |k: &str| info.get(k).and_then(|v| v.parse::<f64>().ok());
         if let Some(v) = number("used_memory") {
-            metrics::gauge!("dq_redis_used_memory_bytes", "shard" => label.clone()).set(v);
+            metrics::gauge!("dq_redis_used_memory_bytes", "node" => label.clone()).set(v);
         }
         if let Some(v) = number("maxmemory") {
-            metrics::gauge!("dq_redis_maxmemory_bytes", "shard" => label.clone()).set(v);
+            metrics::gauge!("dq_redis_maxmemory_bytes", "node" => label.clone()).set(v);
         }
         let primary = info.get("role").is_none_or(|r| *r == "master");
-        metrics::gauge!("dq_redis_primary", "shard" => label.clone()).set(if primary { 1.0 } else { 0.0 });
+        metrics::gauge!("dq_redis_primary", "node" => label.clone()).set(if primary { 1.0 } else { 0.0 });
         let policy_ok = info.get("maxmemory_policy").is_none_or(|p| *p == "noeviction");
         // RDB is on when `save` has rules; AOF shows in INFO.
-        let rdb = shard
-            .query::<Vec<String>>(redis::cmd("CONFIG").arg("GET").arg("save"))
+        let rdb = queue
+            .redis()
+            .query_node::<Vec<String>>(node, redis::cmd("CONFIG").arg("GET").arg("save").clone())
             .await
             .map(|v| v.get(1).is_some_and(|rules| !rules.trim().is_empty()))
             .unwrap_or(true);
@@ -164,34 +164,43 @@ async fn check_shard(queue: &Queue, shard: &Shard, interval: Duration, notifier:
                 "persistence is off (no AOF, no RDB saves): a Redis restart loses every job",
             ),
         ] {
-            metrics::gauge!("dq_redis_config_ok", "shard" => label.clone(), "check" => check).set(if ok {
+            metrics::gauge!("dq_redis_config_ok", "node" => label.clone(), "check" => check).set(if ok {
                 1.0
             } else {
                 0.0
             });
-            if !ok && memory.warned.insert((shard.index, check)) {
-                tracing::warn!(shard = shard.index, redis = %shard.name, "{why}");
+            if !ok && memory.warned.insert((label.clone(), check)) {
+                tracing::warn!(redis = %label, "{why}");
             } else if ok {
-                memory.warned.remove(&(shard.index, check));
+                memory.warned.remove(&(label.clone(), check));
             }
         }
     }
-    dead_events(queue, shard, notifier).await;
 }
 
-/// Pops the dead-job events of one shard and raises one alert per topic.
-async fn dead_events(queue: &Queue, shard: &Shard, notifier: &Notifier) {
-    let events: Vec<String> = match shard
-        .query(redis::cmd("RPOP").arg(queue.keys().events()).arg(1000))
-        .await
-    {
-        Ok(Some(e)) => e,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::warn!(shard = shard.index, cause = %e, "cannot read dead-job events");
-            return;
+/// Pops the dead-job events of every partition and raises one alert per topic.
+async fn dead_events(queue: &Queue, notifier: &Notifier) {
+    let pops = queue.partitions().all().map(|p| async move {
+        let cmd = redis::cmd("RPOP")
+            .arg(queue.partition_keys(p).events())
+            .arg(1000)
+            .clone();
+        match queue.query::<Option<Vec<String>>>(p, &cmd).await {
+            Ok(e) => e.unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(partition = p, cause = %e, "cannot read dead-job events");
+                Vec::new()
+            }
         }
-    };
+    });
+    let events: Vec<String> = futures_util::future::join_all(pops)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    if events.is_empty() {
+        return;
+    }
     let mut per_topic: HashMap<String, Vec<serde_json::Value>> = HashMap::new();
     for e in events {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&e) {
@@ -209,7 +218,6 @@ async fn dead_events(queue: &Queue, shard: &Shard, notifier: &Notifier) {
             ),
         );
         alert.topic = Some(topic);
-        alert.shard = Some(shard.index);
         let sample: Vec<_> = jobs.iter().take(20).cloned().collect();
         alert.details = serde_json::json!({ "count": jobs.len(), "jobs": sample });
         notifier.send(alert).await;
@@ -219,11 +227,9 @@ async fn dead_events(queue: &Queue, shard: &Shard, notifier: &Notifier) {
 /// Publishes depths and the oldest ready job's age per topic; raises and clears backlog alerts.
 async fn depths(queue: &Queue, threshold: Option<u64>, notifier: &Notifier, memory: &mut Memory) {
     let mut depth: HashMap<(String, dq_core::State), i64> = HashMap::new();
-    for s in queue.stats().await {
-        for (topic, counts) in s.counts {
-            for (state, n) in counts {
-                *depth.entry((topic.clone(), state)).or_default() += n;
-            }
+    for (topic, counts) in queue.stats().await.counts {
+        for (state, n) in counts {
+            *depth.entry((topic.clone(), state)).or_default() += n;
         }
     }
     // A topic's own threshold wins over checker.backlog_threshold.
@@ -242,17 +248,16 @@ async fn depths(queue: &Queue, threshold: Option<u64>, notifier: &Notifier, memo
     for (topic, n) in &ready {
         let mut oldest: Option<f64> = None;
         if *n > 0 {
-            for shard in queue.shards().all() {
-                let head: Vec<(String, f64)> = shard
-                    .query(
-                        redis::cmd("ZRANGE")
-                            .arg(queue.keys().ready(topic))
-                            .arg(0)
-                            .arg(0)
-                            .arg("WITHSCORES"),
-                    )
-                    .await
-                    .unwrap_or_default();
+            let heads = queue.partitions().all().map(|p| async move {
+                let cmd = redis::cmd("ZRANGE")
+                    .arg(queue.partition_keys(p).ready(topic))
+                    .arg(0)
+                    .arg(0)
+                    .arg("WITHSCORES")
+                    .clone();
+                queue.query::<Vec<(String, f64)>>(p, &cmd).await.unwrap_or_default()
+            });
+            for head in futures_util::future::join_all(heads).await {
                 if let Some((_, score)) = head.first() {
                     oldest = Some(oldest.map_or(*score, |o: f64| o.min(*score)));
                 }
@@ -286,7 +291,7 @@ async fn depths(queue: &Queue, threshold: Option<u64>, notifier: &Notifier, memo
 }
 
 async fn run_audit(queue: &Queue) {
-    match queue.audit().await {
+    match dq_core::audit::run(queue).await {
         Ok(r) => {
             metrics::counter!("dq_audit_repairs_total", "kind" => "orphan_record").increment(r.orphan_records);
             metrics::counter!("dq_audit_repairs_total", "kind" => "dangling_id").increment(r.dangling_ids);

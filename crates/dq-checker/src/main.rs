@@ -8,8 +8,8 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Watches every Redis shard and raises alerts (webhook, e-mail), publishes queue depths, and audits and
-/// repairs consistency.
+/// Watches every Redis primary and raises alerts (webhook, e-mail), publishes queue depths, audits and
+/// repairs consistency, and converts the layout of older releases.
 #[derive(Parser)]
 #[command(version)]
 struct Args {
@@ -23,8 +23,16 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Audit every shard once, repair what is broken, print the report as JSON, exit.
+    /// Audit every partition once, repair what is broken, print the report as JSON, exit.
     Audit,
+    /// Convert the layout of releases before partitions (`redis.shards`) into the configured Redis: every
+    /// job in every state, dead lists and the topic registry. Safe to run again after a crash. Print the
+    /// report as JSON, exit.
+    Migrate {
+        /// An old shard's Redis URL; give one per shard (default: the configured standalone Redis).
+        #[arg(long = "from", value_delimiter = ',')]
+        from: Vec<String>,
+    },
 }
 
 #[tokio::main]
@@ -34,6 +42,18 @@ async fn main() -> anyhow::Result<()> {
     match args.command {
         Some(Command::Audit) => {
             let report = dq_checker::audit(&settings).await?;
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
+        Some(Command::Migrate { mut from }) => {
+            if from.is_empty() {
+                from = settings.redis.urls.clone();
+                anyhow::ensure!(
+                    settings.redis.mode == dq_core::config::RedisMode::Standalone,
+                    "name the old shards with --from when redis.mode is not standalone"
+                );
+            }
+            let report = dq_checker::migrate::run(&settings, &from).await?;
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }

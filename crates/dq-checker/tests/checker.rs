@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 async fn settings(redis: &[&RedisServer], smtp: &SmtpSink, hook: &str) -> Settings {
     let mut s = Settings::default();
-    s.redis.shards = redis.iter().map(|r| r.url()).collect();
+    s.redis.urls = vec![redis[0].url()];
     s.redis.connect_timeout_ms = 200;
     s.metrics.listen = Some("127.0.0.1:0".into());
     s.checker.interval_ms = 100;
@@ -25,35 +25,34 @@ fn start(s: &Settings) -> (CancellationToken, tokio::task::JoinHandle<anyhow::Re
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shard_down_and_back_gives_exactly_one_alert_each_way_by_webhook_and_mail() {
-    let healthy = RedisServer::start();
+async fn redis_down_and_back_gives_exactly_one_alert_each_way_by_webhook_and_mail() {
     let mut flaky = RedisServer::start();
     let smtp = SmtpSink::start().await;
     let alerts = WebhookSink::start().await;
-    let s = settings(&[&healthy, &flaky], &smtp, &alerts.url).await;
+    let s = settings(&[&flaky], &smtp, &alerts.url).await;
     let (stop, task) = start(&s);
-    // Let it see both shards up (no alert for that).
+    // Let it see Redis up (no alert for that).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(alerts.of_kind("shard_down").is_empty());
+    assert!(alerts.of_kind("redis_down").is_empty());
 
     flaky.stop();
-    eventually(Duration::from_secs(30), "a shard_down alert", || async {
-        !alerts.of_kind("shard_down").is_empty()
+    eventually(Duration::from_secs(30), "a redis_down alert", || async {
+        !alerts.of_kind("redis_down").is_empty()
     })
     .await;
-    let down = &alerts.of_kind("shard_down")[0];
-    assert_eq!(down["shard"], 1);
+    let down = &alerts.of_kind("redis_down")[0];
+    assert_eq!(down["node"], flaky.url());
     assert_eq!(down["severity"], "critical");
     // Many checks pass while it stays down: still one alert.
     tokio::time::sleep(Duration::from_millis(800)).await;
     flaky.restart();
-    eventually(Duration::from_secs(30), "a shard_up alert", || async {
-        !alerts.of_kind("shard_up").is_empty()
+    eventually(Duration::from_secs(30), "a redis_up alert", || async {
+        !alerts.of_kind("redis_up").is_empty()
     })
     .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(alerts.of_kind("shard_down").len(), 1, "one alert per transition");
-    assert_eq!(alerts.of_kind("shard_up").len(), 1, "one alert per transition");
+    assert_eq!(alerts.of_kind("redis_down").len(), 1, "one alert per transition");
+    assert_eq!(alerts.of_kind("redis_up").len(), 1, "one alert per transition");
     eventually(Duration::from_secs(30), "both alerts by e-mail", || async {
         let mails = smtp.messages();
         mails.iter().any(|m| m.contains("is down")) && mails.iter().any(|m| m.contains("is back"))
@@ -72,7 +71,7 @@ async fn dead_jobs_and_backlogs_raise_alerts_and_depths_are_published() {
     let smtp = SmtpSink::start().await;
     let alerts = WebhookSink::start().await;
     let s = settings(&[&redis], &smtp, &alerts.url).await;
-    let q = Queue::new(&s).unwrap();
+    let q = Queue::connect(&s).await.unwrap();
     let push = |json: serde_json::Value| {
         let q = q.clone();
         async move {
@@ -105,8 +104,15 @@ async fn dead_jobs_and_backlogs_raise_alerts_and_depths_are_published() {
     assert_eq!(dead["topic"], "pay");
     assert_eq!(dead["details"]["jobs"][0]["id"], "doomed");
     assert_eq!(dead["details"]["jobs"][0]["error"], "remote said 500");
-    let events: i64 = redis::cmd("LLEN").arg("dq:events").query(&mut redis.conn()).unwrap();
-    assert_eq!(events, 0, "events are taken, so no second checker reports them again");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("dq:{*}:events")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(
+        keys.len(),
+        0,
+        "events are taken, so no second checker reports them again"
+    );
     assert_eq!(alerts.of_kind("backlog")[0]["topic"], "busy");
     assert!(
         alerts.of_kind("backlog").iter().all(|a| a["topic"] != "calm"),

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use dq_core::registry::TopicCache;
-use dq_core::wake::ReadySignals;
 use dq_core::{Queue, Settings};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -41,10 +40,7 @@ struct Running {
 
 /// Delivers until `shutdown`, then drains.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let queue = Queue::new(&settings)?;
-    if let Err(e) = queue.check_layout().await {
-        anyhow::bail!("{e}");
-    }
+    let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     // The metrics listener and the registry refresher keep going through the drain; `background` ends them.
     let background = CancellationToken::new();
     let (listen, metrics) = dq_core::telemetry::serve_configured_metrics(
@@ -61,14 +57,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .context("cannot build the HTTP client")?;
-    let ready = Arc::new(ReadySignals::default());
-    let listeners = ready.listen(queue.shards(), queue.keys().ready_channel(), shutdown.clone());
+    let listener = dq_core::wake::follow_ready(&queue, &settings.redis, background.clone());
     let refresh = Duration::from_millis(settings.topics.refresh_ms);
     let topics = TopicCache::start(queue.clone(), refresh, background.clone()).await;
     let shared = Arc::new(Shared {
         queue: queue.clone(),
         http,
-        ready,
         tracker: TaskTracker::new(),
         hand_back: CancellationToken::new(),
         backoff_default: settings.jobs.backoff_ms.clone(),
@@ -76,9 +70,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     tracing::info!(metrics = %listen, "dq-consumer starting");
 
     let mut running: HashMap<String, Running> = HashMap::new();
-    queue
-        .shards()
-        .spawn_health_probe(Duration::from_secs(5), shutdown.clone());
+    queue.spawn_health_probe(Duration::from_secs(5), shutdown.clone());
     dq_core::systemd::ready(&shutdown);
     loop {
         reconcile(&shared, &topics, &mut running);
@@ -105,9 +97,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         shared.tracker.wait().await;
     }
     background.cancel();
-    for l in listeners {
-        l.abort();
-    }
+    listener.abort();
     let _ = metrics.await;
     tracing::info!("dq-consumer stopped");
     Ok(())

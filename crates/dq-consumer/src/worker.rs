@@ -5,7 +5,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dq_core::condition::Condition;
 use dq_core::topic::Callback;
-use dq_core::wake::ReadySignals;
 use dq_core::{Queue, Reservation, TopicConfig};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
@@ -19,8 +18,6 @@ pub struct Shared {
     pub queue: Queue,
     /// One HTTP client, so connections to each callback host are reused.
     pub http: reqwest::Client,
-    /// Wakes a worker when its topic's ready queue stops being empty.
-    pub ready: Arc<ReadySignals>,
     /// Every delivery in flight, so the drain can wait for them.
     pub tracker: TaskTracker,
     /// Cancelled when the drain's grace period is over: deliveries still running hand their job back.
@@ -87,7 +84,7 @@ impl TopicWorker {
         let topics = [self.topic.clone()];
         let mut slots_for = self.plan.borrow().callback.concurrency;
         let mut slots = Arc::new(Semaphore::new(slots_for as usize));
-        let mut signal = self.shared.ready.subscribe(&self.topic);
+        let mut signal = self.shared.queue.ready_index().subscribe(&self.topic);
         loop {
             let plan = self.plan.borrow_and_update().clone();
             if plan.callback.concurrency != slots_for {

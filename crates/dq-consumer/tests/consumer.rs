@@ -73,7 +73,7 @@ fn ok() -> (u16, String, u64) {
 
 fn settings(redis: &RedisServer) -> Settings {
     let mut s = Settings::default();
-    s.redis.shards = vec![redis.url()];
+    s.redis.urls = vec![redis.url()];
     s.metrics.listen = Some("127.0.0.1:0".into());
     s.topics.refresh_ms = 100;
     s.shutdown.grace_ms = 5000;
@@ -136,7 +136,7 @@ async fn state_of(q: &Queue, id: &str) -> JobState {
 async fn delivers_once_with_the_envelope_and_headers() {
     let redis = RedisServer::start();
     let s = settings(&redis);
-    let q = Queue::new(&s).unwrap();
+    let q = Queue::connect(&s).await.unwrap();
     let hook = Hook::start(|_, _| ok()).await;
     register(
         &q,
@@ -170,7 +170,7 @@ async fn delivers_once_with_the_envelope_and_headers() {
 async fn a_failed_delivery_is_retried_after_its_backoff() {
     let redis = RedisServer::start();
     let s = settings(&redis);
-    let q = Queue::new(&s).unwrap();
+    let q = Queue::connect(&s).await.unwrap();
     let hook = Hook::start(|n, _| if n == 0 { (500, "boom".into(), 0) } else { ok() }).await;
     register(
         &q,
@@ -195,7 +195,7 @@ async fn a_failed_delivery_is_retried_after_its_backoff() {
 async fn the_retry_condition_decides_on_2xx_answers() {
     let redis = RedisServer::start();
     let s = settings(&redis);
-    let q = Queue::new(&s).unwrap();
+    let q = Queue::connect(&s).await.unwrap();
     let hook = Hook::start(|n, _| (200, format!(r#"{{"status": {}}}"#, if n < 2 { 1 } else { 2 }), 0)).await;
     register(
         &q,
@@ -218,7 +218,7 @@ async fn the_retry_condition_decides_on_2xx_answers() {
 async fn timeouts_and_empty_answers_fail_and_the_last_attempt_is_dead_with_an_event() {
     let redis = RedisServer::start();
     let s = settings(&redis);
-    let q = Queue::new(&s).unwrap();
+    let q = Queue::connect(&s).await.unwrap();
     let slow = Hook::start(|_, _| (200, r#"{"ok":true}"#.into(), 2000)).await;
     let empty = Hook::start(|_, _| (200, String::new(), 0)).await;
     register(
@@ -248,12 +248,20 @@ async fn timeouts_and_empty_answers_fail_and_the_last_attempt_is_dead_with_an_ev
         ja.last_error
     );
     assert!(q.get(&b).await.unwrap().last_error.unwrap().contains("empty body"));
-    let events: Vec<String> = redis::cmd("LRANGE")
-        .arg("dq:events")
-        .arg(0)
-        .arg(-1)
-        .query(&mut redis.conn())
-        .unwrap();
+    let mut events: Vec<String> = Vec::new();
+    for key in redis::cmd("KEYS")
+        .arg("dq:{*}:events")
+        .query::<Vec<String>>(&mut redis.conn())
+        .unwrap()
+    {
+        let some: Vec<String> = redis::cmd("LRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .query(&mut redis.conn())
+            .unwrap();
+        events.extend(some);
+    }
     for id in [&a, &b] {
         assert!(
             events
@@ -288,7 +296,7 @@ async fn deliveries_are_signed_when_the_topic_has_a_secret() {
     use hmac::{Hmac, Mac};
     let redis = RedisServer::start();
     let s = settings(&redis);
-    let q = Queue::new(&s).unwrap();
+    let q = Queue::connect(&s).await.unwrap();
     let hook = Hook::start(|_, _| ok()).await;
     register(
         &q,
@@ -317,7 +325,7 @@ async fn deliveries_are_signed_when_the_topic_has_a_secret() {
 async fn paused_topics_wait_and_registry_changes_are_picked_up() {
     let redis = RedisServer::start();
     let s = settings(&redis);
-    let q = Queue::new(&s).unwrap();
+    let q = Queue::connect(&s).await.unwrap();
     let first = Hook::start(|_, _| ok()).await;
     let second = Hook::start(|_, _| ok()).await;
     register(
@@ -359,7 +367,7 @@ async fn paused_topics_wait_and_registry_changes_are_picked_up() {
 async fn drain_finishes_deliveries_in_flight() {
     let redis = RedisServer::start();
     let s = settings(&redis);
-    let q = Queue::new(&s).unwrap();
+    let q = Queue::connect(&s).await.unwrap();
     let hook = Hook::start(|_, _| (200, r#"{"ok":true}"#.into(), 800)).await;
     register(
         &q,
@@ -391,7 +399,7 @@ async fn drain_hands_back_what_outlives_the_grace_period() {
     let redis = RedisServer::start();
     let mut s = settings(&redis);
     s.shutdown.grace_ms = 200;
-    let q = Queue::new(&s).unwrap();
+    let q = Queue::connect(&s).await.unwrap();
     let hook = Hook::start(|_, _| (200, r#"{"ok":true}"#.into(), 10_000)).await;
     register(
         &q,

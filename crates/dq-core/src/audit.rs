@@ -1,14 +1,15 @@
 //! The consistency audit: checks invariant 1 (every live job is in exactly the structure its state names,
-//! and has its record) by scanning a shard, and repairs what it finds. A record in no structure goes back
-//! to ready (delivering twice beats losing a job); an id without a record is dropped. Each repair is a
-//! script that checks again atomically, so jobs moving during the scan are left alone.
+//! and has its record) partition by partition, and repairs what it finds. A record in no structure goes
+//! back to ready (delivering twice beats losing a job); an id without a record is dropped. Each repair is
+//! a script that checks again atomically, so jobs moving during the scan are left alone.
+
+use std::collections::BTreeMap;
 
 use redis::Value;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::queue::Queue;
 use crate::scripts;
-use crate::shard::Shard;
 
 /// What one audit found (and repaired).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -23,149 +24,161 @@ pub struct AuditReport {
     pub dangling_ids: u64,
 }
 
-const SCAN_COUNT: usize = 1000;
+const BATCH: usize = 1000;
 
-impl Queue {
-    /// Audits every shard that answers and repairs what it finds; a shard that fails is skipped (and
-    /// logged), the others are still audited. Fails only when no shard could be audited.
-    pub async fn audit(&self) -> Result<AuditReport> {
-        let mut report = AuditReport::default();
-        let mut last_err = None;
-        let mut audited = 0;
-        for shard in self.shards().all() {
-            let done = async {
-                self.audit_records(shard, &mut report).await?;
-                self.audit_structures(shard, &mut report).await
-            };
-            match done.await {
-                Ok(()) => audited += 1,
-                Err(e) => {
-                    tracing::warn!(shard = shard.index, cause = %e, "audit of this shard failed; skipped");
-                    last_err = Some(e);
-                }
-            }
+/// Audits every partition and repairs what it finds; a partition that fails is skipped (and logged), the
+/// others are still audited. Fails only when no partition could be audited.
+pub async fn run(queue: &Queue) -> Result<AuditReport> {
+    let scan = |what: &'static str| {
+        let pattern = format!("{}:{{*}}:{what}:*", queue.keys().prefix());
+        async move {
+            queue
+                .redis()
+                .scan(&pattern)
+                .await
+                .map_err(|e| Error::from_redis(None, e))
         }
-        match last_err {
-            Some(e) if audited == 0 => Err(e),
-            _ => Ok(report),
+    };
+    // Keys by partition, read back from their hash tags.
+    let mut records: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+    let mut structures: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+    for key in scan("job").await? {
+        if let Some(p) = partition_of_key(queue, &key) {
+            records.entry(p).or_default().push(key);
         }
     }
+    for key in scan("ready").await?.into_iter().chain(scan("dead").await?) {
+        if let Some(p) = partition_of_key(queue, &key) {
+            structures.entry(p).or_default().push(key);
+        }
+    }
+    let mut report = AuditReport::default();
+    let mut last_err = None;
+    let mut audited = 0;
+    for p in queue.partitions().all() {
+        let keys = queue.partition_keys(p);
+        let mut mine = structures.remove(&p).unwrap_or_default();
+        mine.push(keys.delayed());
+        mine.push(keys.reserved());
+        let done = async {
+            audit_records(queue, p, records.get(&p).map_or(&[][..], |r| &r[..]), &mut report).await?;
+            audit_structures(queue, p, &mine, &mut report).await
+        };
+        match done.await {
+            Ok(()) => audited += 1,
+            Err(e) => {
+                tracing::warn!(partition = p, cause = %e, "audit of this partition failed; skipped");
+                last_err = Some(e);
+            }
+        }
+    }
+    match last_err {
+        Some(e) if audited == 0 => Err(e),
+        _ => Ok(report),
+    }
+}
 
-    /// Keys matching `pattern` on one shard.
-    async fn scan_keys(&self, shard: &Shard, pattern: &str) -> Result<Vec<String>> {
-        let mut keys = Vec::new();
+/// The partition a key belongs to, from its hash tag.
+fn partition_of_key(queue: &Queue, key: &str) -> Option<u16> {
+    let open = key.find('{')?;
+    let close = open + key[open..].find('}')?;
+    queue.partitions().of_tag(&key[open + 1..close])
+}
+
+async fn audit_records(queue: &Queue, p: u16, records: &[String], report: &mut AuditReport) -> Result<()> {
+    let keys = queue.partition_keys(p);
+    let job_prefix = keys.job("");
+    for chunk in records.chunks(BATCH) {
+        let recs = queue.read_records(p, chunk, &["t", "s"]).await?;
+        let mut check = redis::pipe();
+        let mut candidates = Vec::new();
+        let text = |v: Option<Vec<u8>>| v.and_then(|v| String::from_utf8(v).ok());
+        for (key, mut rec) in chunk.iter().zip(recs) {
+            let (Some(topic), Some(state)) = (text(rec.remove("t")), text(rec.remove("s"))) else {
+                continue;
+            };
+            let id = &key[job_prefix.len()..];
+            let structure = match state.as_str() {
+                "delayed" => keys.delayed(),
+                "ready" => keys.ready(&topic),
+                "reserved" => keys.reserved(),
+                "dead" => keys.dead(&topic),
+                _ => continue,
+            };
+            check.cmd("ZSCORE").arg(structure).arg(id);
+            candidates.push(id.to_string());
+        }
+        report.records += chunk.len() as u64;
+        if candidates.is_empty() {
+            continue;
+        }
+        let scores: Vec<Value> = queue
+            .redis()
+            .pipe(&check)
+            .await
+            .map_err(|e| Error::from_redis(Some(p), e))?;
+        for (id, score) in candidates.iter().zip(scores) {
+            if score != Value::Nil {
+                continue;
+            }
+            let mut inv = scripts::REPAIR_RECORD.prepare_invoke();
+            inv.key(keys.job(id))
+                .key(keys.delayed())
+                .key(keys.reserved())
+                .key(keys.counts())
+                .arg(keys.prefix())
+                .arg(id)
+                .arg(queue.keys().ready_channel(p));
+            if queue.run::<i64>(p, &inv).await? == 1 {
+                tracing::warn!(partition = p, %id, "audit: job record in no structure; put back in its ready queue");
+                report.orphan_records += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn audit_structures(queue: &Queue, p: u16, structures: &[String], report: &mut AuditReport) -> Result<()> {
+    let keys = queue.partition_keys(p);
+    for structure in structures {
         let mut cursor: u64 = 0;
         loop {
-            let (next, batch): (u64, Vec<String>) = shard
-                .query(
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(pattern)
-                        .arg("COUNT")
-                        .arg(SCAN_COUNT),
-                )
-                .await?;
-            keys.extend(batch);
+            let cmd = redis::cmd("ZSCAN")
+                .arg(structure)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(BATCH)
+                .clone();
+            let (next, flat): (u64, Vec<String>) = queue.query(p, &cmd).await?;
+            let ids: Vec<&String> = flat.iter().step_by(2).collect();
+            report.ids += ids.len() as u64;
+            if !ids.is_empty() {
+                let mut pipe = redis::pipe();
+                for id in &ids {
+                    pipe.cmd("EXISTS").arg(keys.job(id));
+                }
+                let exists: Vec<i64> = queue
+                    .redis()
+                    .pipe(&pipe)
+                    .await
+                    .map_err(|e| Error::from_redis(Some(p), e))?;
+                for (id, e) in ids.iter().zip(exists) {
+                    if e == 1 {
+                        continue;
+                    }
+                    let mut inv = scripts::REPAIR_MEMBER.prepare_invoke();
+                    inv.key(structure).key(keys.job(id)).arg(id.as_str());
+                    if queue.run::<i64>(p, &inv).await? == 1 {
+                        tracing::warn!(partition = p, %id, %structure, "audit: id without a job record; removed");
+                        report.dangling_ids += 1;
+                    }
+                }
+            }
             if next == 0 {
-                return Ok(keys);
+                break;
             }
             cursor = next;
         }
     }
-
-    async fn audit_records(&self, shard: &Shard, report: &mut AuditReport) -> Result<()> {
-        let job_prefix = self.keys().job("");
-        let keys = self.scan_keys(shard, &format!("{job_prefix}*")).await?;
-        for chunk in keys.chunks(SCAN_COUNT) {
-            let recs = self.read_records(shard, chunk, &["t", "s"]).await?;
-            let mut check = redis::pipe();
-            let mut candidates = Vec::new();
-            let text = |v: Option<Vec<u8>>| v.and_then(|v| String::from_utf8(v).ok());
-            for (key, mut rec) in chunk.iter().zip(recs) {
-                let (Some(topic), Some(state)) = (text(rec.remove("t")), text(rec.remove("s"))) else {
-                    continue;
-                };
-                let id = &key[job_prefix.len()..];
-                let structure = match state.as_str() {
-                    "delayed" => self.keys().delayed(self.shards().bucket_of(id)),
-                    "ready" => self.keys().ready(&topic),
-                    "reserved" => self.keys().reserved(),
-                    "dead" => self.keys().dead(&topic),
-                    _ => continue,
-                };
-                check.cmd("ZSCORE").arg(structure).arg(id);
-                candidates.push(id.to_string());
-            }
-            report.records += chunk.len() as u64;
-            if candidates.is_empty() {
-                continue;
-            }
-            let scores: Vec<Value> = shard.pipe(&check).await?;
-            for (id, score) in candidates.iter().zip(scores) {
-                if score != Value::Nil {
-                    continue;
-                }
-                let mut inv = scripts::REPAIR_RECORD.prepare_invoke();
-                inv.key(self.keys().job(id))
-                    .key(self.keys().delayed(self.shards().bucket_of(id)))
-                    .key(self.keys().reserved())
-                    .key(self.keys().counts())
-                    .arg(self.keys().prefix())
-                    .arg(id)
-                    .arg(self.keys().ready_channel());
-                if shard.invoke::<i64>(&inv).await? == 1 {
-                    tracing::warn!(shard = shard.index, %id, "audit: job record in no structure; put back in its ready queue");
-                    report.orphan_records += 1;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    async fn audit_structures(&self, shard: &Shard, report: &mut AuditReport) -> Result<()> {
-        let mut structures: Vec<String> = (0..self.shards().buckets()).map(|b| self.keys().delayed(b)).collect();
-        structures.push(self.keys().reserved());
-        structures.extend(self.scan_keys(shard, &format!("{}*", self.keys().ready(""))).await?);
-        structures.extend(self.scan_keys(shard, &format!("{}*", self.keys().dead(""))).await?);
-        for structure in structures {
-            let mut cursor: u64 = 0;
-            loop {
-                let (next, flat): (u64, Vec<String>) = shard
-                    .query(
-                        redis::cmd("ZSCAN")
-                            .arg(&structure)
-                            .arg(cursor)
-                            .arg("COUNT")
-                            .arg(SCAN_COUNT),
-                    )
-                    .await?;
-                let ids: Vec<&String> = flat.iter().step_by(2).collect();
-                report.ids += ids.len() as u64;
-                if !ids.is_empty() {
-                    let mut pipe = redis::pipe();
-                    for id in &ids {
-                        pipe.cmd("EXISTS").arg(self.keys().job(id));
-                    }
-                    let exists: Vec<i64> = shard.pipe(&pipe).await?;
-                    for (id, e) in ids.iter().zip(exists) {
-                        if e == 1 {
-                            continue;
-                        }
-                        let mut inv = scripts::REPAIR_MEMBER.prepare_invoke();
-                        inv.key(&structure).key(self.keys().job(id)).arg(id.as_str());
-                        if shard.invoke::<i64>(&inv).await? == 1 {
-                            tracing::warn!(shard = shard.index, %id, %structure, "audit: id without a job record; removed");
-                            report.dangling_ids += 1;
-                        }
-                    }
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
-        }
-        Ok(())
-    }
+    Ok(())
 }

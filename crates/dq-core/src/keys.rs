@@ -1,16 +1,26 @@
 //! Every Redis key and channel name dq uses, built in one place.
 //!
-//! The same layout exists on every shard. Names that a script can know only from a job's record (the ready
-//! queue and dead list of the job's topic) are built inside the scripts from the prefix, the same way as
-//! here; `docs/redis-keys.md` documents the layout and the record's fields.
+//! A job's keys live in its partition: `<prefix>:{<tag>}:…`, where the hash tag puts every key of the
+//! partition in one Redis Cluster slot (see [`crate::partition`]). Names that a script can know only from
+//! a job's record (the ready queue and dead list of the job's topic) are built inside the scripts from the
+//! partition's prefix, the same way as here. The few keys that are not a job's (the layout, the topic
+//! registry, the timers' leases) share the tag `{<prefix>}`. `docs/redis-keys.md` documents the layout.
 
 use std::sync::Arc;
 
-/// Builds key names under one prefix, so that several dq installations can share a Redis.
+/// Names of the keys that are not a job's, and the partitions' prefixes.
 #[derive(Debug, Clone)]
 pub struct Keys {
-    /// The prefix every key and channel starts with (`dq` by default). Shared, so a clone (one per
-    /// grouped push) costs a reference count, not an allocation.
+    /// The prefix every key and channel starts with (`dq` by default), so that several installations can
+    /// share a Redis.
+    prefix: Arc<str>,
+}
+
+/// Names of the keys of one partition. Cheap to clone (one per grouped push).
+#[derive(Debug, Clone)]
+pub struct PartitionKeys {
+    /// `<prefix>:{<tag>}`: what every key of the partition starts with, passed to scripts that name keys
+    /// from a job's topic.
     prefix: Arc<str>,
 }
 
@@ -22,19 +32,69 @@ impl Keys {
         }
     }
 
-    /// The prefix, passed to scripts that name keys from a job's topic.
+    /// The prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
 
-    /// A job's record: a hash of its fields.
+    /// The keys of the partition whose hash tag is `tag`.
+    pub fn partition(&self, tag: &str) -> PartitionKeys {
+        PartitionKeys {
+            prefix: format!("{}:{{{tag}}}", self.prefix).into(),
+        }
+    }
+
+    /// The installation's layout: a hash with the partition count, checked at start so that a process
+    /// configured otherwise cannot strand jobs in partitions it does not know.
+    pub fn layout(&self) -> String {
+        format!("{{{}}}:layout", self.prefix)
+    }
+
+    /// The topic registry: a hash of topic → `<version> <config JSON>`.
+    pub fn topics(&self) -> String {
+        format!("{{{}}}:topics", self.prefix)
+    }
+
+    /// Live timers: a sorted set of timer id → heartbeat expiry (ms).
+    pub fn timers(&self) -> String {
+        format!("{{{}}}:timers", self.prefix)
+    }
+
+    /// Partition leases: a hash of partition → `<timer id> <expiry ms>`.
+    pub fn leases(&self) -> String {
+        format!("{{{}}}:leases", self.prefix)
+    }
+
+    /// Pub/sub pattern of the ready wake-up channels of every partition.
+    pub fn ready_channels(&self) -> String {
+        format!("{}:wake:ready:*", self.prefix)
+    }
+
+    /// Pub/sub pattern of the timer wake-up channels of every partition.
+    pub fn timer_channels(&self) -> String {
+        format!("{}:wake:timer:*", self.prefix)
+    }
+
+    /// The key of the layout dq used before partitions (`redis.shards`), looked for at start.
+    pub fn old_layout(&self) -> String {
+        format!("{}:meta", self.prefix)
+    }
+}
+
+impl PartitionKeys {
+    /// `<prefix>:{<tag>}`, passed to scripts that name keys from a job's topic.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A job's record: one packed string (see `record.lua`).
     pub fn job(&self, id: &str) -> String {
         format!("{}:job:{id}", self.prefix)
     }
 
-    /// Delay bucket `bucket`: a sorted set of job ids scored by due time (ms).
-    pub fn delayed(&self, bucket: u32) -> String {
-        format!("{}:delayed:{bucket}", self.prefix)
+    /// The delay set: job ids scored by due time (ms).
+    pub fn delayed(&self) -> String {
+        format!("{}:delayed", self.prefix)
     }
 
     /// A topic's ready queue: a sorted set of job ids scored by due time, popped lowest first.
@@ -57,41 +117,29 @@ impl Keys {
         format!("{}:counts", self.prefix)
     }
 
-    /// Facts about this shard's layout (bucket count), checked at start so a misconfigured process
-    /// cannot strand jobs in buckets nobody serves.
-    pub fn meta(&self) -> String {
-        format!("{}:meta", self.prefix)
-    }
-
-    /// The topic registry, kept whole on every shard: a hash of topic → `<version> <config JSON>`.
-    pub fn topics(&self) -> String {
-        format!("{}:topics", self.prefix)
-    }
-
     /// Events for dq-checker (a job died): a list of JSON objects, newest first, capped at 10,000.
     pub fn events(&self) -> String {
         format!("{}:events", self.prefix)
     }
+}
 
-    /// Live timers: a sorted set of timer id → heartbeat expiry (ms).
-    pub fn timers(&self) -> String {
-        format!("{}:timers", self.prefix)
+/// Channel names carry the partition number: `<prefix>:wake:ready:<p>` and `<prefix>:wake:timer:<p>`.
+impl Keys {
+    /// The channel on which a topic name is published when its ready queue in partition `p` stops being
+    /// empty.
+    pub fn ready_channel(&self, p: u16) -> String {
+        format!("{}:wake:ready:{p}", self.prefix)
     }
 
-    /// Bucket leases: a hash of bucket → `<timer id> <expiry ms>`.
-    pub fn leases(&self) -> String {
-        format!("{}:leases", self.prefix)
+    /// The channel on which `<delay set key> <due ms>` is published when partition `p`'s earliest due
+    /// time moves earlier.
+    pub fn timer_channel(&self, p: u16) -> String {
+        format!("{}:wake:timer:{p}", self.prefix)
     }
 
-    /// Pub/sub channel on which a topic name is published when its ready queue stops being empty.
-    pub fn ready_channel(&self) -> String {
-        format!("{}:wake:ready", self.prefix)
-    }
-
-    /// Pub/sub channel on which `<bucket key> <due ms>` is published when a bucket's earliest due time
-    /// moves earlier.
-    pub fn timer_channel(&self) -> String {
-        format!("{}:wake:timer", self.prefix)
+    /// The partition a wake-up channel names.
+    pub fn channel_partition(channel: &str) -> Option<u16> {
+        channel.rsplit(':').next()?.parse().ok()
     }
 }
 
@@ -102,19 +150,24 @@ mod tests {
     #[test]
     fn layout_is_stable() {
         let k = Keys::new("dq");
-        assert_eq!(k.job("01J"), "dq:job:01J");
-        assert_eq!(k.delayed(7), "dq:delayed:7");
-        assert_eq!(k.ready("orders.close"), "dq:ready:orders.close");
-        assert_eq!(k.reserved(), "dq:reserved");
-        assert_eq!(k.dead("t"), "dq:dead:t");
-        assert_eq!(k.counts(), "dq:counts");
-        assert_eq!(k.meta(), "dq:meta");
-        assert_eq!(k.timers(), "dq:timers");
-        assert_eq!(k.topics(), "dq:topics");
-        assert_eq!(k.events(), "dq:events");
-        assert_eq!(k.leases(), "dq:leases");
-        assert_eq!(k.ready_channel(), "dq:wake:ready");
-        assert_eq!(k.timer_channel(), "dq:wake:timer");
-        assert_eq!(Keys::new("x").job("a"), "x:job:a");
+        let p = k.partition("17.403");
+        assert_eq!(p.prefix(), "dq:{17.403}");
+        assert_eq!(p.job("01J"), "dq:{17.403}:job:01J");
+        assert_eq!(p.delayed(), "dq:{17.403}:delayed");
+        assert_eq!(p.ready("orders.close"), "dq:{17.403}:ready:orders.close");
+        assert_eq!(p.reserved(), "dq:{17.403}:reserved");
+        assert_eq!(p.dead("t"), "dq:{17.403}:dead:t");
+        assert_eq!(p.counts(), "dq:{17.403}:counts");
+        assert_eq!(p.events(), "dq:{17.403}:events");
+        assert_eq!(k.layout(), "{dq}:layout");
+        assert_eq!(k.topics(), "{dq}:topics");
+        assert_eq!(k.timers(), "{dq}:timers");
+        assert_eq!(k.leases(), "{dq}:leases");
+        assert_eq!(k.ready_channel(17), "dq:wake:ready:17");
+        assert_eq!(k.timer_channel(3), "dq:wake:timer:3");
+        assert_eq!(k.ready_channels(), "dq:wake:ready:*");
+        assert_eq!(Keys::channel_partition("dq:wake:timer:3"), Some(3));
+        assert_eq!(k.old_layout(), "dq:meta");
+        assert_eq!(Keys::new("x").partition("0.1").job("a"), "x:{0.1}:job:a");
     }
 }

@@ -3,9 +3,11 @@
 //! - [`job`]: the job model and the checks on what producers send.
 //! - [`condition`]: retry conditions on a callback's answer, parsed once and evaluated safely.
 //! - [`keys`]: the Redis key layout; [`scripts`]: the Lua scripts, one per atomic operation.
-//! - [`shard`]: pools per Redis shard and the placement of jobs on shards and buckets; [`coalesce`]: group
-//!   commit, so concurrent pushes to a shard share script calls.
-//! - [`queue`]: the typed async API over the scripts; [`registry`]: topics on every shard, dead letters.
+//! - [`connection`]: Redis in its three shapes (standalone, Sentinel, Cluster) behind one type;
+//!   [`partition`]: the partitions and which one holds a job; [`coalesce`]: group commit, so concurrent
+//!   pushes share script calls.
+//! - [`queue`]: the typed async API over the scripts, by role; [`registry`]: the topic registry and its
+//!   cache.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks.
 //! - [`wake`]: pub/sub wake-ups for long polls and timers; [`audit`]: the consistency audit and repair.
 //! - [`process`]: the start-up every binary shares.
@@ -16,14 +18,15 @@ pub mod audit;
 pub mod coalesce;
 pub mod condition;
 pub mod config;
+pub mod connection;
 pub mod error;
 pub mod job;
 pub mod keys;
+pub mod partition;
 pub mod process;
 pub mod queue;
 pub mod registry;
 pub mod scripts;
-pub mod shard;
 pub mod signals;
 pub mod systemd;
 pub mod telemetry;

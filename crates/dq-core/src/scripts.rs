@@ -2,6 +2,10 @@
 //!
 //! `redis::Script` sends EVALSHA and, on NOSCRIPT (a restarted or failed-over Redis), loads the script and
 //! retries; no script text is ever built from runtime values (invariant 7).
+//!
+//! Every script touches the keys of one partition only, so it runs in one Redis Cluster slot: in the
+//! headers, `<prefix>` of a job's keys is the partition's prefix `<prefix>:{<tag>}` (see [`crate::keys`]).
+//! The exception is `balance.lua`, whose keys are the timers' own (`{<prefix>}:…`, one slot too).
 
 use std::sync::LazyLock;
 
@@ -104,7 +108,12 @@ script!(
     "repair_member.lua"
 );
 script!(
-    /// A timer's heartbeat: claim its fair share of buckets (the timer).
+    /// Take in one job converted from the shard layout (dq-checker migrate).
+    ADOPT,
+    "adopt.lua"
+);
+script!(
+    /// A timer's heartbeat: claim its fair share of partitions (the timer).
     BALANCE,
     "balance.lua"
 );
@@ -137,6 +146,6 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 18);
+        assert_eq!(n, 19);
     }
 }

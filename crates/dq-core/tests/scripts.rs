@@ -9,8 +9,8 @@ use dq_harness::{RedisServer, eventually};
 
 fn settings(redis: &RedisServer) -> Settings {
     let mut s = Settings::default();
-    s.redis.shards = vec![redis.url()];
-    s.redis.buckets = 4;
+    s.redis.urls = vec![redis.url()];
+    s.redis.partitions = Some(4);
     s.limits.min_ttr_ms = 10;
     s
 }
@@ -25,9 +25,9 @@ fn job(queue: &Queue, json: serde_json::Value) -> dq_core::NewJob {
 /// matches the structures.
 fn assert_consistent(redis: &RedisServer) {
     let mut c = redis.conn();
-    let jobs: Vec<String> = redis::cmd("KEYS").arg("dq:job:*").query(&mut c).unwrap();
+    let jobs: Vec<String> = redis::cmd("KEYS").arg("dq:{*}:job:*").query(&mut c).unwrap();
     let mut members: HashMap<String, Vec<String>> = HashMap::new();
-    let structures: Vec<String> = ["dq:delayed:*", "dq:ready:*", "dq:reserved", "dq:dead:*"]
+    let structures: Vec<String> = ["dq:{*}:delayed", "dq:{*}:ready:*", "dq:{*}:reserved", "dq:{*}:dead:*"]
         .iter()
         .flat_map(|p| redis::cmd("KEYS").arg(p).query::<Vec<String>>(&mut c).unwrap())
         .collect();
@@ -44,14 +44,14 @@ fn assert_consistent(redis: &RedisServer) {
     }
     let recs: Vec<HashMap<String, String>> = read.arg("t").arg("s").invoke(&mut c).unwrap();
     for (key, rec) in jobs.iter().zip(recs) {
-        let id = key.trim_start_matches("dq:job:");
+        let (part, id) = key.split_once(":job:").unwrap();
         let (topic, state) = (&rec["t"], &rec["s"]);
         let inside = members.remove(id).unwrap_or_default();
         let want = match state.as_str() {
-            "delayed" => "dq:delayed:",
-            "ready" => "dq:ready:",
-            "reserved" => "dq:reserved",
-            "dead" => "dq:dead:",
+            "delayed" => format!("{part}:delayed"),
+            "ready" => format!("{part}:ready:"),
+            "reserved" => format!("{part}:reserved"),
+            "dead" => format!("{part}:dead:"),
             "done" => {
                 assert!(inside.is_empty(), "done job {id} is still in {inside:?}");
                 continue;
@@ -59,21 +59,29 @@ fn assert_consistent(redis: &RedisServer) {
             other => panic!("job {id} has unknown state {other}"),
         };
         assert_eq!(inside.len(), 1, "job {id} ({state}) is in {inside:?}");
-        assert!(inside[0].starts_with(want), "job {id} is {state} but in {}", inside[0]);
+        assert!(inside[0].starts_with(&want), "job {id} is {state} but in {}", inside[0]);
         *counted.entry(format!("{topic}:{state}")).or_default() += 1;
     }
     assert!(members.is_empty(), "ids without a record: {members:?}");
-    let counts: HashMap<String, i64> = redis::cmd("HGETALL").arg("dq:counts").query(&mut c).unwrap();
+    let mut counts: HashMap<String, i64> = HashMap::new();
+    for key in redis::cmd("KEYS")
+        .arg("dq:{*}:counts")
+        .query::<Vec<String>>(&mut c)
+        .unwrap()
+    {
+        let part: HashMap<String, i64> = redis::cmd("HGETALL").arg(&key).query(&mut c).unwrap();
+        for (field, n) in part {
+            *counts.entry(field).or_default() += n;
+        }
+    }
     let nonzero: HashMap<String, i64> = counts.into_iter().filter(|(_, n)| *n != 0).collect();
     assert_eq!(nonzero, counted, "counts hash vs structures");
 }
 
 async fn promote_all(q: &Queue) -> usize {
     let mut moved = 0;
-    for shard in q.shards().all() {
-        for b in 0..q.shards().buckets() {
-            moved += q.promote(shard, b, 1000).await.unwrap().moved;
-        }
+    for p in q.partitions().all() {
+        moved += q.promote(p, 1000).await.unwrap().moved;
     }
     moved
 }
@@ -81,7 +89,7 @@ async fn promote_all(q: &Queue) -> usize {
 #[tokio::test]
 async fn push_and_get_round_trip() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     let p = q.push(job(&q, serde_json::json!({"topic": "t", "body": {"a": [1, 2]}, "delay_ms": 5000, "ttr_ms": 2000, "max_attempts": 3}))).await.unwrap();
     assert_eq!(p.state, State::Delayed);
     let j = q.get(&p.id).await.unwrap();
@@ -95,7 +103,7 @@ async fn push_and_get_round_trip() {
 #[tokio::test]
 async fn promote_moves_only_due_jobs_and_reports_the_next() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     // A past run_at is ready at push; a 30 ms delay becomes due soon; a 10 minute one stays.
     for i in 0..10 {
         q.push(job(
@@ -120,11 +128,10 @@ async fn promote_moves_only_due_jobs_and_reports_the_next() {
         .unwrap();
     }
     assert_consistent(&redis);
-    let shard = &q.shards().all()[0];
     let promoted = std::sync::atomic::AtomicUsize::new(0);
     eventually(Duration::from_secs(10), "the five soon jobs are promoted", || async {
-        for b in 0..4 {
-            let p = q.promote(shard, b, 1000).await.unwrap();
+        for b in q.partitions().all() {
+            let p = q.promote(b, 1000).await.unwrap();
             assert!(p.lateness_ms.iter().all(|l| *l >= 0));
             promoted.fetch_add(p.moved, std::sync::atomic::Ordering::Relaxed);
         }
@@ -132,9 +139,9 @@ async fn promote_moves_only_due_jobs_and_reports_the_next() {
     })
     .await;
     assert_eq!(q.reserve(&["u".into()], 10).await.unwrap().len(), 5);
-    // Nothing else is due: the later jobs stay, and each bucket reports when its next job is due.
-    for b in 0..4 {
-        let p = q.promote(shard, b, 1000).await.unwrap();
+    // Nothing else is due: the later jobs stay, and each partition reports when its next job is due.
+    for b in q.partitions().all() {
+        let p = q.promote(b, 1000).await.unwrap();
         assert_eq!(p.moved, 0);
         if let Some(next) = p.next_due {
             assert!(next > p.now + 500_000);
@@ -151,7 +158,7 @@ async fn promote_moves_only_due_jobs_and_reports_the_next() {
 #[tokio::test]
 async fn promotion_is_exactly_once_under_racing_promoters() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     let n = 3000;
     let jobs: Vec<_> = (0..n)
         .map(|i| job(&q, serde_json::json!({"topic": "race", "body": i, "delay_ms": 200})))
@@ -159,18 +166,16 @@ async fn promotion_is_exactly_once_under_racing_promoters() {
     for r in q.push_many(jobs).await {
         r.unwrap();
     }
-    let shard_count = q.shards().buckets();
     let racers: Vec<_> = (0..8)
         .map(|_| {
             let q = q.clone();
             tokio::spawn(async move {
                 let mut moved = 0;
-                let shard = &q.shards().all()[0];
                 let deadline = std::time::Instant::now() + Duration::from_secs(30);
                 loop {
                     let mut left = false;
-                    for b in 0..shard_count {
-                        let p = q.promote(shard, b, 100).await.unwrap();
+                    for b in q.partitions().all() {
+                        let p = q.promote(b, 100).await.unwrap();
                         moved += p.moved;
                         left |= p.next_due.is_some();
                     }
@@ -204,7 +209,7 @@ async fn promotion_is_exactly_once_under_racing_promoters() {
 #[tokio::test]
 async fn expiry_returns_the_job_and_fences_the_old_receipt() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     q.push(job(
         &q,
         serde_json::json!({"id": "e", "topic": "t", "body": 1, "ttr_ms": 50}),
@@ -213,9 +218,9 @@ async fn expiry_returns_the_job_and_fences_the_old_receipt() {
     .unwrap();
     let first = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
     assert_eq!(first.attempt, 1);
-    let shard = &q.shards().all()[0];
+    let p = q.partitions().of_id("e");
     eventually(Duration::from_secs(10), "the reservation expires", || async {
-        q.expire(shard, 100).await.unwrap().to_ready == 1
+        q.expire(p, 100).await.unwrap().to_ready == 1
     })
     .await;
     assert_consistent(&redis);
@@ -242,7 +247,7 @@ async fn expiry_returns_the_job_and_fences_the_old_receipt() {
 #[tokio::test]
 async fn expiry_on_the_last_attempt_is_dead() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     q.push(job(
         &q,
         serde_json::json!({"id": "d", "topic": "t", "body": 1, "ttr_ms": 20, "max_attempts": 1}),
@@ -250,9 +255,9 @@ async fn expiry_on_the_last_attempt_is_dead() {
     .await
     .unwrap();
     q.reserve(&["t".into()], 1).await.unwrap();
-    let shard = &q.shards().all()[0];
+    let p = q.partitions().of_id("d");
     eventually(Duration::from_secs(10), "the reservation expires", || async {
-        q.expire(shard, 100).await.unwrap().to_dead == 1
+        q.expire(p, 100).await.unwrap().to_dead == 1
     })
     .await;
     assert_eq!(q.get("d").await.unwrap().state, State::Dead);
@@ -262,7 +267,7 @@ async fn expiry_on_the_last_attempt_is_dead() {
 #[tokio::test]
 async fn nack_uses_the_given_backoff_list() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     q.push(job(
         &q,
         serde_json::json!({"id": "b", "topic": "t", "body": 1, "max_attempts": 0}),
@@ -288,7 +293,7 @@ async fn nack_uses_the_given_backoff_list() {
 #[tokio::test]
 async fn scripts_reload_after_script_flush() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     q.push(job(&q, serde_json::json!({"topic": "t", "body": 1})))
         .await
         .unwrap();
@@ -302,7 +307,7 @@ async fn scripts_reload_after_script_flush() {
 #[tokio::test]
 async fn delete_and_reschedule_keep_counts_right() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     let ids: Vec<String> = q
         .push_many(
             (0..20)
@@ -327,21 +332,67 @@ async fn delete_and_reschedule_keep_counts_right() {
     assert_eq!(promote_all(&q).await, 0);
 }
 
+/// The key `<partition prefix>:<rest>` in the partition of `id`.
+fn key(q: &Queue, id: &str, rest: &str) -> String {
+    format!("{}:{rest}", q.partition_keys(q.partitions().of_id(id)).prefix())
+}
+
+/// Every partition's counts, added up.
+fn total_counts(redis: &RedisServer) -> HashMap<String, i64> {
+    let mut c = redis.conn();
+    let mut counts: HashMap<String, i64> = HashMap::new();
+    for key in redis::cmd("KEYS")
+        .arg("dq:{*}:counts")
+        .query::<Vec<String>>(&mut c)
+        .unwrap()
+    {
+        let part: HashMap<String, i64> = redis::cmd("HGETALL").arg(&key).query(&mut c).unwrap();
+        for (field, n) in part {
+            *counts.entry(field).or_default() += n;
+        }
+    }
+    counts
+}
+
 #[tokio::test]
-async fn a_shard_set_up_with_other_buckets_is_refused() {
+async fn the_partition_count_is_fixed_at_creation_and_checked() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
-    q.check_layout().await.unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
+    assert_eq!(q.partitions().count(), 4);
+    // Unset: the installation's count is adopted.
+    let mut unset = settings(&redis);
+    unset.redis.partitions = None;
+    assert_eq!(Queue::connect(&unset).await.unwrap().partitions().count(), 4);
     let mut other = settings(&redis);
-    other.redis.buckets = 8;
-    let err = Queue::new(&other).unwrap().check_layout().await.unwrap_err();
-    assert!(err.to_string().contains("redis.buckets"), "{err}");
+    other.redis.partitions = Some(8);
+    let err = Queue::connect(&other).await.unwrap_err();
+    assert!(err.to_string().contains("redis.partitions"), "{err}");
+    // A new installation without a setting gets the default.
+    let fresh = RedisServer::start();
+    let mut s = settings(&fresh);
+    s.redis.partitions = None;
+    assert_eq!(Queue::connect(&s).await.unwrap().partitions().count(), 256);
+}
+
+#[tokio::test]
+async fn the_old_shard_layout_is_refused_with_the_command_that_converts_it() {
+    let redis = RedisServer::start();
+    let _: () = redis::cmd("HSET")
+        .arg("dq:meta")
+        .arg("buckets")
+        .arg(16)
+        .query(&mut redis.conn())
+        .unwrap();
+    let err = Queue::connect(&settings(&redis)).await.unwrap_err().to_string();
+    assert!(err.contains("dq-checker migrate"), "{err}");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis.conn()).unwrap();
+    assert_eq!(keys, ["dq:meta"], "nothing written");
 }
 
 #[tokio::test]
 async fn requeue_and_purge_keep_counts_right_even_for_ids_that_lost_their_record() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     for i in 0..4 {
         q.push(job(
             &q,
@@ -357,9 +408,12 @@ async fn requeue_and_purge_keep_counts_right_even_for_ids_that_lost_their_record
     }
     assert_consistent(&redis);
     // Damage by hand: a dead id whose record is gone.
-    let _: () = redis::cmd("DEL").arg("dq:job:d0").query(&mut redis.conn()).unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(key(&q, "d0", "job:d0"))
+        .query(&mut redis.conn())
+        .unwrap();
     let _: () = redis::cmd("HINCRBY")
-        .arg("dq:counts")
+        .arg(key(&q, "d0", "counts"))
         .arg("t:dead")
         .arg(0)
         .query(&mut redis.conn())
@@ -367,8 +421,7 @@ async fn requeue_and_purge_keep_counts_right_even_for_ids_that_lost_their_record
     assert_eq!(q.requeue_dead("t", Some(&["d0".into(), "d1".into()])).await.unwrap(), 1);
     assert_eq!(q.purge_dead("t", Some(&["d2".into()])).await.unwrap(), 1);
     assert_eq!(q.requeue_dead("t", None).await.unwrap(), 1, "d3, the last one");
-    let counts: std::collections::HashMap<String, i64> =
-        redis::cmd("HGETALL").arg("dq:counts").query(&mut redis.conn()).unwrap();
+    let counts = total_counts(&redis);
     assert_eq!(counts.get("t:dead"), Some(&0));
     assert_eq!(counts.get("t:ready"), Some(&2));
     assert_consistent(&redis);
@@ -377,7 +430,7 @@ async fn requeue_and_purge_keep_counts_right_even_for_ids_that_lost_their_record
 #[tokio::test]
 async fn the_audit_repairs_every_kind_of_damage_and_leaves_healthy_jobs_alone() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     for (id, extra) in [
         ("ready-lost", serde_json::json!({})),
         ("delayed-lost", serde_json::json!({"delay_ms": 600_000})),
@@ -401,16 +454,16 @@ async fn the_audit_repairs_every_kind_of_damage_and_leaves_healthy_jobs_alone() 
     }
     assert_consistent(&redis);
     assert_eq!(
-        q.audit().await.unwrap().orphan_records + q.audit().await.unwrap().dangling_ids,
+        dq_core::audit::run(&q).await.unwrap().orphan_records + dq_core::audit::run(&q).await.unwrap().dangling_ids,
         0,
         "nothing to repair"
     );
 
     // Damage by hand, of every kind.
     let mut c = redis.conn();
-    let bucket = format!("dq:delayed:{}", q.shards().bucket_of("delayed-lost"));
+    let bucket = key(&q, "delayed-lost", "delayed");
     let _: () = redis::cmd("ZREM")
-        .arg("dq:ready:a")
+        .arg(key(&q, "ready-lost", "ready:a"))
         .arg("ready-lost")
         .query(&mut c)
         .unwrap();
@@ -420,31 +473,31 @@ async fn the_audit_repairs_every_kind_of_damage_and_leaves_healthy_jobs_alone() 
         .query(&mut c)
         .unwrap();
     let _: () = redis::cmd("ZADD")
-        .arg("dq:ready:a")
+        .arg(key(&q, "healthy-ready", "ready:a"))
         .arg(1)
         .arg("ghost-ready")
         .query(&mut c)
         .unwrap();
     let _: () = redis::cmd("ZADD")
-        .arg("dq:delayed:0")
+        .arg(key(&q, "healthy-ready", "delayed"))
         .arg(1)
         .arg("ghost-delayed")
         .query(&mut c)
         .unwrap();
     let _: () = redis::cmd("ZADD")
-        .arg("dq:dead:a")
+        .arg(key(&q, "healthy-ready", "dead:a"))
         .arg(1)
         .arg("ghost-dead")
         .query(&mut c)
         .unwrap();
     let _: () = redis::cmd("ZADD")
-        .arg("dq:reserved")
+        .arg(key(&q, "healthy-ready", "reserved"))
         .arg(1)
         .arg("ghost-reserved")
         .query(&mut c)
         .unwrap();
 
-    let report = q.audit().await.unwrap();
+    let report = dq_core::audit::run(&q).await.unwrap();
     assert_eq!(report.orphan_records, 2, "{report:?}");
     assert_eq!(report.dangling_ids, 4, "{report:?}");
     assert!(report.records >= 5 && report.ids >= 4, "{report:?}");
@@ -458,7 +511,7 @@ async fn the_audit_repairs_every_kind_of_damage_and_leaves_healthy_jobs_alone() 
     assert_eq!(q.get("healthy-delayed").await.unwrap().state, State::Delayed);
     assert_eq!(q.get("done").await.unwrap().state, State::Done);
     assert_eq!(
-        q.audit().await.unwrap(),
+        dq_core::audit::run(&q).await.unwrap(),
         dq_core::audit::AuditReport {
             records: 5,
             ids: 4,
@@ -472,7 +525,7 @@ async fn the_audit_repairs_every_kind_of_damage_and_leaves_healthy_jobs_alone() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_pushes_each_get_their_own_answer() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     let mut tasks = Vec::new();
     for i in 0..400 {
         let q = q.clone();
@@ -513,7 +566,7 @@ async fn concurrent_pushes_each_get_their_own_answer() {
 #[tokio::test]
 async fn the_record_keeps_every_field_and_the_exact_body_through_every_move() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     let bodies = [
         "1".to_string(),
         format!("\"{}\"", "x".repeat(62)),
@@ -592,7 +645,10 @@ async fn the_record_keeps_every_field_and_the_exact_body_through_every_move() {
     let j = q.get("b3").await.unwrap();
     assert_eq!((j.state, j.attempts, j.deadline), (State::Done, 1, None));
     unchanged(&j);
-    let ttl: i64 = redis::cmd("PTTL").arg("dq:job:b3").query(&mut redis.conn()).unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(key(&q, "b3", "job:b3"))
+        .query(&mut redis.conn())
+        .unwrap();
     assert!(ttl > 0, "a done record expires after the retention period");
 
     q.ack("b4", &held["b4"].receipt).await.unwrap();
@@ -605,7 +661,7 @@ async fn the_record_keeps_every_field_and_the_exact_body_through_every_move() {
 #[tokio::test]
 async fn a_records_memory_follows_its_body_without_a_step() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     let mut usage = HashMap::new();
     for n in [64, 65, 200] {
         let body = format!("\"{}\"", "x".repeat(n - 2));
@@ -615,7 +671,7 @@ async fn a_records_memory_follows_its_body_without_a_step() {
             .unwrap();
         let bytes: i64 = redis::cmd("MEMORY")
             .arg("USAGE")
-            .arg(format!("dq:job:m{n}"))
+            .arg(key(&q, &format!("m{n}"), &format!("job:m{n}")))
             .query(&mut redis.conn())
             .unwrap();
         usage.insert(n, bytes);
@@ -630,7 +686,7 @@ async fn a_records_memory_follows_its_body_without_a_step() {
 #[tokio::test]
 async fn records_written_as_hashes_are_still_read_and_are_packed_when_changed() {
     let redis = RedisServer::start();
-    let q = Queue::new(&settings(&redis)).unwrap();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
     let mut c = redis.conn();
     let fields = [
         ("t", "t"),
@@ -644,18 +700,18 @@ async fn records_written_as_hashes_are_still_read_and_are_packed_when_changed() 
         ("e", "earlier failure"),
     ];
     let _: () = redis::cmd("HSET")
-        .arg("dq:job:old")
+        .arg(key(&q, "old", "job:old"))
         .arg(&fields[..])
         .query(&mut c)
         .unwrap();
     let _: () = redis::cmd("ZADD")
-        .arg("dq:ready:t")
+        .arg(key(&q, "old", "ready:t"))
         .arg(1000)
         .arg("old")
         .query(&mut c)
         .unwrap();
     let _: () = redis::cmd("HINCRBY")
-        .arg("dq:counts")
+        .arg(key(&q, "old", "counts"))
         .arg("t:ready")
         .arg(1)
         .query(&mut c)
@@ -675,7 +731,7 @@ async fn records_written_as_hashes_are_still_read_and_are_packed_when_changed() 
         (r.id.as_str(), r.body.get(), r.attempt, r.run_at),
         ("old", r#"{"a": 1}"#, 2, 1000)
     );
-    let kind: String = redis::cmd("TYPE").arg("dq:job:old").query(&mut c).unwrap();
+    let kind: String = redis::cmd("TYPE").arg(key(&q, "old", "job:old")).query(&mut c).unwrap();
     assert_eq!(kind, "string", "the reservation wrote the record back packed");
     let j = q.get("old").await.unwrap();
     assert_eq!((j.state, j.attempts, j.created_at), (State::Reserved, 2, 900));

@@ -2,10 +2,18 @@
 //!
 //! Each [`RedisServer`] runs on its own free port in its own temp dir, so tests run in parallel without
 //! sharing state; it is killed on drop, and its log is printed when the test fails (panics).
+//! [`RedisCluster`] (3 primaries, 3 replicas) and [`RedisSentinelSet`] (a primary, a replica, 3 sentinels)
+//! are the same for the other two shapes of Redis, with failover to provoke.
+
+pub mod cluster;
+pub mod sentinel;
+
+pub use cluster::RedisCluster;
+pub use sentinel::RedisSentinelSet;
 
 use std::io::Read;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -44,45 +52,23 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .arg("--logfile")
-            .arg(self.log_path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("redis-server: {e}"))?;
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                self.child = None;
-                return Err(format!("redis-server exited: {status}"));
-            }
-            if self.ping() {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Err("redis-server did not answer PING".into())
-    }
-
-    fn ping(&self) -> bool {
-        redis::Client::open(self.url())
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            .is_ok()
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(self.dir.path())
+        .arg("--logfile")
+        .arg(self.log_path());
+        self.child = Some(spawn_redis(&mut cmd, self.port)?);
+        Ok(())
     }
 
     /// `redis://127.0.0.1:<port>`.
@@ -140,6 +126,148 @@ impl Drop for RedisServer {
             eprintln!("---- redis-server :{} log ----\n{}", self.port, self.log());
         }
         self.stop();
+    }
+}
+
+/// Starts `cmd` (a `redis-server` or `redis-sentinel` logging to a file of its own), its output discarded, and
+/// waits up to 10 s until 127.0.0.1:`port` answers as this very process (another test's server may hold the
+/// port). An error if it exits first, a taken port most often, or never answers; it is not left running then.
+pub(crate) fn spawn_redis(cmd: &mut Command, port: u16) -> Result<Child, String> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{program}: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("{program} on port {port} exited: {status}"));
+        }
+        let pid = info(port, "server").and_then(|i| info_field(&i, "process_id").and_then(|p| p.parse().ok()));
+        if pid == Some(child.id()) {
+            return Ok(child);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Err(format!("{program} on port {port} did not answer within 10 s"))
+}
+
+/// A connection to 127.0.0.1:`port` for the harness's own polling: quick to give up, so that a dead node reads
+/// as `None` rather than hanging a wait.
+pub(crate) fn quick_conn(port: u16) -> Option<redis::Connection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+    let conn = client.get_connection_with_timeout(Duration::from_millis(500)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    conn.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
+    Some(conn)
+}
+
+/// INFO `section` of 127.0.0.1:`port`, if it answers.
+pub(crate) fn info(port: u16, section: &str) -> Option<String> {
+    redis::cmd("INFO").arg(section).query(&mut quick_conn(port)?).ok()
+}
+
+/// `field`'s value in an INFO (or CLUSTER INFO) reply, made of `field:value` lines.
+pub(crate) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// Polls `check` every 50 ms until it gives a value, or panics after `timeout` with `what` and the last reason
+/// `check` gave for not being there yet. The sync sibling of [`eventually`], for the harness's own waits.
+#[track_caller]
+pub(crate) fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(why) if Instant::now() > deadline => panic!("timed out after {timeout:?} waiting for {what}: {why}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// One `redis-server`/`redis-sentinel` of a [`RedisCluster`] or [`RedisSentinelSet`]: its port, its temp dir
+/// (its log, config files, `nodes.conf`), and the command line that starts it again there; killed on drop.
+pub(crate) struct RedisProcess {
+    /// The port, the same across restarts.
+    pub(crate) port: u16,
+    /// Working dir; kept while the process is down so that a restart finds its state.
+    pub(crate) dir: tempfile::TempDir,
+    /// What runs, and its arguments.
+    program: &'static str,
+    args: Vec<std::ffi::OsString>,
+    /// `None` while killed.
+    child: Option<Child>,
+}
+
+impl RedisProcess {
+    /// Starts `program args` for `port` in `dir` (whose [`RedisProcess::log_path`] `args` should name as the
+    /// log file), and waits until it answers. An error as [`spawn_redis`] gives.
+    pub(crate) fn start(
+        program: &'static str,
+        args: Vec<std::ffi::OsString>,
+        port: u16,
+        dir: tempfile::TempDir,
+    ) -> Result<Self, String> {
+        let child = spawn_redis(Command::new(program).args(&args), port)?;
+        Ok(RedisProcess {
+            port,
+            dir,
+            program,
+            args,
+            child: Some(child),
+        })
+    }
+
+    /// The log file of a process living in `dir`.
+    pub(crate) fn log_path(dir: &Path) -> PathBuf {
+        dir.join("redis.log")
+    }
+
+    /// Whether it runs (it has not been killed).
+    pub(crate) fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// SIGKILL, leaving its dir as it is.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again with the same command line, retrying for 20 s while the port lingers after a kill.
+    pub(crate) fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match spawn_redis(Command::new(self.program).args(&self.args), self.port) {
+                Ok(child) => {
+                    self.child = Some(child);
+                    return;
+                }
+                Err(e) if Instant::now() > deadline => panic!("cannot restart {} :{}: {e}", self.program, self.port),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Its log so far.
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(Self::log_path(self.dir.path())).unwrap_or_default()
+    }
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 

@@ -1,4 +1,4 @@
-//! The web admin pages: shards, topics with their counts, pause and resume, and dead letters with
+//! The web admin pages: Redis nodes, topics with their counts, pause and resume, and dead letters with
 //! requeue and delete. Server-rendered (maud escapes everything it prints), with a few lines of
 //! script that call the JSON API, so the pages can do nothing the API cannot.
 
@@ -34,9 +34,9 @@ fn page(title: &str, body: Markup) -> Markup {
     }
 }
 
-/// `GET /admin`: shards and topics.
+/// `GET /admin`: Redis nodes and topics.
 pub async fn overview(State(app): State<AppState>) -> Result<Markup, ApiError> {
-    let shards = app.queue.stats().await;
+    let nodes = app.queue.node_health(std::time::Duration::from_millis(1000)).await;
     let registry = app.queue.topics().await.unwrap_or_default();
     let counts = counts(&app).await;
     let mut names: Vec<&String> = registry.keys().chain(counts.keys()).collect();
@@ -45,12 +45,13 @@ pub async fn overview(State(app): State<AppState>) -> Result<Markup, ApiError> {
     Ok(page(
         "Overview",
         html! {
-            h2 { "Shards" }
+            h2 { "Redis" }
+            p { (format!("{:?}", app.queue.redis().mode()).to_lowercase()) ", " (app.queue.partitions().count()) " partitions" }
             table {
-                tr { th { "#" } th { "Redis" } th { "state" } th { "PING" } }
-                @for s in &shards {
+                tr { th { "primary" } th { "state" } th { "PING" } }
+                @for s in &nodes {
                     tr {
-                        td { (s.index) } td { (s.name) }
+                        td { (s.name) }
                         @if s.up { td { "up" } } @else { td class="down" { "down" } }
                         td class="num" { @if let Some(l) = s.latency { (format!("{:.2} ms", l.as_secs_f64() * 1000.0)) } }
                     }

@@ -50,7 +50,7 @@ impl From<dq_core::Error> for ApiError {
             E::NotFound(_) | E::TopicNotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             E::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             E::StaleReceipt => (StatusCode::CONFLICT, "stale_receipt"),
-            E::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            E::Unavailable { .. } | E::NotReplicated { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         if status.is_server_error() {

@@ -52,7 +52,7 @@ pub struct BatchRequest {
 }
 
 /// `POST /v1/jobs/batch`: 200 `{results: [...]}` in order. Any malformed entry refuses the whole batch
-/// (nothing is written); a live id or an unavailable shard fails only its own entry.
+/// (nothing is written); a live id or an unavailable partition fails only its own entry.
 pub async fn push_many(
     State(app): State<AppState>,
     JsonBody(req): JsonBody<BatchRequest>,

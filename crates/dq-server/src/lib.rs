@@ -24,7 +24,6 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path};
 use axum::routing::{get, post};
 use dq_core::registry::TopicCache;
-use dq_core::wake::ReadySignals;
 use dq_core::{Queue, Settings};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -32,12 +31,10 @@ use tokio_util::sync::CancellationToken;
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    /// The queue over all shards (shared: handlers clone the state per request).
+    /// The queue over every partition (shared: handlers clone the state per request).
     pub queue: Arc<Queue>,
     /// The topic registry as last read (defaults for pushes, paused topics for reserve).
     pub topics: Arc<TopicCache>,
-    /// Wakes long-polling reservers when their topics get ready jobs.
-    pub ready: Arc<ReadySignals>,
     /// Cancelled when the server drains: long polls answer at once.
     pub shutdown: CancellationToken,
 }
@@ -53,29 +50,24 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
 /// Serves the API on `listener` until `shutdown`, then lets in-flight requests finish for at most
 /// `shutdown.grace_ms`.
 pub async fn serve(listener: TcpListener, settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let queue = Queue::new(&settings)?;
-    if let Err(e) = queue.check_layout().await {
-        anyhow::bail!("{e}");
-    }
+    let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     dq_core::telemetry::prometheus();
-    let ready = Arc::new(ReadySignals::default());
-    let listeners = ready.listen(queue.shards(), queue.keys().ready_channel(), shutdown.clone());
+    // Served from the start (at 0), so a dashboard tells "none" from "not measured".
+    metrics::counter!("dq_writes_not_replicated_total").increment(0);
+    let listener_task = dq_core::wake::follow_ready(&queue, &settings.redis, shutdown.clone());
     let refresh = Duration::from_millis(settings.topics.refresh_ms);
     let topics = TopicCache::start(queue.clone(), refresh, shutdown.clone()).await;
     let state = AppState {
         queue: Arc::new(queue),
         topics,
-        ready,
         shutdown: shutdown.clone(),
     };
     let max_request = settings.limits.max_request_bytes();
-    state
-        .queue
-        .shards()
-        .spawn_health_probe(Duration::from_secs(5), shutdown.clone());
+    state.queue.spawn_health_probe(Duration::from_secs(5), shutdown.clone());
+    let state_partitions = state.queue.partitions().count();
     let app = router(state).layer(DefaultBodyLimit::max(max_request));
 
-    tracing::info!(addr = %listener.local_addr()?, shards = settings.redis.shards.len(), "dq-server listening");
+    tracing::info!(addr = %listener.local_addr()?, mode = ?settings.redis.mode, partitions = state_partitions, "dq-server listening");
     dq_core::systemd::ready(&shutdown);
     let grace = Duration::from_millis(settings.shutdown.grace_ms);
     let drained = shutdown.clone();
@@ -86,9 +78,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
             tracing::warn!(grace_ms = settings.shutdown.grace_ms, "requests still in flight after the grace period; exiting");
         }
     }
-    for l in listeners {
-        l.abort();
-    }
+    listener_task.abort();
     tracing::info!("dq-server stopped");
     Ok(())
 }

@@ -90,7 +90,7 @@ pub async fn reserve(
     topics.retain(|t| !registry.get(t).is_some_and(|c| c.paused));
     let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout);
     let mut signals: Vec<_> = if timeout > 0 {
-        topics.iter().map(|t| app.ready.subscribe(t)).collect()
+        topics.iter().map(|t| app.queue.ready_index().subscribe(t)).collect()
     } else {
         Vec::new()
     };
@@ -107,7 +107,7 @@ pub async fn reserve(
             return Ok(Json(Reserved { jobs }));
         }
         tokio::select! {
-            _ = dq_core::wake::changed_any(&mut signals) => {}
+            _ = dq_core::queue::ready::changed_any(&mut signals) => {}
             _ = tokio::time::sleep_until(deadline) => return Ok(Json(Reserved { jobs: Vec::new() })),
             _ = app.shutdown.cancelled() => return Ok(Json(Reserved { jobs: Vec::new() })),
         }

@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use dq_core::job::{validate_id, validate_topic};
-use dq_core::registry::DeadPage;
+use dq_core::queue::dead::DeadPage;
 use dq_core::{State as JobState, TopicConfig};
 use serde::{Deserialize, Serialize};
 
@@ -27,21 +27,19 @@ pub struct TopicView {
     counts: BTreeMap<&'static str, i64>,
 }
 
-/// Job counts per topic and state over all shards.
+/// Job counts per topic and state over every partition.
 pub(crate) async fn counts(app: &AppState) -> BTreeMap<String, BTreeMap<&'static str, i64>> {
     let mut topics: BTreeMap<String, BTreeMap<&'static str, i64>> = BTreeMap::new();
-    for s in app.queue.stats().await {
-        for (topic, counts) in s.counts {
-            let t = topics.entry(topic).or_insert_with(zero_counts);
-            for (state, n) in counts {
-                *t.entry(state.as_str()).or_default() += n;
-            }
+    for (topic, counts) in app.queue.stats().await.counts {
+        let t = topics.entry(topic).or_insert_with(zero_counts);
+        for (state, n) in counts {
+            *t.entry(state.as_str()).or_default() += n;
         }
     }
     topics
 }
 
-fn zero_counts() -> BTreeMap<&'static str, i64> {
+pub(crate) fn zero_counts() -> BTreeMap<&'static str, i64> {
     [JobState::Delayed, JobState::Ready, JobState::Reserved, JobState::Dead]
         .into_iter()
         .map(|s| (s.as_str(), 0))

@@ -27,7 +27,7 @@ async fn redis_down_gives_quick_503_and_service_resumes() {
     }
     let (status, out) = s.call("GET", "/readyz", None).await;
     assert_eq!(status, 503, "{out}");
-    assert_eq!(out["shards"][0]["up"], false);
+    assert_eq!(out["nodes"][0]["up"], false);
     let (status, _) = s.call("GET", "/healthz", None).await;
     assert_eq!(status, 200, "alive even without Redis");
 
@@ -76,12 +76,8 @@ async fn long_poll_survives_a_redis_restart() {
     };
     dq_harness::eventually(Duration::from_secs(30), "the listener resubscribed", || async {
         let mut c = s.redis[0].conn();
-        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("dq:wake:ready")
-            .query(&mut c)
-            .unwrap();
-        n[0].1 >= 1
+        let n: i64 = redis::cmd("PUBSUB").arg("NUMPAT").query(&mut c).unwrap();
+        n >= 1
     })
     .await;
     s.push(json!({"id": "a1", "topic": "after", "body": 1})).await;

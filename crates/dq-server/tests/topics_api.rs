@@ -146,7 +146,7 @@ async fn make_dead(s: &TestServer, topic: &str, n: usize) -> Vec<String> {
 
 #[tokio::test]
 async fn dead_letters_can_be_listed_requeued_and_deleted() {
-    let s = TestServer::with_shards(2).await;
+    let s = TestServer::with_shards(1).await;
     let ids = make_dead(&s, "dl", 5).await;
     let (status, page) = s.call("GET", "/v1/topics/dl/dead?limit=2", None).await;
     assert_eq!(status, 200, "{page}");

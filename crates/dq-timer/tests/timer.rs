@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 fn settings(redis: &RedisServer) -> Settings {
     let mut s = Settings::default();
-    s.redis.shards = vec![redis.url()];
+    s.redis.urls = vec![redis.url()];
     s.metrics.listen = Some("127.0.0.1:0".into());
     s.limits.min_ttr_ms = 10;
     s
@@ -40,14 +40,17 @@ fn push(q: &Queue, json: serde_json::Value) -> dq_core::NewJob {
 }
 
 fn leases(redis: &RedisServer) -> Vec<(String, String)> {
-    redis::cmd("HGETALL").arg("dq:leases").query(&mut redis.conn()).unwrap()
+    redis::cmd("HGETALL")
+        .arg("{dq}:leases")
+        .query(&mut redis.conn())
+        .unwrap()
 }
 
 #[tokio::test]
 async fn several_timers_promote_every_job_exactly_once() {
     let redis = RedisServer::start();
     let s = settings(&redis);
-    let q = Queue::new(&s).unwrap();
+    let q = Queue::connect(&s).await.unwrap();
     let timers: Vec<Timer> = (0..3).map(|_| Timer::start(&s)).collect();
     let n = 5000;
     let jobs: Vec<_> = (0..n)
@@ -75,18 +78,18 @@ async fn several_timers_promote_every_job_exactly_once() {
         .into_iter()
         .map(|(_, v)| v.split(' ').next().unwrap().to_string())
         .collect();
-    assert_eq!(owners.len(), 3, "the buckets are shared: {owners:?}");
+    assert_eq!(owners.len(), 3, "the partitions are shared: {owners:?}");
     for t in timers {
         t.drain().await;
     }
-    assert!(leases(&redis).is_empty(), "draining timers release their buckets");
+    assert!(leases(&redis).is_empty(), "draining timers release their partitions");
 }
 
 #[tokio::test]
 async fn rescheduling_earlier_wakes_a_sleeping_timer() {
     let redis = RedisServer::start();
     let s = settings(&redis);
-    let q = Queue::new(&s).unwrap();
+    let q = Queue::connect(&s).await.unwrap();
     let p = q
         .push(push(
             &q,
@@ -97,7 +100,7 @@ async fn rescheduling_earlier_wakes_a_sleeping_timer() {
     let timer = Timer::start(&s);
     // Let the timer learn the hour-long due time and go to sleep on it.
     eventually(Duration::from_secs(10), "the timer holds every bucket", || async {
-        leases(&redis).len() == 16
+        leases(&redis).len() == 256
     })
     .await;
     q.reschedule(&p.id, Schedule::Delay(300)).await.unwrap();
@@ -121,7 +124,7 @@ async fn rescheduling_earlier_wakes_a_sleeping_timer() {
 async fn expired_reservations_come_back_and_old_receipts_are_refused() {
     let redis = RedisServer::start();
     let s = settings(&redis);
-    let q = Queue::new(&s).unwrap();
+    let q = Queue::connect(&s).await.unwrap();
     let timer = Timer::start(&s);
     q.push(push(
         &q,
@@ -151,26 +154,26 @@ async fn a_new_timer_gets_a_share_and_a_drained_one_hands_over() {
     let redis = RedisServer::start();
     let s = settings(&redis);
     let a = Timer::start(&s);
-    eventually(Duration::from_secs(10), "the first timer holds all 16", || async {
-        leases(&redis).len() == 16
+    eventually(Duration::from_secs(10), "the first timer holds all 256", || async {
+        leases(&redis).len() == 256
     })
     .await;
     let b = Timer::start(&s);
-    eventually(Duration::from_secs(10), "8 and 8", || async {
+    eventually(Duration::from_secs(10), "128 and 128", || async {
         let mut per: std::collections::HashMap<String, usize> = Default::default();
         for (_, v) in leases(&redis) {
             *per.entry(v.split(' ').next().unwrap().to_string()).or_default() += 1;
         }
-        per.len() == 2 && per.values().all(|n| *n == 8)
+        per.len() == 2 && per.values().all(|n| *n == 128)
     })
     .await;
     a.drain().await;
-    eventually(Duration::from_secs(10), "the survivor holds all 16", || async {
+    eventually(Duration::from_secs(10), "the survivor holds all 256", || async {
         let owners: HashSet<String> = leases(&redis)
             .into_iter()
             .map(|(_, v)| v.split(' ').next().unwrap().to_string())
             .collect();
-        leases(&redis).len() == 16 && owners.len() == 1
+        leases(&redis).len() == 256 && owners.len() == 1
     })
     .await;
     b.drain().await;

@@ -1,4 +1,4 @@
-//! dq-checker as a real process: a shard killed and restarted gives exactly one down and one up alert,
+//! dq-checker as a real process: a Redis killed and restarted gives exactly one down and one up alert,
 //! by webhook and by e-mail; `dq-checker audit` repairs damage and reports it.
 
 mod common;
@@ -9,12 +9,11 @@ use common::env;
 use dq_harness::{DqProcess, RedisServer, SmtpSink, WebhookSink, eventually, free_port};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_and_restarted_shard_gives_one_down_and_one_up_alert_by_webhook_and_smtp() {
-    let healthy = RedisServer::start();
+async fn a_killed_and_restarted_redis_gives_one_down_and_one_up_alert_by_webhook_and_smtp() {
     let mut flaky = RedisServer::start();
     let smtp = SmtpSink::start().await;
     let alerts = WebhookSink::start().await;
-    let mut vars = env(&[&healthy, &flaky], free_port());
+    let mut vars = env(&[&flaky], free_port());
     vars.extend([
         ("DQ__CHECKER__INTERVAL_MS", "100".to_string()),
         ("DQ__CHECKER__WEBHOOK_URL", alerts.url.clone()),
@@ -30,19 +29,19 @@ async fn a_killed_and_restarted_shard_gives_one_down_and_one_up_alert_by_webhook
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     flaky.stop();
-    eventually(Duration::from_secs(30), "shard_down", || async {
-        alerts.of_kind("shard_down").len() == 1
+    eventually(Duration::from_secs(30), "redis_down", || async {
+        alerts.of_kind("redis_down").len() == 1
     })
     .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     flaky.restart();
-    eventually(Duration::from_secs(30), "shard_up", || async {
-        alerts.of_kind("shard_up").len() == 1
+    eventually(Duration::from_secs(30), "redis_up", || async {
+        alerts.of_kind("redis_up").len() == 1
     })
     .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(
-        (alerts.of_kind("shard_down").len(), alerts.of_kind("shard_up").len()),
+        (alerts.of_kind("redis_down").len(), alerts.of_kind("redis_up").len()),
         (1, 1),
         "one alert per transition"
     );
@@ -65,16 +64,17 @@ async fn dq_checker_audit_repairs_damage_and_prints_its_report() {
     let mut c = redis.conn();
     // A job record in no structure (pushed, then taken out of its ready queue by hand), and an id
     // without a record.
-    let q = common::queue(&[&redis]);
+    let q = common::queue(&[&redis]).await;
     q.push(common::job(
         &q,
         serde_json::json!({"id": "lost", "topic": "audit", "body": 1}),
     ))
     .await
     .unwrap();
-    let _: () = redis::cmd("DEL").arg("dq:ready:audit").query(&mut c).unwrap();
+    let ready_key = q.partition_keys(q.partitions().of_id("lost")).ready("audit");
+    let _: () = redis::cmd("DEL").arg(&ready_key).query(&mut c).unwrap();
     let _: () = redis::cmd("ZADD")
-        .arg("dq:ready:audit")
+        .arg(&ready_key)
         .arg(1)
         .arg("ghost")
         .query(&mut c)
@@ -88,7 +88,7 @@ async fn dq_checker_audit_repairs_damage_and_prints_its_report() {
     assert_eq!(report["orphan_records"], 1, "{report}");
     assert_eq!(report["dangling_ids"], 1, "{report}");
     let ready: Vec<String> = redis::cmd("ZRANGE")
-        .arg("dq:ready:audit")
+        .arg(&ready_key)
         .arg(0)
         .arg(-1)
         .query(&mut c)

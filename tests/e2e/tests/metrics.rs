@@ -124,6 +124,7 @@ async fn every_binary_serves_the_documented_metrics() {
                 "dq_jobs_dead_total",
                 "dq_redis_up",
                 "dq_redis_latency_seconds",
+                "dq_writes_not_replicated_total",
             ],
         ),
         (
@@ -133,7 +134,7 @@ async fn every_binary_serves_the_documented_metrics() {
                 "dq_jobs_promoted_total",
                 "dq_jobs_expired_total",
                 "dq_promotion_lateness_seconds",
-                "dq_timer_buckets_owned",
+                "dq_timer_partitions_owned",
                 "dq_timer_live_timers",
                 "dq_timer_next_due_timestamp_seconds",
                 "dq_jobs_dead_total",

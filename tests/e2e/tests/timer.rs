@@ -15,11 +15,11 @@ async fn three_timer_processes_promote_each_job_once() {
         start("dq-timer", &[&redis]).await,
         start("dq-timer", &[&redis]).await,
     ];
-    eventually(Duration::from_secs(30), "three timers share the buckets", || async {
+    eventually(Duration::from_secs(30), "three timers share the partitions", || async {
         lease_holders(&redis).len() == 3
     })
     .await;
-    let q = queue(&[&redis]);
+    let q = queue(&[&redis]).await;
     let n = 10_000;
     let jobs: Vec<_> = (0..n)
         .map(|i| {
@@ -48,12 +48,16 @@ async fn a_killed_timer_is_taken_over_and_nothing_is_lost() {
     let redis = RedisServer::start();
     let mut a = start("dq-timer", &[&redis]).await;
     let b = start("dq-timer", &[&redis]).await;
-    eventually(Duration::from_secs(30), "two timers hold 8 buckets each", || async {
-        let h = lease_holders(&redis);
-        h.len() == 2 && h.values().all(|n| *n == 8)
-    })
+    eventually(
+        Duration::from_secs(30),
+        "two timers hold 128 partitions each",
+        || async {
+            let h = lease_holders(&redis);
+            h.len() == 2 && h.values().all(|n| *n == 128)
+        },
+    )
     .await;
-    let q = queue(&[&redis]);
+    let q = queue(&[&redis]).await;
     let n = 3000;
     let jobs: Vec<_> = (0..n)
         .map(|i| {
@@ -68,19 +72,23 @@ async fn a_killed_timer_is_taken_over_and_nothing_is_lost() {
     }
     a.process.signal("KILL");
     a.process.wait(Duration::from_secs(10)).expect("killed");
-    eventually(Duration::from_secs(30), "the survivor holds all 16 buckets", || async {
-        let h = lease_holders(&redis);
-        h.len() == 1 && h.values().all(|n| *n == 16)
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the survivor holds all 256 partitions",
+        || async {
+            let h = lease_holders(&redis);
+            h.len() == 1 && h.values().all(|n| *n == 256)
+        },
+    )
     .await;
     drain_exactly(&q, "kill", n, Duration::from_secs(120)).await;
-    assert!(metric_sum(b.port, "dq_timer_buckets_owned").await == 16.0);
+    assert!(metric_sum(b.port, "dq_timer_partitions_owned").await == 256.0);
 }
 
 #[tokio::test]
 async fn timers_exit_0_on_sigterm_sigint_and_sigusr2_and_hand_over_at_once() {
     let redis = RedisServer::start();
-    let q = queue(&[&redis]);
+    let q = queue(&[&redis]).await;
     let keeper = start("dq-timer", &[&redis]).await;
     for sig in ["TERM", "INT", "USR2"] {
         let mut t = start("dq-timer", &[&redis]).await;
@@ -101,7 +109,7 @@ async fn timers_exit_0_on_sigterm_sigint_and_sigusr2_and_hand_over_at_once() {
         assert_eq!(
             lease_holders(&redis).len(),
             1,
-            "SIG{sig}: buckets released at exit, not after the lease lapses"
+            "SIG{sig}: partitions released at exit, not after the lease lapses"
         );
         drain_exactly(&q, sig, 500, Duration::from_secs(60)).await;
     }

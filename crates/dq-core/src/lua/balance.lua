@@ -1,12 +1,12 @@
--- balance.lua: a timer's heartbeat on one shard. Registers the timer as live, forgets timers whose
--- heartbeat lapsed, and gives this timer its fair share of the delay buckets: it keeps or takes leases
+-- balance.lua: a timer's heartbeat over all partitions. Registers the timer as live, forgets timers whose
+-- heartbeat lapsed, and gives this timer its fair share of the partitions: it keeps or takes leases
 -- up to the share and lets go of any above it. Leases of a timer that died lapse after lease_ms, and the
 -- next heartbeat of a live timer takes them. With release = 1 (drain) the timer lets go of everything.
 --
--- KEYS[1]: live timers (<prefix>:timers, a sorted set of timer id → heartbeat expiry ms)
--- KEYS[2]: bucket leases (<prefix>:leases, a hash of bucket → "<timer id> <expiry ms>")
--- ARGV[1]: this timer's id   ARGV[2]: lease_ms   ARGV[3]: bucket count   ARGV[4]: "1" to release all
--- Returns: {now, live timer count, bucket, bucket, ...} the buckets this timer holds after the call.
+-- KEYS[1]: live timers ({<prefix>}:timers, a sorted set of timer id → heartbeat expiry ms)
+-- KEYS[2]: partition leases ({<prefix>}:leases, a hash of partition → "<timer id> <expiry ms>")
+-- ARGV[1]: this timer's id   ARGV[2]: lease_ms   ARGV[3]: partition count   ARGV[4]: "1" to release all
+-- Returns: {now, live timer count, partition, partition, ...} the partitions this timer holds after the call.
 
 local timers, leases = KEYS[1], KEYS[2]
 local me, lease_ms, buckets = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -36,7 +36,7 @@ local n, rank = #live, 0
 for i, id in ipairs(live) do
   if id == me then rank = i - 1 end
 end
--- Buckets split evenly; the first (buckets mod n) timers in id order take one more.
+-- Partitions split evenly; the first (partitions mod n) timers in id order take one more.
 local share = math.floor(buckets / n)
 if rank < buckets % n then share = share + 1 end
 

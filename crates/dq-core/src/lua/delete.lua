@@ -1,7 +1,7 @@
 -- delete.lua: remove a job from whatever structure holds it, and its record.
 --
 -- KEYS[1]: job record (<prefix>:job:<id>)
--- KEYS[2]: the job's delay bucket (<prefix>:delayed:<bucket>)
+-- KEYS[2]: the partition's delay set (<prefix>:delayed)
 -- KEYS[3]: the reserved set (<prefix>:reserved)
 -- KEYS[4]: counts hash (<prefix>:counts)
 -- ARGV[1]: key prefix (ready and dead keys are named by the job's topic, known only from its record)

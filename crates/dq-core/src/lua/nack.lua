@@ -1,9 +1,9 @@
--- nack.lua: a reserved job failed: it waits out its backoff in its delay bucket (or goes straight back to
+-- nack.lua: a reserved job failed: it waits out its backoff in its delay set (or goes straight back to
 -- ready when the delay is 0), or goes to its topic's dead list when it used all its attempts.
 --
 -- KEYS[1]: job record (<prefix>:job:<id>)
 -- KEYS[2]: the reserved set (<prefix>:reserved)
--- KEYS[3]: the job's delay bucket (<prefix>:delayed:<bucket>)
+-- KEYS[3]: the partition's delay set (<prefix>:delayed)
 -- KEYS[4]: counts hash (<prefix>:counts)
 -- KEYS[5]: events list (<prefix>:events), where a job's death is recorded for dq-checker's alerts
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: receipt   ARGV[4]: error text ("" for none)

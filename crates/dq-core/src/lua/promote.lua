@@ -1,10 +1,10 @@
--- promote.lua: move the jobs of one delay bucket that are due now to their topics' ready queues.
--- Atomic, so however many timers run it on the same bucket, each due job moves exactly once (invariant 4).
+-- promote.lua: move the jobs of one delay set that are due now to their topics' ready queues.
+-- Atomic, so however many timers run it on the same partition, each due job moves exactly once (invariant 4).
 --
--- KEYS[1]: the delay bucket (<prefix>:delayed:<bucket>)
+-- KEYS[1]: the partition's delay set (<prefix>:delayed)
 -- KEYS[2]: counts hash (<prefix>:counts)
 -- ARGV[1]: key prefix   ARGV[2]: most jobs to move in this call   ARGV[3]: ready wake channel
--- Returns: {moved, next_due (-1 when the bucket is empty), now, lateness of each moved job in ms ...}
+-- Returns: {moved, next_due (-1 when the delay set is empty), now, lateness of each moved job in ms ...}
 
 local bucket, counts = KEYS[1], KEYS[2]
 local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]

@@ -1,10 +1,10 @@
--- push.lua: store one or more new jobs, each in its delay bucket or, when already due, its ready queue.
+-- push.lua: store one or more new jobs, each in its delay set or, when already due, its ready queue.
 -- Used by both push and push many: a batch is the same operation repeated, done in one round trip, with
--- the sorted-set adds, counters and wake-ups gathered per bucket and per topic.
+-- the sorted-set adds, counters and wake-ups gathered per delay set and per topic.
 --
 -- KEYS[1]: counts hash (<prefix>:counts)
 -- KEYS[2 + 3*(i-1)]: job i's record      (<prefix>:job:<id>)
--- KEYS[3 + 3*(i-1)]: job i's delay bucket (<prefix>:delayed:<bucket>)
+-- KEYS[3 + 3*(i-1)]: the partition's delay set (<prefix>:delayed)
 -- KEYS[4 + 3*(i-1)]: job i's ready queue  (<prefix>:ready:<topic>)
 -- ARGV[1]: ready wake channel    ARGV[2]: timer wake channel
 -- ARGV[3 + 8*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when

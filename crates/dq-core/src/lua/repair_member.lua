@@ -1,4 +1,4 @@
--- repair_member.lua: the audit found an id in a structure (delay bucket, ready queue, reserved set, dead
+-- repair_member.lua: the audit found an id in a structure (delay set, ready queue, reserved set, dead
 -- list) with no job record: nothing can be delivered, so drop the id. Checked again here, atomically.
 --
 -- KEYS[1]: the structure (a sorted set)

@@ -3,7 +3,7 @@
 -- again here, atomically, so a job that moved since the audit looked is left alone.
 --
 -- KEYS[1]: job record (<prefix>:job:<id>)
--- KEYS[2]: the job's delay bucket (<prefix>:delayed:<bucket>)
+-- KEYS[2]: the partition's delay set (<prefix>:delayed)
 -- KEYS[3]: the reserved set (<prefix>:reserved)
 -- KEYS[4]: counts hash (<prefix>:counts)
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: ready wake channel

@@ -1,7 +1,7 @@
 -- reschedule.lua: give a delayed or ready job a new due time.
 --
 -- KEYS[1]: job record (<prefix>:job:<id>)
--- KEYS[2]: the job's delay bucket (<prefix>:delayed:<bucket>)
+-- KEYS[2]: the partition's delay set (<prefix>:delayed)
 -- KEYS[3]: counts hash (<prefix>:counts)
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: delay_ms ("" when run_at is given)   ARGV[4]: run_at ("" when delay_ms is given)
 -- ARGV[5]: ready wake channel   ARGV[6]: timer wake channel

@@ -1,16 +1,17 @@
--- topic_set.lua: write one topic's registration (or its deletion) on this shard, unless the shard already
--- holds a newer one. Every shard keeps the whole registry, so any one of them can answer for it; the
--- version orders writes, so a shard that missed a write cannot bring an old registration back.
+-- topic_set.lua: write one topic's registration (or its deletion). The registry is one hash; each entry
+-- carries a version (Redis's clock in µs, above the entry's last version), so readers that cache the
+-- registry can tell a newer entry from an older one.
 --
--- KEYS[1]: the registry (<prefix>:topics, a hash of topic → "<version> <config JSON>", "" JSON = deleted)
--- ARGV[1]: topic   ARGV[2]: version (Unix µs of the write, above every version seen for the topic)
--- ARGV[3]: config JSON ("" to delete)
--- Returns: 1 written, 0 the shard holds a newer version.
+-- KEYS[1]: the registry ({<prefix>}:topics, a hash of topic → "<version> <config JSON>", "" JSON = deleted)
+-- ARGV[1]: topic   ARGV[2]: config JSON ("" to delete)
+-- Returns: the version written.
 
+local t = redis.call('TIME')
+local version = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if current then
   local v = tonumber(string.match(current, '^(%d+)'))
-  if v and v >= tonumber(ARGV[2]) then return 0 end
+  if v and v >= version then version = v + 1 end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
-return 1
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', version) .. ' ' .. ARGV[2])
+return version

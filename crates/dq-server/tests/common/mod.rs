@@ -18,7 +18,7 @@ pub struct TestServer {
 
 pub fn settings(redis: &[RedisServer]) -> dq_core::Settings {
     let mut s = dq_core::Settings::default();
-    s.redis.shards = redis.iter().map(|r| r.url()).collect();
+    s.redis.urls = vec![redis[0].url()];
     s.redis.connect_timeout_ms = 300;
     s.redis.response_timeout_ms = 1000;
     s.shutdown.grace_ms = 2000;
@@ -57,6 +57,16 @@ impl TestServer {
         })
         .await;
         server
+    }
+
+    /// The key `<partition prefix>:<rest>` of the partition that holds `id` (the default 256 partitions).
+    pub fn key(&self, id: &str, rest: &str) -> String {
+        let parts = dq_core::partition::Partitions::new(256);
+        let keys = dq_core::keys::Keys::new("dq")
+            .partition(parts.tag(parts.of_id(id)))
+            .prefix()
+            .to_string();
+        format!("{keys}:{rest}")
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -13,9 +13,8 @@ pub struct Running {
 }
 
 pub fn env(redis: &[&RedisServer], port: u16) -> Vec<(&'static str, String)> {
-    let shards = redis.iter().map(|r| r.url()).collect::<Vec<_>>().join(",");
     vec![
-        ("DQ__REDIS__SHARDS", shards),
+        ("DQ__REDIS__URLS", redis[0].url()),
         ("DQ__METRICS__LISTEN", format!("127.0.0.1:{port}")),
         ("DQ__SERVER__LISTEN", format!("127.0.0.1:{port}")),
         ("DQ__SHUTDOWN__GRACE_MS", "5000".into()),
@@ -26,7 +25,26 @@ pub fn env(redis: &[&RedisServer], port: u16) -> Vec<(&'static str, String)> {
 /// Starts `name` and waits until its HTTP port answers `/healthz`.
 pub async fn start(name: &str, redis: &[&RedisServer]) -> Running {
     let port = free_port();
-    let process = DqProcess::spawn(name, &env(redis, port), &[]);
+    start_on(name, port, env(redis, port)).await
+}
+
+/// The environment for a dq binary on `port` against Redis in `mode` at `urls`, plus `extra`.
+pub fn env_for(mode: &str, urls: &[String], port: u16, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    let mut vars = vec![
+        ("DQ__REDIS__MODE", mode.to_string()),
+        ("DQ__REDIS__URLS", urls.join(",")),
+        ("DQ__METRICS__LISTEN", format!("127.0.0.1:{port}")),
+        ("DQ__SERVER__LISTEN", format!("127.0.0.1:{port}")),
+        ("DQ__SHUTDOWN__GRACE_MS", "5000".into()),
+        ("DQ__LIMITS__MIN_TTR_MS", "10".into()),
+    ];
+    vars.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    vars
+}
+
+/// Starts `name` on `port` with `vars` and waits until it answers `/healthz`.
+pub async fn start_on(name: &str, port: u16, vars: Vec<(&'static str, String)>) -> Running {
+    let process = DqProcess::spawn(name, &vars, &[]);
     let url = format!("http://127.0.0.1:{port}/healthz");
     eventually(Duration::from_secs(30), &format!("{name} serves {url}"), || async {
         reqwest::get(&url).await.is_ok_and(|r| r.status().is_success())
@@ -64,7 +82,10 @@ pub async fn metric_sum(port: u16, name: &str) -> f64 {
 
 /// Lease holders on a shard: timer id → bucket count.
 pub fn lease_holders(redis: &RedisServer) -> HashMap<String, usize> {
-    let leases: Vec<(String, String)> = redis::cmd("HGETALL").arg("dq:leases").query(&mut redis.conn()).unwrap();
+    let leases: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg("{dq}:leases")
+        .query(&mut redis.conn())
+        .unwrap();
     let mut per = HashMap::new();
     for (_, v) in leases {
         *per.entry(v.split(' ').next().unwrap().to_string()).or_default() += 1;
@@ -72,11 +93,11 @@ pub fn lease_holders(redis: &RedisServer) -> HashMap<String, usize> {
     per
 }
 
-pub fn queue(redis: &[&RedisServer]) -> dq_core::Queue {
+pub async fn queue(redis: &[&RedisServer]) -> dq_core::Queue {
     let mut s = dq_core::Settings::default();
-    s.redis.shards = redis.iter().map(|r| r.url()).collect();
+    s.redis.urls = vec![redis[0].url()];
     s.limits.min_ttr_ms = 10;
-    dq_core::Queue::new(&s).unwrap()
+    dq_core::Queue::connect(&s).await.unwrap()
 }
 
 pub fn job(q: &dq_core::Queue, json: serde_json::Value) -> dq_core::NewJob {

@@ -6,6 +6,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+mod redis;
+pub use self::redis::{RedisMode, RedisSettings, redact};
+
 /// A configuration that cannot be used; the message names the key.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -21,6 +24,14 @@ pub enum ConfigError {
         /// What is wrong with its value.
         message: String,
     },
+}
+
+/// A refusal of `key`'s value, with what is wrong with it.
+fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
 }
 
 /// All settings. Each binary reads the sections it needs.
@@ -47,40 +58,6 @@ pub struct Settings {
     pub checker: CheckerSettings,
     /// Log format and level.
     pub log: LogSettings,
-}
-
-/// Redis shards and how we talk to them.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RedisSettings {
-    /// One Redis URL per shard. A job lives on the shard its id hashes to; adding a shard at the end moves
-    /// the placement of few ids, removing one strands its jobs.
-    pub shards: Vec<String>,
-    /// Prefix of every key, so that several installations can share a Redis.
-    pub prefix: String,
-    /// Connections per shard in each process's pool. Requests share them: redis-rs pipelines concurrent
-    /// commands on one connection, so one is enough (sizes 1 and 4 measured the same throughput).
-    pub pool_size: u32,
-    /// Delay buckets per shard: the unit in which timers share the work. Fixed for a shard's life
-    /// (checked against the shard at start).
-    pub buckets: u32,
-    /// How long to wait for a connection before answering `unavailable`.
-    pub connect_timeout_ms: u64,
-    /// How long to wait for a command's answer before treating the connection as broken.
-    pub response_timeout_ms: u64,
-}
-
-impl Default for RedisSettings {
-    fn default() -> Self {
-        Self {
-            shards: vec!["redis://127.0.0.1:6379".into()],
-            prefix: "dq".into(),
-            pool_size: 1,
-            buckets: 16,
-            connect_timeout_ms: 1000,
-            response_timeout_ms: 2000,
-        }
-    }
 }
 
 /// dq-server's listener.
@@ -313,7 +290,7 @@ impl Settings {
                 .prefix_separator("__")
                 .separator("__")
                 .list_separator(",")
-                .with_list_parse_key("redis.shards")
+                .with_list_parse_key("redis.urls")
                 .with_list_parse_key("jobs.backoff_ms")
                 .with_list_parse_key("checker.mail_to")
                 .try_parsing(true)
@@ -326,28 +303,7 @@ impl Settings {
 
     /// Checks what the types alone do not.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
-            ConfigError::Invalid {
-                key,
-                message: message.into(),
-            }
-        }
-        if self.redis.shards.is_empty() {
-            return Err(invalid("redis.shards", "at least one Redis URL is needed"));
-        }
-        for url in &self.redis.shards {
-            redis::Client::open(url.as_str())
-                .map_err(|e| invalid("redis.shards", format!("`{}` is not a Redis URL: {e}", redact(url))))?;
-        }
-        if self.redis.prefix.is_empty() || self.redis.prefix.contains(char::is_whitespace) {
-            return Err(invalid("redis.prefix", "must be non-empty, without spaces"));
-        }
-        if !(1..=4096).contains(&self.redis.buckets) {
-            return Err(invalid("redis.buckets", "must be between 1 and 4096"));
-        }
-        if self.redis.pool_size == 0 {
-            return Err(invalid("redis.pool_size", "must be at least 1"));
-        }
+        self.redis.validate()?;
         self.server
             .listen
             .parse::<SocketAddr>()
@@ -388,12 +344,6 @@ impl Settings {
         if self.jobs.max_attempts > self.limits.max_attempts {
             return Err(invalid("jobs.max_attempts", "must not exceed limits.max_attempts"));
         }
-        if self.redis.connect_timeout_ms == 0 {
-            return Err(invalid("redis.connect_timeout_ms", "must be at least 1"));
-        }
-        if self.redis.response_timeout_ms == 0 {
-            return Err(invalid("redis.response_timeout_ms", "must be at least 1"));
-        }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid("log.format", "must be `text` or `json`"));
         }
@@ -431,16 +381,6 @@ impl Settings {
     }
 }
 
-/// A Redis URL without its password, for logs and errors.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,7 +392,9 @@ mod tests {
     #[test]
     fn defaults_without_file_or_env() {
         let s = Settings::load_from(None, env(&[])).unwrap();
-        assert_eq!(s.redis.shards, vec!["redis://127.0.0.1:6379"]);
+        assert_eq!(s.redis.urls, vec!["redis://127.0.0.1:6379"]);
+        assert_eq!(s.redis.mode, RedisMode::Standalone);
+        assert_eq!(s.redis.partitions, None);
         assert_eq!(s.server.listen, "127.0.0.1:6789");
         assert_eq!(s.shutdown.grace_ms, 30_000);
         assert_eq!(s.jobs.backoff_ms[..4], [60_000, 180_000, 300_000, 420_000]);
@@ -460,18 +402,22 @@ mod tests {
     }
 
     #[test]
-    fn env_overrides_with_comma_separated_shards() {
+    fn env_overrides_with_comma_separated_urls() {
         let s = Settings::load_from(
             None,
             env(&[
-                ("DQ__REDIS__SHARDS", "redis://127.0.0.1:7001,redis://127.0.0.1:7002"),
+                ("DQ__REDIS__MODE", "cluster"),
+                ("DQ__REDIS__URLS", "redis://127.0.0.1:7001,redis://127.0.0.1:7002"),
+                ("DQ__REDIS__PARTITIONS", "1024"),
                 ("DQ__SERVER__LISTEN", "0.0.0.0:9000"),
                 ("DQ__SHUTDOWN__GRACE_MS", "5000"),
                 ("OTHER", "ignored"),
             ]),
         )
         .unwrap();
-        assert_eq!(s.redis.shards, vec!["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"]);
+        assert_eq!(s.redis.urls, vec!["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"]);
+        assert_eq!(s.redis.mode, RedisMode::Cluster);
+        assert_eq!(s.redis.partitions, Some(1024));
         assert_eq!(s.server.listen, "0.0.0.0:9000");
         assert_eq!(s.shutdown.grace_ms, 5000);
     }
@@ -490,8 +436,12 @@ mod tests {
     fn bad_values_name_the_key() {
         let cases: &[(&str, &str, &str)] = &[
             ("DQ__SERVER__LISTEN", "not an address", "server.listen"),
-            ("DQ__REDIS__SHARDS", "http://x", "redis.shards"),
-            ("DQ__REDIS__BUCKETS", "0", "redis.buckets"),
+            ("DQ__REDIS__URLS", "http://x", "redis.urls"),
+            ("DQ__REDIS__PARTITIONS", "0", "redis.partitions"),
+            ("DQ__REDIS__PARTITIONS", "5000", "redis.partitions"),
+            ("DQ__REDIS__MODE", "ring", "mode"),
+            ("DQ__REDIS__SHARDS", "redis://x", "redis.shards"),
+            ("DQ__REDIS__WAIT_TIMEOUT_MS", "0", "redis.wait_timeout_ms"),
             ("DQ__LOG__FORMAT", "xml", "log.format"),
             ("DQ__SHUTDOWN__GRACE_MS", "soon", "grace_ms"),
             ("DQ__SERVER__LISTN", "x", "listn"),
@@ -518,11 +468,5 @@ mod tests {
     fn missing_file_is_an_error() {
         let err = Settings::load_from(Some(Path::new("/nonexistent/dq.toml")), env(&[])).unwrap_err();
         assert!(err.to_string().contains("dq.toml"), "{err}");
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact("redis://:secret@host:6379/0"), "redis://***@host:6379/0");
-        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
     }
 }

@@ -1,0 +1,153 @@
+//! `[redis]`: which Redis, in which shape, and how dq talks to it.
+
+use serde::Deserialize;
+
+use super::{ConfigError, invalid};
+use crate::partition::MAX_PARTITIONS;
+
+/// The shape of dq's Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    /// One Redis: `redis.urls` names it.
+    #[default]
+    Standalone,
+    /// A primary that Redis Sentinel watches and fails over: `redis.urls` names the sentinels,
+    /// `redis.sentinel_master` the primary.
+    Sentinel,
+    /// Redis Cluster: `redis.urls` names seed nodes.
+    Cluster,
+}
+
+/// Redis and how we talk to it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisSettings {
+    /// Standalone, Sentinel or Cluster.
+    pub mode: RedisMode,
+    /// The Redis (standalone), the sentinels (sentinel) or seed nodes (cluster). `user:password@` for an
+    /// ACL user and `rediss://` for TLS work in every shape.
+    pub urls: Vec<String>,
+    /// The name under which the sentinels know the primary.
+    pub sentinel_master: String,
+    /// Partitions of the installation, fixed when it is created and stored in Redis. Unset: whatever the
+    /// installation has, or 256 for a new one; set: must equal the stored count, or the process refuses
+    /// to start.
+    pub partitions: Option<u32>,
+    /// Prefix of every key, so that several installations can share a Redis.
+    pub prefix: String,
+    /// Connections to the primary in each process's pool (standalone, Sentinel). Requests share them:
+    /// redis-rs pipelines concurrent commands on one connection, so one is enough.
+    pub pool_size: u32,
+    /// How long to wait for a connection before answering `unavailable`.
+    pub connect_timeout_ms: u64,
+    /// How long to wait for a command's answer before treating the connection as broken.
+    pub response_timeout_ms: u64,
+    /// Cluster: how often a command is retried while the cluster moves slots or fails over (waits grow
+    /// from 50 to 500 ms, so the default of 20 spans about 5 s, more than a failover takes).
+    pub cluster_retries: u32,
+    /// Replicas that must confirm each write (Redis WAIT) before dq answers it (0: don't wait).
+    pub wait_replicas: u32,
+    /// How long a write waits for `wait_replicas` confirmations before it is answered `unavailable`.
+    pub wait_timeout_ms: u64,
+    /// The old setting, refused with a message saying what replaced it.
+    shards: Option<serde::de::IgnoredAny>,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self {
+            mode: RedisMode::Standalone,
+            urls: vec!["redis://127.0.0.1:6379".into()],
+            sentinel_master: "mymaster".into(),
+            partitions: None,
+            prefix: "dq".into(),
+            pool_size: 1,
+            connect_timeout_ms: 1000,
+            response_timeout_ms: 2000,
+            cluster_retries: 20,
+            wait_replicas: 0,
+            wait_timeout_ms: 1000,
+            shards: None,
+        }
+    }
+}
+
+impl RedisSettings {
+    /// Checks what the types alone do not.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.shards.is_some() {
+            return Err(invalid(
+                "redis.shards",
+                "is replaced by redis.mode and redis.urls (Redis Cluster or Sentinel for more than one Redis); \
+                 data stored under redis.shards is converted by `dq-checker migrate`",
+            ));
+        }
+        if self.urls.is_empty() {
+            return Err(invalid("redis.urls", "at least one Redis URL is needed"));
+        }
+        if self.mode == RedisMode::Standalone && self.urls.len() > 1 {
+            return Err(invalid(
+                "redis.urls",
+                "standalone mode takes one URL; for several Redis use redis.mode = cluster or sentinel",
+            ));
+        }
+        for url in &self.urls {
+            redis::Client::open(url.as_str())
+                .map_err(|e| invalid("redis.urls", format!("`{}` is not a Redis URL: {e}", redact(url))))?;
+        }
+        if self.mode == RedisMode::Sentinel && self.sentinel_master.is_empty() {
+            return Err(invalid("redis.sentinel_master", "must name the primary"));
+        }
+        if let Some(p) = self.partitions
+            && !(1..=MAX_PARTITIONS).contains(&p)
+        {
+            return Err(invalid(
+                "redis.partitions",
+                format!("must be between 1 and {MAX_PARTITIONS}, got {p}"),
+            ));
+        }
+        if self.prefix.is_empty()
+            || self
+                .prefix
+                .contains(|c: char| c.is_whitespace() || c == '{' || c == '}')
+        {
+            return Err(invalid("redis.prefix", "must be non-empty, without spaces or braces"));
+        }
+        if self.pool_size == 0 {
+            return Err(invalid("redis.pool_size", "must be at least 1"));
+        }
+        if self.connect_timeout_ms == 0 {
+            return Err(invalid("redis.connect_timeout_ms", "must be at least 1"));
+        }
+        if self.response_timeout_ms == 0 {
+            return Err(invalid("redis.response_timeout_ms", "must be at least 1"));
+        }
+        if self.wait_timeout_ms == 0 {
+            return Err(invalid("redis.wait_timeout_ms", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// A Redis URL without its password, for logs and errors.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact("redis://:secret@host:6379/0"), "redis://***@host:6379/0");
+        assert_eq!(redact("rediss://dq:secret@host:6379"), "rediss://***@host:6379");
+        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+    }
+}

@@ -1,0 +1,471 @@
+//! The connection to Redis in its three shapes, behind one type: a standalone Redis, a primary that Redis
+//! Sentinel names (re-resolved on failover and on READONLY), or a Redis Cluster (redis-rs's cluster-async
+//! connection, which follows MOVED/ASK, retries TRYAGAIN/CLUSTERDOWN and refreshes the topology itself).
+//!
+//! Nothing above this module knows the shape: every script names keys of one partition, so Redis Cluster
+//! routes it by its first key, and standalone and Sentinel have every partition on one primary.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{AsyncConnectionConfig, Client, FromRedisValue, IntoConnectionInfo, ScriptInvocation};
+use tokio::sync::{Mutex, OnceCell};
+
+use crate::config::{RedisMode, RedisSettings, redact};
+use crate::error::{Error, Result, is_connection_error};
+
+/// The connection to dq's Redis, whatever its shape. Cheap to clone.
+#[derive(Clone)]
+pub struct Redis {
+    /// Shared by every clone.
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The shape.
+    mode: RedisMode,
+    /// The URLs as configured, without passwords, for logs and pages.
+    names: Vec<String>,
+    /// How commands reach Redis.
+    conn: Conn,
+    /// `redis.wait_replicas` and `redis.wait_timeout_ms`.
+    wait: Option<(u32, u64)>,
+}
+
+enum Conn {
+    /// Standalone or Sentinel: one primary, a pool of multiplexed connections to it.
+    Primary {
+        /// The pool; a broken connection is dropped and the next one resolves the primary afresh.
+        pool: bb8::Pool<PrimaryConnections>,
+        /// Where the pool connects, for the dedicated pub/sub connections too.
+        target: Arc<Target>,
+    },
+    /// Redis Cluster: one multiplexed connection per node, made on first use.
+    Cluster {
+        /// The client the connection is made from.
+        client: Box<redis::cluster::ClusterClient>,
+        /// The connection, once made.
+        conn: OnceCell<ClusterConnection>,
+    },
+}
+
+impl std::fmt::Debug for Redis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redis")
+            .field("mode", &self.inner.mode)
+            .field("urls", &self.inner.names)
+            .finish()
+    }
+}
+
+/// Where a primary's connections come from.
+enum Target {
+    /// A standalone Redis.
+    Url(Client),
+    /// The primary Sentinel names now, asked again for every new connection.
+    Sentinel(Mutex<SentinelClient>),
+}
+
+impl Target {
+    async fn client(&self) -> redis::RedisResult<Client> {
+        match self {
+            Target::Url(c) => Ok(c.clone()),
+            Target::Sentinel(s) => s.lock().await.async_get_client().await,
+        }
+    }
+}
+
+/// bb8's manager for the primary's connections. A checkout only clones the multiplexed connection and
+/// gives it straight back, so concurrent requests share the pool's few sockets and redis-rs pipelines
+/// them; the pool owns connecting, timeouts and replacing broken sockets.
+struct PrimaryConnections {
+    /// Where to connect.
+    target: Arc<Target>,
+    /// Connect and answer timeouts for each new connection.
+    config: AsyncConnectionConfig,
+}
+
+/// A pooled connection that remembers whether it saw a connection error (or a READONLY: a demoted
+/// primary), so the pool drops it and the next one resolves the primary again.
+struct PrimaryConnection {
+    /// The multiplexed connection.
+    conn: MultiplexedConnection,
+    /// Set by whichever clone saw the error.
+    broken: Arc<AtomicBool>,
+}
+
+impl bb8::ManageConnection for PrimaryConnections {
+    type Connection = PrimaryConnection;
+    type Error = redis::RedisError;
+
+    async fn connect(&self) -> Result<PrimaryConnection, redis::RedisError> {
+        let client = self.target.client().await?;
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        Ok(PrimaryConnection {
+            conn,
+            broken: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    async fn is_valid(&self, conn: &mut PrimaryConnection) -> Result<(), redis::RedisError> {
+        redis::cmd("PING").query_async::<()>(&mut conn.conn).await
+    }
+
+    fn has_broken(&self, conn: &mut PrimaryConnection) -> bool {
+        conn.broken.load(Ordering::Relaxed)
+    }
+}
+
+/// A connection to run one operation on, and how to report its outcome back.
+enum Handle {
+    Primary(MultiplexedConnection, Arc<AtomicBool>),
+    Cluster(ClusterConnection),
+}
+
+impl Redis {
+    /// A connection in the configured shape. Connects lazily, so Redis being down does not stop start-up.
+    pub fn new(settings: &RedisSettings) -> Result<Self> {
+        let bad = |e: redis::RedisError| Error::Unavailable {
+            partition: None,
+            reason: e.to_string(),
+        };
+        let connect = Duration::from_millis(settings.connect_timeout_ms);
+        let response = Duration::from_millis(settings.response_timeout_ms);
+        let conn = match settings.mode {
+            RedisMode::Standalone | RedisMode::Sentinel => {
+                let target = Arc::new(if settings.mode == RedisMode::Standalone {
+                    Target::Url(Client::open(settings.urls[0].as_str()).map_err(bad)?)
+                } else {
+                    Target::Sentinel(Mutex::new(sentinel_client(settings).map_err(bad)?))
+                });
+                let manager = PrimaryConnections {
+                    target: target.clone(),
+                    config: AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(connect))
+                        .set_response_timeout(Some(response)),
+                };
+                let pool = bb8::Pool::builder()
+                    .max_size(settings.pool_size)
+                    .min_idle(Some(0))
+                    .test_on_check_out(false)
+                    .connection_timeout(connect)
+                    .build_unchecked(manager);
+                Conn::Primary { pool, target }
+            }
+            RedisMode::Cluster => {
+                let client = redis::cluster::ClusterClientBuilder::new(settings.urls.iter().map(|u| u.as_str()))
+                    .connection_timeout(connect)
+                    .response_timeout(response)
+                    // A failover takes the cluster's node timeout plus an election; retry across it.
+                    .retries(settings.cluster_retries)
+                    .min_retry_wait(50)
+                    .max_retry_wait(500)
+                    .build()
+                    .map_err(bad)?;
+                Conn::Cluster {
+                    client: Box::new(client),
+                    conn: OnceCell::new(),
+                }
+            }
+        };
+        Ok(Redis {
+            inner: Arc::new(Inner {
+                mode: settings.mode,
+                names: settings.urls.iter().map(|u| redact(u)).collect(),
+                conn,
+                wait: (settings.wait_replicas > 0).then_some((settings.wait_replicas, settings.wait_timeout_ms)),
+            }),
+        })
+    }
+
+    /// The shape.
+    pub fn mode(&self) -> RedisMode {
+        self.inner.mode
+    }
+
+    /// The configured URLs without passwords.
+    pub fn names(&self) -> &[String] {
+        &self.inner.names
+    }
+
+    async fn handle(&self) -> Result<Handle> {
+        match &self.inner.conn {
+            Conn::Primary { pool, .. } => loop {
+                let pooled = pool.get().await.map_err(|e| Error::Unavailable {
+                    partition: None,
+                    reason: e.to_string(),
+                })?;
+                // A broken one is dropped from the pool when `pooled` goes; take another.
+                if !pooled.broken.load(Ordering::Relaxed) {
+                    return Ok(Handle::Primary(pooled.conn.clone(), pooled.broken.clone()));
+                }
+            },
+            Conn::Cluster { client, conn } => {
+                let c = conn
+                    .get_or_try_init(|| client.get_async_connection())
+                    .await
+                    .map_err(|e| Error::Unavailable {
+                        partition: None,
+                        reason: e.to_string(),
+                    })?;
+                Ok(Handle::Cluster(c.clone()))
+            }
+        }
+    }
+
+    /// Runs a script (EVALSHA, loading it on NOSCRIPT) whose keys are all in one partition. With
+    /// `redis.wait_replicas`, a script that wrote answers only once that many replicas have the write.
+    pub async fn invoke<T: FromRedisValue>(&self, script: &ScriptInvocation<'_>) -> redis::RedisResult<T> {
+        match self.handle().await.map_err(to_redis)? {
+            Handle::Primary(mut c, broken) => mark(&broken, script.invoke_async(&mut c).await),
+            Handle::Cluster(mut c) => script.invoke_async(&mut c).await,
+        }
+    }
+
+    /// Runs one command (routed by its key on a cluster).
+    pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        match self.handle().await.map_err(to_redis)? {
+            Handle::Primary(mut c, broken) => mark(&broken, cmd.query_async(&mut c).await),
+            Handle::Cluster(mut c) => cmd.query_async(&mut c).await,
+        }
+    }
+
+    /// Runs a pipeline whose keys are all in one partition.
+    pub async fn pipe<T: FromRedisValue>(&self, pipe: &redis::Pipeline) -> redis::RedisResult<T> {
+        match self.handle().await.map_err(to_redis)? {
+            Handle::Primary(mut c, broken) => mark(&broken, pipe.query_async(&mut c).await),
+            Handle::Cluster(mut c) => pipe.query_async(&mut c).await,
+        }
+    }
+
+    /// Runs one command on the primary that serves `slot` (on a cluster; the primary elsewhere): commands
+    /// without a key, such as WAIT or CLUSTER COUNTKEYSINSLOT.
+    pub async fn query_at<T: FromRedisValue>(&self, slot: u16, cmd: redis::Cmd) -> redis::RedisResult<T> {
+        match self.handle().await.map_err(to_redis)? {
+            Handle::Primary(mut c, broken) => mark(&broken, cmd.query_async(&mut c).await),
+            Handle::Cluster(mut c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let route =
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)));
+                let v = c.route_command(cmd, route).await?;
+                T::from_redis_value(v).map_err(Into::into)
+            }
+        }
+    }
+
+    /// Waits until `redis.wait_replicas` replicas have every write made so far on the connection to the
+    /// primary that serves `slot`; `Ok(None)` when durable writes are off, else how many confirmed.
+    pub async fn wait_replicas(&self, slot: u16) -> redis::RedisResult<Option<(u32, u32)>> {
+        let Some((want, timeout)) = self.inner.wait else {
+            return Ok(None);
+        };
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(want).arg(timeout);
+        let got: u32 = self.query_at(slot, cmd).await?;
+        Ok(Some((want, got)))
+    }
+
+    /// Every primary node's address, for health probes and per-node commands: the configured node
+    /// (standalone), the primary Sentinel names now, or the cluster's primaries as the cluster reports them.
+    pub async fn primaries(&self) -> redis::RedisResult<Vec<Node>> {
+        match self.handle().await.map_err(to_redis)? {
+            Handle::Primary(..) => Ok(vec![Node {
+                name: self.primary_name(),
+                addr: None,
+            }]),
+            Handle::Cluster(mut c) => {
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                let v = c
+                    .route_command(
+                        redis::cmd("CLUSTER").arg("NODES").clone(),
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                    )
+                    .await?;
+                let text: String = redis::from_redis_value(v)?;
+                Ok(cluster_primaries(&text))
+            }
+        }
+    }
+
+    /// Runs one command on one primary (INFO, CONFIG GET …).
+    pub async fn query_node<T: FromRedisValue>(&self, node: &Node, cmd: redis::Cmd) -> redis::RedisResult<T> {
+        match (&node.addr, self.handle().await.map_err(to_redis)?) {
+            (Some((host, port)), Handle::Cluster(mut c)) => {
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                });
+                redis::from_redis_value(c.route_command(cmd, route).await?).map_err(Into::into)
+            }
+            (_, Handle::Primary(mut c, broken)) => mark(&broken, cmd.query_async(&mut c).await),
+            (None, Handle::Cluster(mut c)) => cmd.query_async(&mut c).await,
+        }
+    }
+
+    /// Every key matching `pattern`, on every primary (SCAN; a cluster is scanned node by node).
+    pub async fn scan(&self, pattern: &str) -> redis::RedisResult<Vec<String>> {
+        const COUNT: usize = 1000;
+        let mut keys = Vec::new();
+        for node in self.primaries().await? {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(COUNT);
+                let (next, batch): (u64, Vec<String>) = match (&node.addr, self.handle().await.map_err(to_redis)?) {
+                    (Some((host, port)), Handle::Cluster(mut c)) => {
+                        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                            host: host.clone(),
+                            port: *port,
+                        });
+                        redis::from_redis_value(c.route_command(cmd, route).await?)?
+                    }
+                    (_, Handle::Primary(mut c, broken)) => mark(&broken, cmd.query_async(&mut c).await)?,
+                    (None, Handle::Cluster(mut c)) => cmd.query_async(&mut c).await?,
+                };
+                keys.extend(batch);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(keys)
+    }
+
+    fn primary_name(&self) -> String {
+        match self.inner.mode {
+            RedisMode::Sentinel => format!("sentinel/{}", self.inner.names.join(",")),
+            _ => self.inner.names.first().cloned().unwrap_or_default(),
+        }
+    }
+
+    /// PING one primary (`None`: the primary of standalone or Sentinel) with a deadline: its round trip.
+    pub async fn ping(&self, node: &Node, timeout: Duration) -> redis::RedisResult<Duration> {
+        let start = std::time::Instant::now();
+        let ping = async {
+            match (&node.addr, self.handle().await.map_err(to_redis)?) {
+                (Some((host, port)), Handle::Cluster(mut c)) => {
+                    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port: *port,
+                    });
+                    c.route_command(redis::cmd("PING"), route).await.map(|_| ())
+                }
+                (_, Handle::Primary(mut c, broken)) => mark(&broken, redis::cmd("PING").query_async(&mut c).await),
+                (None, Handle::Cluster(mut c)) => redis::cmd("PING").query_async(&mut c).await,
+            }
+        };
+        match tokio::time::timeout(timeout, ping).await {
+            Ok(r) => r.map(|()| start.elapsed()),
+            Err(_) => Err(redis::RedisError::from((redis::ErrorKind::Io, "PING timed out"))),
+        }
+    }
+
+    /// Clients for a pub/sub connection, in the order to try them: the primary (standalone, or the one
+    /// Sentinel names now); on a cluster, every configured node (a PUBLISH reaches every node).
+    pub async fn pubsub_clients(&self, settings: &RedisSettings) -> redis::RedisResult<Vec<Client>> {
+        match &self.inner.conn {
+            Conn::Primary { target, .. } => Ok(vec![target.client().await?]),
+            Conn::Cluster { .. } => settings.urls.iter().map(|u| Client::open(u.as_str())).collect(),
+        }
+    }
+}
+
+/// A primary node: a name for metrics and logs, and on a cluster its address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// `host:port` on a cluster, else the configured URL without password.
+    pub name: String,
+    /// Host and port on a cluster.
+    pub addr: Option<(String, u16)>,
+}
+
+/// The connected primaries in a CLUSTER NODES answer.
+fn cluster_primaries(text: &str) -> Vec<Node> {
+    let mut out: Vec<Node> = text
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            let flags = f.get(2)?;
+            // A primary that holds slots, failing ones included (their probe shows them down).
+            if !flags.split(',').any(|x| x == "master") || f.len() < 9 || flags.contains("noaddr") {
+                return None;
+            }
+            // 127.0.0.1:7000@17000[,hostname]
+            let addr = f.get(1)?.split(['@', ',']).next()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            Some(Node {
+                name: addr.to_string(),
+                addr: Some((host.to_string(), port.parse().ok()?)),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+fn sentinel_client(settings: &RedisSettings) -> redis::RedisResult<SentinelClient> {
+    // The sentinels' URLs carry how to reach the sentinels; the data nodes take the first URL's
+    // credentials and TLS, since Sentinel reports only their addresses.
+    let first = settings.urls[0].as_str().into_connection_info()?;
+    let mut node = SentinelNodeConnectionInfo::default().set_redis_connection_info(first.redis_settings().clone());
+    if let redis::ConnectionAddr::TcpTls { insecure, .. } = first.addr() {
+        node = node.set_tls_mode(if *insecure {
+            redis::TlsMode::Insecure
+        } else {
+            redis::TlsMode::Secure
+        });
+    }
+    SentinelClient::build(
+        settings.urls.iter().map(|u| u.as_str()).collect::<Vec<_>>(),
+        settings.sentinel_master.clone(),
+        Some(node),
+        SentinelServerType::Master,
+    )
+}
+
+/// Marks a pooled connection broken after a connection error, or after READONLY (the primary was demoted:
+/// the next connection resolves the new one).
+fn mark<T>(broken: &AtomicBool, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
+    if let Err(e) = &r
+        && (is_connection_error(e) || e.code() == Some("READONLY"))
+    {
+        broken.store(true, Ordering::Relaxed);
+    }
+    r
+}
+
+fn to_redis(e: Error) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, "no connection", e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_nodes_answer_gives_connected_primaries() {
+        let text = "\
+a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7002@17002 master - 0 1 2 connected 5461-10922
+c3 127.0.0.1:7003@17003 master,fail - 0 1 3 connected
+c4 127.0.0.1:7006@17006 master,fail? - 0 1 3 connected 16000
+d4 127.0.0.1:7004@17004 slave a1 0 1 1 connected
+e5 127.0.0.1:7005@17005,host5 master - 0 1 5 connected 10923-16383
+";
+        let names: Vec<String> = cluster_primaries(text).into_iter().map(|n| n.name).collect();
+        assert_eq!(
+            names,
+            ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7005", "127.0.0.1:7006"]
+        );
+    }
+}

@@ -1,0 +1,265 @@
+//! Partitions: the fixed number of parts every installation's jobs are spread over, and which one holds a
+//! job.
+//!
+//! All keys of a partition share one Redis Cluster hash tag, so every script touches one slot and stays
+//! atomic on a cluster; Redis's own tools move whole partitions between nodes, and no job ever changes
+//! partition. The tags are chosen so that the partitions sit evenly spaced over the 16,384 slots: a
+//! cluster whose slots are balanced (`redis-cli --cluster rebalance`) then carries an even share of
+//! partitions on every primary, within one partition, however few partitions there are.
+//!
+//! A producer-given id maps to a partition by a stable hash. A server-made id is a ULID whose last three
+//! characters are chosen so that the same hash lands on the partition the server picked (one that
+//! answers, in turn), so an id always says where its job lives, with no lookup.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use rand::Rng;
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Slots in a Redis Cluster.
+pub const SLOTS: u32 = 16_384;
+
+/// Most partitions an installation may have: each needs a slot range of its own of at least four
+/// slots, and more partitions than that buys nothing a cluster can use.
+pub const MAX_PARTITIONS: u32 = 4096;
+
+/// The partition count used when an installation is created without `redis.partitions`: enough for
+/// 12 primaries to carry 21 or 22 each (and 128 primaries 2 each), few enough that a single Redis pays
+/// nothing measurable for the ones it does not need (see docs/architecture.md#partitions).
+pub const DEFAULT_PARTITIONS: u32 = 256;
+
+/// Crockford's base 32, the alphabet of ULIDs.
+const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// The partitions of one installation: their hash tags, and which ones answered at last contact.
+#[derive(Debug, Clone)]
+pub struct Partitions {
+    /// Shared between the clones every request makes.
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Hash tag of each partition (without braces), e.g. `17.403`.
+    tags: Vec<String>,
+    /// Partition of each tag, to read a partition back from a key or channel name.
+    by_tag: HashMap<String, u16>,
+    /// Whether the last operation on each partition reached Redis.
+    up: Vec<AtomicBool>,
+    /// Where the next server-made id starts looking for a partition that is up.
+    next: AtomicUsize,
+}
+
+impl Partitions {
+    /// `count` partitions (1 to [`MAX_PARTITIONS`]; checked by the config).
+    pub fn new(count: u32) -> Self {
+        let tags: Vec<String> = (0..count).map(|p| tag_for(p, count)).collect();
+        let by_tag = tags.iter().enumerate().map(|(p, t)| (t.clone(), p as u16)).collect();
+        Partitions {
+            inner: Arc::new(Inner {
+                up: (0..count).map(|_| AtomicBool::new(true)).collect(),
+                tags,
+                by_tag,
+                next: AtomicUsize::new(rand::rng().random_range(0..count as usize)),
+            }),
+        }
+    }
+
+    /// How many there are.
+    pub fn count(&self) -> u16 {
+        self.inner.tags.len() as u16
+    }
+
+    /// Every partition number.
+    pub fn all(&self) -> std::ops::Range<u16> {
+        0..self.count()
+    }
+
+    /// Partition `p`'s hash tag, without braces.
+    pub fn tag(&self, p: u16) -> &str {
+        &self.inner.tags[p as usize]
+    }
+
+    /// The partition whose hash tag is `tag`.
+    pub fn of_tag(&self, tag: &str) -> Option<u16> {
+        self.inner.by_tag.get(tag).copied()
+    }
+
+    /// The partition that holds job `id`.
+    pub fn of_id(&self, id: &str) -> u16 {
+        partition_of(id, self.count() as u32) as u16
+    }
+
+    /// A fresh server-made id and its partition: the next partition, in turn, that answered at last
+    /// contact (any, when none did), so pushes without an id spread evenly and avoid a partition that is
+    /// down. `avoid` is skipped too (it just failed).
+    pub fn fresh_id(&self, avoid: Option<u16>) -> (String, u16) {
+        let p = self.next_up(avoid);
+        (self.fresh_in(p), p)
+    }
+
+    /// The next partition, in turn, that answered at last contact (any, when none did), other than `avoid`.
+    pub fn next_up(&self, avoid: Option<u16>) -> u16 {
+        let n = self.count() as usize;
+        let start = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|k| ((start + k) % n) as u16)
+            .find(|&p| Some(p) != avoid && self.is_up(p))
+            .unwrap_or((start % n) as u16)
+    }
+
+    /// A fresh server-made id (a ULID) in partition `p`.
+    pub fn fresh_in(&self, p: u16) -> String {
+        id_in(&ulid::Ulid::new().to_string(), p as u32, self.count() as u32)
+    }
+
+    /// Whether the last operation on partition `p` reached Redis.
+    pub fn is_up(&self, p: u16) -> bool {
+        self.inner.up[p as usize].load(Ordering::Relaxed)
+    }
+
+    /// Records whether an operation on partition `p` reached Redis.
+    pub fn set_up(&self, p: u16, up: bool) {
+        self.inner.up[p as usize].store(up, Ordering::Relaxed);
+    }
+}
+
+/// The Redis Cluster slot of a key or hash tag (CRC16/XMODEM of the tag, mod 16,384).
+pub fn slot_of(tag: &str) -> u16 {
+    (crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) as u32 % SLOTS) as u16
+}
+
+/// Partition `p`'s tag: `<p>.<k>` with the smallest `k` whose slot falls in the `p`-th of `count` equal
+/// ranges of slots. Deterministic, so every process computes the same tags.
+fn tag_for(p: u32, count: u32) -> String {
+    let (lo, hi) = (p * SLOTS / count, (p + 1) * SLOTS / count);
+    (0u32..)
+        .map(|k| format!("{p}.{k}"))
+        .find(|t| (lo..hi).contains(&(slot_of(t) as u32)))
+        .expect("some tag falls in every range")
+}
+
+/// The value of a Crockford digit.
+fn digit(c: u8) -> u32 {
+    CROCKFORD.iter().position(|&d| d == c).unwrap_or(0) as u32
+}
+
+/// Partition of an id among `count`. A ULID (26 characters of Crockford's base 32, what the server
+/// makes): a hash of its first 23 characters plus its last three read as base-32 digits, which lets a
+/// server-made id pick its partition, and is even for any ULIDs (their last characters are random).
+/// Any other id: a hash of the whole id, even for sequential ids such as order numbers.
+pub fn partition_of(id: &str, count: u32) -> u32 {
+    let b = id.as_bytes();
+    if b.len() != 26 || !b.iter().all(|c| CROCKFORD.contains(c)) {
+        return (xxh3_64(b) % count as u64) as u32;
+    }
+    let (head, tail) = b.split_at(b.len() - 3);
+    let v = digit(tail[0]) * 1024 + digit(tail[1]) * 32 + digit(tail[2]);
+    ((xxh3_64(head) % count as u64) as u32 + v) % count
+}
+
+/// `ulid` with its last three characters set so that it falls in partition `p` of `count` (their other
+/// values stay random).
+fn id_in(ulid: &str, p: u32, count: u32) -> String {
+    let head = &ulid[..ulid.len() - 3];
+    let h = (xxh3_64(head.as_bytes()) % count as u64) as u32;
+    let base = (p + count - h) % count;
+    // Any base + k·count below 32,768 does; pick k at random to keep the ids' randomness.
+    let k = rand::rng().random_range(0..=(32_767 - base) / count);
+    let v = base + k * count;
+    let mut id = head.to_string();
+    for shift in [10, 5, 0] {
+        id.push(CROCKFORD[((v >> shift) & 31) as usize] as char);
+    }
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn producer_ids_spread_evenly_and_stay_put() {
+        let ids: Vec<String> = (0..64_000).map(|i| format!("order-{i}")).collect();
+        let mut per = vec![0usize; 64];
+        for id in &ids {
+            let p = partition_of(id, 64);
+            assert_eq!(p, partition_of(id, 64));
+            per[p as usize] += 1;
+        }
+        for n in &per {
+            assert!((800..1200).contains(n), "{per:?}");
+        }
+        assert!(ids.iter().all(|id| partition_of(id, 1) == 0));
+        assert!(partition_of("a", 7) < 7 && partition_of("", 7) < 7);
+        // Producer-given ULIDs spread evenly too.
+        let mut per = vec![0usize; 64];
+        for _ in 0..64_000 {
+            per[partition_of(&ulid::Ulid::new().to_string(), 64) as usize] += 1;
+        }
+        assert!(per.iter().all(|n| (800..1200).contains(n)), "{per:?}");
+    }
+
+    #[test]
+    fn server_ids_land_where_they_were_sent_and_stay_ulids() {
+        for count in [1, 2, 7, 256, 1024, MAX_PARTITIONS] {
+            let parts = Partitions::new(count);
+            for _ in 0..200 {
+                let (id, p) = parts.fresh_id(None);
+                assert_eq!(parts.of_id(&id), p, "{id} in {count}");
+                assert!(id.parse::<ulid::Ulid>().is_ok(), "{id}");
+            }
+        }
+    }
+
+    #[test]
+    fn fresh_ids_take_partitions_in_turn_and_avoid_those_down() {
+        let parts = Partitions::new(8);
+        let mut seen = [0; 8];
+        for _ in 0..80 {
+            seen[parts.fresh_id(None).1 as usize] += 1;
+        }
+        assert_eq!(seen, [10; 8]);
+        parts.set_up(3, false);
+        assert!((0..100).all(|_| parts.fresh_id(Some(5)).1 != 3));
+        assert!((0..100).all(|_| parts.fresh_id(Some(5)).1 != 5));
+        for p in parts.all() {
+            parts.set_up(p, false);
+        }
+        assert!(parts.fresh_id(None).1 < 8, "with none up, any will do");
+    }
+
+    #[test]
+    fn tags_sit_evenly_over_the_slots() {
+        for count in [1, 3, 12, 256, 1000, MAX_PARTITIONS] {
+            let parts = Partitions::new(count);
+            let mut last = None;
+            for p in parts.all() {
+                let slot = slot_of(parts.tag(p)) as u32;
+                assert!((p as u32 * SLOTS / count..(p as u32 + 1) * SLOTS / count).contains(&slot));
+                assert!(last < Some(slot));
+                last = Some(slot);
+                assert_eq!(parts.of_tag(parts.tag(p)), Some(p));
+            }
+        }
+        // A 12-primary cluster with balanced slots (1365 or 1366 each) holds 21 or 22 of 256.
+        let parts = Partitions::new(256);
+        for node in 0..12u32 {
+            let (lo, hi) = (node * SLOTS / 12, (node + 1) * SLOTS / 12);
+            let n = parts
+                .all()
+                .filter(|&p| (lo..hi).contains(&(slot_of(parts.tag(p)) as u32)))
+                .count();
+            assert!((21..=22).contains(&n), "node {node}: {n}");
+        }
+    }
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from Redis's CLUSTER KEYSLOT.
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(slot_of("123456789"), 12739);
+    }
+}

@@ -1,0 +1,57 @@
+//! The installation's layout in Redis: its partition count, fixed at creation, and the refusal of the
+//! layout dq used before partitions.
+
+use crate::connection::Redis;
+use crate::error::{Error, Result};
+use crate::keys::Keys;
+use crate::partition::DEFAULT_PARTITIONS;
+
+/// The partition count of the installation in Redis: the stored one (which must equal `configured` when
+/// that is set), or, for a new installation, `configured` (else the default), stored now. An old layout
+/// (`redis.shards`) is refused with the command that converts it.
+pub async fn ensure(redis: &Redis, keys: &Keys, configured: Option<u32>) -> Result<u32> {
+    let unavailable = |e: redis::RedisError| Error::Unavailable {
+        partition: None,
+        reason: format!("cannot read the installation's layout ({}): {e}", keys.layout()),
+    };
+    let stored: Option<u32> = redis
+        .query(redis::cmd("HGET").arg(keys.layout()).arg("partitions"))
+        .await
+        .map_err(unavailable)?;
+    let count = match stored {
+        Some(n) => n,
+        None => {
+            let old: bool = redis
+                .query(redis::cmd("EXISTS").arg(keys.old_layout()))
+                .await
+                .map_err(unavailable)?;
+            if old {
+                return Err(Error::Invalid(format!(
+                    "this Redis holds dq's old layout (`{}`, from redis.shards); convert it with \
+                     `dq-checker migrate --from <each old shard's URL>` before starting dq",
+                    keys.old_layout()
+                )));
+            }
+            let want = configured.unwrap_or(DEFAULT_PARTITIONS);
+            let _: bool = redis
+                .query(redis::cmd("HSETNX").arg(keys.layout()).arg("partitions").arg(want))
+                .await
+                .map_err(unavailable)?;
+            // Another process may have created it first, with its own count.
+            redis
+                .query::<Option<u32>>(redis::cmd("HGET").arg(keys.layout()).arg("partitions"))
+                .await
+                .map_err(unavailable)?
+                .unwrap_or(want)
+        }
+    };
+    match configured {
+        Some(c) if c != count => Err(Error::Invalid(format!(
+            "redis.partitions is {c}, but this installation was created with {count} partitions \
+             (stored in {}); the count is fixed for an installation's life: set redis.partitions = {count} \
+             or leave it unset",
+            keys.layout()
+        ))),
+        _ => Ok(count),
+    }
+}

@@ -1,0 +1,190 @@
+//! The typed queue API: every operation on jobs, each one script on one partition.
+//!
+//! Split by role: [`push`] (storing jobs, with the group commit), [`jobs`] (look up, delete,
+//! reschedule), [`reserve`] (reserve, ack, nack, touch, release), [`timer`] (promote, expire, the
+//! timers' heartbeat), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition
+//! count stored in Redis) and [`decode`] (script answers into types).
+
+pub mod dead;
+mod decode;
+pub mod jobs;
+pub mod layout;
+pub mod push;
+pub mod ready;
+pub mod reserve;
+pub mod stats;
+pub mod timer;
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redis::{FromRedisValue, ScriptInvocation};
+
+use crate::coalesce::Coalescer;
+use crate::config::{JobDefaults, Limits, RedisMode, Settings};
+use crate::connection::Redis;
+use crate::error::{Error, Result};
+use crate::job::{NewJob, PushRequest};
+use crate::keys::{Keys, PartitionKeys};
+use crate::partition::{Partitions, slot_of};
+
+pub use self::ready::ReadyIndex;
+pub use self::stats::{NodeStats, Stats};
+pub use self::timer::{Balance, Expired, Promoted};
+
+/// The queue: the connection, the partitions, key names, limits and defaults. Cheap to clone; clones
+/// share the connection.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    /// Where jobs live.
+    redis: Redis,
+    /// How many partitions, their tags, which ones answer.
+    partitions: Partitions,
+    /// Names of the keys that are not a job's.
+    keys: Keys,
+    /// Each partition's key names, by partition.
+    partition_keys: Arc<[PartitionKeys]>,
+    /// Bounds on requests.
+    limits: Limits,
+    /// Values for what a push leaves out.
+    defaults: JobDefaults,
+    /// The group commit of pushes.
+    pushes: Arc<Coalescer<push::PushGroup, push::PushOutcome>>,
+    /// Which partitions may hold ready jobs of which topics, so reserves go straight to them.
+    ready: Arc<ReadyIndex>,
+}
+
+impl Queue {
+    /// A queue over the configured Redis, with the installation's partition count: read from Redis (and
+    /// checked against `redis.partitions` when that is set), or stored there for a new installation.
+    /// Refuses the layout dq used before partitions, naming the command that converts it.
+    pub async fn connect(settings: &Settings) -> Result<Self> {
+        let redis = Redis::new(&settings.redis)?;
+        let keys = Keys::new(settings.redis.prefix.clone());
+        let count = layout::ensure(&redis, &keys, settings.redis.partitions).await?;
+        Ok(Self::with_partitions(settings, redis, count))
+    }
+
+    /// A queue over `count` partitions, without looking at Redis (the layout was checked already).
+    pub fn with_partitions(settings: &Settings, redis: Redis, count: u32) -> Self {
+        let keys = Keys::new(settings.redis.prefix.clone());
+        let partitions = Partitions::new(count);
+        let partition_keys = partitions.all().map(|p| keys.partition(partitions.tag(p))).collect();
+        // On a cluster, calls to different primaries proceed side by side.
+        let in_flight = if settings.redis.mode == RedisMode::Cluster {
+            8
+        } else {
+            2
+        };
+        Queue {
+            redis,
+            partitions,
+            keys,
+            partition_keys,
+            limits: settings.limits.clone(),
+            defaults: settings.jobs.clone(),
+            pushes: Arc::new(Coalescer::new(push::PUSH_GROUP_JOBS, in_flight)),
+            ready: Arc::new(ReadyIndex::default()),
+        }
+    }
+
+    /// The connection.
+    pub fn redis(&self) -> &Redis {
+        &self.redis
+    }
+
+    /// The partitions.
+    pub fn partitions(&self) -> &Partitions {
+        &self.partitions
+    }
+
+    /// Names of the keys that are not a job's.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Partition `p`'s key names.
+    pub fn partition_keys(&self, p: u16) -> &PartitionKeys {
+        &self.partition_keys[p as usize]
+    }
+
+    /// The index of partitions with ready jobs that reserves in this process follow.
+    pub fn ready_index(&self) -> &Arc<ReadyIndex> {
+        &self.ready
+    }
+
+    /// Request limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Job defaults (`jobs.*`).
+    pub fn defaults(&self) -> &JobDefaults {
+        &self.defaults
+    }
+
+    /// Checks a push and fills in defaults; nothing touches Redis.
+    pub fn validate(&self, req: PushRequest) -> Result<NewJob> {
+        NewJob::from_request(req, &self.limits, &self.defaults, unix_ms())
+    }
+
+    /// Runs a script on partition `p`, noting whether the partition answered.
+    pub async fn run<T: FromRedisValue>(&self, p: u16, inv: &ScriptInvocation<'_>) -> Result<T> {
+        let r = self.redis.invoke(inv).await;
+        self.settle(p, r)
+    }
+
+    /// Runs a command on partition `p` (its key names the partition), noting whether it answered.
+    pub async fn query<T: FromRedisValue>(&self, p: u16, cmd: &redis::Cmd) -> Result<T> {
+        let r = self.redis.query(cmd).await;
+        self.settle(p, r)
+    }
+
+    /// Runs a script that writes on partition `p` and, with `redis.wait_replicas`, answers only once that
+    /// many replicas have the write: `unavailable` when fewer confirm in time (what was written stays).
+    pub async fn write<T: FromRedisValue>(&self, p: u16, inv: &ScriptInvocation<'_>) -> Result<T> {
+        let out = self.run(p, inv).await?;
+        self.confirm(p).await?;
+        Ok(out)
+    }
+
+    /// Waits for `redis.wait_replicas` replicas to have what was written on partition `p` so far.
+    pub(crate) async fn confirm(&self, p: u16) -> Result<()> {
+        let r = self.redis.wait_replicas(slot_of(self.partitions.tag(p))).await;
+        match self.settle(p, r)? {
+            Some((want, got)) if got < want => {
+                metrics::counter!("dq_writes_not_replicated_total").increment(1);
+                Err(Error::NotReplicated {
+                    partition: p,
+                    want,
+                    got,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn settle<T>(&self, p: u16, r: redis::RedisResult<T>) -> Result<T> {
+        match r {
+            Ok(v) => {
+                self.partitions.set_up(p, true);
+                Ok(v)
+            }
+            Err(e) => {
+                let e = Error::from_redis(Some(p), e);
+                if matches!(e, Error::Unavailable { .. }) {
+                    self.partitions.set_up(p, false);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The current Unix time in ms on this machine, for bounds checks only (due times are Redis's).
+pub fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,257 @@
+//! Reservations: reserve, and what a consumer does with one (ack, nack, touch, release).
+
+use rand::Rng;
+use redis::Value;
+use serde_json::value::RawValue;
+
+use super::Queue;
+use super::decode::{int, text};
+use crate::error::{Error, Result};
+use crate::job::{Reservation, State};
+use crate::scripts;
+
+/// Partitions that may fail in one reserve before it answers with what it has.
+const MAX_FAILED_PARTITIONS: usize = 2;
+
+impl Queue {
+    /// Reserves up to `count` ready jobs of `topics` (highest priority first), without waiting.
+    pub async fn reserve(&self, topics: &[String], count: usize) -> Result<Vec<Reservation>> {
+        self.reserve_with(topics, count, None).await
+    }
+
+    /// [`Queue::reserve`], with each reservation lasting at least `least_ttr_ms` (dq-consumer's
+    /// reservations must outlive the callback's timeout, whatever the job's own TTR).
+    ///
+    /// Only partitions the [`super::ReadyIndex`] names are asked: those with ready jobs of the first topic
+    /// (in random order, so reservers spread), then of the next. Within a partition the topics' priority
+    /// holds exactly; across partitions it holds as far as the index is current.
+    pub async fn reserve_with(
+        &self,
+        topics: &[String],
+        count: usize,
+        least_ttr_ms: Option<u64>,
+    ) -> Result<Vec<Reservation>> {
+        let unsynced = self.ready.unsynced(topics);
+        if !unsynced.is_empty() {
+            self.sync_ready(&unsynced).await;
+        }
+        let mut out = Vec::new();
+        let mut failed = None;
+        let mut failures = 0;
+        for p in self.ready.candidates(topics) {
+            // Partitions on a node that is down each take a connect timeout to fail: after a few, answer
+            // with what there is rather than hold the caller for all of them.
+            if out.len() >= count || failures >= MAX_FAILED_PARTITIONS {
+                break;
+            }
+            let epoch = self.ready.epoch();
+            let want = count - out.len();
+            match self.reserve_on(p, topics, want, least_ttr_ms).await {
+                Ok(mut got) => {
+                    if got.len() < want {
+                        self.ready.clear(topics, p, epoch);
+                    }
+                    out.append(&mut got);
+                }
+                Err(e) => {
+                    failures += 1;
+                    failed = Some(e);
+                }
+            }
+        }
+        match failed {
+            // Jobs reserved elsewhere are handed out; a partition down fails the call only when it got
+            // nothing.
+            Some(e) if out.is_empty() => Err(e),
+            _ => {
+                for r in &out {
+                    metrics::counter!("dq_jobs_reserved_total", "topic" => r.topic.clone()).increment(1);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Reads which partitions have ready jobs of `topics` from their counts, into the index. A partition
+    /// that does not answer is listed as if it had some, so reserves keep trying it.
+    async fn sync_ready(&self, topics: &[String]) {
+        let epoch = self.ready.epoch();
+        let fields: Vec<String> = topics.iter().map(|t| format!("{t}:ready")).collect();
+        let reads = self.partitions.all().map(|p| {
+            let fields = &fields;
+            async move {
+                let mut cmd = redis::cmd("HMGET");
+                cmd.arg(self.partition_keys(p).counts()).arg(fields);
+                (p, self.query::<Vec<Option<i64>>>(p, &cmd).await)
+            }
+        });
+        let mut ready: Vec<Vec<u16>> = topics.iter().map(|_| Vec::new()).collect();
+        for (p, counts) in futures_util::future::join_all(reads).await {
+            match counts {
+                Ok(counts) => {
+                    for (k, n) in counts.into_iter().enumerate() {
+                        if n.unwrap_or(0) > 0 {
+                            ready[k].push(p);
+                        }
+                    }
+                }
+                Err(_) => ready.iter_mut().for_each(|r| r.push(p)),
+            }
+        }
+        for (topic, ps) in topics.iter().zip(ready) {
+            self.ready.synced(topic, epoch, &ps);
+        }
+    }
+
+    async fn reserve_on(
+        &self,
+        p: u16,
+        topics: &[String],
+        count: usize,
+        least_ttr_ms: Option<u64>,
+    ) -> Result<Vec<Reservation>> {
+        let keys = self.partition_keys(p);
+        let mut inv = scripts::RESERVE.prepare_invoke();
+        inv.key(keys.reserved()).key(keys.counts());
+        for t in topics {
+            inv.key(keys.ready(t));
+        }
+        let nonce: u64 = rand::rng().random();
+        inv.arg(keys.prefix()).arg(count).arg(format!("{nonce:016x}"));
+        match least_ttr_ms {
+            Some(t) => inv.arg(t),
+            None => inv.arg(""),
+        };
+        let out: Vec<Value> = self.run(p, &inv).await?;
+        let bad = || Error::Redis {
+            partition: Some(p),
+            message: "reserve returned a malformed job".into(),
+        };
+        out.chunks(7)
+            .map(|c| {
+                if c.len() != 7 {
+                    return Err(bad());
+                }
+                let body = text(&c[2]).ok_or_else(bad)?;
+                Ok(Reservation {
+                    id: text(&c[0]).ok_or_else(bad)?,
+                    topic: text(&c[1]).ok_or_else(bad)?,
+                    body: RawValue::from_string(body).map_err(|_| bad())?,
+                    attempt: int(&c[3]).ok_or_else(bad)? as u32,
+                    receipt: text(&c[4]).ok_or_else(bad)?,
+                    deadline: int(&c[5]).ok_or_else(bad)?,
+                    run_at: int(&c[6]).ok_or_else(bad)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Finishes a reservation: the job is done.
+    pub async fn ack(&self, id: &str, receipt: &str) -> Result<()> {
+        let p = self.partitions.of_id(id);
+        let keys = self.partition_keys(p);
+        let mut inv = scripts::ACK.prepare_invoke();
+        inv.key(keys.job(id))
+            .key(keys.reserved())
+            .key(keys.counts())
+            .arg(id)
+            .arg(receipt)
+            .arg(self.defaults.done_retention_ms);
+        match self.write::<i64>(p, &inv).await? {
+            1 => {
+                metrics::counter!("dq_jobs_acked_total").increment(1);
+                Ok(())
+            }
+            0 => Err(Error::NotFound(id.to_string())),
+            _ => Err(Error::StaleReceipt),
+        }
+    }
+
+    /// Fails a reservation: the job backs off (by `delay_ms`, else `backoff_ms`, else the default
+    /// schedule) or goes dead after its last attempt. Returns its new state and due time.
+    pub async fn nack(
+        &self,
+        id: &str,
+        receipt: &str,
+        delay_ms: Option<u64>,
+        error: Option<&str>,
+        backoff_ms: Option<&[u64]>,
+    ) -> Result<(State, i64)> {
+        let p = self.partitions.of_id(id);
+        let keys = self.partition_keys(p);
+        let mut inv = scripts::NACK.prepare_invoke();
+        inv.key(keys.job(id))
+            .key(keys.reserved())
+            .key(keys.delayed())
+            .key(keys.counts())
+            .key(keys.events())
+            .arg(keys.prefix())
+            .arg(id)
+            .arg(receipt)
+            .arg(error.unwrap_or(""));
+        match delay_ms {
+            Some(d) => inv.arg(d),
+            None => inv.arg(""),
+        };
+        inv.arg(self.keys.ready_channel(p)).arg(self.keys.timer_channel(p));
+        for d in backoff_ms.unwrap_or(&self.defaults.backoff_ms) {
+            inv.arg(*d);
+        }
+        let out: Vec<Value> = self.write(p, &inv).await?;
+        match out.first().and_then(int) {
+            Some(1) => {
+                let state = out.get(1).and_then(text).and_then(|s| State::parse(&s));
+                let run_at = out.get(2).and_then(int);
+                let (Some(state), Some(run_at)) = (state, run_at) else {
+                    return Err(Error::Redis {
+                        partition: Some(p),
+                        message: "nack returned a malformed answer".into(),
+                    });
+                };
+                metrics::counter!("dq_jobs_nacked_total").increment(1);
+                if state == State::Dead {
+                    metrics::counter!("dq_jobs_dead_total").increment(1);
+                }
+                Ok((state, run_at))
+            }
+            Some(0) => Err(Error::NotFound(id.to_string())),
+            _ => Err(Error::StaleReceipt),
+        }
+    }
+
+    /// Extends a reservation to now + `ttr_ms` (else the job's TTR); returns the new deadline.
+    pub async fn touch(&self, id: &str, receipt: &str, ttr_ms: Option<u64>) -> Result<i64> {
+        let p = self.partitions.of_id(id);
+        let keys = self.partition_keys(p);
+        let mut inv = scripts::TOUCH.prepare_invoke();
+        inv.key(keys.job(id)).key(keys.reserved()).arg(id).arg(receipt);
+        match ttr_ms {
+            Some(t) => inv.arg(t),
+            None => inv.arg(""),
+        };
+        match self.write::<i64>(p, &inv).await? {
+            0 => Err(Error::NotFound(id.to_string())),
+            -1 => Err(Error::StaleReceipt),
+            deadline => Ok(deadline),
+        }
+    }
+
+    /// Hands a reservation back unfinished: ready again at once, the delivery not counted.
+    pub async fn release(&self, id: &str, receipt: &str) -> Result<()> {
+        let p = self.partitions.of_id(id);
+        let keys = self.partition_keys(p);
+        let mut inv = scripts::RELEASE.prepare_invoke();
+        inv.key(keys.job(id))
+            .key(keys.reserved())
+            .key(keys.counts())
+            .arg(keys.prefix())
+            .arg(id)
+            .arg(receipt)
+            .arg(self.keys.ready_channel(p));
+        match self.write::<i64>(p, &inv).await? {
+            1 => Ok(()),
+            0 => Err(Error::NotFound(id.to_string())),
+            _ => Err(Error::StaleReceipt),
+        }
+    }
+}

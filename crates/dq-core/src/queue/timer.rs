@@ -1,0 +1,119 @@
+//! The timers' verbs: promote due jobs, end expired reservations, and the heartbeat that shares the
+//! partitions among live timers.
+
+use super::Queue;
+use crate::error::{Error, Result};
+use crate::scripts;
+
+/// What a promotion call did in one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Promoted {
+    /// Jobs moved to ready.
+    pub moved: usize,
+    /// Earliest due time left in the delay set, Unix ms (Redis's clock).
+    pub next_due: Option<i64>,
+    /// Redis's clock when the script ran, Unix ms.
+    pub now: i64,
+    /// For each moved job, how late it was moved (now − due), ms.
+    pub lateness_ms: Vec<i64>,
+}
+
+/// What an expiry call did in one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired {
+    /// Jobs whose reservation expired and that went back to ready.
+    pub to_ready: usize,
+    /// Jobs whose reservation expired on their last attempt.
+    pub to_dead: usize,
+    /// Earliest deadline left, Unix ms.
+    pub next_deadline: Option<i64>,
+    /// Redis's clock when the script ran, Unix ms.
+    pub now: i64,
+}
+
+/// A timer's share of the partitions after a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Balance {
+    /// Redis's clock, Unix ms.
+    pub now: i64,
+    /// Live timers, this one included.
+    pub timers: usize,
+    /// Partitions this timer holds.
+    pub partitions: Vec<u16>,
+}
+
+impl Queue {
+    /// Moves up to `limit` due jobs of partition `p` to ready.
+    pub async fn promote(&self, p: u16, limit: u32) -> Result<Promoted> {
+        let keys = self.partition_keys(p);
+        let mut inv = scripts::PROMOTE.prepare_invoke();
+        inv.key(keys.delayed())
+            .key(keys.counts())
+            .arg(keys.prefix())
+            .arg(limit)
+            .arg(self.keys.ready_channel(p));
+        let out: Vec<i64> = self.run(p, &inv).await?;
+        if out.len() < 3 {
+            return Err(malformed(p, "promote"));
+        }
+        Ok(Promoted {
+            moved: out[0] as usize,
+            next_due: (out[1] >= 0).then_some(out[1]),
+            now: out[2],
+            lateness_ms: out[3..].to_vec(),
+        })
+    }
+
+    /// Ends up to `limit` expired reservations of partition `p`.
+    pub async fn expire(&self, p: u16, limit: u32) -> Result<Expired> {
+        let keys = self.partition_keys(p);
+        let mut inv = scripts::EXPIRE.prepare_invoke();
+        inv.key(keys.reserved())
+            .key(keys.counts())
+            .key(keys.events())
+            .arg(keys.prefix())
+            .arg(limit)
+            .arg(self.keys.ready_channel(p));
+        let out: Vec<i64> = self.run(p, &inv).await?;
+        if out.len() != 4 {
+            return Err(malformed(p, "expire"));
+        }
+        Ok(Expired {
+            to_ready: out[0] as usize,
+            to_dead: out[1] as usize,
+            next_deadline: (out[2] >= 0).then_some(out[2]),
+            now: out[3],
+        })
+    }
+
+    /// A timer's heartbeat: returns Redis's clock, the number of live timers, and the partitions this
+    /// timer holds now. `release` gives all of them up (drain).
+    pub async fn balance(&self, timer_id: &str, lease_ms: u64, release: bool) -> Result<Balance> {
+        let mut inv = scripts::BALANCE.prepare_invoke();
+        inv.key(self.keys.timers())
+            .key(self.keys.leases())
+            .arg(timer_id)
+            .arg(lease_ms)
+            .arg(self.partitions.count())
+            .arg(if release { "1" } else { "0" });
+        let out: Vec<i64> = self.redis.invoke(&inv).await.map_err(|e| Error::from_redis(None, e))?;
+        if out.len() < 2 {
+            return Err(Error::Redis {
+                partition: None,
+                message: "balance returned too little".into(),
+            });
+        }
+        Ok(Balance {
+            now: out[0],
+            timers: out[1] as usize,
+            partitions: out[2..].iter().map(|b| *b as u16).collect(),
+        })
+    }
+}
+
+fn malformed(p: u16, what: &str) -> Error {
+    Error::Redis {
+        partition: Some(p),
+        message: format!("{what} returned a malformed answer"),
+    }
+}

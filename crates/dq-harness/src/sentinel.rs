@@ -1,0 +1,286 @@
+//! A real local Redis Sentinel set for tests: a primary, its replica, and 3 sentinels watching them as
+//! `mymaster` (quorum 2), each process on a free port in a temp dir of its own, with nodes to kill and restart.
+//!
+//! Every process runs from a config file in its dir, which Sentinel rewrites as it goes (the sentinels their
+//! own; the data nodes' on REPLICAOF), so a restarted node comes back as what Sentinel last made it. A primary
+//! is judged down after 1 s. Everything is killed on drop, and every log printed when the test fails (panics).
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::{RedisProcess, free_port, info, info_field, quick_conn, wait_for};
+
+/// The name the sentinels know the primary by.
+const MASTER_NAME: &str = "mymaster";
+
+/// How long starting the set may take on a busy machine.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A primary, a replica and 3 sentinels of a test's own.
+pub struct RedisSentinelSet {
+    /// The data nodes: the first primary, then its replica.
+    data: Vec<RedisProcess>,
+    /// The sentinels.
+    sentinels: Vec<RedisProcess>,
+    /// Every port handed out, never handed out twice.
+    taken: HashSet<u16>,
+}
+
+/// The config of a data node on `port` living in `dir`, replica of the one on `primary` if any. Replicas sync
+/// at once, not after the default 5 s wait for more replicas.
+fn data_config(port: u16, dir: &Path, primary: Option<u16>) -> String {
+    let mut config = format!(
+        "port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\nrepl-diskless-sync-delay 0\n\
+         dir \"{}\"\nlogfile \"{}\"\n",
+        dir.display(),
+        RedisProcess::log_path(dir).display()
+    );
+    if let Some(primary) = primary {
+        config += &format!("replicaof 127.0.0.1 {primary}\n");
+    }
+    config
+}
+
+/// The config of a sentinel on `port` living in `dir`, watching the primary on `primary`.
+fn sentinel_config(port: u16, dir: &Path, primary: u16) -> String {
+    format!(
+        "port {port}\nbind 127.0.0.1\ndir \"{}\"\nlogfile \"{}\"\n\
+         sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
+         sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+         sentinel failover-timeout {MASTER_NAME} 5000\n\
+         sentinel parallel-syncs {MASTER_NAME} 1\n",
+        dir.display(),
+        RedisProcess::log_path(dir).display()
+    )
+}
+
+impl RedisSentinelSet {
+    /// Starts the primary, then its replica and waits for its link to be up, then the 3 sentinels, and waits
+    /// until every sentinel names the primary as `mymaster`, knows the replica and the 2 other sentinels.
+    pub fn start() -> Self {
+        let mut set = RedisSentinelSet {
+            data: Vec::new(),
+            sentinels: Vec::new(),
+            taken: HashSet::new(),
+        };
+        let primary = set.start_process("redis-server", "redis.conf", |port, dir| data_config(port, dir, None));
+        let primary_port = primary.port;
+        set.data.push(primary);
+        let replica = set.start_process("redis-server", "redis.conf", |port, dir| {
+            data_config(port, dir, Some(primary_port))
+        });
+        let replica_port = replica.port;
+        set.data.push(replica);
+        // Sentinels learn of replicas from the primary's INFO, asked for at once and then every 10 s: have the
+        // replica attached before they start.
+        wait_for(SETUP_TIMEOUT, "the replica to attach", || {
+            let replication = info(replica_port, "replication").ok_or("the replica does not answer")?;
+            match info_field(&replication, "master_link_status") {
+                Some("up") => Ok(()),
+                _ => Err(format!("replica :{replica_port} has no link to its primary yet")),
+            }
+        });
+        for _ in 0..3 {
+            let sentinel = set.start_process("redis-sentinel", "sentinel.conf", |port, dir| {
+                sentinel_config(port, dir, primary_port)
+            });
+            set.sentinels.push(sentinel);
+        }
+        wait_for(
+            SETUP_TIMEOUT,
+            "the sentinels to know each other and the replica",
+            || {
+                for sentinel in &set.sentinels {
+                    let port = sentinel.port;
+                    let mut conn = quick_conn(port).ok_or_else(|| format!("sentinel :{port} does not answer"))?;
+                    let master = master_addr(&mut conn)?;
+                    if master != primary_port {
+                        return Err(format!("sentinel :{port} names :{master} as the primary"));
+                    }
+                    let replicas = sentinel_list(&mut conn, "replicas")?;
+                    if replicas == 0 {
+                        return Err(format!("sentinel :{port} knows no replica yet"));
+                    }
+                    let others = sentinel_list(&mut conn, "sentinels")?;
+                    if others != 2 {
+                        return Err(format!("sentinel :{port} knows {others} other sentinels, not 2"));
+                    }
+                }
+                Ok(())
+            },
+        );
+        set
+    }
+
+    /// Starts `program` with a config file `file` (written by `config(port, dir)`) on new ports in a new temp
+    /// dir, trying other ports if those turn out to be taken.
+    fn start_process(
+        &mut self,
+        program: &'static str,
+        file: &str,
+        config: impl Fn(u16, &Path) -> String,
+    ) -> RedisProcess {
+        let mut last = String::new();
+        for _ in 0..10 {
+            let port = loop {
+                let port = free_port();
+                if self.taken.insert(port) {
+                    break port;
+                }
+            };
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join(file);
+            std::fs::write(&path, config(port, dir.path())).expect("write config file");
+            match RedisProcess::start(program, vec![path.into()], port, dir) {
+                Ok(process) => return process,
+                Err(e) => last = e,
+            }
+        }
+        panic!("could not start {program} (is it installed? scripts/test.sh installs it): {last}");
+    }
+
+    /// The name the sentinels know the primary by: `mymaster`.
+    pub fn master_name(&self) -> &str {
+        MASTER_NAME
+    }
+
+    /// `redis://127.0.0.1:<port>` of the 3 sentinels.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|s| format!("redis://127.0.0.1:{}", s.port))
+            .collect()
+    }
+
+    /// The ports of the 3 sentinels.
+    pub fn sentinel_ports(&self) -> Vec<u16> {
+        self.sentinels.iter().map(|s| s.port).collect()
+    }
+
+    /// The ports of both data nodes, primary or replica (the first primary first).
+    pub fn data_ports(&self) -> Vec<u16> {
+        self.data.iter().map(|d| d.port).collect()
+    }
+
+    /// The port of the current primary, as the first running sentinel that answers names it.
+    pub fn primary_port(&self) -> u16 {
+        let mut errors = Vec::new();
+        for sentinel in self.sentinels.iter().filter(|s| s.is_running()) {
+            match quick_conn(sentinel.port)
+                .ok_or_else(|| format!("sentinel :{} does not answer", sentinel.port))
+                .and_then(|mut conn| master_addr(&mut conn))
+            {
+                Ok(port) => return port,
+                Err(e) => errors.push(e),
+            }
+        }
+        panic!("no sentinel names the primary: {errors:?}");
+    }
+
+    /// The ports of the data nodes other than the current primary (see [`RedisSentinelSet::primary_port`]),
+    /// killed ones included.
+    pub fn replica_ports(&self) -> Vec<u16> {
+        let primary = self.primary_port();
+        self.data_ports().into_iter().filter(|&p| p != primary).collect()
+    }
+
+    fn process_mut(&mut self, port: u16) -> &mut RedisProcess {
+        self.data
+            .iter_mut()
+            .chain(&mut self.sentinels)
+            .find(|p| p.port == port)
+            .unwrap_or_else(|| panic!("no data node or sentinel on port {port}"))
+    }
+
+    /// Kills the data node or sentinel on `port` (SIGKILL), keeping its dir and config file.
+    pub fn kill(&mut self, port: u16) {
+        self.process_mut(port).kill();
+    }
+
+    /// Starts the data node or sentinel on `port` again from its config file, same port and dir. A primary that
+    /// was failed over in the meantime comes back empty, as a primary, until a sentinel makes it a replica of
+    /// its successor (some 10 to 20 s later: Sentinel waits to be sure). Does not wait for that.
+    pub fn restart(&mut self, port: u16) {
+        self.process_mut(port).restart();
+    }
+
+    /// Waits until every running sentinel names the same primary other than `old_primary`, and that node says
+    /// it is a primary; gives its port. Panics after `timeout`.
+    #[track_caller]
+    pub fn wait_failover(&self, old_primary: u16, timeout: Duration) -> u16 {
+        wait_for(timeout, &format!("a failover away from :{old_primary}"), || {
+            let mut named = HashSet::new();
+            for sentinel in self.sentinels.iter().filter(|s| s.is_running()) {
+                let port = sentinel.port;
+                let mut conn = quick_conn(port).ok_or_else(|| format!("sentinel :{port} does not answer"))?;
+                named.insert(master_addr(&mut conn)?);
+            }
+            let new = match named.into_iter().collect::<Vec<_>>()[..] {
+                [port] if port != old_primary => port,
+                [_] => return Err(format!("the sentinels still name :{old_primary}")),
+                ref ports => return Err(format!("the sentinels name different primaries: {ports:?}")),
+            };
+            let replication = info(new, "replication").ok_or_else(|| format!("new primary :{new} does not answer"))?;
+            match info_field(&replication, "role") {
+                Some("master") => Ok(new),
+                _ => Err(format!("new primary :{new} is not a primary yet")),
+            }
+        })
+    }
+
+    /// A synchronous connection to the data node or sentinel on `port`.
+    pub fn conn(&self, port: u16) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .and_then(|c| c.get_connection())
+            .unwrap_or_else(|e| panic!("connect to :{port}: {e}"))
+    }
+
+    /// The log of the data node or sentinel on `port` so far.
+    pub fn node_log(&self, port: u16) -> String {
+        self.data
+            .iter()
+            .chain(&self.sentinels)
+            .find(|p| p.port == port)
+            .unwrap_or_else(|| panic!("no data node or sentinel on port {port}"))
+            .log()
+    }
+}
+
+/// The port of the primary the sentinel on `conn` names.
+fn master_addr(conn: &mut redis::Connection) -> Result<u16, String> {
+    let addr: Vec<String> = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(MASTER_NAME)
+        .query(conn)
+        .map_err(|e| format!("SENTINEL get-master-addr-by-name: {e}"))?;
+    addr.get(1)
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| format!("SENTINEL get-master-addr-by-name gave {addr:?}"))
+}
+
+/// How many entries `SENTINEL <what> mymaster` (`replicas`, `sentinels`) lists on `conn`.
+fn sentinel_list(conn: &mut redis::Connection, what: &str) -> Result<usize, String> {
+    let entries: Vec<redis::Value> = redis::cmd("SENTINEL")
+        .arg(what)
+        .arg(MASTER_NAME)
+        .query(conn)
+        .map_err(|e| format!("SENTINEL {what}: {e}"))?;
+    Ok(entries.len())
+}
+
+impl Drop for RedisSentinelSet {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for process in &self.data {
+                eprintln!("---- redis data node :{} log ----\n{}", process.port, process.log());
+            }
+            for process in &self.sentinels {
+                eprintln!("---- redis sentinel :{} log ----\n{}", process.port, process.log());
+            }
+        }
+        for process in self.data.iter_mut().chain(&mut self.sentinels) {
+            process.kill();
+        }
+    }
+}

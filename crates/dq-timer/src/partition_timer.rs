@@ -1,0 +1,272 @@
+//! One timer's work: heartbeat and partition share, promotion of due jobs, TTR expiry.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use dq_core::config::TimerSettings;
+use dq_core::queue::{Promoted, Queue};
+use dq_core::wake::Wake;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::RedisClock;
+
+/// Calls out at once while promoting or expiring: they pipeline on the connection (and run side by side
+/// on a cluster's primaries) without holding one partition's batch behind another's.
+const CALLS_IN_FLIGHT: usize = 16;
+
+/// What this timer knows of a partition it holds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Held {
+    /// Earliest due time in the delay set (`None`: unknown, look now).
+    next_due: Option<i64>,
+    /// Earliest reservation deadline (`None`: unknown, look now).
+    next_deadline: Option<i64>,
+}
+
+/// Serves this timer's share of the partitions.
+///
+/// It never ticks for promotion: it sleeps until the earliest due time among its partitions, or until a
+/// script says a partition's earliest due time moved earlier, or until its next heartbeat.
+pub struct PartitionTimer {
+    /// The queue (for the scripts).
+    queue: Queue,
+    /// This timer's id in the heartbeat set and on its leases.
+    id: String,
+    /// Batch size, lease and heartbeat periods.
+    settings: TimerSettings,
+    /// Wake-ups from the timer channels.
+    wakes: mpsc::Receiver<Wake>,
+    /// Set when a wake-up could not be queued: every partition must be looked at again.
+    resync: Arc<AtomicBool>,
+    /// Partitions held.
+    held: BTreeMap<u16, Held>,
+    /// Redis's clock.
+    clock: RedisClock,
+}
+
+impl PartitionTimer {
+    /// A timer fed wake-ups by `wakes`.
+    pub fn new(
+        queue: Queue,
+        id: String,
+        settings: TimerSettings,
+        wakes: mpsc::Receiver<Wake>,
+        resync: Arc<AtomicBool>,
+    ) -> Self {
+        PartitionTimer {
+            queue,
+            id,
+            settings,
+            wakes,
+            resync,
+            held: BTreeMap::new(),
+            clock: RedisClock::default(),
+        }
+    }
+
+    /// Runs until `shutdown`; then finishes the batch in hand, gives up its partitions so the other
+    /// timers take them at once, and returns.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let renew = Duration::from_millis(self.settings.renew_ms);
+        let mut heartbeat_at = Instant::now();
+        while !shutdown.is_cancelled() {
+            if self.resync.swap(false, Ordering::Relaxed) {
+                self.on_wake(Wake::Subscribed);
+            }
+            if Instant::now() >= heartbeat_at {
+                self.heartbeat().await;
+                heartbeat_at = Instant::now() + renew;
+                // New reservations do not publish; look for expired ones on every heartbeat.
+                for h in self.held.values_mut() {
+                    h.next_deadline = None;
+                }
+            }
+            let failed = self.promote_due().await | self.expire_due().await;
+            let mut wake_at = heartbeat_at;
+            if !failed {
+                let next = self
+                    .held
+                    .values()
+                    .flat_map(|h| [h.next_due, h.next_deadline])
+                    .map(|d| d.unwrap_or(i64::MIN))
+                    .min();
+                if let Some(due) = next.filter(|d| *d < i64::MAX) {
+                    wake_at = wake_at.min(self.clock.instant_of(due));
+                }
+                if let Some(due) = self
+                    .held
+                    .values()
+                    .filter_map(|h| h.next_due)
+                    .filter(|d| *d < i64::MAX)
+                    .min()
+                {
+                    metrics::gauge!("dq_timer_next_due_timestamp_seconds").set(due as f64 / 1000.0);
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake_at) => {}
+                Some(w) = self.wakes.recv() => {
+                    self.on_wake(w);
+                    while let Ok(w) = self.wakes.try_recv() {
+                        self.on_wake(w);
+                    }
+                }
+                _ = shutdown.cancelled() => {}
+            }
+        }
+        match self.queue.balance(&self.id, self.settings.lease_ms, true).await {
+            Ok(_) => tracing::info!("released partitions"),
+            Err(e) => tracing::warn!(cause = %e, "cannot release partitions; they lapse after timer.lease_ms"),
+        }
+        metrics::gauge!("dq_timer_partitions_owned").set(0.0);
+    }
+
+    async fn heartbeat(&mut self) {
+        match self.queue.balance(&self.id, self.settings.lease_ms, false).await {
+            Ok(b) => {
+                self.clock.observe(b.now);
+                let before = self.held.len();
+                self.held.retain(|k, _| b.partitions.contains(k));
+                for p in &b.partitions {
+                    self.held.entry(*p).or_default();
+                }
+                if self.held.len() != before {
+                    tracing::info!(
+                        partitions = self.held.len(),
+                        timers = b.timers,
+                        "partition share changed"
+                    );
+                }
+                metrics::gauge!("dq_timer_partitions_owned").set(self.held.len() as f64);
+                metrics::gauge!("dq_timer_live_timers").set(b.timers as f64);
+            }
+            Err(e) => {
+                // Without a heartbeat our leases may lapse; promotion stays exact either way, so keep
+                // going and let the next heartbeat sort the share out.
+                tracing::warn!(cause = %e, "heartbeat failed");
+            }
+        }
+    }
+
+    /// Promotes one batch in every held partition that is due. A partition with more due jobs than a
+    /// batch stays due, so the loop comes straight back after its heartbeat check: a backlog never starves
+    /// the heartbeat (and with it the leases) nor the other partitions. Returns whether Redis failed.
+    async fn promote_due(&mut self) -> bool {
+        let now = self.clock.now();
+        let due: Vec<u16> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.next_due.is_none_or(|d| d <= now))
+            .map(|(p, _)| *p)
+            .collect();
+        let (queue, batch) = (&self.queue, self.settings.batch_size);
+        let mut calls = futures_util::stream::iter(due)
+            .map(|p| async move { (p, queue.promote(p, batch).await) })
+            .buffer_unordered(CALLS_IN_FLIGHT);
+        let mut failed = false;
+        let mut results = Vec::new();
+        while let Some(r) = calls.next().await {
+            results.push(r);
+        }
+        drop(calls);
+        for (p, r) in results {
+            match r {
+                Ok(x) => {
+                    self.clock.observe(x.now);
+                    record(&x);
+                    if let Some(h) = self.held.get_mut(&p) {
+                        h.next_due = Some(x.next_due.unwrap_or(i64::MAX));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(partition = p, cause = %e, "promotion failed; retrying");
+                    if let Some(h) = self.held.get_mut(&p) {
+                        h.next_due = Some(self.clock.now() + 500);
+                    }
+                    failed = true;
+                }
+            }
+        }
+        failed
+    }
+
+    /// Ends expired reservations in every held partition whose earliest deadline has passed. Returns
+    /// whether Redis failed.
+    async fn expire_due(&mut self) -> bool {
+        let now = self.clock.now();
+        let due: Vec<u16> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.next_deadline.is_none_or(|d| d <= now))
+            .map(|(p, _)| *p)
+            .collect();
+        let (queue, batch) = (&self.queue, self.settings.batch_size);
+        let results: Vec<_> = futures_util::stream::iter(due)
+            .map(|p| async move { (p, queue.expire(p, batch).await) })
+            .buffer_unordered(CALLS_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut failed = false;
+        for (p, r) in results {
+            match r {
+                Ok(x) => {
+                    self.clock.observe(x.now);
+                    if x.to_ready > 0 {
+                        metrics::counter!("dq_jobs_expired_total", "outcome" => "ready").increment(x.to_ready as u64);
+                    }
+                    if x.to_dead > 0 {
+                        metrics::counter!("dq_jobs_expired_total", "outcome" => "dead").increment(x.to_dead as u64);
+                        metrics::counter!("dq_jobs_dead_total").increment(x.to_dead as u64);
+                    }
+                    // A full batch leaves expired ones behind: their deadline has passed, so come back at once.
+                    if let Some(h) = self.held.get_mut(&p) {
+                        h.next_deadline = Some(x.next_deadline.unwrap_or(i64::MAX));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(partition = p, cause = %e, "expiry failed; retrying");
+                    if let Some(h) = self.held.get_mut(&p) {
+                        h.next_deadline = Some(self.clock.now() + 500);
+                    }
+                    failed = true;
+                }
+            }
+        }
+        failed
+    }
+
+    fn on_wake(&mut self, w: Wake) {
+        match w {
+            Wake::Subscribed => {
+                // Messages may have been lost while unsubscribed: look at every partition.
+                for h in self.held.values_mut() {
+                    h.next_due = None;
+                }
+            }
+            Wake::Message { partition, payload } => {
+                let Some(due) = payload.rsplit_once(' ').and_then(|(_, d)| d.parse::<i64>().ok()) else {
+                    return;
+                };
+                if let Some(h) = self.held.get_mut(&partition) {
+                    h.next_due = Some(h.next_due.map_or(due, |k| k.min(due)));
+                }
+            }
+        }
+    }
+}
+
+fn record(p: &Promoted) {
+    if p.moved == 0 {
+        return;
+    }
+    metrics::counter!("dq_jobs_promoted_total").increment(p.moved as u64);
+    let h = metrics::histogram!("dq_promotion_lateness_seconds");
+    for l in &p.lateness_ms {
+        h.record(*l as f64 / 1000.0);
+    }
+}

@@ -1,0 +1,494 @@
+//! dq on a real local Redis Cluster (3 primaries + 3 replicas): every API verb, the timer, the consumer
+//! and the checker as processes; a primary killed under load; resharding under load; a standalone data
+//! set loaded into a cluster.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{env_for, start_on};
+use dq_harness::{DqProcess, RedisCluster, WebhookSink, eventually, free_port};
+use serde_json::{Value, json};
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    fn new(port: u16) -> Self {
+        Api {
+            base: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+        }
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method.parse().unwrap(), format!("{}{path}", self.base));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        match req.send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let text = resp.text().await.unwrap_or_default();
+                (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+            }
+            Err(_) => (0, Value::Null),
+        }
+    }
+
+    async fn ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let (status, out) = self.call(method, path, body).await;
+        assert!((200..300).contains(&status), "{method} {path}: {status} {out}");
+        out
+    }
+}
+
+fn cluster_env(cluster: &RedisCluster, port: u16, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    env_for("cluster", &cluster.urls(), port, extra)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_verb_the_timer_the_consumer_and_the_checker_work_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let sink = WebhookSink::start().await;
+    let (sp, tp, cp, kp) = (free_port(), free_port(), free_port(), free_port());
+    let server = start_on("dq-server", sp, cluster_env(&cluster, sp, &[])).await;
+    let _timer = start_on("dq-timer", tp, cluster_env(&cluster, tp, &[])).await;
+    let _consumer = start_on(
+        "dq-consumer",
+        cp,
+        cluster_env(&cluster, cp, &[("DQ__TOPICS__REFRESH_MS", "200")]),
+    )
+    .await;
+    let _checker = start_on(
+        "dq-checker",
+        kp,
+        cluster_env(&cluster, kp, &[("DQ__CHECKER__INTERVAL_MS", "200")]),
+    )
+    .await;
+    let api = Api::new(server.port);
+
+    // Push delivery through dq-consumer, jobs with and without ids, ready and delayed.
+    api.ok("PUT", "/v1/topics/hook", Some(json!({"callback": {"url": sink.url}})))
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..40 {
+        api.ok(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"id": format!("h{i}"), "topic": "hook", "body": i, "delay_ms": i * 10})),
+        )
+        .await;
+        api.ok("POST", "/v1/jobs", Some(json!({"topic": "hook", "body": 100 + i})))
+            .await;
+    }
+    eventually(Duration::from_secs(60), "80 callbacks", || async {
+        let got: HashSet<String> = sink
+            .received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|b| b["id"].as_str().map(String::from))
+            .collect();
+        got.len() == 80
+    })
+    .await;
+
+    // Pull: batch push, reserve, ack, nack, touch, look up, reschedule, cancel.
+    let jobs: Vec<Value> = (0..50)
+        .map(|i| json!({"id": format!("p{i}"), "topic": "pull", "body": i}))
+        .collect();
+    let out = api.ok("POST", "/v1/jobs/batch", Some(json!({"jobs": jobs}))).await;
+    assert_eq!(out["results"].as_array().unwrap().len(), 50);
+    let later = api
+        .ok(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"topic": "pull", "body": "x", "delay_ms": 600000})),
+        )
+        .await;
+    let id = later["id"].as_str().unwrap().to_string();
+    assert_eq!(api.ok("GET", &format!("/v1/jobs/{id}"), None).await["state"], "delayed");
+    assert_eq!(
+        api.ok("PATCH", &format!("/v1/jobs/{id}"), Some(json!({"delay_ms": 0})))
+            .await["state"],
+        "ready"
+    );
+    let (status, _) = api.call("DELETE", &format!("/v1/jobs/{id}"), None).await;
+    assert_eq!(status, 204);
+    let mut seen = HashSet::new();
+    let mut nacked = false;
+    let mut touched = false;
+    while seen.len() < 50 {
+        let got = api
+            .ok(
+                "POST",
+                "/v1/reserve",
+                Some(json!({"topics": ["pull"], "count": 10, "timeout_ms": 5000})),
+            )
+            .await;
+        for j in got["jobs"].as_array().unwrap() {
+            let (jid, receipt) = (j["id"].as_str().unwrap(), j["receipt"].clone());
+            if !touched {
+                let out = api
+                    .ok(
+                        "POST",
+                        &format!("/v1/jobs/{jid}/touch"),
+                        Some(json!({"receipt": receipt})),
+                    )
+                    .await;
+                assert!(out["deadline"].as_i64().unwrap() > 0);
+                touched = true;
+            }
+            if !nacked {
+                api.ok(
+                    "POST",
+                    &format!("/v1/jobs/{jid}/nack"),
+                    Some(json!({"receipt": receipt, "delay_ms": 0})),
+                )
+                .await;
+                nacked = true;
+                continue;
+            }
+            let (status, _) = api
+                .call(
+                    "POST",
+                    &format!("/v1/jobs/{jid}/ack"),
+                    Some(json!({"receipt": receipt})),
+                )
+                .await;
+            assert_eq!(status, 204);
+            seen.insert(jid.to_string());
+        }
+    }
+
+    // Dead letters over the partitions: nack on the last attempt, list, requeue.
+    for i in 0..5 {
+        api.ok(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"id": format!("d{i}"), "topic": "doomed", "body": i, "max_attempts": 1})),
+        )
+        .await;
+    }
+    let got = api
+        .ok("POST", "/v1/reserve", Some(json!({"topics": ["doomed"], "count": 5})))
+        .await;
+    for j in got["jobs"].as_array().unwrap() {
+        let path = format!("/v1/jobs/{}/nack", j["id"].as_str().unwrap());
+        api.ok("POST", &path, Some(json!({"receipt": j["receipt"], "error": "no"})))
+            .await;
+    }
+    let dead = api.ok("GET", "/v1/topics/doomed/dead", None).await;
+    assert_eq!(dead["total"], got["jobs"].as_array().unwrap().len());
+    api.ok("POST", "/v1/topics/doomed/dead/requeue", Some(json!({}))).await;
+
+    let stats = api.ok("GET", "/v1/stats", None).await;
+    assert_eq!(stats["redis"]["mode"], "cluster");
+    assert_eq!(stats["redis"]["partitions"], 256);
+    let nodes = stats["redis"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{stats}");
+    assert!(nodes.iter().all(|n| n["up"] == true), "{stats}");
+    // The partitions spread over every primary.
+    for port in cluster.primaries() {
+        let n: i64 = redis::cmd("DBSIZE").query(&mut cluster.conn(port)).unwrap();
+        assert!(n > 0, "primary {port} holds no key");
+    }
+    let checker_metrics = common::metrics(kp).await;
+    assert_eq!(
+        checker_metrics.keys().filter(|k| k.starts_with("dq_redis_up{")).count(),
+        3,
+        "one health gauge per primary"
+    );
+
+    let mut audit = DqProcess::spawn("dq-checker", &cluster_env(&cluster, free_port(), &[]), &["audit"]);
+    let status = audit.wait(Duration::from_secs(60)).expect("the audit finishes");
+    assert_eq!(status.code(), Some(0), "{}", audit.log());
+    let log = audit.log();
+    let report: Value = serde_json::from_str(log.lines().rev().find(|l| l.starts_with('{')).unwrap()).unwrap();
+    assert_eq!(
+        (report["orphan_records"].as_u64(), report["dangling_ids"].as_u64()),
+        (Some(0), Some(0)),
+        "{report}"
+    );
+    assert!(report["records"].as_u64().unwrap() > 0, "{report}");
+}
+
+/// Pushes with ids `<prefix><n>` from `workers` tasks until `stop`, keeping the ids acknowledged (201).
+fn pusher(
+    api: Arc<Api>,
+    prefix: &'static str,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    tokio::spawn(async move {
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let tasks: Vec<_> = (0..4)
+            .map(|w| {
+                let (api, acked, stop) = (api.clone(), acked.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut n = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let id = format!("{prefix}{w}-{n}");
+                        n += 1;
+                        let (status, _) = api
+                            .call(
+                                "POST",
+                                "/v1/jobs",
+                                Some(json!({"id": id, "topic": "load", "body": n, "delay_ms": 600000})),
+                            )
+                            .await;
+                        if status == 201 {
+                            acked.lock().unwrap().push(id);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        Arc::try_unwrap(acked).unwrap().into_inner().unwrap()
+    })
+}
+
+/// kill -9 of a primary under load: its replica takes over and dq goes on by itself. With
+/// `redis.wait_replicas = 1` no acknowledged push is lost; without it the loss is counted and reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_under_load_fails_over_and_loses_no_acknowledged_durable_push() {
+    let mut cluster = RedisCluster::start();
+    let (dp, fp) = (free_port(), free_port());
+    let durable = start_on(
+        "dq-server",
+        dp,
+        cluster_env(&cluster, dp, &[("DQ__REDIS__WAIT_REPLICAS", "1")]),
+    )
+    .await;
+    let fast = start_on("dq-server", fp, cluster_env(&cluster, fp, &[])).await;
+    let (durable_api, fast_api) = (Arc::new(Api::new(durable.port)), Arc::new(Api::new(fast.port)));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let a = pusher(durable_api.clone(), "w", stop.clone());
+    let b = pusher(fast_api.clone(), "f", stop.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Kill the primary of partition 0, then time until a push to that partition succeeds again.
+    let parts = dq_core::partition::Partitions::new(256);
+    let slot = dq_core::partition::slot_of(parts.tag(0));
+    let victim = cluster.primary_for_slot(slot);
+    let id_in_0 = |n: u32| {
+        (0..)
+            .map(|k| format!("probe{n}-{k}"))
+            .find(|id| parts.of_id(id) == 0)
+            .unwrap()
+    };
+    let killed = Instant::now();
+    cluster.kill(victim);
+    let mut n = 0;
+    let failover = loop {
+        n += 1;
+        let (status, _) = fast_api
+            .call(
+                "POST",
+                "/v1/jobs",
+                Some(json!({"id": id_in_0(n), "topic": "probe", "body": 1})),
+            )
+            .await;
+        if status == 201 {
+            break killed.elapsed();
+        }
+        assert!(killed.elapsed() < Duration::from_secs(60), "no failover within 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!(
+        "failover: kill -9 of primary :{victim} to the first successful push to its partitions took {failover:?} (cluster-node-timeout 1000 ms)"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (durable_ids, fast_ids) = (a.await.unwrap(), b.await.unwrap());
+    assert!(
+        durable_ids.len() > 50 && fast_ids.len() > 50,
+        "{} {}",
+        durable_ids.len(),
+        fast_ids.len()
+    );
+    let mut lost = (0, 0);
+    for (ids, lost) in [(&durable_ids, &mut lost.0), (&fast_ids, &mut lost.1)] {
+        for id in ids {
+            let (status, _) = fast_api.call("GET", &format!("/v1/jobs/{id}"), None).await;
+            if status != 200 {
+                *lost += 1;
+            }
+        }
+    }
+    eprintln!(
+        "acknowledged pushes lost: {} of {} with wait_replicas = 1, {} of {} without",
+        lost.0,
+        durable_ids.len(),
+        lost.1,
+        fast_ids.len()
+    );
+    assert_eq!(lost.0, 0, "a push acknowledged after WAIT 1 survives the failover");
+}
+
+/// Resharding a live cluster (slots move to a new primary with MIGRATE, clients follow ASK and MOVED)
+/// while jobs are pushed and drained: every job is delivered exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "open: during a live reshard some partitions' calls time out until the process restarts (see the issue note); run with --ignored"]
+async fn resharding_under_load_loses_nothing() {
+    let mut cluster = RedisCluster::start();
+    let mut s = dq_core::Settings::default();
+    s.redis.mode = dq_core::config::RedisMode::Cluster;
+    s.redis.urls = cluster.urls();
+    let q = dq_core::Queue::connect(&s).await.unwrap();
+    let new = cluster.add_primary();
+    let to = cluster.node_id(new);
+    let n = 3000;
+    let pushing = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            let mut retries = 0;
+            for chunk in 0..30 {
+                let mut pending: Vec<String> = (0..n / 30).map(|i| format!("r{chunk}-{i}")).collect();
+                // A push that got no answer (a timeout while its slot moves) is sent again with the same
+                // id, as a producer does: stored once, or a conflict because the first one was.
+                while !pending.is_empty() {
+                    let jobs: Vec<_> = pending
+                        .iter()
+                        .map(|id| {
+                            q.validate(serde_json::from_value(json!({"id": id, "topic": "move", "body": 1})).unwrap())
+                                .unwrap()
+                        })
+                        .collect();
+                    let results = q.push_many(jobs).await;
+                    pending = pending
+                        .into_iter()
+                        .zip(results)
+                        .filter_map(|(id, r)| match r {
+                            Ok(_) | Err(dq_core::Error::Conflict(_)) => None,
+                            Err(dq_core::Error::Unavailable { .. }) => Some(id),
+                            Err(e) => panic!("{id}: {e}"),
+                        })
+                        .collect();
+                    retries += pending.len();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            eprintln!("pushes sent again after no answer during the resharding: {retries}");
+        })
+    };
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    let draining = {
+        let (q, seen) = (q.clone(), seen.clone());
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(180);
+            while seen.lock().unwrap().len() < n && Instant::now() < deadline {
+                let got = match q.reserve(&["move".to_string()], 100).await {
+                    Ok(got) => got,
+                    Err(e) => {
+                        eprintln!("reserve during resharding: {e}");
+                        continue;
+                    }
+                };
+                for r in got {
+                    assert!(seen.lock().unwrap().insert(r.id.clone()), "{} handed out twice", r.id);
+                    // An ack without an answer is sent again: done once, then refused as stale.
+                    loop {
+                        match q.ack(&r.id, &r.receipt).await {
+                            Ok(()) | Err(dq_core::Error::StaleReceipt) => break,
+                            Err(dq_core::Error::Unavailable { .. }) => {
+                                eprintln!("ack during resharding: no answer, sent again");
+                            }
+                            Err(e) => panic!("{}: {e}", r.id),
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let from = cluster.node_id(cluster.primary_for_slot(0));
+    let out = tokio::task::block_in_place(|| {
+        cluster.redis_cli(&[
+            "--cluster",
+            "reshard",
+            &format!("127.0.0.1:{new}"),
+            "--cluster-from",
+            &from,
+            "--cluster-to",
+            &to,
+            "--cluster-slots",
+            "2000",
+            "--cluster-yes",
+        ])
+    });
+    assert!(!out.contains("[ERR]"), "{out}");
+    pushing.await.unwrap();
+    draining.await.unwrap();
+    assert_eq!(seen.lock().unwrap().len(), n, "every job delivered once");
+    let moved: i64 = redis::cmd("DBSIZE").query(&mut cluster.conn(new)).unwrap();
+    assert!(moved > 0, "the new primary took partitions");
+}
+
+/// A standalone installation's data set loads into a cluster as it is (`redis-cli --cluster import`):
+/// the keys keep their names and hash tags, and every job is reachable and delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_data_set_loads_into_a_cluster_and_every_job_is_delivered() {
+    let standalone = dq_harness::RedisServer::start();
+    let mut s = dq_core::Settings::default();
+    s.redis.urls = vec![standalone.url()];
+    let q = dq_core::Queue::connect(&s).await.unwrap();
+    let jobs: Vec<_> = (0..500)
+        .map(|i| {
+            q.validate(serde_json::from_value(json!({"topic": "grow", "body": i})).unwrap())
+                .unwrap()
+        })
+        .collect();
+    let ids: Vec<String> = q.push_many(jobs).await.into_iter().map(|r| r.unwrap().id).collect();
+    let later = q
+        .push(
+            q.validate(
+                serde_json::from_value(json!({"id": "later", "topic": "grow", "body": 1, "delay_ms": 600000})).unwrap(),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    drop(q);
+
+    let cluster = RedisCluster::start();
+    let out = tokio::task::block_in_place(|| {
+        cluster.redis_cli(&[
+            "--cluster",
+            "import",
+            &format!("127.0.0.1:{}", cluster.primaries()[0]),
+            "--cluster-from",
+            &format!("127.0.0.1:{}", standalone.port()),
+            "--cluster-copy",
+        ])
+    });
+    assert!(!out.contains("[ERR]"), "{out}");
+    s.redis.mode = dq_core::config::RedisMode::Cluster;
+    s.redis.urls = cluster.urls();
+    let q = dq_core::Queue::connect(&s).await.unwrap();
+    assert_eq!(q.partitions().count(), 256, "the layout came along");
+    assert_eq!(q.get(&later.id).await.unwrap().state, dq_core::State::Delayed);
+    let seen = Mutex::new(HashSet::new());
+    eventually(Duration::from_secs(60), "every imported job delivered", || async {
+        for r in q.reserve(&["grow".to_string()], 100).await.unwrap() {
+            assert!(seen.lock().unwrap().insert(r.id.clone()));
+            q.ack(&r.id, &r.receipt).await.unwrap();
+        }
+        seen.lock().unwrap().len() == ids.len()
+    })
+    .await;
+    let seen = seen.into_inner().unwrap();
+    assert!(ids.iter().all(|id| seen.contains(id)));
+}
