@@ -318,18 +318,7 @@ impl Redis {
             loop {
                 let mut cmd = redis::cmd("SCAN");
                 cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(COUNT);
-                let (next, batch): (u64, Vec<String>) = match (&node.addr, self.handle().await.map_err(to_redis)?) {
-                    (Some((host, port)), Handle::Cluster(mut c)) => {
-                        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-                        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                            host: host.clone(),
-                            port: *port,
-                        });
-                        redis::from_redis_value(c.route_command(cmd, route).await?)?
-                    }
-                    (_, Handle::Primary(mut c, broken)) => mark(&broken, cmd.query_async(&mut c).await)?,
-                    (None, Handle::Cluster(mut c)) => cmd.query_async(&mut c).await?,
-                };
+                let (next, batch): (u64, Vec<String>) = self.query_node(&node, cmd).await?;
                 keys.extend(batch);
                 if next == 0 {
                     break;
@@ -350,20 +339,7 @@ impl Redis {
     /// PING one primary (`None`: the primary of standalone or Sentinel) with a deadline: its round trip.
     pub async fn ping(&self, node: &Node, timeout: Duration) -> redis::RedisResult<Duration> {
         let start = std::time::Instant::now();
-        let ping = async {
-            match (&node.addr, self.handle().await.map_err(to_redis)?) {
-                (Some((host, port)), Handle::Cluster(mut c)) => {
-                    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                        host: host.clone(),
-                        port: *port,
-                    });
-                    c.route_command(redis::cmd("PING"), route).await.map(|_| ())
-                }
-                (_, Handle::Primary(mut c, broken)) => mark(&broken, redis::cmd("PING").query_async(&mut c).await),
-                (None, Handle::Cluster(mut c)) => redis::cmd("PING").query_async(&mut c).await,
-            }
-        };
+        let ping = self.query_node::<()>(node, redis::cmd("PING"));
         match tokio::time::timeout(timeout, ping).await {
             Ok(r) => r.map(|()| start.elapsed()),
             Err(_) => Err(redis::RedisError::from((redis::ErrorKind::Io, "PING timed out"))),

@@ -63,17 +63,7 @@ fn assert_consistent(redis: &RedisServer) {
         *counted.entry(format!("{topic}:{state}")).or_default() += 1;
     }
     assert!(members.is_empty(), "ids without a record: {members:?}");
-    let mut counts: HashMap<String, i64> = HashMap::new();
-    for key in redis::cmd("KEYS")
-        .arg("dq:{*}:counts")
-        .query::<Vec<String>>(&mut c)
-        .unwrap()
-    {
-        let part: HashMap<String, i64> = redis::cmd("HGETALL").arg(&key).query(&mut c).unwrap();
-        for (field, n) in part {
-            *counts.entry(field).or_default() += n;
-        }
-    }
+    let counts = total_counts(redis);
     let nonzero: HashMap<String, i64> = counts.into_iter().filter(|(_, n)| *n != 0).collect();
     assert_eq!(nonzero, counted, "counts hash vs structures");
 }
