@@ -13,14 +13,14 @@ use dq_harness::{DqProcess, RedisCluster, WebhookSink, eventually, free_port};
 use serde_json::{Value, json};
 
 struct Api {
-    base: String,
+    port: u16,
     http: reqwest::Client,
 }
 
 impl Api {
     fn new(port: u16) -> Self {
         Api {
-            base: format!("http://127.0.0.1:{port}"),
+            port,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
                 .build()
@@ -29,20 +29,7 @@ impl Api {
     }
 
     async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self
-            .http
-            .request(method.parse().unwrap(), format!("{}{path}", self.base));
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        match req.send().await {
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                let text = resp.text().await.unwrap_or_default();
-                (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-            }
-            Err(_) => (0, Value::Null),
-        }
+        common::call(&self.http, self.port, method, path, body).await
     }
 
     async fn ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {

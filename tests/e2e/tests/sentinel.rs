@@ -5,24 +5,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{env_for, start_on};
+use common::{call, env_for, start_on};
 use dq_harness::{RedisSentinelSet, eventually, free_port};
-use serde_json::{Value, json};
-
-async fn call(http: &reqwest::Client, port: u16, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = http.request(method.parse().unwrap(), format!("http://127.0.0.1:{port}{path}"));
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    match req.send().await {
-        Ok(resp) => {
-            let status = resp.status().as_u16();
-            let text = resp.text().await.unwrap_or_default();
-            (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-        }
-        Err(_) => (0, Value::Null),
-    }
-}
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dq_follows_sentinel_through_a_kill_and_a_demotion_and_loses_no_durable_push() {

@@ -118,3 +118,26 @@ pub async fn drain_exactly(q: &dq_core::Queue, topic: &str, n: usize, timeout: D
     .await;
     assert_eq!(seen.lock().unwrap().len(), n);
 }
+
+/// Sends a request to a dq-server on `port`: its status and JSON answer (`0` and `Null` when the request
+/// itself failed, e.g. timed out while Redis fails over).
+pub async fn call(
+    http: &reqwest::Client,
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let mut req = http.request(method.parse().unwrap(), format!("http://127.0.0.1:{port}{path}"));
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    match req.send().await {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            let text = resp.text().await.unwrap_or_default();
+            (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
+        }
+        Err(_) => (0, serde_json::Value::Null),
+    }
+}
