@@ -328,7 +328,7 @@ async fn a_primary_killed_under_load_fails_over_and_loses_no_acknowledged_durabl
 /// Resharding a live cluster (slots move to a new primary with MIGRATE, clients follow ASK and MOVED)
 /// while jobs are pushed and drained: every job is delivered exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: during a live reshard some partitions' calls time out until the process restarts (see the issue note); run with --ignored"]
+#[ignore = "open: during a live reshard, calls to some partitions kept timing out (for 290 s in the run that found it); run with --ignored"]
 async fn resharding_under_load_loses_nothing() {
     let mut cluster = RedisCluster::start();
     let mut s = dq_core::Settings::default();
