@@ -259,6 +259,11 @@ impl Redis {
         }
     }
 
+    /// Whether writes wait for replicas (`redis.wait_replicas` above 0).
+    pub fn waits_for_replicas(&self) -> bool {
+        self.inner.wait.is_some()
+    }
+
     /// Waits until `redis.wait_replicas` replicas have every write made so far on the connection to the
     /// primary that serves `slot`; `Ok(None)` when durable writes are off, else how many confirmed.
     pub async fn wait_replicas(&self, slot: u16) -> redis::RedisResult<Option<(u32, u32)>> {

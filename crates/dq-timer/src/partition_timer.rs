@@ -165,15 +165,12 @@ impl PartitionTimer {
             .map(|(p, _)| *p)
             .collect();
         let (queue, batch) = (&self.queue, self.settings.batch_size);
-        let mut calls = futures_util::stream::iter(due)
+        let results: Vec<_> = futures_util::stream::iter(due)
             .map(|p| async move { (p, queue.promote(p, batch).await) })
-            .buffer_unordered(CALLS_IN_FLIGHT);
+            .buffer_unordered(CALLS_IN_FLIGHT)
+            .collect()
+            .await;
         let mut failed = false;
-        let mut results = Vec::new();
-        while let Some(r) = calls.next().await {
-            results.push(r);
-        }
-        drop(calls);
         for (p, r) in results {
             match r {
                 Ok(x) => {
