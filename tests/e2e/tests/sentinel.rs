@@ -83,6 +83,13 @@ async fn dq_follows_sentinel_through_a_kill_and_a_demotion_and_loses_no_durable_
     let killed = Instant::now();
     set.kill(old);
     let new = tokio::task::block_in_place(|| set.wait_failover(old, Duration::from_secs(60)));
+    // Every push acknowledged before the kill is on the promoted replica.
+    for id in &acked {
+        let (status, _) = call(&http, port, "GET", &format!("/v1/jobs/{id}"), None).await;
+        assert_eq!(status, 200, "{id} was acknowledged before the kill and is lost");
+    }
+    // The old primary comes back empty (the harness runs without persistence) and still calls itself
+    // primary until Sentinel turns it into a replica; the new primary needs it as a replica for WAIT 1.
     set.restart(old);
     let mut n = 50;
     let back = loop {
@@ -101,6 +108,12 @@ async fn dq_follows_sentinel_through_a_kill_and_a_demotion_and_loses_no_durable_
         push(n, &mut acked).await;
     }
     eprintln!("sentinel failover: kill -9 of :{old} to the first acknowledged durable push took {back:?}");
+    eventually(
+        Duration::from_secs(120),
+        "the old primary is a replica again",
+        || async { set.replica_ports().contains(&old) && set.primary_port() == new },
+    )
+    .await;
     for id in &acked {
         let (status, _) = call(&http, port, "GET", &format!("/v1/jobs/{id}"), None).await;
         assert_eq!(status, 200, "{id} was acknowledged and is lost");
