@@ -730,3 +730,43 @@ async fn records_written_as_hashes_are_still_read_and_are_packed_when_changed() 
     assert_eq!(q.get("old").await.unwrap().state, State::Done);
     assert_consistent(&redis);
 }
+
+/// A reserve in the process that just made a job ready finds it, without waiting for the wake-up: here
+/// the index is told a listener feeds it but none runs, so only the process's own writes can mark it.
+#[tokio::test]
+async fn a_reserve_sees_what_its_own_process_just_made_ready() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
+    q.ready_index().set_listening(true);
+    let t = vec!["t".to_string()];
+    assert!(
+        q.reserve(&t, 1).await.unwrap().is_empty(),
+        "the index is synced, and empty"
+    );
+
+    let pushed = q
+        .push(job(&q, serde_json::json!({"topic": "t", "body": 1})))
+        .await
+        .unwrap();
+    let r = q.reserve(&t, 1).await.unwrap();
+    assert_eq!(r.len(), 1, "a pushed job is reserved at once");
+    assert_eq!(r[0].id, pushed.id);
+
+    let (state, _) = q.nack(&pushed.id, &r[0].receipt, Some(0), None, None).await.unwrap();
+    assert_eq!(state, State::Ready);
+    let r = q.reserve(&t, 1).await.unwrap();
+    assert_eq!(r.len(), 1, "a job nacked with no delay is reserved at once");
+
+    let later = q
+        .push(job(
+            &q,
+            serde_json::json!({"topic": "t", "body": 2, "delay_ms": 600_000}),
+        ))
+        .await
+        .unwrap();
+    q.reschedule(&later.id, Schedule::Delay(0)).await.unwrap();
+    let r = q.reserve(&t, 1).await.unwrap();
+    assert_eq!(r.len(), 1, "a job rescheduled to now is reserved at once");
+    assert_eq!(r[0].id, later.id);
+    assert_consistent(&redis);
+}

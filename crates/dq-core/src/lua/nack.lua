@@ -9,7 +9,8 @@
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: receipt   ARGV[4]: error text ("" for none)
 -- ARGV[5]: delay_ms chosen by the caller ("" to use the backoff list)   ARGV[6]: ready wake channel
 -- ARGV[7]: timer wake channel   ARGV[8..]: backoff list in ms: the i-th after the i-th failure, the last repeats
--- Returns: {1, state, run_at} (state 'delayed', 'ready' or 'dead'), {0} no such job, {-1} stale receipt.
+-- Returns: {1, state, run_at, topic} (state 'delayed', 'ready' or 'dead'), {0} no such job, {-1} stale
+-- receipt.
 
 local job, reserved, bucket, counts, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, id = ARGV[1], ARGV[2]
@@ -34,7 +35,7 @@ if max > 0 and attempts >= max then
   redis.call('LPUSH', events, cjson.encode({kind = 'dead', topic = topic, id = id, attempts = attempts,
     error = ARGV[4], at = now}))
   redis.call('LTRIM', events, 0, 9999)
-  return {1, 'dead', now}
+  return {1, 'dead', now, topic}
 end
 
 local delay
@@ -54,7 +55,7 @@ if delay <= 0 then
   r.s, r.r = 'ready', run_at
   rec_store(job, r)
   redis.call('HINCRBY', counts, topic .. ':ready', 1)
-  return {1, 'ready', run_at}
+  return {1, 'ready', run_at, topic}
 end
 local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
 redis.call('ZADD', bucket, run_at, id)
@@ -64,4 +65,4 @@ end
 r.s, r.r = 'delayed', run_at
 rec_store(job, r)
 redis.call('HINCRBY', counts, topic .. ':delayed', 1)
-return {1, 'delayed', run_at}
+return {1, 'delayed', run_at, topic}

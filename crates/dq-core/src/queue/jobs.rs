@@ -7,7 +7,7 @@ use redis::Value;
 use super::Queue;
 use super::decode::{ParseJob, int, parse_job, text};
 use crate::error::{Error, Result};
-use crate::job::{Job, Schedule};
+use crate::job::{Job, Schedule, State};
 use crate::scripts;
 
 impl Queue {
@@ -111,6 +111,10 @@ impl Queue {
                 "job `{id}` is {state}; only delayed or ready jobs can be rescheduled"
             )));
         }
-        self.get(id).await
+        let job = self.get(id).await?;
+        if job.state == State::Ready {
+            self.ready.mark(&job.topic, p);
+        }
+        Ok(job)
     }
 }

@@ -197,7 +197,8 @@ async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob)]) -> Result<Vec<
     if out.len() != 3 * jobs.len() {
         return Err(bad("the wrong number of values"));
     }
-    out.chunks(3)
+    let answers: Vec<Result<(State, i64)>> = out
+        .chunks(3)
         .map(|c| {
             if int(&c[0]) == Some(0) {
                 return Ok(Err(Error::Conflict("a live job already has this id".into())));
@@ -207,5 +208,13 @@ async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob)]) -> Result<Vec<
                 .ok_or_else(|| bad("an unknown state"))?;
             Ok(Ok((state, int(&c[2]).ok_or_else(|| bad("no run_at"))?)))
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    // This process's next reserve must see what it just made ready, without waiting for the wake-up.
+    let mut marked = std::collections::HashSet::new();
+    for ((_, job), answer) in jobs.iter().zip(&answers) {
+        if matches!(answer, Ok((State::Ready, _))) && marked.insert(job.topic.as_str()) {
+            queue.ready.mark(&job.topic, p);
+        }
+    }
+    Ok(answers)
 }

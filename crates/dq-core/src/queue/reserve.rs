@@ -208,6 +208,10 @@ impl Queue {
                         message: "nack returned a malformed answer".into(),
                     });
                 };
+                // This process's next reserve must see the job it just made ready again.
+                if let (State::Ready, Some(topic)) = (state, out.get(3).and_then(text)) {
+                    self.ready.mark(&topic, p);
+                }
                 metrics::counter!("dq_jobs_nacked_total").increment(1);
                 if state == State::Dead {
                     metrics::counter!("dq_jobs_dead_total").increment(1);
