@@ -770,3 +770,80 @@ async fn a_reserve_sees_what_its_own_process_just_made_ready() {
     assert_eq!(r[0].id, later.id);
     assert_consistent(&redis);
 }
+
+/// A queue entry whose record is gone (deleted by hand) is dropped by promote, reserve and expire, and
+/// the entries around it still move: the scripts read every record before they change anything.
+#[tokio::test]
+async fn entries_without_a_record_are_dropped_and_the_others_move() {
+    let redis = RedisServer::start();
+    let mut s = settings(&redis);
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    let push = |id: &str, delay: u64, ttr: u64| {
+        q.push(job(
+            &q,
+            serde_json::json!({"id": id, "topic": "t", "body": 1, "delay_ms": delay, "ttr_ms": ttr}),
+        ))
+    };
+    let mut c = redis.conn();
+    let drop_record = |c: &mut redis::Connection, id: &str| {
+        let _: () = redis::cmd("DEL")
+            .arg(key(&q, id, &format!("job:{id}")))
+            .query(c)
+            .unwrap();
+    };
+
+    for id in ["d1", "d2", "d3"] {
+        push(id, 1, 30_000).await.unwrap();
+    }
+    drop_record(&mut c, "d2");
+    let moved = std::sync::atomic::AtomicUsize::new(0);
+    eventually(
+        Duration::from_secs(10),
+        "the two jobs with records are promoted",
+        || async {
+            moved.fetch_add(promote_all(&q).await, std::sync::atomic::Ordering::Relaxed);
+            moved.load(std::sync::atomic::Ordering::Relaxed) >= 2
+        },
+    )
+    .await;
+    assert_eq!(moved.into_inner(), 2);
+    let delayed: i64 = redis::cmd("ZCARD").arg(key(&q, "d1", "delayed")).query(&mut c).unwrap();
+    assert_eq!(delayed, 0, "the entry without a record left the delay set too");
+    for id in ["d1", "d3"] {
+        assert_eq!(q.get(id).await.unwrap().state, State::Ready);
+    }
+
+    for id in ["r1", "r2", "r3"] {
+        push(id, 0, 10).await.unwrap();
+    }
+    drop_record(&mut c, "r2");
+    let got: HashSet<String> = q
+        .reserve(&["t".into()], 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(got, ["d1", "d3", "r1", "r3"].map(String::from).into());
+    let ready: i64 = redis::cmd("ZCARD").arg(key(&q, "r1", "ready:t")).query(&mut c).unwrap();
+    assert_eq!(ready, 0, "the entry without a record left the ready queue too");
+
+    drop_record(&mut c, "r1");
+    eventually(Duration::from_secs(10), "the 10 ms reservations expire", || async {
+        q.expire(0, 100).await.unwrap().to_ready > 0
+    })
+    .await;
+    assert_eq!(q.get("r3").await.unwrap().state, State::Ready);
+    let reserved: Vec<String> = redis::cmd("ZRANGE")
+        .arg(key(&q, "r1", "reserved"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        reserved,
+        ["d1", "d3"],
+        "every expired entry left the reserved set; the others stay"
+    );
+}

@@ -13,11 +13,22 @@ local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expired = redis.call('ZRANGEBYSCORE', reserved, '-inf', now, 'LIMIT', 0, limit)
+-- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
+local recs = {}
+for i, id in ipairs(expired) do
+  local r = rec_load(prefix .. ':job:' .. id)
+  recs[i] = r
+  if r then
+    redis.call('EXISTS', prefix .. ':ready:' .. r.t, prefix .. ':dead:' .. r.t)
+  end
+end
+
 local to_ready, to_dead = 0, 0
-for _, id in ipairs(expired) do
-  redis.call('ZREM', reserved, id)
+-- The expired ids are the reserved set's first ones, in rank order.
+if #expired > 0 then redis.call('ZREMRANGEBYRANK', reserved, 0, #expired - 1) end
+for i, id in ipairs(expired) do
   local job = prefix .. ':job:' .. id
-  local r = rec_load(job)
+  local r = recs[i]
   if r then
     local topic = r.t
     r.rc, r.d = nil, nil

@@ -18,6 +18,8 @@ local r = rec_load(job)
 if not r then return {0} end
 if r.s ~= 'reserved' or r.rc ~= ARGV[3] then return {-1} end
 local topic = r.t
+-- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
+redis.call('EXISTS', prefix .. ':ready:' .. topic, prefix .. ':dead:' .. topic)
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -11,31 +11,34 @@ local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', bucket, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
-local out = {0, -1, now}
-local ids = {}
+-- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
+local recs = {}
 local per_topic = {}
 local was_empty = {}
-for j = 1, #due, 2 do
-  local id, run_at = due[j], tonumber(due[j + 1])
-  ids[#ids + 1] = id
-  local job = prefix .. ':job:' .. id
-  local r = rec_load(job)
+local count = #due / 2
+for i = 1, count do
+  local r = rec_load(prefix .. ':job:' .. due[2 * i - 1])
+  recs[i] = r
+  if r and per_topic[r.t] == nil then
+    per_topic[r.t] = 0
+    was_empty[r.t] = redis.call('EXISTS', prefix .. ':ready:' .. r.t) == 0
+  end
+end
+
+local out = {0, -1, now}
+-- The due ids are the delay set's first ones, in rank order.
+if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, 0, count - 1) end
+for i = 1, count do
+  local id, run_at, r = due[2 * i - 1], tonumber(due[2 * i]), recs[i]
   -- An id without a record was deleted half-way by hand; there is nothing to deliver.
   if r then
-    local topic = r.t
-    local ready = prefix .. ':ready:' .. topic
-    if per_topic[topic] == nil then
-      per_topic[topic] = 0
-      was_empty[topic] = redis.call('EXISTS', ready) == 0
-    end
-    redis.call('ZADD', ready, run_at, id)
+    redis.call('ZADD', prefix .. ':ready:' .. r.t, run_at, id)
     r.s = 'ready'
-    rec_store(job, r, true)
-    per_topic[topic] = per_topic[topic] + 1
+    rec_store(prefix .. ':job:' .. id, r, true)
+    per_topic[r.t] = per_topic[r.t] + 1
     out[#out + 1] = now - run_at
   end
 end
-if #ids > 0 then redis.call('ZREM', bucket, unpack(ids)) end
 for topic, n in pairs(per_topic) do
   redis.call('HINCRBY', counts, topic .. ':delayed', -n)
   redis.call('HINCRBY', counts, topic .. ':ready', n)

@@ -15,6 +15,8 @@ if #ARGV >= 4 then
 else
   ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[3]) - 1)
 end
+-- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
+for _, id in ipairs(ids) do redis.call('EXISTS', prefix .. ':job:' .. id) end
 local n = 0
 for _, id in ipairs(ids) do
   if redis.call('ZREM', dead, id) == 1 then

@@ -14,12 +14,13 @@ if not r then return 0 end
 if r.s ~= 'reserved' or r.rc ~= ARGV[3] then return -1 end
 local topic = r.t
 local ready = prefix .. ':ready:' .. topic
+-- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
+local was_empty = redis.call('EXISTS', ready) == 0
 redis.call('ZREM', reserved, id)
 r.rc, r.d = nil, nil
 r.a = r.a - 1
 r.s = 'ready'
 rec_store(job, r)
-local was_empty = redis.call('EXISTS', ready) == 0
 redis.call('ZADD', ready, r.r, id)
 if was_empty then redis.call('PUBLISH', ARGV[4], topic) end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)

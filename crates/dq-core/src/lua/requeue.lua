@@ -20,12 +20,20 @@ else
   ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[4]) - 1)
 end
 local was_empty = redis.call('EXISTS', ready) == 0
+-- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
+local recs, listed = {}, {}
+for i, id in ipairs(ids) do
+  listed[i] = redis.call('ZSCORE', dead, id) ~= false
+  if listed[i] then recs[i] = rec_load(prefix .. ':job:' .. id) end
+end
+
 local n, removed = 0, 0
-for _, id in ipairs(ids) do
-  if redis.call('ZREM', dead, id) == 1 then
+for i, id in ipairs(ids) do
+  -- (The ZREM answer guards against an id given twice.)
+  if listed[i] and redis.call('ZREM', dead, id) == 1 then
     removed = removed + 1
     local job = prefix .. ':job:' .. id
-    local r = rec_load(job)
+    local r = recs[i]
     if r then
       r.s, r.a, r.r = 'ready', 0, now
       rec_store(job, r)

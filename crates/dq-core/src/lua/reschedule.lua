@@ -20,6 +20,8 @@ local run_at
 if ARGV[3] ~= '' then run_at = now + tonumber(ARGV[3]) else run_at = tonumber(ARGV[4]) end
 
 local ready = prefix .. ':ready:' .. topic
+-- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
+redis.call('EXISTS', ready)
 if state == 'delayed' then redis.call('ZREM', bucket, id) else redis.call('ZREM', ready, id) end
 local new_state = 'delayed'
 if run_at <= now then new_state = 'ready' end

@@ -13,21 +13,33 @@ local prefix, want, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local least_ttr = tonumber(ARGV[4]) or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {}
+-- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
+local heads = {}
 local taken = 0
 for k = 3, #KEYS do
   if taken >= want then break end
-  local popped = redis.call('ZPOPMIN', KEYS[k], want - taken)
-  for j = 1, #popped, 2 do
-    local id = popped[j]
-    local job = prefix .. ':job:' .. id
-    local r = rec_load(job)
+  local ids = redis.call('ZRANGE', KEYS[k], 0, want - taken - 1)
+  local recs = {}
+  for j, id in ipairs(ids) do
+    recs[j] = rec_load(prefix .. ':job:' .. id)
+    if recs[j] then taken = taken + 1 end
+  end
+  heads[#heads + 1] = {KEYS[k], ids, recs}
+end
+
+local out = {}
+local n = 0
+for _, head in ipairs(heads) do
+  local queue, ids, recs = head[1], head[2], head[3]
+  if #ids > 0 then redis.call('ZREMRANGEBYRANK', queue, 0, #ids - 1) end
+  for j, id in ipairs(ids) do
+    local r = recs[j]
     -- A queue entry without a record cannot be delivered; dropping it is what delete would have done.
     if r then
-      taken = taken + 1
+      n = n + 1
       r.a = r.a + 1
-      r.s, r.rc, r.d = 'reserved', nonce .. '.' .. taken, now + math.max(r.ttr, least_ttr)
-      rec_store(job, r)
+      r.s, r.rc, r.d = 'reserved', nonce .. '.' .. n, now + math.max(r.ttr, least_ttr)
+      rec_store(prefix .. ':job:' .. id, r)
       redis.call('ZADD', reserved, r.d, id)
       redis.call('HINCRBY', counts, r.t .. ':ready', -1)
       redis.call('HINCRBY', counts, r.t .. ':reserved', 1)

@@ -5,18 +5,26 @@
 //! Nothing above this module knows the shape: every script names keys of one partition, so Redis Cluster
 //! routes it by its first key, and standalone and Sentinel have every partition on one primary.
 
+mod cluster;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
+
+use self::cluster::ClusterConn;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{AsyncConnectionConfig, Client, FromRedisValue, IntoConnectionInfo, ScriptInvocation};
-use tokio::sync::{Mutex, OnceCell};
+use tokio::sync::Mutex;
 
 use crate::config::{RedisMode, RedisSettings, redact};
 use crate::error::{Error, Result, is_connection_error};
+
+/// How often a script that met a key on a slot being moved is sent again (50 ms, doubling to 500 ms
+/// between tries: about 8 s in all, longer than a slot's move takes).
+const MOVING_SLOT_RETRIES: u32 = 20;
 
 /// The connection to dq's Redis, whatever its shape. Cheap to clone.
 #[derive(Clone)]
@@ -44,13 +52,8 @@ enum Conn {
         /// Where the pool connects, for the dedicated pub/sub connections too.
         target: Arc<Target>,
     },
-    /// Redis Cluster: one multiplexed connection per node, made on first use.
-    Cluster {
-        /// The client the connection is made from.
-        client: Box<redis::cluster::ClusterClient>,
-        /// The connection, once made.
-        conn: OnceCell<ClusterConnection>,
-    },
+    /// Redis Cluster: one multiplexed connection per node, made on first use, replaced if it stalls.
+    Cluster(Box<ClusterConn>),
 }
 
 impl std::fmt::Debug for Redis {
@@ -125,7 +128,8 @@ impl bb8::ManageConnection for PrimaryConnections {
 /// A connection to run one operation on, and how to report its outcome back.
 enum Handle {
     Primary(MultiplexedConnection, Arc<AtomicBool>),
-    Cluster(ClusterConnection),
+    /// The cluster connection and its generation, to report the outcome against.
+    Cluster(ClusterConnection, u64),
 }
 
 impl Redis {
@@ -168,10 +172,8 @@ impl Redis {
                     .max_retry_wait(500)
                     .build()
                     .map_err(bad)?;
-                Conn::Cluster {
-                    client: Box::new(client),
-                    conn: OnceCell::new(),
-                }
+                // Twice the answer timeout without any answer at all, while calls time out: stalled.
+                Conn::Cluster(Box::new(ClusterConn::new(client, 2 * response)))
             }
         };
         Ok(Redis {
@@ -206,15 +208,12 @@ impl Redis {
                     return Ok(Handle::Primary(pooled.conn.clone(), pooled.broken.clone()));
                 }
             },
-            Conn::Cluster { client, conn } => {
-                let c = conn
-                    .get_or_try_init(|| client.get_async_connection())
-                    .await
-                    .map_err(|e| Error::Unavailable {
-                        partition: None,
-                        reason: e.to_string(),
-                    })?;
-                Ok(Handle::Cluster(c.clone()))
+            Conn::Cluster(cluster) => {
+                let (c, generation) = cluster.get().await.map_err(|e| Error::Unavailable {
+                    partition: None,
+                    reason: e.to_string(),
+                })?;
+                Ok(Handle::Cluster(c, generation))
             }
         }
     }
@@ -224,7 +223,23 @@ impl Redis {
     pub async fn invoke<T: FromRedisValue>(&self, script: &ScriptInvocation<'_>) -> redis::RedisResult<T> {
         match self.handle().await.map_err(to_redis)? {
             Handle::Primary(mut c, broken) => mark(&broken, script.invoke_async(&mut c).await),
-            Handle::Cluster(mut c) => script.invoke_async(&mut c).await,
+            Handle::Cluster(mut c, g) => {
+                // A script that met a key already moved to another node (a slot being resharded) failed
+                // at that access, before its first write (every script reads its keys first): send it
+                // again until the slot has moved.
+                let mut wait = Duration::from_millis(50);
+                for _ in 0..MOVING_SLOT_RETRIES {
+                    match script.invoke_async(&mut c).await {
+                        Err(e) if e.to_string().contains("non local key") => {
+                            tracing::debug!(error = %e, "a script met a key on a moving slot; sending it again");
+                            tokio::time::sleep(wait).await;
+                            wait = (wait * 2).min(Duration::from_millis(500));
+                        }
+                        r => return self.saw(g, r),
+                    }
+                }
+                self.saw(g, script.invoke_async(&mut c).await)
+            }
         }
     }
 
@@ -232,7 +247,7 @@ impl Redis {
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
         match self.handle().await.map_err(to_redis)? {
             Handle::Primary(mut c, broken) => mark(&broken, cmd.query_async(&mut c).await),
-            Handle::Cluster(mut c) => cmd.query_async(&mut c).await,
+            Handle::Cluster(mut c, g) => self.saw(g, cmd.query_async(&mut c).await),
         }
     }
 
@@ -240,7 +255,7 @@ impl Redis {
     pub async fn pipe<T: FromRedisValue>(&self, pipe: &redis::Pipeline) -> redis::RedisResult<T> {
         match self.handle().await.map_err(to_redis)? {
             Handle::Primary(mut c, broken) => mark(&broken, pipe.query_async(&mut c).await),
-            Handle::Cluster(mut c) => pipe.query_async(&mut c).await,
+            Handle::Cluster(mut c, g) => self.saw(g, pipe.query_async(&mut c).await),
         }
     }
 
@@ -249,11 +264,11 @@ impl Redis {
     pub async fn query_at<T: FromRedisValue>(&self, slot: u16, cmd: redis::Cmd) -> redis::RedisResult<T> {
         match self.handle().await.map_err(to_redis)? {
             Handle::Primary(mut c, broken) => mark(&broken, cmd.query_async(&mut c).await),
-            Handle::Cluster(mut c) => {
+            Handle::Cluster(mut c, g) => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
                 let route =
                     RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)));
-                let v = c.route_command(cmd, route).await?;
+                let v = self.saw(g, c.route_command(cmd, route).await)?;
                 T::from_redis_value(v).map_err(Into::into)
             }
         }
@@ -284,14 +299,15 @@ impl Redis {
                 name: self.primary_name(),
                 addr: None,
             }]),
-            Handle::Cluster(mut c) => {
+            Handle::Cluster(mut c, g) => {
                 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
                 let v = c
                     .route_command(
                         redis::cmd("CLUSTER").arg("NODES").clone(),
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
                     )
-                    .await?;
+                    .await;
+                let v = self.saw(g, v)?;
                 let text: String = redis::from_redis_value(v)?;
                 Ok(cluster_primaries(&text))
             }
@@ -301,16 +317,16 @@ impl Redis {
     /// Runs one command on one primary (INFO, CONFIG GET …).
     pub async fn query_node<T: FromRedisValue>(&self, node: &Node, cmd: redis::Cmd) -> redis::RedisResult<T> {
         match (&node.addr, self.handle().await.map_err(to_redis)?) {
-            (Some((host, port)), Handle::Cluster(mut c)) => {
+            (Some((host, port)), Handle::Cluster(mut c, g)) => {
                 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
                     host: host.clone(),
                     port: *port,
                 });
-                redis::from_redis_value(c.route_command(cmd, route).await?).map_err(Into::into)
+                redis::from_redis_value(self.saw(g, c.route_command(cmd, route).await)?).map_err(Into::into)
             }
             (_, Handle::Primary(mut c, broken)) => mark(&broken, cmd.query_async(&mut c).await),
-            (None, Handle::Cluster(mut c)) => cmd.query_async(&mut c).await,
+            (None, Handle::Cluster(mut c, g)) => self.saw(g, cmd.query_async(&mut c).await),
         }
     }
 
@@ -356,7 +372,7 @@ impl Redis {
     pub async fn pubsub_clients(&self, settings: &RedisSettings) -> redis::RedisResult<Vec<Client>> {
         match &self.inner.conn {
             Conn::Primary { target, .. } => Ok(vec![target.client().await?]),
-            Conn::Cluster { .. } => settings.urls.iter().map(|u| Client::open(u.as_str())).collect(),
+            Conn::Cluster(_) => settings.urls.iter().map(|u| Client::open(u.as_str())).collect(),
         }
     }
 }
@@ -423,6 +439,16 @@ fn mark<T>(broken: &AtomicBool, r: redis::RedisResult<T>) -> redis::RedisResult<
         broken.store(true, Ordering::Relaxed);
     }
     r
+}
+
+impl Redis {
+    /// Reports a cluster call's outcome to the holder, which replaces a stalled connection.
+    fn saw<T>(&self, generation: u64, result: redis::RedisResult<T>) -> redis::RedisResult<T> {
+        if let Conn::Cluster(cluster) = &self.inner.conn {
+            cluster.saw(generation, &result);
+        }
+        result
+    }
 }
 
 fn to_redis(e: Error) -> redis::RedisError {
