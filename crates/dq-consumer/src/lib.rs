@@ -57,7 +57,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .context("cannot build the HTTP client")?;
-    let listener = dq_core::wake::follow_ready(&queue, &settings.redis, background.clone());
+    let listener = dq_core::wake::follow_ready(&queue, background.clone());
     let refresh = Duration::from_millis(settings.topics.refresh_ms);
     let topics = TopicCache::start(queue.clone(), refresh, background.clone()).await;
     let shared = Arc::new(Shared {

@@ -13,7 +13,6 @@ use futures_util::StreamExt;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::RedisSettings;
 use crate::keys::Keys;
 use crate::queue::Queue;
 
@@ -36,17 +35,16 @@ pub enum Wake {
 /// cluster) with backoff until `shutdown`.
 pub fn listen(
     queue: &Queue,
-    settings: &RedisSettings,
     pattern: String,
     shutdown: CancellationToken,
     on_wake: Arc<dyn Fn(Wake) + Send + Sync>,
 ) -> JoinHandle<()> {
-    let (redis, settings) = (queue.redis().clone(), settings.clone());
+    let redis = queue.redis().clone();
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(100);
         let mut turn = 0usize;
         while !shutdown.is_cancelled() {
-            match redis.pubsub_clients(&settings).await {
+            match redis.pubsub_clients().await {
                 Ok(clients) if !clients.is_empty() => {
                     let client = &clients[turn % clients.len()];
                     turn += 1;
@@ -92,7 +90,7 @@ pub fn listen(
 
 /// Feeds the queue's [`crate::queue::ReadyIndex`] with ready wake-ups until `shutdown`, so reserves in
 /// this process go to the partitions that have work and long polls wake when a topic becomes ready.
-pub fn follow_ready(queue: &Queue, settings: &RedisSettings, shutdown: CancellationToken) -> JoinHandle<()> {
+pub fn follow_ready(queue: &Queue, shutdown: CancellationToken) -> JoinHandle<()> {
     let index = queue.ready_index().clone();
     index.set_listening(true);
     let done = index.clone();
@@ -103,7 +101,6 @@ pub fn follow_ready(queue: &Queue, settings: &RedisSettings, shutdown: Cancellat
     });
     listen(
         queue,
-        settings,
         queue.keys().ready_channels(),
         shutdown,
         Arc::new(move |wake| match wake {

@@ -54,7 +54,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     dq_core::telemetry::prometheus();
     // Served from the start (at 0), so a dashboard tells "none" from "not measured".
     metrics::counter!("dq_writes_not_replicated_total").increment(0);
-    let listener_task = dq_core::wake::follow_ready(&queue, &settings.redis, shutdown.clone());
+    let listener_task = dq_core::wake::follow_ready(&queue, shutdown.clone());
     let refresh = Duration::from_millis(settings.topics.refresh_ms);
     let topics = TopicCache::start(queue.clone(), refresh, shutdown.clone()).await;
     let state = AppState {

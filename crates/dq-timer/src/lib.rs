@@ -42,7 +42,6 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let timer = PartitionTimer::new(queue.clone(), id.clone(), settings.timer.clone(), rx, resync.clone());
     let listener = wake::listen(
         &queue,
-        &settings.redis,
         queue.keys().timer_channels(),
         shutdown.clone(),
         Arc::new(move |w: Wake| {

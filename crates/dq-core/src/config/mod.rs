@@ -457,6 +457,43 @@ mod tests {
     }
 
     #[test]
+    fn tls_files_are_checked_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = dir.path().join("ca.pem");
+        std::fs::write(&pem, "not read as PEM until a connection is made").unwrap();
+        let pem = pem.to_str().unwrap().to_string();
+        let tls_url = ("DQ__REDIS__URLS", "rediss://127.0.0.1:6380".to_string());
+        let cases: Vec<(Vec<(&str, String)>, &str)> = vec![
+            (
+                vec![tls_url.clone(), ("DQ__REDIS__TLS_CERT_FILE", pem.clone())],
+                "redis.tls_cert_file",
+            ),
+            (
+                vec![
+                    tls_url.clone(),
+                    ("DQ__REDIS__TLS_CA_FILE", "/nonexistent/ca.pem".into()),
+                ],
+                "cannot read",
+            ),
+            (
+                vec![("DQ__REDIS__TLS_CA_FILE", pem.clone())],
+                "no URL in redis.urls uses TLS",
+            ),
+        ];
+        for (vars, named) in cases {
+            let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let err = Settings::load_from(None, env(&vars)).unwrap_err().to_string();
+            assert!(err.contains(named), "{vars:?}: {err}");
+        }
+        let ok = Settings::load_from(
+            None,
+            env(&[(tls_url.0, tls_url.1.as_str()), ("DQ__REDIS__TLS_CA_FILE", &pem)]),
+        );
+        let certs = ok.unwrap().redis.tls_certificates().unwrap().unwrap();
+        assert!(certs.root_cert.is_some() && certs.client_tls.is_none());
+    }
+
+    #[test]
     fn the_shipped_example_is_the_defaults() {
         let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/dq.toml"));
         let from_file = Settings::load_from(Some(path), env(&[])).unwrap();

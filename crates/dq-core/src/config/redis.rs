@@ -1,5 +1,7 @@
 //! `[redis]`: which Redis, in which shape, and how dq talks to it.
 
+use std::path::PathBuf;
+
 use serde::Deserialize;
 
 use super::{ConfigError, invalid};
@@ -50,6 +52,14 @@ pub struct RedisSettings {
     pub wait_replicas: u32,
     /// How long a write waits for `wait_replicas` confirmations before it is answered `unavailable`.
     pub wait_timeout_ms: u64,
+    /// TLS (`rediss://`): a PEM file of the CA certificates to trust instead of the system's, for a
+    /// Redis whose certificate a private CA signed.
+    pub tls_ca_file: Option<PathBuf>,
+    /// TLS: a PEM client certificate, for a Redis that asks clients for one (`tls-auth-clients yes`).
+    /// Needs `tls_key_file`.
+    pub tls_cert_file: Option<PathBuf>,
+    /// TLS: the PEM private key of `tls_cert_file`.
+    pub tls_key_file: Option<PathBuf>,
     /// The old setting, refused with a message saying what replaced it.
     shards: Option<serde::de::IgnoredAny>,
 }
@@ -68,6 +78,9 @@ impl Default for RedisSettings {
             cluster_retries: 20,
             wait_replicas: 0,
             wait_timeout_ms: 1000,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
             shards: None,
         }
     }
@@ -126,7 +139,43 @@ impl RedisSettings {
         if self.wait_timeout_ms == 0 {
             return Err(invalid("redis.wait_timeout_ms", "must be at least 1"));
         }
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            return Err(invalid(
+                "redis.tls_cert_file",
+                "a client certificate needs its key: set both redis.tls_cert_file and redis.tls_key_file, or neither",
+            ));
+        }
+        if self.tls_certificates()?.is_some() && !self.urls.iter().any(|u| u.starts_with("rediss://")) {
+            return Err(invalid(
+                "redis.tls_ca_file",
+                "TLS files are set but no URL in redis.urls uses TLS (rediss://)",
+            ));
+        }
         Ok(())
+    }
+
+    /// The TLS files, read: `None` when none is set (TLS, if any, trusts the system's CAs).
+    pub fn tls_certificates(&self) -> Result<Option<redis::TlsCertificates>, ConfigError> {
+        fn read(key: &'static str, path: &Option<PathBuf>) -> Result<Option<Vec<u8>>, ConfigError> {
+            path.as_ref()
+                .map(|p| std::fs::read(p).map_err(|e| invalid(key, format!("cannot read {}: {e}", p.display()))))
+                .transpose()
+        }
+        let root_cert = read("redis.tls_ca_file", &self.tls_ca_file)?;
+        let client_tls = match (
+            read("redis.tls_cert_file", &self.tls_cert_file)?,
+            read("redis.tls_key_file", &self.tls_key_file)?,
+        ) {
+            (Some(client_cert), Some(client_key)) => Some(redis::ClientTlsConfig {
+                client_cert,
+                client_key,
+            }),
+            _ => None,
+        };
+        if root_cert.is_none() && client_tls.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(redis::TlsCertificates { client_tls, root_cert }))
     }
 }
 

@@ -15,7 +15,7 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 
 use self::cluster::ClusterConn;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{AsyncConnectionConfig, Client, FromRedisValue, IntoConnectionInfo, ScriptInvocation};
 use tokio::sync::Mutex;
 
@@ -42,6 +42,8 @@ struct Inner {
     conn: Conn,
     /// `redis.wait_replicas` and `redis.wait_timeout_ms`.
     wait: Option<(u32, u64)>,
+    /// The settings the connection was made with (for the dedicated pub/sub connections).
+    settings: RedisSettings,
 }
 
 enum Conn {
@@ -141,12 +143,13 @@ impl Redis {
         };
         let connect = Duration::from_millis(settings.connect_timeout_ms);
         let response = Duration::from_millis(settings.response_timeout_ms);
+        let certs = settings.tls_certificates().map_err(|e| Error::Invalid(e.to_string()))?;
         let conn = match settings.mode {
             RedisMode::Standalone | RedisMode::Sentinel => {
                 let target = Arc::new(if settings.mode == RedisMode::Standalone {
-                    Target::Url(Client::open(settings.urls[0].as_str()).map_err(bad)?)
+                    Target::Url(client(&settings.urls[0], &certs).map_err(bad)?)
                 } else {
-                    Target::Sentinel(Mutex::new(sentinel_client(settings).map_err(bad)?))
+                    Target::Sentinel(Mutex::new(sentinel_client(settings, &certs).map_err(bad)?))
                 });
                 let manager = PrimaryConnections {
                     target: target.clone(),
@@ -163,7 +166,11 @@ impl Redis {
                 Conn::Primary { pool, target }
             }
             RedisMode::Cluster => {
-                let client = redis::cluster::ClusterClientBuilder::new(settings.urls.iter().map(|u| u.as_str()))
+                let mut builder = redis::cluster::ClusterClientBuilder::new(settings.urls.iter().map(|u| u.as_str()));
+                if let Some(certs) = certs {
+                    builder = builder.certs(certs);
+                }
+                let client = builder
                     .connection_timeout(connect)
                     .response_timeout(response)
                     // A failover takes the cluster's node timeout plus an election; retry across it.
@@ -179,6 +186,7 @@ impl Redis {
         Ok(Redis {
             inner: Arc::new(Inner {
                 mode: settings.mode,
+                settings: settings.clone(),
                 names: settings.urls.iter().map(|u| redact(u)).collect(),
                 conn,
                 wait: (settings.wait_replicas > 0).then_some((settings.wait_replicas, settings.wait_timeout_ms)),
@@ -369,10 +377,16 @@ impl Redis {
 
     /// Clients for a pub/sub connection, in the order to try them: the primary (standalone, or the one
     /// Sentinel names now); on a cluster, every configured node (a PUBLISH reaches every node).
-    pub async fn pubsub_clients(&self, settings: &RedisSettings) -> redis::RedisResult<Vec<Client>> {
+    pub async fn pubsub_clients(&self) -> redis::RedisResult<Vec<Client>> {
         match &self.inner.conn {
             Conn::Primary { target, .. } => Ok(vec![target.client().await?]),
-            Conn::Cluster(_) => settings.urls.iter().map(|u| Client::open(u.as_str())).collect(),
+            Conn::Cluster(_) => {
+                let settings = &self.inner.settings;
+                let certs = settings.tls_certificates().map_err(|e| {
+                    redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "TLS files", e.to_string()))
+                })?;
+                settings.urls.iter().map(|u| client(u, &certs)).collect()
+            }
         }
     }
 }
@@ -410,24 +424,56 @@ fn cluster_primaries(text: &str) -> Vec<Node> {
     out
 }
 
-fn sentinel_client(settings: &RedisSettings) -> redis::RedisResult<SentinelClient> {
-    // The sentinels' URLs carry how to reach the sentinels; the data nodes take the first URL's
-    // credentials and TLS, since Sentinel reports only their addresses.
-    let first = settings.urls[0].as_str().into_connection_info()?;
-    let mut node = SentinelNodeConnectionInfo::default().set_redis_connection_info(first.redis_settings().clone());
-    if let redis::ConnectionAddr::TcpTls { insecure, .. } = first.addr() {
-        node = node.set_tls_mode(if *insecure {
-            redis::TlsMode::Insecure
-        } else {
-            redis::TlsMode::Secure
-        });
+/// A client for `url`, trusting the configured CA and showing the configured client certificate when
+/// the URL uses TLS.
+fn client(url: &str, certs: &Option<redis::TlsCertificates>) -> redis::RedisResult<Client> {
+    match certs {
+        Some(certs) if url.starts_with("rediss://") => Client::build_with_tls(url, certs.clone()),
+        _ => Client::open(url),
     }
-    SentinelClient::build(
-        settings.urls.iter().map(|u| u.as_str()).collect::<Vec<_>>(),
+}
+
+fn sentinel_client(
+    settings: &RedisSettings,
+    certs: &Option<redis::TlsCertificates>,
+) -> redis::RedisResult<SentinelClient> {
+    // Sentinel reports only the primary's address: the first URL's user, password and TLS serve the
+    // sentinels and the data nodes alike, with the configured CA and client certificate.
+    let infos = settings
+        .urls
+        .iter()
+        .map(|u| u.as_str().into_connection_info())
+        .collect::<redis::RedisResult<Vec<_>>>()?;
+    let first = infos[0].redis_settings().clone();
+    let tls = match infos[0].addr() {
+        redis::ConnectionAddr::TcpTls { insecure: true, .. } => Some(redis::TlsMode::Insecure),
+        redis::ConnectionAddr::TcpTls { .. } => Some(redis::TlsMode::Secure),
+        _ => None,
+    };
+    let mut builder = SentinelClientBuilder::new(
+        infos.iter().map(|i| i.addr().clone()),
         settings.sentinel_master.clone(),
-        Some(node),
         SentinelServerType::Master,
-    )
+    )?;
+    if let Some(user) = first.username() {
+        builder = builder
+            .set_client_to_sentinel_username(user)
+            .set_client_to_redis_username(user);
+    }
+    if let Some(password) = first.password() {
+        builder = builder
+            .set_client_to_sentinel_password(password)
+            .set_client_to_redis_password(password);
+    }
+    if let Some(mode) = tls {
+        builder = builder.set_client_to_redis_tls_mode(mode);
+        if let Some(certs) = certs {
+            builder = builder
+                .set_client_to_sentinel_certificates(certs.clone())
+                .set_client_to_redis_certificates(certs.clone());
+        }
+    }
+    builder.build()
 }
 
 /// Marks a pooled connection broken after a connection error, or after READONLY (the primary was demoted:
