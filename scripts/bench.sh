@@ -4,13 +4,14 @@
 # figure is also given as a ratio to redis-benchmark running the same push script on the same Redis.
 #
 #   scripts/bench.sh            all figures
-#   BENCH_ONLY=push scripts/bench.sh   one of: push batch reserve memory lateness burst kill deliver
+#   BENCH_ONLY=push scripts/bench.sh   one of: push batch reserve memory lateness cpu burst kill deliver
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
+#   DQ_REDIS_MODE=cluster scripts/bench.sh   the same on a local Redis Cluster of 3 primaries
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
-cargo build --release --bins --locked >&2
+[ -n "${DQ_BIN:-}" ] || cargo build --release --bins --locked >&2
 bin=${DQ_BIN:-target/release}
 
 work=$(mktemp -d)
@@ -20,10 +21,26 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 
-redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --logfile "$work/redis.log" &
-pids+=($!)
-until redis-cli -p "$rport" ping >/dev/null 2>&1; do sleep 0.05; done
-if [ -n "${DQ_SHARDS_LAYOUT:-}" ]; then export DQ__REDIS__SHARDS="redis://127.0.0.1:$rport"; else export DQ__REDIS__URLS="redis://127.0.0.1:$rport"; fi
+# The Redis nodes: one standalone Redis, or with DQ_REDIS_MODE=cluster a local Redis Cluster of 3
+# primaries (no replicas) whose figures (memory, commands, CPU) are summed over the nodes.
+nodes=()
+cluster=""
+[ "${DQ_REDIS_MODE:-standalone}" = cluster ] && cluster=1
+for _ in $( [ -n "$cluster" ] && echo 1 2 3 || echo 1 ); do
+  p=$(port); nodes+=("$p"); mkdir -p "$work/$p"
+  redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/$p" --logfile "$work/$p/redis.log" \
+    ${cluster:+--cluster-enabled yes --cluster-config-file "$work/$p/nodes.conf" --cluster-node-timeout 1000} &
+  pids+=($!)
+  until redis-cli -p "$p" ping >/dev/null 2>&1; do sleep 0.05; done
+done
+rport=${nodes[0]}
+if [ -n "$cluster" ]; then
+  redis-cli --cluster create $(printf '127.0.0.1:%s ' "${nodes[@]}") --cluster-replicas 0 --cluster-yes >/dev/null
+  for p in "${nodes[@]}"; do
+    until redis-cli -p "$p" cluster info | grep -q 'cluster_state:ok'; do sleep 0.1; done
+  done
+  export DQ__REDIS__MODE=cluster DQ__REDIS__URLS=$(printf 'redis://127.0.0.1:%s,' "${nodes[@]}" | sed 's/,$//')
+elif [ -n "${DQ_SHARDS_LAYOUT:-}" ]; then export DQ__REDIS__SHARDS="redis://127.0.0.1:$rport"; else export DQ__REDIS__URLS="redis://127.0.0.1:$rport"; fi
 export DQ__SERVER__LISTEN="127.0.0.1:$sport" DQ__LOG__LEVEL=warn
 $bin/dq-server >"$work/server.log" 2>&1 &
 pids+=($!)
@@ -36,8 +53,9 @@ DQ__METRICS__LISTEN="127.0.0.1:$(port)" $bin/dq-consumer >"$work/consumer.log" 2
 pids+=($!)
 until (exec 3<>"/dev/tcp/127.0.0.1/$sport") 2>/dev/null; do sleep 0.05; done
 bench() { $bin/dq-bench --url "http://127.0.0.1:$sport" "$@"; }
-rcli() { redis-cli -p "$rport" "$@"; }
-info() { rcli info "$1" | tr -d '\r' | awk -F: -v k="$2" '$1==k {print $2}'; }
+rcli() { for p in "${nodes[@]}"; do redis-cli -p "$p" "$@"; done; }
+# A field of INFO, summed over the nodes.
+info() { rcli info "$1" | tr -d '\r' | awk -F: -v k="$2" '$1==k {s += $2} END {printf "%.6f\n", s}'; }
 want() { [ -z "${BENCH_ONLY:-}" ] || [ "$BENCH_ONLY" = "$1" ]; }
 # redis-benchmark on the private Redis, quiet; prints its requests per second.
 rbench() {
@@ -57,9 +75,13 @@ per_job() {
   sleep 3
   python3 -c "print(f'{($(info memory used_memory)-$m0)/100000:.0f} {($c1-$c0)/100000:.2f}')"
 }
-echo "redis $(redis-server --version | awk '{print $3}'), $(nproc) cores; Redis, dq-server, 2 dq-timers, dq-consumer and the load on this one machine"
+echo "redis $(redis-server --version | awk '{print $3}'), $(nproc) cores; ${cluster:+a Redis Cluster of 3 primaries, }Redis, dq-server, 2 dq-timers, dq-consumer and the load on this one machine"
 
-if want push; then
+if want push && [ -n "$cluster" ]; then
+  echo; echo "== single pushes, 64-byte body, 64 connections (cluster: no redis-benchmark ratio)"
+  bench push -n 200000 -c 64 | head -1
+  rcli flushall >/dev/null
+elif want push; then
   echo; echo "== single pushes, 64-byte body, 64 connections: dq over HTTP vs redis-benchmark on push.lua's EVALSHA,"
   echo "   and vs the bare axum + redis-rs push path (dq-bench baseline) loaded the same way"
   # push.lua as dq-server loads it: after record.lua, the record's format (crates/dq-core/src/scripts.rs).
@@ -86,7 +108,11 @@ PY
   rcli flushall >/dev/null
 fi
 
-if want batch; then
+if want batch && [ -n "$cluster" ]; then
+  echo; echo "== batch pushes of 100, 64-byte body, 16 connections"
+  bench push -n 500000 -c 16 --batch 100 | head -1
+  rcli flushall >/dev/null
+elif want batch; then
   echo; echo "== batch pushes of 100, 64-byte body, 16 connections; and the ceiling of the two writes every push makes,"
   echo "   SET of the record (97 bytes, as push packs a 64-byte body) and ZADD to a delay bucket, pipelined by"
   echo "   redis-benchmark with no Lua and no HTTP"
@@ -127,6 +153,26 @@ fi
 if want lateness; then
   echo; echo "== lateness (reserved-at - due): 2,000 jobs/s due over 10 s, 2 timers, long-poll workers"
   bench lateness --rate 2000 --seconds 10 | head -12
+fi
+
+if want cpu; then
+  echo; echo "== Redis CPU per job over its whole life (pushed with a delay, promoted, reserved, acked), 2,000 jobs/s"
+  echo "   for 10 s; and Redis CPU with no load at all (timers' heartbeats and expiry sweeps)"
+  rcli flushall >/dev/null
+  cpu() { python3 -c "print($(info cpu used_cpu_user) + $(info cpu used_cpu_sys))"; }
+  c0=$(cpu); sleep 5; c1=$(cpu)
+  run=$(bench --json lateness --rate 2000 --seconds 10 | tail -1)
+  c2=$(cpu)
+  python3 - "$c0" "$c1" "$c2" "$run" <<'PY'
+import json, sys
+c0, c1, c2 = map(float, sys.argv[1:4]); run = json.loads(sys.argv[4])
+idle = (c1 - c0) / 5
+jobs = run["acked"]
+print(f"idle: {idle * 100:.2f}% of a core")
+print(f"per job: {(c2 - c1) / jobs * 1e6:.1f} us of Redis CPU ({jobs} jobs acked), "
+      f"{((c2 - c1) - idle * 10) / jobs * 1e6:.1f} us without the idle share")
+PY
+  rcli flushall >/dev/null
 fi
 
 if want burst; then

@@ -19,6 +19,9 @@ use crate::clock::RedisClock;
 /// on a cluster's primaries) without holding one partition's batch behind another's.
 const CALLS_IN_FLIGHT: usize = 16;
 
+/// Groups the expiry sweep of a heartbeat period is split into (see `schedule_sweep`).
+const SWEEP_GROUPS: usize = 16;
+
 /// What this timer knows of a partition it holds.
 #[derive(Debug, Clone, Copy, Default)]
 struct Held {
@@ -81,10 +84,7 @@ impl PartitionTimer {
             if Instant::now() >= heartbeat_at {
                 self.heartbeat().await;
                 heartbeat_at = Instant::now() + renew;
-                // New reservations do not publish; look for expired ones on every heartbeat.
-                for h in self.held.values_mut() {
-                    h.next_deadline = None;
-                }
+                self.schedule_sweep();
             }
             let failed = self.promote_due().await | self.expire_due().await;
             let mut wake_at = heartbeat_at;
@@ -190,6 +190,18 @@ impl PartitionTimer {
             }
         }
         failed
+    }
+
+    /// New reservations do not publish, so every held partition is looked at for expired ones once per
+    /// heartbeat period: spread over the period in `SWEEP_GROUPS` groups rather than all at once, so the
+    /// sweep never holds promotions (or Redis) for the time of hundreds of calls.
+    fn schedule_sweep(&mut self) {
+        let (now, n) = (self.clock.now(), self.held.len().max(1));
+        let renew = self.settings.renew_ms as i64;
+        for (i, h) in self.held.values_mut().enumerate() {
+            let at = now + (i * SWEEP_GROUPS / n) as i64 * renew / SWEEP_GROUPS as i64;
+            h.next_deadline = Some(h.next_deadline.map_or(at, |d| d.min(at)));
+        }
     }
 
     /// Ends expired reservations in every held partition whose earliest deadline has passed. Returns
