@@ -2,15 +2,14 @@
 //! temp dir of its own, with nodes to kill, restart (they rejoin from their `nodes.conf`) and add.
 //!
 //! The node timeout is 1 s, so a killed primary's replica takes over within a few seconds. Every node is
-//! killed on drop, and every log printed when the test fails (panics).
+//! killed on drop, and every log printed when the test fails (panics). With TLS ([`RedisOptions`]) the nodes
+//! serve and gossip their TLS ports only, and the cluster bus and replication run over TLS as well.
 
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
-use std::io::{Read, Seek};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::{RedisProcess, free_port, info, info_field, quick_conn, wait_for};
+use crate::{RedisOptions, RedisProcess, free_port, info, info_field, wait_for};
 
 /// How many slots a Redis Cluster has.
 const SLOTS: usize = 16384;
@@ -24,6 +23,8 @@ pub struct RedisCluster {
     nodes: Vec<RedisProcess>,
     /// The ports of `nodes` and their cluster bus ports, never handed out twice.
     taken: HashSet<u16>,
+    /// TLS and the user, of every node.
+    options: RedisOptions,
 }
 
 /// Which primary (port) serves which slot range, as one node sees it.
@@ -87,11 +88,17 @@ fn parse_nodes(text: &str) -> Vec<NodeView> {
 impl RedisCluster {
     /// Starts 6 cluster-enabled nodes, forms them into a cluster of 3 primaries and 3 replicas with
     /// `redis-cli --cluster create`, and waits until every node reports `cluster_state:ok` with all 16384 slots
-    /// assigned and knows all 6 nodes, and every replica's link to its primary is up.
+    /// assigned and knows all 6 nodes, and every replica's link to its primary is up. Plaintext, no password.
     pub fn start() -> Self {
+        Self::start_with(&RedisOptions::default())
+    }
+
+    /// As [`RedisCluster::start`], every node secured as `options` say.
+    pub fn start_with(options: &RedisOptions) -> Self {
         let mut cluster = RedisCluster {
             nodes: Vec::new(),
             taken: HashSet::new(),
+            options: options.clone(),
         };
         for _ in 0..6 {
             let node = cluster.start_node();
@@ -122,39 +129,26 @@ impl RedisCluster {
         for _ in 0..10 {
             let (port, bus_port) = (self.unused_port(), self.unused_port());
             let dir = tempfile::tempdir().expect("temp dir");
-            let args: Vec<OsString> = [
-                "--port",
-                &port.to_string(),
-                "--cluster-port",
-                &bus_port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "1000",
-                "--cluster-replica-validity-factor",
-                "0",
-                "--appendonly",
-                "no",
-                "--save",
-                "",
+            let mut directives = self.options.data_node(port);
+            if self.options.tls.is_some() {
+                directives.add("tls-cluster", ["yes"]);
+            }
+            let (bus_port, dir_path) = (bus_port.to_string(), dir.path().to_string_lossy().into_owned());
+            directives
+                .add("cluster-port", [bus_port.as_str()])
+                .add("bind", ["127.0.0.1"])
+                .add("cluster-enabled", ["yes"])
+                .add("cluster-config-file", ["nodes.conf"])
+                .add("cluster-node-timeout", ["1000"])
+                .add("cluster-replica-validity-factor", ["0"])
+                .add("appendonly", ["no"])
+                .add("save", [""])
                 // Replicas sync at once instead of after the default 5 s wait for more replicas.
-                "--repl-diskless-sync-delay",
-                "0",
-            ]
-            .iter()
-            .map(OsString::from)
-            .chain([
-                "--dir".into(),
-                dir.path().into(),
-                "--logfile".into(),
-                RedisProcess::log_path(dir.path()).into(),
-            ])
-            .collect();
-            match RedisProcess::start("redis-server", args, port, dir) {
+                .add("repl-diskless-sync-delay", ["0"])
+                .add("dir", [dir_path])
+                .add("logfile", [RedisProcess::log_path(dir.path()).to_string_lossy()]);
+            let args: Vec<OsString> = directives.args();
+            match RedisProcess::start("redis-server", args, port, dir, &self.options) {
                 Ok(node) => return node,
                 Err(e) => last = e,
             }
@@ -162,17 +156,20 @@ impl RedisCluster {
         panic!("could not start a cluster node (is redis-server installed? scripts/test.sh installs it): {last}");
     }
 
-    /// Every node's port, killed ones included, in the order they were started.
+    /// Every node's port (its TLS port with TLS), killed ones included, in the order they were started.
     pub fn ports(&self) -> Vec<u16> {
         self.nodes.iter().map(|n| n.port).collect()
     }
 
-    /// `redis://127.0.0.1:<port>` of every node, killed ones included.
+    /// `redis://127.0.0.1:<port>` of every node, killed ones included; with TLS `rediss://`, with a user
+    /// `name:password@` after the scheme (see [`RedisOptions::url`]).
     pub fn urls(&self) -> Vec<String> {
-        self.nodes
-            .iter()
-            .map(|n| format!("redis://127.0.0.1:{}", n.port))
-            .collect()
+        self.nodes.iter().map(|n| self.options.url(n.port)).collect()
+    }
+
+    /// The options it was started with (their certificates, for a client over TLS).
+    pub fn options(&self) -> &RedisOptions {
+        &self.options
     }
 
     /// The URLs to give a cluster client as its seeds: all of [`RedisCluster::urls`].
@@ -200,7 +197,10 @@ impl RedisCluster {
 
     /// CLUSTER NODES as node `port` sees the cluster.
     fn view_of(&self, port: u16) -> Result<Vec<NodeView>, String> {
-        let mut conn = quick_conn(port).ok_or_else(|| format!("node :{port} does not answer"))?;
+        let mut conn = self
+            .options
+            .quick_conn(port)
+            .ok_or_else(|| format!("node :{port} does not answer"))?;
         let text: String = redis::cmd("CLUSTER")
             .arg("NODES")
             .query(&mut conn)
@@ -265,51 +265,19 @@ impl RedisCluster {
     /// A synchronous connection to the node on `port` (a plain one: keys of other nodes' slots get MOVED).
     pub fn conn(&self, port: u16) -> redis::Connection {
         self.node(port);
-        redis::Client::open(format!("redis://127.0.0.1:{port}"))
-            .and_then(|c| c.get_connection())
+        self.options
+            .client(port)
+            .get_connection()
             .unwrap_or_else(|e| panic!("connect to cluster node :{port}: {e}"))
     }
 
     /// Runs `redis-cli` with `args` and gives its standard output, trailing whitespace trimmed; panics if it
     /// fails or takes over 2 minutes. Name the node with `-p <port>` (the host defaults to 127.0.0.1), e.g.
     /// `["-c", "-p", port, "SET", "k", "v"]`, or `["--cluster", "reshard", "127.0.0.1:<port>", "--cluster-from",
-    /// id, "--cluster-to", id, "--cluster-slots", "100", "--cluster-yes"]`.
+    /// id, "--cluster-to", id, "--cluster-slots", "100", "--cluster-yes"]`. The options TLS and the user need
+    /// (`--tls`, the certificates, `--user`, `--pass`) come first of their own.
     pub fn redis_cli(&self, args: &[&str]) -> String {
-        let mut out = tempfile::tempfile().expect("temp file");
-        let mut err = tempfile::tempfile().expect("temp file");
-        let mut child = Command::new("redis-cli")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("temp file"))
-            .stderr(err.try_clone().expect("temp file"))
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run redis-cli (is it installed?): {e}"));
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("wait for redis-cli") {
-                break Some(status);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let read = |f: &mut std::fs::File| {
-            let mut s = String::new();
-            f.rewind().expect("rewind temp file");
-            let _ = f.read_to_string(&mut s);
-            s
-        };
-        let (stdout, stderr) = (read(&mut out), read(&mut err));
-        match status {
-            Some(status) if status.success() => stdout.trim_end().to_string(),
-            status => panic!(
-                "redis-cli {args:?} {}\n---- stdout ----\n{stdout}\n---- stderr ----\n{stderr}",
-                status.map_or("ran over 2 minutes".to_string(), |s| format!("failed: {s}"))
-            ),
-        }
+        self.options.redis_cli(args)
     }
 
     /// Kills the node on `port` (SIGKILL), keeping its dir and `nodes.conf` for [`RedisCluster::restart`].
@@ -326,8 +294,9 @@ impl RedisCluster {
 
     /// Waits until the running nodes agree that the cluster is whole again (after a failover, a restart, a
     /// reshard): every one reports `cluster_state:ok`, sees the same primary for every slot and all 16384 slots
-    /// served by running primaries, and sees no running node as failing; and every running replica's link to
-    /// its primary is up. Panics after `timeout`.
+    /// served by running primaries, sees no running node as failing, and sees every running node in the role
+    /// that node gives itself (a restarted old primary turns replica at once, the others learn it by gossip);
+    /// and every running replica's link to its primary is up. Panics after `timeout`.
     #[track_caller]
     pub fn wait_healthy(&self, timeout: Duration) {
         wait_for(timeout, "a healthy cluster", || self.healthy());
@@ -336,6 +305,19 @@ impl RedisCluster {
     /// Why the cluster is not [`RedisCluster::wait_healthy`] yet, if it is not.
     fn healthy(&self) -> Result<(), String> {
         let running: HashSet<u16> = self.running().map(|n| n.port).collect();
+        let mut roles = BTreeMap::new();
+        for &port in &running {
+            let replication =
+                info(&self.options, port, "replication").ok_or_else(|| format!("node :{port} does not answer"))?;
+            let role = match info_field(&replication, "role") {
+                Some("slave") if info_field(&replication, "master_link_status") != Some("up") => {
+                    return Err(format!("replica :{port} has no link to its primary yet"));
+                }
+                Some("slave") => "slave",
+                _ => "master",
+            };
+            roles.insert(port, role);
+        }
         let mut first: Option<(u16, SlotOwners)> = None;
         for &port in &running {
             let state = self.cluster_info(port)?;
@@ -348,6 +330,15 @@ impl RedisCluster {
                 .find(|n| running.contains(&n.port) && (n.has("fail") || n.has("fail?")))
             {
                 return Err(format!("node :{port} sees running node :{} as failing", sick.port));
+            }
+            if let Some(stale) = view
+                .iter()
+                .find(|n| roles.get(&n.port).is_some_and(|role| !n.has(role)))
+            {
+                return Err(format!(
+                    "node :{port} does not see node :{} as the {} it is",
+                    stale.port, roles[&stale.port]
+                ));
             }
             let mut owners = BTreeMap::new();
             let mut covered = 0;
@@ -373,19 +364,16 @@ impl RedisCluster {
                 }
                 Some(_) => {}
             }
-            let replication = info(port, "replication").ok_or_else(|| format!("node :{port} does not answer"))?;
-            if info_field(&replication, "role") == Some("slave")
-                && info_field(&replication, "master_link_status") != Some("up")
-            {
-                return Err(format!("replica :{port} has no link to its primary yet"));
-            }
         }
         Ok(())
     }
 
     /// CLUSTER INFO of node `port`.
     fn cluster_info(&self, port: u16) -> Result<String, String> {
-        let mut conn = quick_conn(port).ok_or_else(|| format!("node :{port} does not answer"))?;
+        let mut conn = self
+            .options
+            .quick_conn(port)
+            .ok_or_else(|| format!("node :{port} does not answer"))?;
         redis::cmd("CLUSTER")
             .arg("INFO")
             .query(&mut conn)
@@ -405,7 +393,8 @@ impl RedisCluster {
             if known != self.nodes.len().to_string() {
                 return Err(format!("node :{} knows {known} nodes", node.port));
             }
-            let replication = info(node.port, "replication").ok_or_else(|| format!(":{} is gone", node.port))?;
+            let replication =
+                info(&self.options, node.port, "replication").ok_or_else(|| format!(":{} is gone", node.port))?;
             match info_field(&replication, "role") {
                 Some("master") => primaries += 1,
                 _ => replicas += 1,

@@ -3,13 +3,18 @@
 //! Each [`RedisServer`] runs on its own free port in its own temp dir, so tests run in parallel without
 //! sharing state; it is killed on drop, and its log is printed when the test fails (panics).
 //! [`RedisCluster`] (3 primaries, 3 replicas) and [`RedisSentinelSet`] (a primary, a replica, 3 sentinels)
-//! are the same for the other two shapes of Redis, with failover to provoke.
+//! are the same for the other two shapes of Redis, with failover to provoke. Each starts plain (`start()`) or
+//! with TLS and/or an ACL user ([`RedisOptions`], `start_with()`), with certificates from [`TestCerts`].
 
 pub mod cluster;
+mod options;
 pub mod sentinel;
+pub mod tls;
 
 pub use cluster::RedisCluster;
+pub use options::RedisOptions;
 pub use sentinel::RedisSentinelSet;
+pub use tls::TestCerts;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -25,6 +30,8 @@ pub struct RedisServer {
     port: u16,
     /// Working dir (and log file); removed on drop.
     dir: tempfile::TempDir,
+    /// TLS and the user, kept for restarts and for reaching it.
+    options: RedisOptions,
 }
 
 /// A port nobody listens on right now.
@@ -36,13 +43,20 @@ pub fn free_port() -> u16 {
 }
 
 impl RedisServer {
-    /// Starts a server on a free port and waits until it answers PING.
+    /// Starts a plaintext server without a password on a free port and waits until it answers.
     pub fn start() -> Self {
+        Self::start_with(&RedisOptions::default())
+    }
+
+    /// Starts a server secured as `options` say on a free port (its TLS port with TLS, then it has no plaintext
+    /// port) and waits until it answers.
+    pub fn start_with(options: &RedisOptions) -> Self {
         for _ in 0..10 {
             let mut server = RedisServer {
                 child: None,
                 port: free_port(),
                 dir: tempfile::tempdir().expect("temp dir"),
+                options: options.clone(),
             };
             if server.spawn().is_ok() {
                 return server;
@@ -53,38 +67,37 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new("redis-server");
-        cmd.args([
-            "--port",
-            &self.port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(self.dir.path())
-        .arg("--logfile")
-        .arg(self.log_path());
-        self.child = Some(spawn_redis(&mut cmd, self.port)?);
+        cmd.args(self.options.data_node(self.port).args())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.log_path());
+        self.child = Some(spawn_redis(&mut cmd, self.port, &self.options)?);
         Ok(())
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`; with TLS `rediss://`, with a user `name:password@` after the scheme (see
+    /// [`RedisOptions::url`]).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.options.url(self.port)
     }
 
-    /// The port.
+    /// The options it was started with (their certificates, for a client over TLS).
+    pub fn options(&self) -> &RedisOptions {
+        &self.options
+    }
+
+    /// The port (the TLS port with TLS).
     pub fn port(&self) -> u16 {
         self.port
     }
 
     /// A synchronous connection, for a test to look at (or damage) what is stored.
     pub fn conn(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .and_then(|c| c.get_connection())
+        self.options
+            .client(self.port)
+            .get_connection()
             .expect("connect to test redis")
     }
 
@@ -130,9 +143,10 @@ impl Drop for RedisServer {
 }
 
 /// Starts `cmd` (a `redis-server` or `redis-sentinel` logging to a file of its own), its output discarded, and
-/// waits up to 10 s until 127.0.0.1:`port` answers as this very process (another test's server may hold the
-/// port). An error if it exits first, a taken port most often, or never answers; it is not left running then.
-pub(crate) fn spawn_redis(cmd: &mut Command, port: u16) -> Result<Child, String> {
+/// waits up to 10 s until 127.0.0.1:`port` answers (as `options` say to ask) as this very process (another
+/// test's server may hold the port). An error if it exits first, a taken port most often, or never answers; it
+/// is not left running then.
+pub(crate) fn spawn_redis(cmd: &mut Command, port: u16, options: &RedisOptions) -> Result<Child, String> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let mut child = cmd
         .stdin(Stdio::null())
@@ -145,7 +159,7 @@ pub(crate) fn spawn_redis(cmd: &mut Command, port: u16) -> Result<Child, String>
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("{program} on port {port} exited: {status}"));
         }
-        let pid = info(port, "server").and_then(|i| info_field(&i, "process_id").and_then(|p| p.parse().ok()));
+        let pid = info(options, port, "server").and_then(|i| info_field(&i, "process_id").and_then(|p| p.parse().ok()));
         if pid == Some(child.id()) {
             return Ok(child);
         }
@@ -156,19 +170,12 @@ pub(crate) fn spawn_redis(cmd: &mut Command, port: u16) -> Result<Child, String>
     Err(format!("{program} on port {port} did not answer within 10 s"))
 }
 
-/// A connection to 127.0.0.1:`port` for the harness's own polling: quick to give up, so that a dead node reads
-/// as `None` rather than hanging a wait.
-pub(crate) fn quick_conn(port: u16) -> Option<redis::Connection> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
-    let conn = client.get_connection_with_timeout(Duration::from_millis(500)).ok()?;
-    conn.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    conn.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
-    Some(conn)
-}
-
-/// INFO `section` of 127.0.0.1:`port`, if it answers.
-pub(crate) fn info(port: u16, section: &str) -> Option<String> {
-    redis::cmd("INFO").arg(section).query(&mut quick_conn(port)?).ok()
+/// INFO `section` of 127.0.0.1:`port` (reached as `options` say), if it answers.
+pub(crate) fn info(options: &RedisOptions, port: u16, section: &str) -> Option<String> {
+    redis::cmd("INFO")
+        .arg(section)
+        .query(&mut options.quick_conn(port)?)
+        .ok()
 }
 
 /// `field`'s value in an INFO (or CLUSTER INFO) reply, made of `field:value` lines.
@@ -193,7 +200,8 @@ pub(crate) fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut()
 }
 
 /// One `redis-server`/`redis-sentinel` of a [`RedisCluster`] or [`RedisSentinelSet`]: its port, its temp dir
-/// (its log, config files, `nodes.conf`), and the command line that starts it again there; killed on drop.
+/// (its log, config files, `nodes.conf`), the command line that starts it again there, and how it is reached;
+/// killed on drop.
 pub(crate) struct RedisProcess {
     /// The port, the same across restarts.
     pub(crate) port: u16,
@@ -202,25 +210,29 @@ pub(crate) struct RedisProcess {
     /// What runs, and its arguments.
     program: &'static str,
     args: Vec<std::ffi::OsString>,
+    /// TLS and the user, to tell when it answers.
+    options: RedisOptions,
     /// `None` while killed.
     child: Option<Child>,
 }
 
 impl RedisProcess {
     /// Starts `program args` for `port` in `dir` (whose [`RedisProcess::log_path`] `args` should name as the
-    /// log file), and waits until it answers. An error as [`spawn_redis`] gives.
+    /// log file), and waits until it answers, reached as `options` say. An error as [`spawn_redis`] gives.
     pub(crate) fn start(
         program: &'static str,
         args: Vec<std::ffi::OsString>,
         port: u16,
         dir: tempfile::TempDir,
+        options: &RedisOptions,
     ) -> Result<Self, String> {
-        let child = spawn_redis(Command::new(program).args(&args), port)?;
+        let child = spawn_redis(Command::new(program).args(&args), port, options)?;
         Ok(RedisProcess {
             port,
             dir,
             program,
             args,
+            options: options.clone(),
             child: Some(child),
         })
     }
@@ -248,7 +260,7 @@ impl RedisProcess {
         self.kill();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            match spawn_redis(Command::new(self.program).args(&self.args), self.port) {
+            match spawn_redis(Command::new(self.program).args(&self.args), self.port, &self.options) {
                 Ok(child) => {
                     self.child = Some(child);
                     return;

@@ -4,12 +4,16 @@
 //! Every process runs from a config file in its dir, which Sentinel rewrites as it goes (the sentinels their
 //! own; the data nodes' on REPLICAOF), so a restarted node comes back as what Sentinel last made it. A primary
 //! is judged down after 1 s. Everything is killed on drop, and every log printed when the test fails (panics).
+//!
+//! With TLS ([`RedisOptions`]) data nodes and sentinels serve their TLS ports only, and talk TLS to each other;
+//! with a user, the sentinels have it too, and give it to the data nodes and to each other.
 
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::{RedisProcess, free_port, info, info_field, quick_conn, wait_for};
+use crate::options::Directives;
+use crate::{RedisOptions, RedisProcess, free_port, info, info_field, wait_for};
 
 /// The name the sentinels know the primary by.
 const MASTER_NAME: &str = "mymaster";
@@ -25,65 +29,101 @@ pub struct RedisSentinelSet {
     sentinels: Vec<RedisProcess>,
     /// Every port handed out, never handed out twice.
     taken: HashSet<u16>,
+    /// TLS and the user, of every data node and sentinel.
+    options: RedisOptions,
 }
 
-/// The config of a data node on `port` living in `dir`, replica of the one on `primary` if any. Replicas sync
-/// at once, not after the default 5 s wait for more replicas.
-fn data_config(port: u16, dir: &Path, primary: Option<u16>) -> String {
-    let mut config = format!(
-        "port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\nrepl-diskless-sync-delay 0\n\
-         dir \"{}\"\nlogfile \"{}\"\n",
-        dir.display(),
-        RedisProcess::log_path(dir).display()
-    );
-    if let Some(primary) = primary {
-        config += &format!("replicaof 127.0.0.1 {primary}\n");
-    }
+/// The config of a data node on `port` living in `dir`, secured as `options` say, replica of the one on
+/// `primary` if any. Replicas sync at once, not after the default 5 s wait for more replicas.
+fn data_config(options: &RedisOptions, port: u16, dir: &Path, primary: Option<u16>) -> String {
+    let mut config = options.data_node(port);
     config
+        .add("bind", ["127.0.0.1"])
+        .add("save", [""])
+        .add("appendonly", ["no"])
+        .add("repl-diskless-sync-delay", ["0"])
+        .extend(files_in(dir));
+    if let Some(primary) = primary {
+        config.add("replicaof", ["127.0.0.1".to_string(), primary.to_string()]);
+    }
+    config.file()
 }
 
-/// The config of a sentinel on `port` living in `dir`, watching the primary on `primary`.
-fn sentinel_config(port: u16, dir: &Path, primary: u16) -> String {
-    format!(
-        "port {port}\nbind 127.0.0.1\ndir \"{}\"\nlogfile \"{}\"\n\
-         sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
-         sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-         sentinel failover-timeout {MASTER_NAME} 5000\n\
-         sentinel parallel-syncs {MASTER_NAME} 1\n",
-        dir.display(),
-        RedisProcess::log_path(dir).display()
-    )
+/// The config of a sentinel on `port` living in `dir`, secured as `options` say, watching the primary on
+/// `primary`.
+fn sentinel_config(options: &RedisOptions, port: u16, dir: &Path, primary: u16) -> String {
+    let mut config = options.sentinel(port);
+    config
+        .add("bind", ["127.0.0.1"])
+        .extend(files_in(dir))
+        .add(
+            "sentinel",
+            ["monitor", MASTER_NAME, "127.0.0.1", &primary.to_string(), "2"],
+        )
+        .add("sentinel", ["down-after-milliseconds", MASTER_NAME, "1000"])
+        .add("sentinel", ["failover-timeout", MASTER_NAME, "5000"])
+        .add("sentinel", ["parallel-syncs", MASTER_NAME, "1"])
+        .extend(options.sentinel_auth(MASTER_NAME));
+    config.file()
+}
+
+/// `dir` and `logfile` of a process living in `dir`.
+fn files_in(dir: &Path) -> Directives {
+    let mut directives = Directives::default();
+    directives
+        .add("dir", [dir.to_string_lossy()])
+        .add("logfile", [RedisProcess::log_path(dir).to_string_lossy()]);
+    directives
 }
 
 impl RedisSentinelSet {
     /// Starts the primary, then its replica and waits for its link to be up, then the 3 sentinels, and waits
     /// until every sentinel names the primary as `mymaster`, knows the replica and the 2 other sentinels.
+    /// Plaintext, no password.
     pub fn start() -> Self {
+        Self::start_with(&RedisOptions::default())
+    }
+
+    /// As [`RedisSentinelSet::start`], every data node and sentinel secured as `options` say. Panics if the
+    /// user name or password has a space, a quote or a backslash: Sentinel (7.0) writes `sentinel auth-pass`
+    /// and the like back to its config file unquoted, and then cannot read it when restarted.
+    pub fn start_with(options: &RedisOptions) -> Self {
+        if let Some((name, password)) = &options.user {
+            let unsafe_char = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '\\');
+            assert!(
+                !name.contains(unsafe_char) && !password.contains(unsafe_char),
+                "a Sentinel set's user name and password must not contain spaces, quotes or backslashes: \
+                 Sentinel rewrites them unquoted into its config file and then fails to restart from it"
+            );
+        }
         let mut set = RedisSentinelSet {
             data: Vec::new(),
             sentinels: Vec::new(),
             taken: HashSet::new(),
+            options: options.clone(),
         };
-        let primary = set.start_process("redis-server", "redis.conf", |port, dir| data_config(port, dir, None));
+        let primary = set.start_process("redis-server", "redis.conf", |options, port, dir| {
+            data_config(options, port, dir, None)
+        });
         let primary_port = primary.port;
         set.data.push(primary);
-        let replica = set.start_process("redis-server", "redis.conf", |port, dir| {
-            data_config(port, dir, Some(primary_port))
+        let replica = set.start_process("redis-server", "redis.conf", |options, port, dir| {
+            data_config(options, port, dir, Some(primary_port))
         });
         let replica_port = replica.port;
         set.data.push(replica);
         // Sentinels learn of replicas from the primary's INFO, asked for at once and then every 10 s: have the
         // replica attached before they start.
         wait_for(SETUP_TIMEOUT, "the replica to attach", || {
-            let replication = info(replica_port, "replication").ok_or("the replica does not answer")?;
+            let replication = info(&set.options, replica_port, "replication").ok_or("the replica does not answer")?;
             match info_field(&replication, "master_link_status") {
                 Some("up") => Ok(()),
                 _ => Err(format!("replica :{replica_port} has no link to its primary yet")),
             }
         });
         for _ in 0..3 {
-            let sentinel = set.start_process("redis-sentinel", "sentinel.conf", |port, dir| {
-                sentinel_config(port, dir, primary_port)
+            let sentinel = set.start_process("redis-sentinel", "sentinel.conf", |options, port, dir| {
+                sentinel_config(options, port, dir, primary_port)
             });
             set.sentinels.push(sentinel);
         }
@@ -93,7 +133,10 @@ impl RedisSentinelSet {
             || {
                 for sentinel in &set.sentinels {
                     let port = sentinel.port;
-                    let mut conn = quick_conn(port).ok_or_else(|| format!("sentinel :{port} does not answer"))?;
+                    let mut conn = set
+                        .options
+                        .quick_conn(port)
+                        .ok_or_else(|| format!("sentinel :{port} does not answer"))?;
                     let master = master_addr(&mut conn)?;
                     if master != primary_port {
                         return Err(format!("sentinel :{port} names :{master} as the primary"));
@@ -113,13 +156,13 @@ impl RedisSentinelSet {
         set
     }
 
-    /// Starts `program` with a config file `file` (written by `config(port, dir)`) on new ports in a new temp
-    /// dir, trying other ports if those turn out to be taken.
+    /// Starts `program` with a config file `file` (written by `config(options, port, dir)`) on new ports in a new
+    /// temp dir, trying other ports if those turn out to be taken.
     fn start_process(
         &mut self,
         program: &'static str,
         file: &str,
-        config: impl Fn(u16, &Path) -> String,
+        config: impl Fn(&RedisOptions, u16, &Path) -> String,
     ) -> RedisProcess {
         let mut last = String::new();
         for _ in 0..10 {
@@ -131,8 +174,8 @@ impl RedisSentinelSet {
             };
             let dir = tempfile::tempdir().expect("temp dir");
             let path = dir.path().join(file);
-            std::fs::write(&path, config(port, dir.path())).expect("write config file");
-            match RedisProcess::start(program, vec![path.into()], port, dir) {
+            std::fs::write(&path, config(&self.options, port, dir.path())).expect("write config file");
+            match RedisProcess::start(program, vec![path.into()], port, dir, &self.options) {
                 Ok(process) => return process,
                 Err(e) => last = e,
             }
@@ -145,15 +188,18 @@ impl RedisSentinelSet {
         MASTER_NAME
     }
 
-    /// `redis://127.0.0.1:<port>` of the 3 sentinels.
+    /// `redis://127.0.0.1:<port>` of the 3 sentinels; with TLS `rediss://`, with a user `name:password@` after
+    /// the scheme (see [`RedisOptions::url`]). The data nodes take the same scheme and credentials.
     pub fn sentinel_urls(&self) -> Vec<String> {
-        self.sentinels
-            .iter()
-            .map(|s| format!("redis://127.0.0.1:{}", s.port))
-            .collect()
+        self.sentinels.iter().map(|s| self.options.url(s.port)).collect()
     }
 
-    /// The ports of the 3 sentinels.
+    /// The options it was started with (their certificates, for a client over TLS).
+    pub fn options(&self) -> &RedisOptions {
+        &self.options
+    }
+
+    /// The ports of the 3 sentinels (their TLS ports with TLS).
     pub fn sentinel_ports(&self) -> Vec<u16> {
         self.sentinels.iter().map(|s| s.port).collect()
     }
@@ -167,7 +213,9 @@ impl RedisSentinelSet {
     pub fn primary_port(&self) -> u16 {
         let mut errors = Vec::new();
         for sentinel in self.sentinels.iter().filter(|s| s.is_running()) {
-            match quick_conn(sentinel.port)
+            match self
+                .options
+                .quick_conn(sentinel.port)
                 .ok_or_else(|| format!("sentinel :{} does not answer", sentinel.port))
                 .and_then(|mut conn| master_addr(&mut conn))
             {
@@ -213,7 +261,10 @@ impl RedisSentinelSet {
             let mut named = HashSet::new();
             for sentinel in self.sentinels.iter().filter(|s| s.is_running()) {
                 let port = sentinel.port;
-                let mut conn = quick_conn(port).ok_or_else(|| format!("sentinel :{port} does not answer"))?;
+                let mut conn = self
+                    .options
+                    .quick_conn(port)
+                    .ok_or_else(|| format!("sentinel :{port} does not answer"))?;
                 named.insert(master_addr(&mut conn)?);
             }
             let new = match named.into_iter().collect::<Vec<_>>()[..] {
@@ -221,7 +272,8 @@ impl RedisSentinelSet {
                 [_] => return Err(format!("the sentinels still name :{old_primary}")),
                 ref ports => return Err(format!("the sentinels name different primaries: {ports:?}")),
             };
-            let replication = info(new, "replication").ok_or_else(|| format!("new primary :{new} does not answer"))?;
+            let replication =
+                info(&self.options, new, "replication").ok_or_else(|| format!("new primary :{new} does not answer"))?;
             match info_field(&replication, "role") {
                 Some("master") => Ok(new),
                 _ => Err(format!("new primary :{new} is not a primary yet")),
@@ -231,8 +283,9 @@ impl RedisSentinelSet {
 
     /// A synchronous connection to the data node or sentinel on `port`.
     pub fn conn(&self, port: u16) -> redis::Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{port}"))
-            .and_then(|c| c.get_connection())
+        self.options
+            .client(port)
+            .get_connection()
             .unwrap_or_else(|e| panic!("connect to :{port}: {e}"))
     }
 

@@ -53,6 +53,8 @@ enum Conn {
         pool: bb8::Pool<PrimaryConnections>,
         /// Where the pool connects, for the dedicated pub/sub connections too.
         target: Arc<Target>,
+        /// Why the pool's last attempt to connect failed, to say so when a caller times out waiting.
+        last_error: LastError,
     },
     /// Redis Cluster: one multiplexed connection per node, made on first use, replaced if it stalls.
     Cluster(Box<ClusterConn>),
@@ -92,6 +94,8 @@ struct PrimaryConnections {
     target: Arc<Target>,
     /// Connect and answer timeouts for each new connection.
     config: AsyncConnectionConfig,
+    /// Cleared by a successful connect.
+    last_error: LastError,
 }
 
 /// A pooled connection that remembers whether it saw a connection error (or a READONLY: a demoted
@@ -112,6 +116,7 @@ impl bb8::ManageConnection for PrimaryConnections {
         let conn = client
             .get_multiplexed_async_connection_with_config(&self.config)
             .await?;
+        self.last_error.clear();
         Ok(PrimaryConnection {
             conn,
             broken: Arc::new(AtomicBool::new(false)),
@@ -124,6 +129,32 @@ impl bb8::ManageConnection for PrimaryConnections {
 
     fn has_broken(&self, conn: &mut PrimaryConnection) -> bool {
         conn.broken.load(Ordering::Relaxed)
+    }
+}
+
+/// bb8 keeps a failed connect to itself and answers callers only "timed out": this remembers the
+/// error (a refused connection, an untrusted certificate, a wrong password) so the caller's error says
+/// it.
+#[derive(Debug, Clone, Default)]
+struct LastError(Arc<std::sync::Mutex<Option<String>>>);
+
+impl LastError {
+    fn get(&self) -> Option<String> {
+        self.0.lock().expect("last error lock").clone()
+    }
+
+    fn clear(&self) {
+        *self.0.lock().expect("last error lock") = None;
+    }
+}
+
+impl bb8::ErrorSink<redis::RedisError> for LastError {
+    fn sink(&self, error: redis::RedisError) {
+        *self.0.lock().expect("last error lock") = Some(error.to_string());
+    }
+
+    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<redis::RedisError>> {
+        Box::new(self.clone())
     }
 }
 
@@ -151,19 +182,26 @@ impl Redis {
                 } else {
                     Target::Sentinel(Mutex::new(sentinel_client(settings, &certs).map_err(bad)?))
                 });
+                let last_error = LastError::default();
                 let manager = PrimaryConnections {
                     target: target.clone(),
+                    last_error: last_error.clone(),
                     config: AsyncConnectionConfig::new()
                         .set_connection_timeout(Some(connect))
                         .set_response_timeout(Some(response)),
                 };
                 let pool = bb8::Pool::builder()
+                    .error_sink(Box::new(last_error.clone()))
                     .max_size(settings.pool_size)
                     .min_idle(Some(0))
                     .test_on_check_out(false)
                     .connection_timeout(connect)
                     .build_unchecked(manager);
-                Conn::Primary { pool, target }
+                Conn::Primary {
+                    pool,
+                    target,
+                    last_error,
+                }
             }
             RedisMode::Cluster => {
                 let mut builder = redis::cluster::ClusterClientBuilder::new(settings.urls.iter().map(|u| u.as_str()));
@@ -206,10 +244,13 @@ impl Redis {
 
     async fn handle(&self) -> Result<Handle> {
         match &self.inner.conn {
-            Conn::Primary { pool, .. } => loop {
+            Conn::Primary { pool, last_error, .. } => loop {
                 let pooled = pool.get().await.map_err(|e| Error::Unavailable {
                     partition: None,
-                    reason: e.to_string(),
+                    reason: match (&e, last_error.get()) {
+                        (bb8::RunError::TimedOut, Some(cause)) => format!("no connection in time: {cause}"),
+                        _ => e.to_string(),
+                    },
                 })?;
                 // A broken one is dropped from the pool when `pooled` goes; take another.
                 if !pooled.broken.load(Ordering::Relaxed) {
