@@ -23,6 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dq_core::audit::AuditReport;
 use dq_core::connection::Node;
+use dq_core::queue::NodeWatch;
 use dq_core::{Queue, Settings};
 use tokio_util::sync::CancellationToken;
 
@@ -76,6 +77,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         });
     }
     let mut memory = Memory::default();
+    let mut watch = NodeWatch::default();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -83,15 +85,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             _ = tick.tick() => {}
             _ = shutdown.cancelled() => break,
         }
-        let nodes = match queue.redis().primaries().await {
-            Ok(nodes) => nodes,
-            Err(_) => vec![Node {
-                name: queue.redis().names().join(","),
-                addr: None,
-            }],
-        };
-        for node in &nodes {
-            check_node(&queue, node, interval, &notifier, &mut memory).await;
+        let primaries = queue.primaries().await;
+        for node in &watch.nodes(primaries.clone()) {
+            let former = !primaries.contains(node);
+            let up = check_node(&queue, node, former, interval, &notifier, &mut memory).await;
+            watch.saw(node, up);
         }
         dead_events(&queue, &notifier).await;
         depths(&queue, settings.checker.backlog_threshold, &notifier, &mut memory).await;
@@ -101,7 +99,17 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     Ok(())
 }
 
-async fn check_node(queue: &Queue, node: &Node, interval: Duration, notifier: &Notifier, memory: &mut Memory) {
+/// Probes one node (a primary, or a former one being watched until it answers; see `NodeWatch`):
+/// metrics, `redis_down`/`redis_up` alerts, and on a primary (not a `former` one) its memory, role and
+/// configuration. Returns whether it answered.
+async fn check_node(
+    queue: &Queue,
+    node: &Node,
+    former: bool,
+    interval: Duration,
+    notifier: &Notifier,
+    memory: &mut Memory,
+) -> bool {
     let label = node.name.clone();
     let ping = queue
         .redis()
@@ -129,8 +137,8 @@ async fn check_node(queue: &Queue, node: &Node, interval: Duration, notifier: &N
         alert.details = serde_json::json!({ "redis": label, "error": ping.err().map(|e| e.to_string()) });
         notifier.send(alert).await;
     }
-    if !up {
-        return;
+    if !up || former {
+        return up;
     }
     if let Ok(info) = queue.redis().query_node::<String>(node, redis::cmd("INFO")).await {
         let info: HashMap<&str, &str> = info.lines().filter_map(|l| l.trim_end().split_once(':')).collect();
@@ -176,6 +184,7 @@ async fn check_node(queue: &Queue, node: &Node, interval: Duration, notifier: &N
             }
         }
     }
+    true
 }
 
 /// Pops the dead-job events of every partition and raises one alert per topic.

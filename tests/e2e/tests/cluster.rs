@@ -260,6 +260,13 @@ async fn a_primary_killed_under_load_fails_over_and_loses_no_acknowledged_durabl
     )
     .await;
     let fast = start_on("dq-server", fp, cluster_env(&cluster, fp, &[])).await;
+    let kp = free_port();
+    let checker = start_on(
+        "dq-checker",
+        kp,
+        cluster_env(&cluster, kp, &[("DQ__CHECKER__INTERVAL_MS", "200")]),
+    )
+    .await;
     let (durable_api, fast_api) = (Arc::new(Api::new(durable.port)), Arc::new(Api::new(fast.port)));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let a = pusher(durable_api.clone(), "w", stop.clone());
@@ -323,6 +330,23 @@ async fn a_primary_killed_under_load_fails_over_and_loses_no_acknowledged_durabl
         fast_ids.len()
     );
     assert_eq!(lost.0, 0, "a push acknowledged after WAIT 1 survives the failover");
+
+    // The old primary is no longer listed as a primary, but its `dq_redis_up` does not stay 0 (nor its
+    // alert firing): the checker watches it until it answers again, as a replica.
+    let up = format!("dq_redis_up{{node=\"127.0.0.1:{victim}\"}}");
+    eventually(
+        Duration::from_secs(30),
+        "the checker shows the killed primary down",
+        || async { common::metrics(checker.port).await.get(&up) == Some(&0.0) },
+    )
+    .await;
+    tokio::task::block_in_place(|| cluster.restart(victim));
+    eventually(
+        Duration::from_secs(60),
+        "the old primary, back as a replica, shows up",
+        || async { common::metrics(checker.port).await.get(&up) == Some(&1.0) },
+    )
+    .await;
 }
 
 /// Resharding a live cluster (slots move to a new primary with MIGRATE, clients follow ASK and MOVED)

@@ -29,7 +29,7 @@ use crate::keys::{Keys, PartitionKeys};
 use crate::partition::{Partitions, slot_of};
 
 pub use self::ready::ReadyIndex;
-pub use self::stats::{NodeStats, Stats};
+pub use self::stats::{NodeStats, NodeWatch, Stats};
 pub use self::timer::{Balance, Expired, Promoted};
 
 /// The queue: the connection, the partitions, key names, limits and defaults. Cheap to clone; clones

@@ -60,15 +60,25 @@ impl Queue {
         stats
     }
 
-    /// PINGs every primary, side by side.
-    pub async fn node_health(&self, timeout: Duration) -> Vec<NodeStats> {
-        let nodes = match self.redis.primaries().await {
+    /// Every primary as the topology shows it now (the configured URLs as one node when it cannot be
+    /// read).
+    pub async fn primaries(&self) -> Vec<Node> {
+        match self.redis.primaries().await {
             Ok(nodes) => nodes,
             Err(_) => vec![Node {
                 name: self.redis.names().join(","),
                 addr: None,
             }],
-        };
+        }
+    }
+
+    /// PINGs every primary, side by side.
+    pub async fn node_health(&self, timeout: Duration) -> Vec<NodeStats> {
+        self.ping_nodes(self.primaries().await, timeout).await
+    }
+
+    /// PINGs `nodes`, side by side.
+    async fn ping_nodes(&self, nodes: Vec<Node>, timeout: Duration) -> Vec<NodeStats> {
         let pings = nodes.into_iter().map(|node| async move {
             let latency = self.redis.ping(&node, timeout).await.ok();
             NodeStats {
@@ -86,12 +96,17 @@ impl Queue {
         let queue = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
+            let mut watch = NodeWatch::default();
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
                     _ = shutdown.cancelled() => return,
                 }
-                for node in queue.node_health(every.min(Duration::from_secs(1))).await {
+                let nodes = watch.nodes(queue.primaries().await);
+                for node in queue.ping_nodes(nodes.clone(), every.min(Duration::from_secs(1))).await {
+                    if let Some(n) = nodes.iter().find(|n| n.name == node.name) {
+                        watch.saw(n, node.up);
+                    }
                     match node.latency {
                         Some(rtt) => {
                             metrics::gauge!("dq_redis_up", "node" => node.name.clone()).set(1.0);
@@ -102,5 +117,61 @@ impl Queue {
                 }
             }
         });
+    }
+}
+
+/// The nodes a health probe PINGs: every primary now, and every node that stopped answering while it
+/// was a primary, until it answers again. After a failover the old primary is no longer listed; without
+/// this its `dq_redis_up` would stay 0 (and its alert firing) even once it is back as a replica.
+#[derive(Debug, Default)]
+pub struct NodeWatch {
+    /// Nodes whose last PING failed, by name.
+    down: std::collections::BTreeMap<String, Node>,
+}
+
+impl NodeWatch {
+    /// `primaries`, then the nodes that were down at their last PING and are no longer primaries.
+    pub fn nodes(&self, mut primaries: Vec<Node>) -> Vec<Node> {
+        let former: Vec<Node> = self
+            .down
+            .values()
+            .filter(|d| primaries.iter().all(|p| p.name != d.name))
+            .cloned()
+            .collect();
+        primaries.extend(former);
+        primaries
+    }
+
+    /// Records a PING of `node`.
+    pub fn saw(&mut self, node: &Node, up: bool) {
+        if up {
+            self.down.remove(&node.name);
+        } else {
+            self.down.insert(node.name.clone(), node.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str) -> Node {
+        Node {
+            name: name.into(),
+            addr: None,
+        }
+    }
+
+    #[test]
+    fn a_former_primary_that_went_down_is_watched_until_it_answers() {
+        let mut w = NodeWatch::default();
+        let names = |v: Vec<Node>| v.into_iter().map(|n| n.name).collect::<Vec<_>>();
+        assert_eq!(names(w.nodes(vec![node("a"), node("b")])), ["a", "b"]);
+        w.saw(&node("a"), false);
+        // A failover: b's replica c now serves a's slots; a is no longer listed but still watched.
+        assert_eq!(names(w.nodes(vec![node("b"), node("c")])), ["b", "c", "a"]);
+        w.saw(&node("a"), true);
+        assert_eq!(names(w.nodes(vec![node("b"), node("c")])), ["b", "c"]);
     }
 }
