@@ -22,6 +22,8 @@ pub fn shutdown_token() -> std::io::Result<CancellationToken> {
                 tracing::info!(signal = name, "already draining");
             } else {
                 tracing::info!(signal = name, "draining: finishing in-flight work, then exiting");
+                // Before the drain begins: a process with nothing in flight may exit right after.
+                crate::systemd::stopping();
                 cancel.cancel();
             }
         }

@@ -18,22 +18,20 @@ pub fn ready(shutdown: &CancellationToken) {
             loop {
                 tokio::select! {
                     _ = tick.tick() => { let _ = sd_notify::notify(&[NotifyState::Watchdog]); }
-                    _ = shutdown.cancelled() => {
-                        let _ = sd_notify::notify(&[NotifyState::Stopping]);
-                        // Keep pinging through the drain: it may take up to shutdown.grace_ms.
-                        loop {
-                            tick.tick().await;
-                            let _ = sd_notify::notify(&[NotifyState::Watchdog]);
-                        }
-                    }
+                    // `STOPPING=1` went out from the signal handler ([`stopping`]). Keep pinging through
+                    // the drain: it may take up to shutdown.grace_ms.
+                    _ = shutdown.cancelled() => loop {
+                        tick.tick().await;
+                        let _ = sd_notify::notify(&[NotifyState::Watchdog]);
+                    },
                 }
             }
         });
-    } else {
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            shutdown.cancelled().await;
-            let _ = sd_notify::notify(&[NotifyState::Stopping]);
-        });
     }
+}
+
+/// Tells systemd the process is stopping. Sent by the signal handler as the drain begins, not by a task
+/// that waits for the drain: a process with nothing in flight exits at once, before such a task runs.
+pub fn stopping() {
+    let _ = sd_notify::notify(&[NotifyState::Stopping]);
 }
