@@ -43,24 +43,10 @@ fn cluster_fails_over_rejoins_and_grows() {
 
     let any = primaries[0].to_string();
     assert_eq!(cluster.redis_cli(&["-c", "-p", &any, "SET", "dq:shapes", "v1"]), "OK");
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg("dq:shapes")
-        .query(&mut cluster.conn(primaries[0]))
-        .unwrap();
-    let owner = cluster.primary_for_slot(slot);
+    let (slot, owner) = owner_of(&cluster, "dq:shapes");
     // Replication is asynchronous: have the key on the owner's replica before killing the owner.
     wait_until("the key to reach a replica", DEADLINE, || {
-        replicas.iter().any(|&port| {
-            let mut conn = cluster.conn(port);
-            let _: () = redis::cmd("READONLY").query(&mut conn).unwrap();
-            redis::cmd("GET")
-                .arg("dq:shapes")
-                .query::<Option<String>>(&mut conn)
-                .ok()
-                .flatten()
-                == Some("v1".into())
-        })
+        on_a_replica(&cluster, &replicas, "dq:shapes", "v1")
     });
 
     let killed = Instant::now();
@@ -87,20 +73,7 @@ fn cluster_fails_over_rejoins_and_grows() {
     let new = cluster.add_primary();
     eprintln!("primary added in {:?}", added.elapsed());
     assert_eq!(cluster.primaries().len(), 4);
-    let from = cluster.primary_for_slot(0);
-    let (from_id, to_id) = (cluster.node_id(from), cluster.node_id(new));
-    cluster.redis_cli(&[
-        "--cluster",
-        "reshard",
-        &format!("127.0.0.1:{from}"),
-        "--cluster-from",
-        &from_id,
-        "--cluster-to",
-        &to_id,
-        "--cluster-slots",
-        "100",
-        "--cluster-yes",
-    ]);
+    move_slots(&cluster, new, 100);
     cluster.wait_healthy(DEADLINE);
     assert_eq!(cluster.primary_for_slot(0), new);
     assert_eq!(cluster.redis_cli(&["-c", "-p", &port, "GET", "dq:shapes"]), "v1");
@@ -282,23 +255,9 @@ fn cluster_with_tls_and_acl_user() {
     assert_eq!(cluster.redis_cli(&["-c", "-p", &any, "GET", "dq:{a}"]), "v1");
 
     // A failover needs replication and the cluster bus, both over TLS and authenticated.
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg("dq:{a}")
-        .query(&mut cluster.conn(primaries[0]))
-        .unwrap();
-    let owner = cluster.primary_for_slot(slot);
+    let (slot, owner) = owner_of(&cluster, "dq:{a}");
     wait_until("the key to reach a replica", DEADLINE, || {
-        replicas.iter().any(|&port| {
-            let mut conn = cluster.conn(port);
-            let _: () = redis::cmd("READONLY").query(&mut conn).unwrap();
-            redis::cmd("GET")
-                .arg("dq:{a}")
-                .query::<Option<String>>(&mut conn)
-                .ok()
-                .flatten()
-                == Some("v1".into())
-        })
+        on_a_replica(&cluster, &replicas, "dq:{a}", "v1")
     });
     cluster.kill(owner);
     cluster.wait_healthy(DEADLINE);
@@ -317,20 +276,7 @@ fn cluster_with_tls_and_acl_user() {
     cluster.restart(owner);
     cluster.wait_healthy(DEADLINE);
     let new = cluster.add_primary();
-    let from = cluster.primary_for_slot(0);
-    let (from_id, to_id) = (cluster.node_id(from), cluster.node_id(new));
-    cluster.redis_cli(&[
-        "--cluster",
-        "reshard",
-        &format!("127.0.0.1:{from}"),
-        "--cluster-from",
-        &from_id,
-        "--cluster-to",
-        &to_id,
-        "--cluster-slots",
-        "10",
-        "--cluster-yes",
-    ]);
+    move_slots(&cluster, new, 10);
     cluster.wait_healthy(DEADLINE);
     assert_eq!(cluster.primary_for_slot(0), new);
     check_secured(&options, new);
@@ -383,4 +329,46 @@ fn sentinel_set_with_tls_and_acl_user() {
     assert_eq!(v, "v1", "the write before the failover reached the replica");
     set_get(&mut conn, "k", "v2");
     eprintln!("secured sentinel test took {:?}", began.elapsed());
+}
+
+/// `key`'s slot and the primary that serves it.
+fn owner_of(cluster: &RedisCluster, key: &str) -> (u16, u16) {
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut cluster.conn(cluster.primaries()[0]))
+        .unwrap();
+    (slot, cluster.primary_for_slot(slot))
+}
+
+/// Whether some replica has `key` = `value` (replication is asynchronous: wait for it before a kill).
+fn on_a_replica(cluster: &RedisCluster, replicas: &[u16], key: &str, value: &str) -> bool {
+    replicas.iter().any(|&port| {
+        let mut conn = cluster.conn(port);
+        let _: () = redis::cmd("READONLY").query(&mut conn).unwrap();
+        redis::cmd("GET")
+            .arg(key)
+            .query::<Option<String>>(&mut conn)
+            .ok()
+            .flatten()
+            == Some(value.into())
+    })
+}
+
+/// Moves `count` slots from the primary of slot 0 to `to` with `redis-cli --cluster reshard`.
+fn move_slots(cluster: &RedisCluster, to: u16, count: u32) {
+    let from = cluster.primary_for_slot(0);
+    let (from_id, to_id) = (cluster.node_id(from), cluster.node_id(to));
+    cluster.redis_cli(&[
+        "--cluster",
+        "reshard",
+        &format!("127.0.0.1:{from}"),
+        "--cluster-from",
+        &from_id,
+        "--cluster-to",
+        &to_id,
+        "--cluster-slots",
+        &count.to_string(),
+        "--cluster-yes",
+    ]);
 }
