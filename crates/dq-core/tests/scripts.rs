@@ -847,3 +847,53 @@ async fn entries_without_a_record_are_dropped_and_the_others_move() {
         "every expired entry left the reserved set; the others stay"
     );
 }
+
+/// Reserve and touch tell the timers (on the partition's timer channel) when they set a reservation
+/// deadline earlier than any in the reserved set, so expiry runs on time without sweeping: the first
+/// reservation, a shorter one, and a touch that shortens one are announced; a later one is not.
+#[tokio::test]
+async fn reservation_deadlines_earlier_than_known_are_announced_to_the_timers() {
+    let redis = RedisServer::start();
+    let mut s = settings(&redis);
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    let mut sub = redis.conn();
+    let mut sub = sub.as_pubsub();
+    sub.psubscribe(q.keys().timer_channels()).unwrap();
+    sub.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut next = || -> Option<String> { sub.get_message().ok().map(|m| m.get_payload::<String>().unwrap()) };
+    let reserved_key = key(&q, "a", "reserved");
+    let push = |id: &str, ttr: u64| {
+        q.push(job(
+            &q,
+            serde_json::json!({"id": id, "topic": "t", "body": 1, "ttr_ms": ttr}),
+        ))
+    };
+    let t = vec!["t".to_string()];
+
+    push("a", 60_000).await.unwrap();
+    let a = q.reserve(&t, 1).await.unwrap().remove(0);
+    assert_eq!(
+        next(),
+        Some(format!("{reserved_key} {}", a.deadline)),
+        "the first reservation"
+    );
+    push("b", 120_000).await.unwrap();
+    q.reserve(&t, 1).await.unwrap();
+    assert_eq!(next(), None, "a later deadline says nothing");
+    push("c", 10_000).await.unwrap();
+    let c = q.reserve(&t, 1).await.unwrap().remove(0);
+    assert_eq!(
+        next(),
+        Some(format!("{reserved_key} {}", c.deadline)),
+        "an earlier deadline"
+    );
+    let touched = q.touch("a", &a.receipt, Some(1_000)).await.unwrap();
+    assert_eq!(
+        next(),
+        Some(format!("{reserved_key} {touched}")),
+        "a touch that shortens one"
+    );
+    q.touch("a", &a.receipt, Some(600_000)).await.unwrap();
+    assert_eq!(next(), None, "a touch that lengthens one says nothing");
+}

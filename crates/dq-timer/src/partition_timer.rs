@@ -19,8 +19,11 @@ use crate::clock::RedisClock;
 /// on a cluster's primaries) without holding one partition's batch behind another's.
 const CALLS_IN_FLIGHT: usize = 16;
 
-/// Groups the expiry sweep of a heartbeat period is split into (see `schedule_sweep`).
+/// Groups the expiry sweep is split into (see `schedule_sweep`).
 const SWEEP_GROUPS: usize = 16;
+
+/// Heartbeats between two expiry sweeps of every held partition (20 × 250 ms = 5 s by default).
+const SWEEP_EVERY_HEARTBEATS: u64 = 20;
 
 /// What this timer knows of a partition it holds.
 #[derive(Debug, Clone, Copy, Default)]
@@ -77,6 +80,7 @@ impl PartitionTimer {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let renew = Duration::from_millis(self.settings.renew_ms);
         let mut heartbeat_at = Instant::now();
+        let mut beats: u64 = 0;
         while !shutdown.is_cancelled() {
             if self.resync.swap(false, Ordering::Relaxed) {
                 self.on_wake(Wake::Subscribed);
@@ -84,7 +88,10 @@ impl PartitionTimer {
             if Instant::now() >= heartbeat_at {
                 self.heartbeat().await;
                 heartbeat_at = Instant::now() + renew;
-                self.schedule_sweep();
+                beats += 1;
+                if beats % SWEEP_EVERY_HEARTBEATS == 0 {
+                    self.schedule_sweep();
+                }
             }
             let failed = self.promote_due().await | self.expire_due().await;
             let mut wake_at = heartbeat_at;
@@ -192,9 +199,10 @@ impl PartitionTimer {
         failed
     }
 
-    /// New reservations do not publish, so every held partition is looked at for expired ones once per
-    /// heartbeat period: spread over the period in `SWEEP_GROUPS` groups rather than all at once, so the
-    /// sweep never holds promotions (or Redis) for the time of hundreds of calls.
+    /// A safety net under the deadline wake-ups (reserve and touch publish a deadline earlier than the
+    /// earliest known): every held partition is looked at for expired reservations once per
+    /// `SWEEP_EVERY_HEARTBEATS` heartbeats, spread over a heartbeat period in `SWEEP_GROUPS` groups rather
+    /// than all at once, so the sweep never holds promotions (or Redis) for the time of hundreds of calls.
     fn schedule_sweep(&mut self) {
         let (now, n) = (self.clock.now(), self.held.len().max(1));
         let renew = self.settings.renew_ms as i64;
@@ -255,15 +263,24 @@ impl PartitionTimer {
                 // Messages may have been lost while unsubscribed: look at every partition.
                 for h in self.held.values_mut() {
                     h.next_due = None;
+                    h.next_deadline = None;
                 }
             }
+            // `<delay set key> <due ms>` from push, nack and reschedule; `<reserved set key> <deadline ms>`
+            // from reserve and touch.
             Wake::Message { partition, payload } => {
-                let Some(due) = payload.rsplit_once(' ').and_then(|(_, d)| d.parse::<i64>().ok()) else {
+                let Some((key, at)) = payload.rsplit_once(' ') else {
                     return;
                 };
-                if let Some(h) = self.held.get_mut(&partition) {
-                    h.next_due = Some(h.next_due.map_or(due, |k| k.min(due)));
-                }
+                let (Ok(at), Some(h)) = (at.parse::<i64>(), self.held.get_mut(&partition)) else {
+                    return;
+                };
+                let known = if key.ends_with(":reserved") {
+                    &mut h.next_deadline
+                } else {
+                    &mut h.next_due
+                };
+                *known = Some(known.map_or(at, |k| k.min(at)));
             }
         }
     }

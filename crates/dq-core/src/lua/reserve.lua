@@ -6,6 +6,8 @@
 -- KEYS[3..]: ready queues (<prefix>:ready:<topic>), highest priority first
 -- ARGV[1]: key prefix   ARGV[2]: count   ARGV[3]: receipt nonce (random, from the caller)
 -- ARGV[4]: least TTR in ms ("" for none): dq-consumer's reservations must outlive its callback's timeout
+-- ARGV[5]: timer wake channel, told `<reserved key> <deadline>` when the earliest deadline moves earlier
+-- (or the reserved set was empty), so a timer ends the reservation on time without sweeping for it
 -- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at.
 
 local reserved, counts = KEYS[1], KEYS[2]
@@ -14,6 +16,7 @@ local least_ttr = tonumber(ARGV[4]) or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
+local first = redis.call('ZRANGE', reserved, 0, 0, 'WITHSCORES')
 local heads = {}
 local taken = 0
 for k = 3, #KEYS do
@@ -29,6 +32,7 @@ end
 
 local out = {}
 local n = 0
+local earliest
 for _, head in ipairs(heads) do
   local queue, ids, recs = head[1], head[2], head[3]
   if #ids > 0 then redis.call('ZREMRANGEBYRANK', queue, 0, #ids - 1) end
@@ -41,6 +45,7 @@ for _, head in ipairs(heads) do
       r.s, r.rc, r.d = 'reserved', nonce .. '.' .. n, now + math.max(r.ttr, least_ttr)
       rec_store(prefix .. ':job:' .. id, r)
       redis.call('ZADD', reserved, r.d, id)
+      if earliest == nil or r.d < earliest then earliest = r.d end
       redis.call('HINCRBY', counts, r.t .. ':ready', -1)
       redis.call('HINCRBY', counts, r.t .. ':reserved', 1)
       out[#out + 1] = id
@@ -52,5 +57,8 @@ for _, head in ipairs(heads) do
       out[#out + 1] = r.r
     end
   end
+end
+if earliest and (first[2] == nil or earliest < tonumber(first[2])) then
+  redis.call('PUBLISH', ARGV[5], reserved .. ' ' .. earliest)
 end
 return out

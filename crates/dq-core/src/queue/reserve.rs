@@ -122,6 +122,7 @@ impl Queue {
             Some(t) => inv.arg(t),
             None => inv.arg(""),
         };
+        inv.arg(self.keys.timer_channel(p));
         let out: Vec<Value> = self.run(p, &inv).await?;
         let bad = || Error::Redis {
             partition: Some(p),
@@ -233,6 +234,7 @@ impl Queue {
             Some(t) => inv.arg(t),
             None => inv.arg(""),
         };
+        inv.arg(self.keys.timer_channel(p));
         match self.write::<i64>(p, &inv).await? {
             0 => Err(Error::NotFound(id.to_string())),
             -1 => Err(Error::StaleReceipt),
