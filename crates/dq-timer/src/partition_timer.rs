@@ -89,7 +89,7 @@ impl PartitionTimer {
                 self.heartbeat().await;
                 heartbeat_at = Instant::now() + renew;
                 beats += 1;
-                if beats % SWEEP_EVERY_HEARTBEATS == 0 {
+                if beats.is_multiple_of(SWEEP_EVERY_HEARTBEATS) {
                     self.schedule_sweep();
                 }
             }
