@@ -32,6 +32,9 @@ struct Held {
     next_due: Option<i64>,
     /// Earliest reservation deadline (`None`: unknown, look now).
     next_deadline: Option<i64>,
+    /// When expiry last ran here (Redis ms): it runs at most once per `renew_ms` per partition (unless a
+    /// full batch left more behind), however many deadlines are announced.
+    expired_at: i64,
 }
 
 /// Serves this timer's share of the partitions.
@@ -223,6 +226,7 @@ impl PartitionTimer {
             .map(|(p, _)| *p)
             .collect();
         let (queue, batch) = (&self.queue, self.settings.batch_size);
+        let renew = self.settings.renew_ms as i64;
         let results: Vec<_> = futures_util::stream::iter(due)
             .map(|p| async move { (p, queue.expire(p, batch).await) })
             .buffer_unordered(CALLS_IN_FLIGHT)
@@ -242,7 +246,10 @@ impl PartitionTimer {
                     }
                     // A full batch leaves expired ones behind: their deadline has passed, so come back at once.
                     if let Some(h) = self.held.get_mut(&p) {
-                        h.next_deadline = Some(x.next_deadline.unwrap_or(i64::MAX));
+                        // Soonest again: at once after a full batch, else one heartbeat period on.
+                        let next = x.next_deadline.unwrap_or(i64::MAX);
+                        h.expired_at = x.now;
+                        h.next_deadline = Some(if next <= x.now { next } else { next.max(x.now + renew) });
                     }
                 }
                 Err(e) => {
@@ -275,10 +282,10 @@ impl PartitionTimer {
                 let (Ok(at), Some(h)) = (at.parse::<i64>(), self.held.get_mut(&partition)) else {
                     return;
                 };
-                let known = if key.ends_with(":reserved") {
-                    &mut h.next_deadline
+                let (known, at) = if key.ends_with(":reserved") {
+                    (&mut h.next_deadline, at.max(h.expired_at + self.settings.renew_ms as i64))
                 } else {
-                    &mut h.next_due
+                    (&mut h.next_due, at)
                 };
                 *known = Some(known.map_or(at, |k| k.min(at)));
             }
