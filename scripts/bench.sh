@@ -15,7 +15,18 @@ bash scripts/ensure-redis.sh
 bin=${DQ_BIN:-target/release}
 
 work=$(mktemp -d)
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A free port below 55536 (a cluster node's bus port is its port + 10000).
+port() {
+  python3 -c '
+import random, socket
+while True:
+    p = random.randint(20000, 55535)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError:
+        pass'
+}
 rport=$(port); sport=$(port)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
