@@ -167,19 +167,8 @@ impl PartitionTimer {
     /// batch stays due, so the loop comes straight back after its heartbeat check: a backlog never starves
     /// the heartbeat (and with it the leases) nor the other partitions. Returns whether Redis failed.
     async fn promote_due(&mut self) -> bool {
-        let now = self.clock.now();
-        let due: Vec<u16> = self
-            .held
-            .iter()
-            .filter(|(_, h)| h.next_due.is_none_or(|d| d <= now))
-            .map(|(p, _)| *p)
-            .collect();
         let (queue, batch) = (&self.queue, self.settings.batch_size);
-        let results: Vec<_> = futures_util::stream::iter(due)
-            .map(|p| async move { (p, queue.promote(p, batch).await) })
-            .buffer_unordered(CALLS_IN_FLIGHT)
-            .collect()
-            .await;
+        let results = each(self.due(|h| h.next_due), |p| queue.promote(p, batch)).await;
         let mut failed = false;
         for (p, r) in results {
             match r {
@@ -218,20 +207,9 @@ impl PartitionTimer {
     /// Ends expired reservations in every held partition whose earliest deadline has passed. Returns
     /// whether Redis failed.
     async fn expire_due(&mut self) -> bool {
-        let now = self.clock.now();
-        let due: Vec<u16> = self
-            .held
-            .iter()
-            .filter(|(_, h)| h.next_deadline.is_none_or(|d| d <= now))
-            .map(|(p, _)| *p)
-            .collect();
         let (queue, batch) = (&self.queue, self.settings.batch_size);
         let renew = self.settings.renew_ms as i64;
-        let results: Vec<_> = futures_util::stream::iter(due)
-            .map(|p| async move { (p, queue.expire(p, batch).await) })
-            .buffer_unordered(CALLS_IN_FLIGHT)
-            .collect()
-            .await;
+        let results = each(self.due(|h| h.next_deadline), |p| queue.expire(p, batch)).await;
         let mut failed = false;
         for (p, r) in results {
             match r {
@@ -264,6 +242,16 @@ impl PartitionTimer {
         failed
     }
 
+    /// The held partitions whose known time (`of`: due time or deadline) has come or is unknown.
+    fn due(&self, of: impl Fn(&Held) -> Option<i64>) -> Vec<u16> {
+        let now = self.clock.now();
+        self.held
+            .iter()
+            .filter(|(_, h)| of(h).is_none_or(|d| d <= now))
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
     fn on_wake(&mut self, w: Wake) {
         match w {
             Wake::Subscribed => {
@@ -283,7 +271,10 @@ impl PartitionTimer {
                     return;
                 };
                 let (known, at) = if key.ends_with(":reserved") {
-                    (&mut h.next_deadline, at.max(h.expired_at + self.settings.renew_ms as i64))
+                    (
+                        &mut h.next_deadline,
+                        at.max(h.expired_at + self.settings.renew_ms as i64),
+                    )
                 } else {
                     (&mut h.next_due, at)
                 };
@@ -302,4 +293,20 @@ fn record(p: &Promoted) {
     for l in &p.lateness_ms {
         h.record(*l as f64 / 1000.0);
     }
+}
+
+/// Runs `call` for each partition, `CALLS_IN_FLIGHT` at a time; answers in completion order.
+async fn each<T, F, Fut>(partitions: Vec<u16>, call: F) -> Vec<(u16, T)>
+where
+    F: Fn(u16) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    futures_util::stream::iter(partitions)
+        .map(|p| {
+            let fut = call(p);
+            async move { (p, fut.await) }
+        })
+        .buffer_unordered(CALLS_IN_FLIGHT)
+        .collect()
+        .await
 }
