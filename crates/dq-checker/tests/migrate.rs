@@ -37,7 +37,11 @@ impl Old {
     async fn reserve(&mut self, topic: &str) -> (String, String) {
         let mut inv = scripts::RESERVE.prepare_invoke();
         inv.key("dq:reserved").key("dq:counts").key(format!("dq:ready:{topic}"));
-        inv.arg("dq").arg(1).arg("00000000000000aa").arg("").arg("dq:wake:timer");
+        inv.arg("dq")
+            .arg(1)
+            .arg("00000000000000aa")
+            .arg("")
+            .arg("dq:wake:timer");
         let out: Vec<redis::Value> = inv.invoke_async(&mut self.conn).await.unwrap();
         let s = |v: &redis::Value| redis::from_redis_value::<String>(v.clone()).unwrap();
         (s(&out[0]), s(&out[4]))
