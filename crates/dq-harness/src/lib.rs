@@ -142,7 +142,7 @@ impl Drop for RedisServer {
     }
 }
 
-/// Starts `cmd` (a `redis-server` or `redis-sentinel` logging to a file of its own), its output discarded, and
+/// Starts `cmd` (a `redis-server`, in Sentinel mode or not, logging to a file of its own), its output discarded, and
 /// waits up to 10 s until 127.0.0.1:`port` answers (as `options` say to ask) as this very process (another
 /// test's server may hold the port). An error if it exits first, a taken port most often, or never answers; it
 /// is not left running then.

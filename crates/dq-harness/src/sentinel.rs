@@ -102,12 +102,12 @@ impl RedisSentinelSet {
             taken: HashSet::new(),
             options: options.clone(),
         };
-        let primary = set.start_process("redis-server", "redis.conf", |options, port, dir| {
+        let primary = set.start_process(false, "redis.conf", |options, port, dir| {
             data_config(options, port, dir, None)
         });
         let primary_port = primary.port;
         set.data.push(primary);
-        let replica = set.start_process("redis-server", "redis.conf", |options, port, dir| {
+        let replica = set.start_process(false, "redis.conf", |options, port, dir| {
             data_config(options, port, dir, Some(primary_port))
         });
         let replica_port = replica.port;
@@ -122,7 +122,7 @@ impl RedisSentinelSet {
             }
         });
         for _ in 0..3 {
-            let sentinel = set.start_process("redis-sentinel", "sentinel.conf", |options, port, dir| {
+            let sentinel = set.start_process(true, "sentinel.conf", |options, port, dir| {
                 sentinel_config(options, port, dir, primary_port)
             });
             set.sentinels.push(sentinel);
@@ -156,14 +156,17 @@ impl RedisSentinelSet {
         set
     }
 
-    /// Starts `program` with a config file `file` (written by `config(options, port, dir)`) on new ports in a new
-    /// temp dir, trying other ports if those turn out to be taken.
+    /// Starts `redis-server` with a config file `file` (written by `config(options, port, dir)`) on new ports in
+    /// a new temp dir, trying other ports if those turn out to be taken; with `sentinel`, in Sentinel mode
+    /// (`redis-server <file> --sentinel`, the same as `redis-sentinel <file>`, whose Debian package is not
+    /// always installed with redis-server's).
     fn start_process(
         &mut self,
-        program: &'static str,
+        sentinel: bool,
         file: &str,
         config: impl Fn(&RedisOptions, u16, &Path) -> String,
     ) -> RedisProcess {
+        let program = "redis-server";
         let mut last = String::new();
         for _ in 0..10 {
             let port = loop {
@@ -175,7 +178,11 @@ impl RedisSentinelSet {
             let dir = tempfile::tempdir().expect("temp dir");
             let path = dir.path().join(file);
             std::fs::write(&path, config(&self.options, port, dir.path())).expect("write config file");
-            match RedisProcess::start(program, vec![path.into()], port, dir, &self.options) {
+            let mut args = vec![path.into_os_string()];
+            if sentinel {
+                args.push("--sentinel".into());
+            }
+            match RedisProcess::start(program, args, port, dir, &self.options) {
                 Ok(process) => return process,
                 Err(e) => last = e,
             }
@@ -251,6 +258,20 @@ impl RedisSentinelSet {
     /// its successor (some 10 to 20 s later: Sentinel waits to be sure). Does not wait for that.
     pub fn restart(&mut self, port: u16) {
         self.process_mut(port).restart();
+    }
+
+    /// Starts the data node on `port` again as a replica of the one on `primary`, as an operator brings a
+    /// failed primary back after a failover: it syncs from the new primary at once, and the sentinels pick
+    /// it up as a replica from the primary's INFO. (Started as it was, it would call itself primary until
+    /// Sentinel demotes it, which Sentinel delays on purpose and puts off further while it is in TILT
+    /// mode, as on a loaded machine: minutes, once.) Does not wait for the sync.
+    pub fn restart_as_replica(&mut self, port: u16, primary: u16) {
+        let options = self.options.clone();
+        let process = self.process_mut(port);
+        let dir = process.dir.path().to_path_buf();
+        std::fs::write(dir.join("redis.conf"), data_config(&options, port, &dir, Some(primary)))
+            .expect("write config file");
+        process.restart();
     }
 
     /// Waits until every running sentinel names the same primary other than `old_primary`, and that node says

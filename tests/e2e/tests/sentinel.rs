@@ -88,9 +88,9 @@ async fn dq_follows_sentinel_through_a_kill_and_a_demotion_and_loses_no_durable_
         let (status, _) = call(&http, port, "GET", &format!("/v1/jobs/{id}"), None).await;
         assert_eq!(status, 200, "{id} was acknowledged before the kill and is lost");
     }
-    // The old primary comes back empty (the harness runs without persistence) and still calls itself
-    // primary until Sentinel turns it into a replica; the new primary needs it as a replica for WAIT 1.
-    set.restart(old);
+    // The old primary comes back (as a replica of the new one, as an operator restarts it): the new primary
+    // needs a replica for WAIT 1, so durable pushes wait for it.
+    set.restart_as_replica(old, new);
     let mut n = 50;
     let back = loop {
         n += 1;
