@@ -178,3 +178,34 @@ async fn a_new_timer_gets_a_share_and_a_drained_one_hands_over() {
     .await;
     b.drain().await;
 }
+
+/// A heartbeat that changes no holder writes one entry (the timer's own expiry), not one per partition:
+/// an idle installation's timers cost Redis (and its AOF and replicas) almost nothing. A timer whose
+/// heartbeat lapsed loses its partitions to the next live one.
+#[tokio::test]
+async fn a_steady_heartbeat_writes_only_its_own_entry_and_a_lapsed_timer_is_taken_over() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
+    let dirty = || -> i64 {
+        let info: String = redis::cmd("INFO").arg("persistence").query(&mut redis.conn()).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let first = q.balance("timer-a", 300, false).await.unwrap();
+    assert_eq!(first.partitions.len(), 256);
+    let before = (leases(&redis), dirty());
+    let again = q.balance("timer-a", 300, false).await.unwrap();
+    assert_eq!(again.partitions, first.partitions);
+    assert_eq!(leases(&redis), before.0, "the holders did not change");
+    assert_eq!(dirty() - before.1, 1, "one write: the heartbeat's own entry");
+
+    // timer-a stops beating; once its heartbeat lapsed, timer-b takes everything.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let b = q.balance("timer-b", 300, false).await.unwrap();
+    assert_eq!((b.timers, b.partitions.len()), (1, 256));
+    assert!(leases(&redis).iter().all(|(_, id)| id == "timer-b"));
+}
