@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dq_core::condition::Condition;
+use dq_core::queue::ReserveOptions;
 use dq_core::topic::Callback;
 use dq_core::{Queue, Reservation, TopicConfig};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -84,7 +85,6 @@ impl TopicWorker {
         let topics = [self.topic.clone()];
         let mut slots_for = self.plan.borrow().callback.concurrency;
         let mut slots = Arc::new(Semaphore::new(slots_for as usize));
-        let mut signal = self.shared.queue.ready_index().subscribe(&self.topic);
         loop {
             let plan = self.plan.borrow_and_update().clone();
             if plan.callback.concurrency != slots_for {
@@ -98,9 +98,14 @@ impl TopicWorker {
                 _ = self.plan.changed() => continue,
             };
             let want = (1 + slots.available_permits()).min(100);
-            signal.borrow_and_update();
+            // In line before looking, so a wake-up sent while this reserve runs is not missed.
+            let mut waiter = self.shared.queue.ready_index().waiter(&topics);
             let least_ttr = plan.callback.timeout_ms + TTR_MARGIN_MS;
-            let jobs = match self.shared.queue.reserve_with(&topics, want, Some(least_ttr)).await {
+            let options = ReserveOptions {
+                least_ttr_ms: Some(least_ttr),
+                waits: true,
+            };
+            let jobs = match self.shared.queue.reserve_with(&topics, want, options).await {
                 Ok(jobs) => jobs,
                 Err(e) => {
                     tracing::warn!(topic = %self.topic, cause = %e, "reserve failed");
@@ -115,7 +120,7 @@ impl TopicWorker {
             if jobs.is_empty() {
                 drop(first);
                 tokio::select! {
-                    _ = signal.changed() => {}
+                    _ = waiter.wait() => {}
                     _ = self.plan.changed() => {}
                     _ = self.stop.cancelled() => return,
                 }

@@ -107,6 +107,13 @@ impl PartitionKeys {
         format!("{}:reserved", self.prefix)
     }
 
+    /// The earliest reservation deadline announced to the timers (ms, a string): a reserve or touch
+    /// announces only a deadline earlier than this, since the timer holding the partition runs expiry by
+    /// then and learns the next deadline from it.
+    pub fn announced(&self) -> String {
+        format!("{}:announced", self.prefix)
+    }
+
     /// A topic's dead list: job ids scored by the time they died.
     pub fn dead(&self, topic: &str) -> String {
         format!("{}:dead:{topic}", self.prefix)
@@ -156,6 +163,7 @@ mod tests {
         assert_eq!(p.delayed(), "dq:{17.403}:delayed");
         assert_eq!(p.ready("orders.close"), "dq:{17.403}:ready:orders.close");
         assert_eq!(p.reserved(), "dq:{17.403}:reserved");
+        assert_eq!(p.announced(), "dq:{17.403}:announced");
         assert_eq!(p.dead("t"), "dq:{17.403}:dead:t");
         assert_eq!(p.counts(), "dq:{17.403}:counts");
         assert_eq!(p.events(), "dq:{17.403}:events");

@@ -671,6 +671,64 @@ async fn a_records_memory_follows_its_body_without_a_step() {
     assert!(usage[&200] - usage[&64] <= 200, "{usage:?}");
 }
 
+/// created_at is stored as the delay before run_at, so a typical record (a 64-byte body, an hour's delay)
+/// packs into 92 bytes and takes the allocator's 96-byte class, not the 112-byte one; records packed
+/// before that, with the full created_at, still read right.
+#[tokio::test]
+async fn records_store_created_at_as_a_delay_and_read_the_full_times_written_before() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
+    let mut c = redis.conn();
+    let body = format!("\"{}\"", "x".repeat(62));
+    let text = format!(r#"{{"id":"small","topic":"bench","body":{body},"delay_ms":3600000}}"#);
+    let pushed = q
+        .push(q.validate(serde_json::from_str(&text).unwrap()).unwrap())
+        .await
+        .unwrap();
+    let len: usize = redis::cmd("STRLEN")
+        .arg(key(&q, "small", "job:small"))
+        .query(&mut c)
+        .unwrap();
+    assert!(len <= 92, "the record is {len} bytes");
+    let j = q.get("small").await.unwrap();
+    assert_eq!(j.run_at, pushed.run_at);
+    assert_eq!(j.created_at, pushed.run_at - 3_600_000);
+
+    // As the previous release packed it: state ready, topic, body, run_at, ttr, max_attempts, the full
+    // created_at, attempts.
+    let (run_at, created_at) = (1_795_000_060_000_i64, 1_795_000_000_000_i64);
+    let _: () = redis::cmd("EVAL")
+        .arg("redis.call('SET', KEYS[1], cmsgpack.pack({2, 't', '7', tonumber(ARGV[1]), 30000, 3, tonumber(ARGV[2]), 1}))")
+        .arg(1)
+        .arg(key(&q, "before", "job:before"))
+        .arg(run_at)
+        .arg(created_at)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(key(&q, "before", "ready:t"))
+        .arg(run_at)
+        .arg("before")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("HINCRBY")
+        .arg(key(&q, "before", "counts"))
+        .arg("t:ready")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let j = q.get("before").await.unwrap();
+    assert_eq!((j.run_at, j.created_at, j.attempts), (run_at, created_at, 1));
+    // Written back by a move, it keeps its times.
+    q.reserve(&["t".into()], 1).await.unwrap().remove(0);
+    let j = q.get("before").await.unwrap();
+    assert_eq!(
+        (j.state, j.run_at, j.created_at, j.attempts),
+        (State::Reserved, run_at, created_at, 2)
+    );
+    assert_consistent(&redis);
+}
+
 /// Records written before dq packed them are hashes. They are still read, and the first script that
 /// changes one writes it back packed, so an upgrade needs no migration step.
 #[tokio::test]
@@ -896,4 +954,35 @@ async fn reservation_deadlines_earlier_than_known_are_announced_to_the_timers() 
     );
     q.touch("a", &a.receipt, Some(600_000)).await.unwrap();
     assert_eq!(next(), None, "a touch that lengthens one says nothing");
+
+    // Once every reservation ended, a new one later than the announced deadline still says nothing:
+    // the timer runs expiry by the announced deadline anyway and learns the next one from it.
+    for id in ["a", "b", "c"] {
+        q.delete(id).await.unwrap();
+    }
+    push("d", 120_000).await.unwrap();
+    q.reserve(&t, 1).await.unwrap();
+    assert_eq!(next(), None, "later than the one announced");
+    // The timer's expiry call: what it returns is now what the timers know, so the next earlier
+    // deadline is announced again.
+    let p = q.partitions().of_id("d");
+    let e = q.expire(p, 100).await.unwrap();
+    assert!(e.next_deadline.is_some());
+    push("e", 30_000).await.unwrap();
+    let r = q.reserve(&t, 1).await.unwrap().remove(0);
+    assert_eq!(
+        next(),
+        Some(format!("{reserved_key} {}", r.deadline)),
+        "earlier than the one learned"
+    );
+    q.delete("d").await.unwrap();
+    q.delete("e").await.unwrap();
+    assert_eq!(q.expire(p, 100).await.unwrap().next_deadline, None);
+    push("f", 600_000).await.unwrap();
+    let r = q.reserve(&t, 1).await.unwrap().remove(0);
+    assert_eq!(
+        next(),
+        Some(format!("{reserved_key} {}", r.deadline)),
+        "none known: any is announced"
+    );
 }

@@ -7,6 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use dq_core::Reservation;
 use dq_core::job::{validate_id, validate_topic};
+use dq_core::queue::ReserveOptions;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -38,8 +39,9 @@ pub struct ReserveRequest {
 
 /// `POST /v1/reserve`: 200 `{jobs: [...]}`, an empty list when nothing became ready within `timeout_ms`.
 ///
-/// Waiting costs Redis nothing: the reserver marks its topics' signals seen, tries once, and sleeps until
-/// a script publishes that one of its topics' queues stopped being empty.
+/// Waiting costs Redis nothing: the reserver takes its place in line for its topics, tries once, and
+/// sleeps until a script publishes that one of its topics' queues stopped being empty (which wakes one
+/// waiter of the topic in this process, not all).
 pub async fn reserve(
     State(app): State<AppState>,
     JsonBody(req): JsonBody<ReserveRequest>,
@@ -89,25 +91,23 @@ pub async fn reserve(
     let registry = app.topics.snapshot();
     topics.retain(|t| !registry.get(t).is_some_and(|c| c.paused));
     let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout);
-    let mut signals: Vec<_> = if timeout > 0 {
-        topics.iter().map(|t| app.queue.ready_index().subscribe(t)).collect()
-    } else {
-        Vec::new()
-    };
     loop {
-        for s in &mut signals {
-            s.borrow_and_update();
-        }
+        // In line before looking, so a wake-up sent while this reserve runs is not missed.
+        let mut waiter = (timeout > 0).then(|| app.queue.ready_index().waiter(&topics));
         let jobs: Vec<Reservation> = if topics.is_empty() {
             Vec::new()
         } else {
-            app.queue.reserve(&topics, count).await?
+            let options = ReserveOptions {
+                least_ttr_ms: None,
+                waits: waiter.is_some(),
+            };
+            app.queue.reserve_with(&topics, count, options).await?
         };
-        if !jobs.is_empty() || timeout == 0 {
+        let Some(waiter) = waiter.as_mut().filter(|_| jobs.is_empty()) else {
             return Ok(Json(Reserved { jobs }));
-        }
+        };
         tokio::select! {
-            _ = dq_core::queue::ready::changed_any(&mut signals) => {}
+            _ = waiter.wait() => {}
             _ = tokio::time::sleep_until(deadline) => return Ok(Json(Reserved { jobs: Vec::new() })),
             _ = app.shutdown.cancelled() => return Ok(Json(Reserved { jobs: Vec::new() })),
         }

@@ -102,11 +102,13 @@ async fn cancel_removes_the_job_in_any_state() {
         let (status, body) = s.call("DELETE", &path, None).await;
         assert_error(status, &body, 404, "not_found");
     }
-    // Only the partitions' counts hashes and the layout record remain.
+    // Only the partitions' counts hashes, the deadline announced to the timers (until a timer's expiry
+    // call clears it) and the layout record remain.
     let keys: Vec<String> = s.snapshot().into_iter().map(|(k, _)| k).collect();
     assert!(keys.contains(&"{dq}:layout".to_string()), "{keys:?}");
     assert!(
-        keys.iter().all(|k| k == "{dq}:layout" || k.ends_with(":counts")),
+        keys.iter()
+            .all(|k| k == "{dq}:layout" || k.ends_with(":counts") || k.ends_with(":announced")),
         "{keys:?}"
     );
     assert!(s.reserve(&["t", "r"], 10, 0).await.is_empty());

@@ -292,6 +292,15 @@ impl Redis {
         }
     }
 
+    /// Loads a script on every primary (SCRIPT LOAD; a cluster sends it to every node).
+    pub async fn load_script(&self, script: &redis::Script) -> redis::RedisResult<()> {
+        let inv = script.prepare_invoke();
+        match self.handle().await.map_err(to_redis)? {
+            Handle::Primary(mut c, broken) => mark(&broken, inv.load_async(&mut c).await).map(drop),
+            Handle::Cluster(mut c, g) => self.saw(g, inv.load_async(&mut c).await).map(drop),
+        }
+    }
+
     /// Runs one command (routed by its key on a cluster).
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
         match self.handle().await.map_err(to_redis)? {

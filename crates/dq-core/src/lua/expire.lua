@@ -5,15 +5,18 @@
 -- KEYS[1]: the reserved set (<prefix>:reserved)
 -- KEYS[2]: counts hash (<prefix>:counts)
 -- KEYS[3]: events list (<prefix>:events), where a job's death is recorded for dq-checker's alerts
+-- KEYS[4]: the earliest deadline announced to the timers (<prefix>:announced): the caller, the timer
+--          that holds the partition, learns the next deadline from the answer, so that becomes it
 -- ARGV[1]: key prefix   ARGV[2]: most jobs to handle in this call   ARGV[3]: ready wake channel
 -- Returns: {back to ready, dead, next_deadline (-1 when none is reserved), now}
 
-local reserved, counts, events = KEYS[1], KEYS[2], KEYS[3]
+local reserved, counts, events, announced = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expired = redis.call('ZRANGEBYSCORE', reserved, '-inf', now, 'LIMIT', 0, limit)
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
+local told = tonumber(redis.call('GET', announced))
 local recs = {}
 for i, id in ipairs(expired) do
   local r = rec_load(prefix .. ':job:' .. id)
@@ -59,4 +62,10 @@ end
 local head = redis.call('ZRANGE', reserved, 0, 0, 'WITHSCORES')
 local next_deadline = -1
 if head[2] then next_deadline = tonumber(head[2]) end
+-- Written only when it changes: an idle partition's sweep writes nothing.
+if next_deadline < 0 and told then
+  redis.call('DEL', announced)
+elseif next_deadline >= 0 and next_deadline ~= told then
+  redis.call('SET', announced, next_deadline)
+end
 return {to_ready, to_dead, next_deadline, now}

@@ -3,23 +3,24 @@
 --
 -- KEYS[1]: the reserved set (<prefix>:reserved)
 -- KEYS[2]: counts hash (<prefix>:counts)
--- KEYS[3..]: ready queues (<prefix>:ready:<topic>), highest priority first
+-- KEYS[3]: the earliest deadline announced to the timers (<prefix>:announced)
+-- KEYS[4..]: ready queues (<prefix>:ready:<topic>), highest priority first
 -- ARGV[1]: key prefix   ARGV[2]: count   ARGV[3]: receipt nonce (random, from the caller)
 -- ARGV[4]: least TTR in ms ("" for none): dq-consumer's reservations must outlive its callback's timeout
--- ARGV[5]: timer wake channel, told `<reserved key> <deadline>` when the earliest deadline moves earlier
--- (or the reserved set was empty), so a timer ends the reservation on time without sweeping for it
+-- ARGV[5]: timer wake channel, told `<reserved key> <deadline>` when a deadline is earlier than the one
+-- last announced, so a timer ends the reservation on time without sweeping for it
 -- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at.
 
-local reserved, counts = KEYS[1], KEYS[2]
+local reserved, counts, announced = KEYS[1], KEYS[2], KEYS[3]
 local prefix, want, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local least_ttr = tonumber(ARGV[4]) or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
-local first = redis.call('ZRANGE', reserved, 0, 0, 'WITHSCORES')
+local told = tonumber(redis.call('GET', announced))
 local heads = {}
 local taken = 0
-for k = 3, #KEYS do
+for k = 4, #KEYS do
   if taken >= want then break end
   local ids = redis.call('ZRANGE', KEYS[k], 0, want - taken - 1)
   local recs = {}
@@ -58,7 +59,10 @@ for _, head in ipairs(heads) do
     end
   end
 end
-if earliest and (first[2] == nil or earliest < tonumber(first[2])) then
+-- The timer holding the partition runs expiry by the announced deadline at the latest, and learns the
+-- next one then (expire.lua), so only a deadline earlier than that needs announcing.
+if earliest and (told == nil or earliest < told) then
+  redis.call('SET', announced, earliest)
   redis.call('PUBLISH', ARGV[5], reserved .. ' ' .. earliest)
 end
 return out

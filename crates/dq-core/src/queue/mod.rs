@@ -29,6 +29,7 @@ use crate::keys::{Keys, PartitionKeys};
 use crate::partition::{Partitions, slot_of};
 
 pub use self::ready::ReadyIndex;
+pub use self::reserve::ReserveOptions;
 pub use self::stats::{NodeStats, NodeWatch, Stats};
 pub use self::timer::{Balance, Expired, Promoted};
 
@@ -62,6 +63,12 @@ impl Queue {
         let redis = Redis::new(&settings.redis)?;
         let keys = Keys::new(settings.redis.prefix.clone());
         let count = layout::ensure(&redis, &keys, settings.redis.partitions).await?;
+        for script in crate::scripts::all() {
+            // Only saves the first calls a round trip; a script missing later is loaded on NOSCRIPT.
+            if let Err(e) = redis.load_script(script).await {
+                tracing::debug!(cause = %e, "cannot load a script ahead");
+            }
+        }
         Ok(Self::with_partitions(settings, redis, count))
     }
 

@@ -6,6 +6,7 @@ use serde_json::value::RawValue;
 
 use super::Queue;
 use super::decode::{int, text};
+use super::ready::Tried;
 use crate::error::{Error, Result};
 use crate::job::{Reservation, State};
 use crate::scripts;
@@ -13,14 +14,25 @@ use crate::scripts;
 /// Partitions that may fail in one reserve before it answers with what it has.
 const MAX_FAILED_PARTITIONS: usize = 2;
 
+/// How a reserve asks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReserveOptions {
+    /// Each reservation lasts at least this long, whatever the job's own TTR: dq-consumer's must
+    /// outlive the callback's timeout.
+    pub least_ttr_ms: Option<u64>,
+    /// The caller waits in line ([`super::ready::Waiter`]) when this reserve finds nothing, so partitions
+    /// that another reserve of this process is asking are left to that one, which wakes the next waiter
+    /// if it leaves jobs there. A caller that will not wait asks them too when it found nothing else.
+    pub waits: bool,
+}
+
 impl Queue {
     /// Reserves up to `count` ready jobs of `topics` (highest priority first), without waiting.
     pub async fn reserve(&self, topics: &[String], count: usize) -> Result<Vec<Reservation>> {
-        self.reserve_with(topics, count, None).await
+        self.reserve_with(topics, count, ReserveOptions::default()).await
     }
 
-    /// [`Queue::reserve`], with each reservation lasting at least `least_ttr_ms` (dq-consumer's
-    /// reservations must outlive the callback's timeout, whatever the job's own TTR).
+    /// [`Queue::reserve`], as `options` say.
     ///
     /// Only partitions the [`super::ReadyIndex`] names are asked: those with ready jobs of the first topic
     /// (in random order, so reservers spread), then of the next. Within a partition the topics' priority
@@ -29,8 +41,16 @@ impl Queue {
         &self,
         topics: &[String],
         count: usize,
-        least_ttr_ms: Option<u64>,
+        options: ReserveOptions,
     ) -> Result<Vec<Reservation>> {
+        // Passes the wake-up on when this reserve stopped with partitions it had not asked (they may hold
+        // jobs), or when it is cancelled half-way: it may have been the one waiter woken for them.
+        // Wake-ups that arrive while it runs wake waiters of their own.
+        let mut turn = PassOn {
+            index: &self.ready,
+            topics,
+            armed: true,
+        };
         let unsynced = self.ready.unsynced(topics);
         if !unsynced.is_empty() {
             self.sync_ready(&unsynced).await;
@@ -38,27 +58,34 @@ impl Queue {
         let mut out = Vec::new();
         let mut failed = None;
         let mut failures = 0;
-        for p in self.ready.candidates(topics) {
+        let mut candidates = self.ready.candidates(topics).into_iter().peekable();
+        while let Some(&(p, contested)) = candidates.peek() {
             // Partitions on a node that is down each take a connect timeout to fail: after a few, answer
-            // with what there is rather than hold the caller for all of them.
-            if out.len() >= count || failures >= MAX_FAILED_PARTITIONS {
+            // with what there is rather than hold the caller for all of them. A partition another reserve
+            // is asking is left to it (it wakes the next waiter if it leaves jobs there), unless this
+            // reserve found nothing elsewhere and its caller will not wait.
+            if out.len() >= count
+                || failures >= MAX_FAILED_PARTITIONS
+                || (contested && (options.waits || !out.is_empty()))
+            {
                 break;
             }
-            let epoch = self.ready.epoch();
+            candidates.next();
             let want = count - out.len();
-            match self.reserve_on(p, topics, want, least_ttr_ms).await {
+            let claim = self.ready.claim(topics, p);
+            match self.reserve_on(p, topics, want, options.least_ttr_ms).await {
                 Ok(mut got) => {
-                    if got.len() < want {
-                        self.ready.clear(topics, p, epoch);
-                    }
+                    claim.settle(if got.len() < want { Tried::Emptied } else { Tried::Full });
                     out.append(&mut got);
                 }
                 Err(e) => {
+                    claim.settle(Tried::Failed);
                     failures += 1;
                     failed = Some(e);
                 }
             }
         }
+        turn.armed = out.len() >= count && candidates.any(|(_, contested)| !contested);
         match failed {
             // Jobs reserved elsewhere are handed out; a partition down fails the call only when it got
             // nothing.
@@ -112,7 +139,7 @@ impl Queue {
     ) -> Result<Vec<Reservation>> {
         let keys = self.partition_keys(p);
         let mut inv = scripts::RESERVE.prepare_invoke();
-        inv.key(keys.reserved()).key(keys.counts());
+        inv.key(keys.reserved()).key(keys.counts()).key(keys.announced());
         for t in topics {
             inv.key(keys.ready(t));
         }
@@ -229,7 +256,11 @@ impl Queue {
         let p = self.partitions.of_id(id);
         let keys = self.partition_keys(p);
         let mut inv = scripts::TOUCH.prepare_invoke();
-        inv.key(keys.job(id)).key(keys.reserved()).arg(id).arg(receipt);
+        inv.key(keys.job(id))
+            .key(keys.reserved())
+            .key(keys.announced())
+            .arg(id)
+            .arg(receipt);
         match ttr_ms {
             Some(t) => inv.arg(t),
             None => inv.arg(""),
@@ -258,6 +289,22 @@ impl Queue {
             1 => Ok(()),
             0 => Err(Error::NotFound(id.to_string())),
             _ => Err(Error::StaleReceipt),
+        }
+    }
+}
+
+/// Wakes the next waiter of each topic that still has partitions listed when a reserve ends, unless
+/// disarmed (see [`super::ReadyIndex::pass_on`]).
+struct PassOn<'a> {
+    index: &'a super::ReadyIndex,
+    topics: &'a [String],
+    armed: bool,
+}
+
+impl Drop for PassOn<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.index.pass_on(self.topics);
         }
     }
 }

@@ -71,6 +71,7 @@ impl Queue {
         inv.key(keys.reserved())
             .key(keys.counts())
             .key(keys.events())
+            .key(keys.announced())
             .arg(keys.prefix())
             .arg(limit)
             .arg(self.keys.ready_channel(p));

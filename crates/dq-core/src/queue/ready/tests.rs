@@ -1,0 +1,119 @@
+//! The ready index: priority, clears, the line of waiters and claims.
+
+use super::*;
+
+fn t(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn priority_order_then_clear_unless_marked_since() {
+    let ix = ReadyIndex::default();
+    ix.set_listening(true);
+    assert_eq!(ix.unsynced(&t(&["a", "b"])), t(&["a", "b"]));
+    let e = ix.epoch();
+    ix.synced("a", e, &[3]);
+    ix.synced("b", e, &[5, 3]);
+    assert!(ix.unsynced(&t(&["a", "b"])).is_empty());
+    let c = ix.candidates(&t(&["a", "b"]));
+    assert_eq!(
+        c,
+        [(3, false), (5, false)],
+        "a's partitions first, then b's not yet listed"
+    );
+    // A reserve begins; a wake-up for b in 5 arrives before its empty answer: 5 stays for b.
+    let before = ix.epoch();
+    ix.mark("b", 5);
+    ix.clear(&t(&["a", "b"]), 5, before);
+    ix.clear(&t(&["a", "b"]), 3, before);
+    assert_eq!(ix.candidates(&t(&["a", "b"])), [(5, false)]);
+    ix.resync();
+    assert_eq!(ix.unsynced(&t(&["a", "b"])), t(&["a", "b"]));
+}
+
+#[test]
+fn a_mark_wakes_one_waiter_and_a_reserve_that_leaves_work_passes_it_on() {
+    let ix = ReadyIndex::default();
+    let topics = t(&["a"]);
+    let (mut w1, mut w2, mut w3) = (ix.waiter(&topics), ix.waiter(&topics), ix.waiter(&topics));
+    ix.mark("a", 7);
+    assert!(Waiter::woken(&mut w1), "the first in line is woken");
+    assert!(!Waiter::woken(&mut w2) && !Waiter::woken(&mut w3), "and nobody else");
+    // w1's reserve took a job and left partition 7 listed: the next waiter looks too.
+    ix.pass_on(&topics);
+    assert!(Waiter::woken(&mut w2));
+    assert!(!Waiter::woken(&mut w3));
+    // w2's reserve found 7 empty: nothing listed, nobody else woken.
+    ix.clear(&topics, 7, ix.epoch());
+    ix.pass_on(&topics);
+    assert!(!Waiter::woken(&mut w3));
+}
+
+#[test]
+fn a_partition_being_asked_comes_last_and_its_claim_wakes_the_next_waiter_when_work_is_left() {
+    let ix = ReadyIndex::default();
+    let topics = t(&["a"]);
+    ix.mark("a", 1);
+    ix.mark("a", 2);
+    // Nobody waited: the next waiter takes the wake-up kept for it.
+    assert!(Waiter::woken(&mut ix.waiter(&topics)));
+    let claim = ix.claim(&topics, 1);
+    assert_eq!(ix.candidates(&topics).last(), Some(&(1, true)), "the claimed one last");
+    let mut w = ix.waiter(&topics);
+    assert!(!Waiter::woken(&mut w));
+    // The claim's ask took all it wanted: partition 1 may hold more.
+    claim.settle(Tried::Full);
+    assert!(Waiter::woken(&mut w));
+    let mut w = ix.waiter(&topics);
+    ix.claim(&topics, 2).settle(Tried::Emptied);
+    assert!(!Waiter::woken(&mut w), "an emptied partition wakes nobody");
+    assert_eq!(ix.candidates(&topics), [(1, false)]);
+    // A wake-up while an ask runs keeps the partition listed, and its settling wakes a waiter.
+    let claim = ix.claim(&topics, 1);
+    ix.mark("a", 1);
+    let mut w2 = ix.waiter(&topics);
+    claim.settle(Tried::Emptied);
+    assert!(Waiter::woken(&mut w) && Waiter::woken(&mut w2));
+    // A failed ask wakes nobody (another waiter would fail the same way) and keeps it listed.
+    let mut w = ix.waiter(&topics);
+    ix.claim(&topics, 1).settle(Tried::Failed);
+    assert!(!Waiter::woken(&mut w));
+    // A cancelled ask (dropped unsettled) wakes the next waiter: nothing is known.
+    drop(ix.claim(&topics, 1));
+    assert!(Waiter::woken(&mut w));
+}
+
+#[test]
+fn a_waiter_that_goes_away_after_its_wake_up_hands_it_on() {
+    let ix = ReadyIndex::default();
+    let topics = t(&["a", "b"]);
+    let w1 = ix.waiter(&topics);
+    let mut w2 = ix.waiter(&t(&["b"]));
+    // w1 is reserving when b's wake-up reaches it; it returns with jobs of a and drops its place.
+    ix.mark("b", 1);
+    drop(w1);
+    assert!(Waiter::woken(&mut w2), "the wake-up went on to the next waiter of b");
+}
+
+#[test]
+fn a_wake_up_with_nobody_waiting_is_kept_for_the_next_waiter() {
+    let ix = ReadyIndex::default();
+    ix.mark("a", 2);
+    let mut w = ix.waiter(&t(&["a"]));
+    assert!(Waiter::woken(&mut w));
+}
+
+#[test]
+fn a_resync_wakes_every_waiter() {
+    let ix = ReadyIndex::default();
+    let mut ws: Vec<Waiter> = (0..3).map(|_| ix.waiter(&t(&["a"]))).collect();
+    ix.resync();
+    assert!(ws.iter_mut().all(Waiter::woken));
+}
+
+#[test]
+fn without_a_listener_every_reserve_reads_the_counts() {
+    let ix = ReadyIndex::default();
+    ix.synced("a", 0, &[1]);
+    assert_eq!(ix.unsynced(&t(&["a"])), t(&["a"]));
+}
