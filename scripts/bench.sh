@@ -95,8 +95,9 @@ if want push && [ -n "$cluster" ]; then
 elif want push; then
   echo; echo "== single pushes, 64-byte body, 64 connections: dq over HTTP vs redis-benchmark on push.lua's EVALSHA,"
   echo "   and vs the bare axum + redis-rs push path (dq-bench baseline) loaded the same way"
-  # push.lua as dq-server loads it: after record.lua, the record's format (crates/dq-core/src/scripts.rs).
-  sha=$(rcli script load "$(cat crates/dq-core/src/lua/record.lua crates/dq-core/src/lua/push.lua)")
+  # push.lua as dq-server loads it on a standalone Redis: after record.lua, the record's format, and the
+  # line that names the publish command (crates/dq-core/src/scripts.rs).
+  sha=$(rcli script load "$(cat crates/dq-core/src/lua/record.lua; echo "local publish = 'PUBLISH'"; cat crates/dq-core/src/lua/push.lua)")
   body='"'$(printf 'x%.0s' $(seq 62))'"'
   rb=$(rbench -c 64 -n 200000 -r 1000000000 EVALSHA "$sha" 4 dq:counts dq:job:rb__rand_int__ \
         dq:delayed:3 dq:ready:rb dq:wake:ready dq:wake:timer rb__rand_int__ rb "$body" 3600000 "" 30000 10 0)

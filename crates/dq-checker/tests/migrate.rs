@@ -15,7 +15,7 @@ struct Old {
 
 impl Old {
     async fn push(&mut self, id: &str, topic: &str, delay_ms: u64, max_attempts: u32) {
-        let mut inv = scripts::PUSH.prepare_invoke();
+        let mut inv = scripts::PUSH.get(false).prepare_invoke();
         inv.key("dq:counts")
             .key(format!("dq:job:{id}"))
             .key("dq:delayed:3")
@@ -35,7 +35,7 @@ impl Old {
 
     /// Reserves one job of `topic`: its id and receipt.
     async fn reserve(&mut self, topic: &str) -> (String, String) {
-        let mut inv = scripts::RESERVE.prepare_invoke();
+        let mut inv = scripts::RESERVE.get(false).prepare_invoke();
         inv.key("dq:reserved")
             .key("dq:counts")
             .key("dq:announced")
@@ -51,7 +51,7 @@ impl Old {
     }
 
     async fn nack(&mut self, id: &str, receipt: &str, error: &str) {
-        let mut inv = scripts::NACK.prepare_invoke();
+        let mut inv = scripts::NACK.get(false).prepare_invoke();
         inv.key(format!("dq:job:{id}"))
             .key("dq:reserved")
             .key("dq:delayed:3")

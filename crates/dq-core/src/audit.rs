@@ -121,14 +121,14 @@ async fn audit_records(queue: &Queue, p: u16, records: &[String], report: &mut A
             if score != Value::Nil {
                 continue;
             }
-            let mut inv = scripts::REPAIR_RECORD.prepare_invoke();
+            let mut inv = queue.script(&scripts::REPAIR_RECORD).prepare_invoke();
             inv.key(keys.job(id))
                 .key(keys.delayed())
                 .key(keys.reserved())
                 .key(keys.counts())
                 .arg(keys.prefix())
                 .arg(id)
-                .arg(queue.keys().ready_channel(p));
+                .arg(queue.partition_keys(p).ready_channel());
             if queue.run::<i64>(p, &inv).await? == 1 {
                 tracing::warn!(partition = p, %id, "audit: job record in no structure; put back in its ready queue");
                 report.orphan_records += 1;

@@ -65,16 +65,6 @@ impl Keys {
         format!("{{{}}}:leases", self.prefix)
     }
 
-    /// Pub/sub pattern of the ready wake-up channels of every partition.
-    pub fn ready_channels(&self) -> String {
-        format!("{}:wake:ready:*", self.prefix)
-    }
-
-    /// Pub/sub pattern of the timer wake-up channels of every partition.
-    pub fn timer_channels(&self) -> String {
-        format!("{}:wake:timer:*", self.prefix)
-    }
-
     /// The key of the layout dq used before partitions (`redis.shards`), looked for at start.
     pub fn old_layout(&self) -> String {
         format!("{}:meta", self.prefix)
@@ -130,23 +120,60 @@ impl PartitionKeys {
     }
 }
 
-/// Channel names carry the partition number: `<prefix>:wake:ready:<p>` and `<prefix>:wake:timer:<p>`.
-impl Keys {
-    /// The channel on which a topic name is published when its ready queue in partition `p` stops being
+/// Wake-up channels: `<prefix>:{<tag>}:wake:ready` and `<prefix>:{<tag>}:wake:timer`, one of each per
+/// partition. They carry the partition's hash tag, so on a cluster a sharded channel (SPUBLISH) lives in
+/// the partition's slot, on the node that runs its scripts.
+impl PartitionKeys {
+    /// The channel on which a topic name is published when its ready queue in the partition stops being
     /// empty.
-    pub fn ready_channel(&self, p: u16) -> String {
-        format!("{}:wake:ready:{p}", self.prefix)
+    pub fn ready_channel(&self) -> String {
+        format!("{}:wake:ready", self.prefix)
     }
 
-    /// The channel on which `<delay set key> <due ms>` is published when partition `p`'s earliest due
-    /// time moves earlier.
-    pub fn timer_channel(&self, p: u16) -> String {
-        format!("{}:wake:timer:{p}", self.prefix)
+    /// The channel on which `<delay set key> <due ms>` (or `<reserved set key> <deadline ms>`) is
+    /// published when the partition's earliest due time (or announced deadline) moves earlier.
+    pub fn timer_channel(&self) -> String {
+        format!("{}:wake:timer", self.prefix)
+    }
+}
+
+impl Keys {
+    /// A pattern matching every partition's channel of `kind` (classic pub/sub, standalone and
+    /// Sentinel; Redis's glob treats the braces as plain characters).
+    pub fn wake_pattern(&self, kind: WakeKind) -> String {
+        format!("{}:{{*}}:wake:{}", self.prefix, kind.name())
     }
 
-    /// The partition a wake-up channel names.
+    /// The partition number in a wake-up channel's name (the `<n>` of its tag `{<n>.<k>}`).
     pub fn channel_partition(channel: &str) -> Option<u16> {
-        channel.rsplit(':').next()?.parse().ok()
+        let tag = channel.split_once('{')?.1;
+        tag.split_once('.')?.0.parse().ok()
+    }
+}
+
+/// The two kinds of wake-up channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WakeKind {
+    /// A ready queue stopped being empty (dq-server, dq-consumer).
+    Ready,
+    /// A due time or deadline moved earlier (dq-timer).
+    Timer,
+}
+
+impl WakeKind {
+    fn name(self) -> &'static str {
+        match self {
+            WakeKind::Ready => "ready",
+            WakeKind::Timer => "timer",
+        }
+    }
+
+    /// A partition's channel of this kind.
+    pub fn channel(self, keys: &PartitionKeys) -> String {
+        match self {
+            WakeKind::Ready => keys.ready_channel(),
+            WakeKind::Timer => keys.timer_channel(),
+        }
     }
 }
 
@@ -171,10 +198,12 @@ mod tests {
         assert_eq!(k.topics(), "{dq}:topics");
         assert_eq!(k.timers(), "{dq}:timers");
         assert_eq!(k.leases(), "{dq}:leases");
-        assert_eq!(k.ready_channel(17), "dq:wake:ready:17");
-        assert_eq!(k.timer_channel(3), "dq:wake:timer:3");
-        assert_eq!(k.ready_channels(), "dq:wake:ready:*");
-        assert_eq!(Keys::channel_partition("dq:wake:timer:3"), Some(3));
+        assert_eq!(p.ready_channel(), "dq:{17.403}:wake:ready");
+        assert_eq!(p.timer_channel(), "dq:{17.403}:wake:timer");
+        assert_eq!(k.wake_pattern(WakeKind::Ready), "dq:{*}:wake:ready");
+        assert_eq!(k.wake_pattern(WakeKind::Timer), "dq:{*}:wake:timer");
+        assert_eq!(Keys::channel_partition("dq:{17.403}:wake:timer"), Some(17));
+        assert_eq!(Keys::channel_partition("dq:wake:timer"), None);
         assert_eq!(k.old_layout(), "dq:meta");
         assert_eq!(Keys::new("x").partition("0.1").job("a"), "x:{0.1}:job:a");
     }

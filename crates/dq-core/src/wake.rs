@@ -1,10 +1,23 @@
 //! Wake-ups over Redis pub/sub: scripts publish on their partition's channel when a ready queue stops
-//! being empty or the delay set's earliest due time moves earlier, so long polls and timers wait for an
-//! event instead of polling Redis.
+//! being empty or the delay set's earliest due time (or the announced deadline) moves earlier, so long
+//! polls and timers wait for an event instead of polling Redis.
 //!
-//! One connection per listener subscribes to a pattern covering every partition's channel. On a cluster a
-//! PUBLISH reaches every node, so any node will do: the listener takes the configured nodes in turn and
-//! moves on when one fails. With Sentinel it subscribes on the primary Sentinel names now.
+//! Two ways to listen, by shape (see [`crate::scripts::Waking`] for the two ways to publish):
+//!
+//! - **Standalone and Sentinel**: classic pub/sub. One connection to the primary subscribes to every
+//!   partition's channel with one pattern (`PSUBSCRIBE <prefix>:{*}:wake:<kind>`). With Sentinel it is
+//!   the primary Sentinel names now.
+//! - **Cluster**: sharded pub/sub (Redis 7.0). Each partition's channel carries the partition's hash tag,
+//!   so it lives in the partition's slot, and its scripts' `SPUBLISH` reaches the subscribers of that
+//!   node directly. A classic `PUBLISH` would travel to every node over the cluster bus instead: it costs
+//!   every node a message per wake-up and arrived up to 40 ms late on a local cluster (Nagle's algorithm
+//!   on the bus). redis-rs's cluster connection sends each `SSUBSCRIBE` to the node that serves the
+//!   channel and subscribes again after a reconnect or a slot-map change.
+//!
+//! Messages sent while a listener is not subscribed are lost, so after every (re)subscription it
+//! reports [`Wake::Subscribed`] and whoever waits looks again.
+
+mod sharded;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +26,8 @@ use futures_util::StreamExt;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::keys::Keys;
+use crate::config::RedisMode;
+use crate::keys::{Keys, WakeKind};
 use crate::queue::Queue;
 
 /// What a listener reports.
@@ -31,61 +45,90 @@ pub enum Wake {
     Subscribed,
 }
 
-/// Subscribes to `pattern` and calls `on_wake` for every message; reconnects (to the next node, on a
-/// cluster) with backoff until `shutdown`.
-pub fn listen(
-    queue: &Queue,
-    pattern: String,
-    shutdown: CancellationToken,
-    on_wake: Arc<dyn Fn(Wake) + Send + Sync>,
-) -> JoinHandle<()> {
-    let redis = queue.redis().clone();
+/// What a listener calls for every wake-up.
+pub type OnWake = Arc<dyn Fn(Wake) + Send + Sync>;
+
+/// Listens to every partition's channel of `kind` and calls `on_wake` for every message; reconnects with
+/// backoff until `shutdown`.
+pub fn listen(queue: &Queue, kind: WakeKind, shutdown: CancellationToken, on_wake: OnWake) -> JoinHandle<()> {
+    let queue = queue.clone();
     tokio::spawn(async move {
-        let mut backoff = Duration::from_millis(100);
-        let mut turn = 0usize;
-        while !shutdown.is_cancelled() {
-            match redis.pubsub_clients().await {
-                Ok(clients) if !clients.is_empty() => {
-                    let client = &clients[turn % clients.len()];
-                    turn += 1;
-                    match client.get_async_pubsub().await {
-                        Ok(mut pubsub) => match pubsub.psubscribe(&pattern).await {
-                            Ok(()) => {
-                                backoff = Duration::from_millis(100);
-                                on_wake(Wake::Subscribed);
-                                let mut messages = pubsub.on_message();
-                                loop {
-                                    tokio::select! {
-                                        msg = messages.next() => match msg {
-                                            Some(msg) => {
-                                                let Some(partition) = Keys::channel_partition(msg.get_channel_name()) else {
-                                                    continue;
-                                                };
-                                                let payload = String::from_utf8_lossy(msg.get_payload_bytes()).into_owned();
-                                                on_wake(Wake::Message { partition, payload });
-                                            }
-                                            None => break,
-                                        },
-                                        _ = shutdown.cancelled() => return,
-                                    }
-                                }
-                                tracing::warn!(%pattern, "pub/sub connection lost, subscribing again");
-                            }
-                            Err(e) => tracing::warn!(cause = %e, "cannot subscribe"),
-                        },
-                        Err(e) => tracing::debug!(cause = %e, "pub/sub connection failed"),
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => tracing::debug!(cause = %e, "cannot find a node for pub/sub"),
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
-                _ = shutdown.cancelled() => return,
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(2));
+        if queue.redis().mode() == RedisMode::Cluster {
+            sharded::listen(&queue, kind, shutdown, on_wake).await
+        } else {
+            listen_classic(&queue, kind, shutdown, on_wake).await
         }
     })
+}
+
+/// Classic pub/sub on the primary: one pattern for every partition.
+async fn listen_classic(queue: &Queue, kind: WakeKind, shutdown: CancellationToken, on_wake: OnWake) {
+    let pattern = queue.keys().wake_pattern(kind);
+    let mut backoff = Backoff::default();
+    while !shutdown.is_cancelled() {
+        match queue.redis().pubsub_client().await {
+            Ok(client) => match client.get_async_pubsub().await {
+                Ok(mut pubsub) => match pubsub.psubscribe(&pattern).await {
+                    Ok(()) => {
+                        backoff.reset();
+                        on_wake(Wake::Subscribed);
+                        let mut messages = pubsub.on_message();
+                        loop {
+                            tokio::select! {
+                                msg = messages.next() => match msg {
+                                    Some(msg) => {
+                                        let payload = String::from_utf8_lossy(msg.get_payload_bytes()).into_owned();
+                                        message(msg.get_channel_name(), payload, &on_wake);
+                                    }
+                                    None => break,
+                                },
+                                _ = shutdown.cancelled() => return,
+                            }
+                        }
+                        tracing::warn!(%pattern, "pub/sub connection lost, subscribing again");
+                    }
+                    Err(e) => tracing::warn!(cause = %e, "cannot subscribe"),
+                },
+                Err(e) => tracing::debug!(cause = %e, "pub/sub connection failed"),
+            },
+            Err(e) => tracing::debug!(cause = %e, "cannot find the primary for pub/sub"),
+        }
+        if !backoff.wait(&shutdown).await {
+            return;
+        }
+    }
+}
+
+/// Reports a message on `channel`, if it names a partition.
+fn message(channel: &str, payload: String, on_wake: &OnWake) {
+    if let Some(partition) = Keys::channel_partition(channel) {
+        on_wake(Wake::Message { partition, payload });
+    }
+}
+
+/// Waits between attempts to subscribe: 100 ms, doubling up to 2 s.
+struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff(Duration::from_millis(100))
+    }
+}
+
+impl Backoff {
+    fn reset(&mut self) {
+        *self = Backoff::default();
+    }
+
+    /// Waits the current delay and doubles it; `false` when `shutdown` came first.
+    async fn wait(&mut self, shutdown: &CancellationToken) -> bool {
+        let delay = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(2));
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => true,
+            _ = shutdown.cancelled() => false,
+        }
+    }
 }
 
 /// Feeds the queue's [`crate::queue::ReadyIndex`] with ready wake-ups until `shutdown`, so reserves in
@@ -101,7 +144,7 @@ pub fn follow_ready(queue: &Queue, shutdown: CancellationToken) -> JoinHandle<()
     });
     listen(
         queue,
-        queue.keys().ready_channels(),
+        WakeKind::Ready,
         shutdown,
         Arc::new(move |wake| match wake {
             Wake::Message { partition, payload } => index.mark(&payload, partition),

@@ -917,7 +917,8 @@ async fn reservation_deadlines_earlier_than_known_are_announced_to_the_timers() 
     let q = Queue::connect(&s).await.unwrap();
     let mut sub = redis.conn();
     let mut sub = sub.as_pubsub();
-    sub.psubscribe(q.keys().timer_channels()).unwrap();
+    sub.psubscribe(q.keys().wake_pattern(dq_core::keys::WakeKind::Timer))
+        .unwrap();
     sub.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
     let mut next = || -> Option<String> { sub.get_message().ok().map(|m| m.get_payload::<String>().unwrap()) };
     let reserved_key = key(&q, "a", "reserved");

@@ -42,7 +42,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let timer = PartitionTimer::new(queue.clone(), id.clone(), settings.timer.clone(), rx, resync.clone());
     let listener = wake::listen(
         &queue,
-        queue.keys().timer_channels(),
+        dq_core::keys::WakeKind::Timer,
         shutdown.clone(),
         Arc::new(move |w: Wake| {
             if tx.try_send(w).is_err() {

@@ -509,3 +509,105 @@ async fn a_standalone_data_set_loads_into_a_cluster_and_every_job_is_delivered()
     let seen = seen.into_inner().unwrap();
     assert!(ids.iter().all(|id| seen.contains(id)));
 }
+
+/// Wake-ups go over sharded pub/sub on a cluster, each partition's channel on the node that serves its
+/// slot. When slots move to a new primary, Redis drops their subscriptions there and the listeners
+/// subscribe again on the new node: a delayed job in a moved partition is still promoted when due (the
+/// timer heard of it) and reaches a long poll that waits for it (the server heard it become ready).
+/// Nothing polls: without the wake-ups the job would wait for a resync, and the long polls run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_ups_follow_partitions_whose_slots_move() {
+    let mut cluster = RedisCluster::start();
+    let (sp, tp) = (free_port(), free_port());
+    let server = start_on("dq-server", sp, cluster_env(&cluster, sp, &[])).await;
+    let _timer = start_on("dq-timer", tp, cluster_env(&cluster, tp, &[])).await;
+    let api = Api::new(server.port);
+    // Subscribed everywhere before the move: a job goes through first.
+    api.ok(
+        "POST",
+        "/v1/jobs",
+        Some(json!({"topic": "w", "body": 0, "delay_ms": 200})),
+    )
+    .await;
+    let got = api
+        .ok(
+            "POST",
+            "/v1/reserve",
+            Some(json!({"topics": ["w"], "timeout_ms": 20000})),
+        )
+        .await;
+    let first = &got["jobs"][0];
+    let path = format!("/v1/jobs/{}/ack", first["id"].as_str().expect("the first job"));
+    api.ok("POST", &path, Some(json!({"receipt": first["receipt"]}))).await;
+
+    let new = cluster.add_primary();
+    let from = cluster.node_id(cluster.primary_for_slot(0));
+    let to = cluster.node_id(new);
+    let out = tokio::task::block_in_place(|| {
+        cluster.redis_cli(&[
+            "--cluster",
+            "reshard",
+            &format!("127.0.0.1:{new}"),
+            "--cluster-from",
+            &from,
+            "--cluster-to",
+            &to,
+            "--cluster-slots",
+            "2000",
+            "--cluster-yes",
+        ])
+    });
+    assert!(!out.contains("[ERR]"), "{out}");
+    let partitions = dq_core::partition::Partitions::new(256);
+    let moved: Vec<String> = (0..)
+        .map(|i| format!("w{i}"))
+        .filter(|id| {
+            let slot = dq_core::partition::slot_of(partitions.tag(partitions.of_id(id)));
+            cluster.primary_for_slot(slot) == new
+        })
+        .take(5)
+        .collect();
+    for id in &moved {
+        let mut seen = None;
+        // The first tries may still meet the move's tail (a 503 while the slot map settles).
+        eventually(Duration::from_secs(30), "the push is stored", || async {
+            let (status, _) = api
+                .call(
+                    "POST",
+                    "/v1/jobs",
+                    Some(json!({"id": id, "topic": "w", "body": 1, "delay_ms": 300})),
+                )
+                .await;
+            status == 201 || status == 409
+        })
+        .await;
+        // Two long polls of 20 s at most: the job is due in 300 ms.
+        for _ in 0..2 {
+            let got = api
+                .ok(
+                    "POST",
+                    "/v1/reserve",
+                    Some(json!({"topics": ["w"], "timeout_ms": 20000})),
+                )
+                .await;
+            if let Some(j) = got["jobs"].as_array().unwrap().first() {
+                let jid = j["id"].as_str().unwrap().to_string();
+                let (status, out) = api
+                    .call(
+                        "POST",
+                        &format!("/v1/jobs/{jid}/ack"),
+                        Some(json!({"receipt": j["receipt"]})),
+                    )
+                    .await;
+                assert_eq!(status, 204, "ack of {j}: {out}");
+                seen = Some(jid);
+                break;
+            }
+        }
+        assert_eq!(
+            seen.as_deref(),
+            Some(id.as_str()),
+            "a job in a moved partition reached the long poll"
+        );
+    }
+}

@@ -204,19 +204,7 @@ impl Redis {
                 }
             }
             RedisMode::Cluster => {
-                let mut builder = redis::cluster::ClusterClientBuilder::new(settings.urls.iter().map(|u| u.as_str()));
-                if let Some(certs) = certs {
-                    builder = builder.certs(certs);
-                }
-                let client = builder
-                    .connection_timeout(connect)
-                    .response_timeout(response)
-                    // A failover takes the cluster's node timeout plus an election; retry across it.
-                    .retries(settings.cluster_retries)
-                    .min_retry_wait(50)
-                    .max_retry_wait(500)
-                    .build()
-                    .map_err(bad)?;
+                let client = cluster_builder(settings, certs).build().map_err(bad)?;
                 // Twice the answer timeout without any answer at all, while calls time out: stalled.
                 Conn::Cluster(Box::new(ClusterConn::new(client, 2 * response)))
             }
@@ -425,19 +413,40 @@ impl Redis {
         }
     }
 
-    /// Clients for a pub/sub connection, in the order to try them: the primary (standalone, or the one
-    /// Sentinel names now); on a cluster, every configured node (a PUBLISH reaches every node).
-    pub async fn pubsub_clients(&self) -> redis::RedisResult<Vec<Client>> {
+    /// A cluster connection for sharded pub/sub (RESP3), whose messages and subscription changes go to
+    /// `pushes`. redis-rs routes each SSUBSCRIBE to the node that serves its channel's slot, and
+    /// subscribes again after a reconnect or a change of the slot map.
+    pub async fn sharded_subscriber(
+        &self,
+        pushes: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
+    ) -> redis::RedisResult<ClusterConnection> {
+        let settings = &self.inner.settings;
+        let certs = settings.tls_certificates().map_err(|e| {
+            redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "TLS files", e.to_string()))
+        })?;
+        cluster_builder(settings, certs)
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(pushes)
+            .build()?
+            .get_async_connection()
+            .await
+    }
+
+    /// A client for a classic pub/sub connection to the primary (standalone, or the one Sentinel names
+    /// now). A cluster listens over sharded pub/sub instead ([`Redis::sharded_subscriber`]).
+    pub async fn pubsub_client(&self) -> redis::RedisResult<Client> {
         match &self.inner.conn {
-            Conn::Primary { target, .. } => Ok(vec![target.client().await?]),
-            Conn::Cluster(_) => {
-                let settings = &self.inner.settings;
-                let certs = settings.tls_certificates().map_err(|e| {
-                    redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "TLS files", e.to_string()))
-                })?;
-                settings.urls.iter().map(|u| client(u, &certs)).collect()
-            }
+            Conn::Primary { target, .. } => target.client().await,
+            Conn::Cluster(_) => Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "a cluster listens over sharded pub/sub",
+            ))),
         }
+    }
+
+    /// `redis.response_timeout_ms`.
+    pub fn response_timeout_ms(&self) -> u64 {
+        self.inner.settings.response_timeout_ms
     }
 }
 
@@ -472,6 +481,24 @@ fn cluster_primaries(text: &str) -> Vec<Node> {
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// A cluster client's builder for the configured nodes, credentials, TLS and timeouts.
+fn cluster_builder(
+    settings: &RedisSettings,
+    certs: Option<redis::TlsCertificates>,
+) -> redis::cluster::ClusterClientBuilder {
+    let mut builder = redis::cluster::ClusterClientBuilder::new(settings.urls.iter().map(|u| u.as_str()));
+    if let Some(certs) = certs {
+        builder = builder.certs(certs);
+    }
+    builder
+        .connection_timeout(Duration::from_millis(settings.connect_timeout_ms))
+        .response_timeout(Duration::from_millis(settings.response_timeout_ms))
+        // A failover takes the cluster's node timeout plus an election; retry across it.
+        .retries(settings.cluster_retries)
+        .min_retry_wait(50)
+        .max_retry_wait(500)
 }
 
 /// A client for `url`, trusting the configured CA and showing the configured client certificate when

@@ -51,7 +51,7 @@ for i, id in ipairs(expired) do
       local ready = prefix .. ':ready:' .. topic
       -- Its original due time puts it ahead of jobs that became due after it.
       redis.call('ZADD', ready, r.r, id)
-      if redis.call('ZCARD', ready) == 1 then redis.call('PUBLISH', ready_channel, topic) end
+      if redis.call('ZCARD', ready) == 1 then redis.call(publish, ready_channel, topic) end
       r.s = 'ready'
       rec_store(job, r)
       redis.call('HINCRBY', counts, topic .. ':ready', 1)

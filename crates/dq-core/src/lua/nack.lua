@@ -53,7 +53,7 @@ local run_at = now + delay
 if delay <= 0 then
   local ready = prefix .. ':ready:' .. topic
   redis.call('ZADD', ready, run_at, id)
-  if redis.call('ZCARD', ready) == 1 then redis.call('PUBLISH', ARGV[6], topic) end
+  if redis.call('ZCARD', ready) == 1 then redis.call(publish, ARGV[6], topic) end
   r.s, r.r = 'ready', run_at
   rec_store(job, r)
   redis.call('HINCRBY', counts, topic .. ':ready', 1)
@@ -62,7 +62,7 @@ end
 local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
 redis.call('ZADD', bucket, run_at, id)
 if head[2] == nil or run_at < tonumber(head[2]) then
-  redis.call('PUBLISH', ARGV[7], bucket .. ' ' .. run_at)
+  redis.call(publish, ARGV[7], bucket .. ' ' .. run_at)
 end
 r.s, r.r = 'delayed', run_at
 rec_store(job, r)

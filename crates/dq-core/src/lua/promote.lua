@@ -42,7 +42,7 @@ end
 for topic, n in pairs(per_topic) do
   redis.call('HINCRBY', counts, topic .. ':delayed', -n)
   redis.call('HINCRBY', counts, topic .. ':ready', n)
-  if was_empty[topic] then redis.call('PUBLISH', ready_channel, topic) end
+  if was_empty[topic] then redis.call(publish, ready_channel, topic) end
 end
 out[1] = #out - 3
 local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')

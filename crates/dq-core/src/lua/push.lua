@@ -67,13 +67,13 @@ for _, zset in ipairs(order) do
     -- Long-polling reservers wait only on an empty queue, so only its first job needs to wake them.
     local was_empty = redis.call('EXISTS', zset) == 0
     redis.call('ZADD', zset, unpack(adds[zset]))
-    if was_empty then redis.call('PUBLISH', ready_channel, topic) end
+    if was_empty then redis.call(publish, ready_channel, topic) end
   else
     -- A timer sleeps until the earliest due time it knows; tell it when that just moved earlier.
     local head = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
     redis.call('ZADD', zset, unpack(adds[zset]))
     if head[2] == nil or earliest[zset] < tonumber(head[2]) then
-      redis.call('PUBLISH', timer_channel, zset .. ' ' .. earliest[zset])
+      redis.call(publish, timer_channel, zset .. ' ' .. earliest[zset])
     end
   end
 end

@@ -22,7 +22,7 @@ r.a = r.a - 1
 r.s = 'ready'
 rec_store(job, r)
 redis.call('ZADD', ready, r.r, id)
-if was_empty then redis.call('PUBLISH', ARGV[4], topic) end
+if was_empty then redis.call(publish, ARGV[4], topic) end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 redis.call('HINCRBY', counts, topic .. ':ready', 1)
 return 1

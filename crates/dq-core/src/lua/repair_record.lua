@@ -26,5 +26,5 @@ r.s, r.e = 'ready', 'restored by the consistency audit'
 rec_store(job, r)
 if where[state] then redis.call('HINCRBY', counts, topic .. ':' .. state, -1) end
 redis.call('HINCRBY', counts, topic .. ':ready', 1)
-if was_empty then redis.call('PUBLISH', ARGV[3], topic) end
+if was_empty then redis.call(publish, ARGV[3], topic) end
 return 1

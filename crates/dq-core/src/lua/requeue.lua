@@ -45,6 +45,6 @@ end
 if removed > 0 then redis.call('HINCRBY', counts, topic .. ':dead', -removed) end
 if n > 0 then
   redis.call('HINCRBY', counts, topic .. ':ready', n)
-  if was_empty then redis.call('PUBLISH', ARGV[3], topic) end
+  if was_empty then redis.call(publish, ARGV[3], topic) end
 end
 return {n, removed}

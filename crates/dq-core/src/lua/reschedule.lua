@@ -27,12 +27,12 @@ local new_state = 'delayed'
 if run_at <= now then new_state = 'ready' end
 if new_state == 'ready' then
   redis.call('ZADD', ready, run_at, id)
-  if redis.call('ZCARD', ready) == 1 then redis.call('PUBLISH', ARGV[5], topic) end
+  if redis.call('ZCARD', ready) == 1 then redis.call(publish, ARGV[5], topic) end
 else
   local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
   redis.call('ZADD', bucket, run_at, id)
   if head[2] == nil or run_at < tonumber(head[2]) then
-    redis.call('PUBLISH', ARGV[6], bucket .. ' ' .. run_at)
+    redis.call(publish, ARGV[6], bucket .. ' ' .. run_at)
   end
 end
 r.r, r.s = run_at, new_state

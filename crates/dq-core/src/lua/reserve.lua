@@ -63,6 +63,6 @@ end
 -- next one then (expire.lua), so only a deadline earlier than that needs announcing.
 if earliest and (told == nil or earliest < told) then
   redis.call('SET', announced, earliest)
-  redis.call('PUBLISH', ARGV[5], reserved .. ' ' .. earliest)
+  redis.call(publish, ARGV[5], reserved .. ' ' .. earliest)
 end
 return out

@@ -23,6 +23,6 @@ rec_store(job, r)
 -- See reserve.lua: only a deadline earlier than the one announced needs announcing.
 if told == nil or r.d < told then
   redis.call('SET', announced, r.d)
-  redis.call('PUBLISH', ARGV[4], reserved .. ' ' .. r.d)
+  redis.call(publish, ARGV[4], reserved .. ' ' .. r.d)
 end
 return r.d

@@ -51,13 +51,13 @@ impl Queue {
     pub async fn requeue_dead(&self, topic: &str, ids: Option<&[String]>) -> Result<u64> {
         self.dead_op(ids, |p, ids, all_limit| {
             let keys = self.partition_keys(p);
-            let mut inv = scripts::REQUEUE.prepare_invoke();
+            let mut inv = self.script(&scripts::REQUEUE).prepare_invoke();
             inv.key(keys.dead(topic))
                 .key(keys.ready(topic))
                 .key(keys.counts())
                 .arg(keys.prefix())
                 .arg(topic)
-                .arg(self.keys.ready_channel(p))
+                .arg(keys.ready_channel())
                 .arg(all_limit);
             for id in ids {
                 inv.arg(id);

@@ -90,7 +90,7 @@ impl Queue {
     pub async fn reschedule(&self, id: &str, schedule: Schedule) -> Result<Job> {
         let p = self.partitions.of_id(id);
         let keys = self.partition_keys(p);
-        let mut inv = scripts::RESCHEDULE.prepare_invoke();
+        let mut inv = self.script(&scripts::RESCHEDULE).prepare_invoke();
         inv.key(keys.job(id))
             .key(keys.delayed())
             .key(keys.counts())
@@ -100,7 +100,7 @@ impl Queue {
             Schedule::Delay(d) => inv.arg(d).arg(""),
             Schedule::At(at) => inv.arg("").arg(at),
         };
-        inv.arg(self.keys.ready_channel(p)).arg(self.keys.timer_channel(p));
+        inv.arg(keys.ready_channel()).arg(keys.timer_channel());
         let out: Vec<Value> = self.write(p, &inv).await?;
         if out.first().and_then(int) != Some(1) {
             let state = out.get(1).and_then(text).unwrap_or_default();

@@ -1,5 +1,5 @@
 //! The installation's layout in Redis: its partition count, fixed at creation, and the refusal of the
-//! layout dq used before partitions.
+//! layout dq used before partitions; and what a cluster must be able to do for it.
 
 use crate::connection::Redis;
 use crate::error::{Error, Result};
@@ -53,5 +53,40 @@ pub async fn ensure(redis: &Redis, keys: &Keys, configured: Option<u32>) -> Resu
             keys.layout()
         ))),
         _ => Ok(count),
+    }
+}
+
+/// A cluster must have sharded pub/sub (Redis 7.0): the scripts wake processes with SPUBLISH there, and
+/// on an older Redis every script that publishes would fail. Checked on one primary.
+pub async fn require_sharded_pubsub(redis: &Redis) -> Result<()> {
+    let unavailable = |e: redis::RedisError| Error::Unavailable {
+        partition: None,
+        reason: format!("cannot read the cluster's Redis version: {e}"),
+    };
+    let node = redis
+        .primaries()
+        .await
+        .map_err(unavailable)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Unavailable {
+            partition: None,
+            reason: "the cluster lists no primary".into(),
+        })?;
+    let info: String = redis
+        .query_node(&node, redis::cmd("INFO").arg("server").clone())
+        .await
+        .map_err(unavailable)?;
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .map(str::trim)
+        .unwrap_or("unknown");
+    match version.split('.').next().and_then(|m| m.parse::<u32>().ok()) {
+        Some(major) if major >= 7 => Ok(()),
+        _ => Err(Error::Invalid(format!(
+            "redis.mode = \"cluster\" needs Redis 7.0 or later (sharded pub/sub, SPUBLISH), but {} runs {version}",
+            node.name
+        ))),
     }
 }

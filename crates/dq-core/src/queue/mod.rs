@@ -53,6 +53,8 @@ pub struct Queue {
     pushes: Arc<Coalescer<push::PushGroup, push::PushOutcome>>,
     /// Which partitions may hold ready jobs of which topics, so reserves go straight to them.
     ready: Arc<ReadyIndex>,
+    /// On a cluster: wake-ups go over sharded pub/sub (see [`crate::scripts::Waking`]).
+    sharded: bool,
 }
 
 impl Queue {
@@ -63,7 +65,10 @@ impl Queue {
         let redis = Redis::new(&settings.redis)?;
         let keys = Keys::new(settings.redis.prefix.clone());
         let count = layout::ensure(&redis, &keys, settings.redis.partitions).await?;
-        for script in crate::scripts::all() {
+        if settings.redis.mode == RedisMode::Cluster {
+            layout::require_sharded_pubsub(&redis).await?;
+        }
+        for script in crate::scripts::all(settings.redis.mode == RedisMode::Cluster) {
             // Only saves the first calls a round trip; a script missing later is loaded on NOSCRIPT.
             if let Err(e) = redis.load_script(script).await {
                 tracing::debug!(cause = %e, "cannot load a script ahead");
@@ -92,7 +97,18 @@ impl Queue {
             defaults: settings.jobs.clone(),
             pushes: Arc::new(Coalescer::new(push::PUSH_GROUP_JOBS, in_flight)),
             ready: Arc::new(ReadyIndex::default()),
+            sharded: settings.redis.mode == RedisMode::Cluster,
         }
+    }
+
+    /// The build of a script that publishes wake-ups for this installation's shape.
+    pub fn script(&self, script: &'static crate::scripts::Waking) -> &'static redis::Script {
+        script.get(self.sharded)
+    }
+
+    /// Whether wake-ups go over sharded pub/sub (a cluster) or classic pub/sub.
+    pub fn sharded(&self) -> bool {
+        self.sharded
     }
 
     /// The connection.

@@ -174,9 +174,9 @@ async fn send(queue: Queue, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
 /// Runs push.lua once on partition `p` for `jobs` (id and job each), answering per job.
 async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob)]) -> Result<Vec<Result<(State, i64)>>> {
     let keys = queue.partition_keys(p);
-    let mut inv = scripts::PUSH.prepare_invoke();
+    let mut inv = queue.script(&scripts::PUSH).prepare_invoke();
     inv.key(keys.counts());
-    inv.arg(queue.keys.ready_channel(p)).arg(queue.keys.timer_channel(p));
+    inv.arg(keys.ready_channel()).arg(keys.timer_channel());
     let delayed = keys.delayed();
     for (id, job) in jobs {
         inv.key(keys.job(id)).key(&delayed).key(keys.ready(&job.topic));

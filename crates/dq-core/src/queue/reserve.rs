@@ -138,7 +138,7 @@ impl Queue {
         least_ttr_ms: Option<u64>,
     ) -> Result<Vec<Reservation>> {
         let keys = self.partition_keys(p);
-        let mut inv = scripts::RESERVE.prepare_invoke();
+        let mut inv = self.script(&scripts::RESERVE).prepare_invoke();
         inv.key(keys.reserved()).key(keys.counts()).key(keys.announced());
         for t in topics {
             inv.key(keys.ready(t));
@@ -149,7 +149,7 @@ impl Queue {
             Some(t) => inv.arg(t),
             None => inv.arg(""),
         };
-        inv.arg(self.keys.timer_channel(p));
+        inv.arg(keys.timer_channel());
         let out: Vec<Value> = self.run(p, &inv).await?;
         let bad = || Error::Redis {
             partition: Some(p),
@@ -207,7 +207,7 @@ impl Queue {
     ) -> Result<(State, i64)> {
         let p = self.partitions.of_id(id);
         let keys = self.partition_keys(p);
-        let mut inv = scripts::NACK.prepare_invoke();
+        let mut inv = self.script(&scripts::NACK).prepare_invoke();
         inv.key(keys.job(id))
             .key(keys.reserved())
             .key(keys.delayed())
@@ -221,7 +221,7 @@ impl Queue {
             Some(d) => inv.arg(d),
             None => inv.arg(""),
         };
-        inv.arg(self.keys.ready_channel(p)).arg(self.keys.timer_channel(p));
+        inv.arg(keys.ready_channel()).arg(keys.timer_channel());
         for d in backoff_ms.unwrap_or(&self.defaults.backoff_ms) {
             inv.arg(*d);
         }
@@ -255,7 +255,7 @@ impl Queue {
     pub async fn touch(&self, id: &str, receipt: &str, ttr_ms: Option<u64>) -> Result<i64> {
         let p = self.partitions.of_id(id);
         let keys = self.partition_keys(p);
-        let mut inv = scripts::TOUCH.prepare_invoke();
+        let mut inv = self.script(&scripts::TOUCH).prepare_invoke();
         inv.key(keys.job(id))
             .key(keys.reserved())
             .key(keys.announced())
@@ -265,7 +265,7 @@ impl Queue {
             Some(t) => inv.arg(t),
             None => inv.arg(""),
         };
-        inv.arg(self.keys.timer_channel(p));
+        inv.arg(keys.timer_channel());
         match self.write::<i64>(p, &inv).await? {
             0 => Err(Error::NotFound(id.to_string())),
             -1 => Err(Error::StaleReceipt),
@@ -277,14 +277,14 @@ impl Queue {
     pub async fn release(&self, id: &str, receipt: &str) -> Result<()> {
         let p = self.partitions.of_id(id);
         let keys = self.partition_keys(p);
-        let mut inv = scripts::RELEASE.prepare_invoke();
+        let mut inv = self.script(&scripts::RELEASE).prepare_invoke();
         inv.key(keys.job(id))
             .key(keys.reserved())
             .key(keys.counts())
             .arg(keys.prefix())
             .arg(id)
             .arg(receipt)
-            .arg(self.keys.ready_channel(p));
+            .arg(keys.ready_channel());
         match self.write::<i64>(p, &inv).await? {
             1 => Ok(()),
             0 => Err(Error::NotFound(id.to_string())),

@@ -46,12 +46,12 @@ impl Queue {
     /// Moves up to `limit` due jobs of partition `p` to ready.
     pub async fn promote(&self, p: u16, limit: u32) -> Result<Promoted> {
         let keys = self.partition_keys(p);
-        let mut inv = scripts::PROMOTE.prepare_invoke();
+        let mut inv = self.script(&scripts::PROMOTE).prepare_invoke();
         inv.key(keys.delayed())
             .key(keys.counts())
             .arg(keys.prefix())
             .arg(limit)
-            .arg(self.keys.ready_channel(p));
+            .arg(keys.ready_channel());
         let out: Vec<i64> = self.run(p, &inv).await?;
         if out.len() < 3 {
             return Err(malformed(p, "promote"));
@@ -67,14 +67,14 @@ impl Queue {
     /// Ends up to `limit` expired reservations of partition `p`.
     pub async fn expire(&self, p: u16, limit: u32) -> Result<Expired> {
         let keys = self.partition_keys(p);
-        let mut inv = scripts::EXPIRE.prepare_invoke();
+        let mut inv = self.script(&scripts::EXPIRE).prepare_invoke();
         inv.key(keys.reserved())
             .key(keys.counts())
             .key(keys.events())
             .key(keys.announced())
             .arg(keys.prefix())
             .arg(limit)
-            .arg(self.keys.ready_channel(p));
+            .arg(keys.ready_channel());
         let out: Vec<i64> = self.run(p, &inv).await?;
         if out.len() != 4 {
             return Err(malformed(p, "expire"));
