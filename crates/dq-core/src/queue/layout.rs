@@ -82,11 +82,32 @@ pub async fn require_sharded_pubsub(redis: &Redis) -> Result<()> {
         .find_map(|l| l.strip_prefix("redis_version:"))
         .map(str::trim)
         .unwrap_or("unknown");
-    match version.split('.').next().and_then(|m| m.parse::<u32>().ok()) {
-        Some(major) if major >= 7 => Ok(()),
-        _ => Err(Error::Invalid(format!(
+    match has_sharded_pubsub(version) {
+        true => Ok(()),
+        false => Err(Error::Invalid(format!(
             "redis.mode = \"cluster\" needs Redis 7.0 or later (sharded pub/sub, SPUBLISH), but {} runs {version}",
             node.name
         ))),
+    }
+}
+
+/// Whether a Redis of `version` (as `INFO server` gives it) has sharded pub/sub: 7.0 or later.
+fn has_sharded_pubsub(version: &str) -> bool {
+    version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok())
+        .is_some_and(|major| major >= 7)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sharded_pubsub_needs_redis_7() {
+        assert!(super::has_sharded_pubsub("7.0.15"));
+        assert!(super::has_sharded_pubsub("7.2.4"));
+        assert!(super::has_sharded_pubsub("8.0.0"));
+        assert!(!super::has_sharded_pubsub("6.2.14"));
+        assert!(!super::has_sharded_pubsub("unknown"));
     }
 }
