@@ -28,12 +28,16 @@
 -- This preamble runs on every call of the scripts that include it, and each function or table it makes
 -- costs instructions on each call, so it makes two functions and no table.
 
--- The record at `key` as a table, or nil when there is none.
-local function rec_load(key)
+-- The record at `key` as a table, or nil when there is none. A read that fails raises the error, so
+-- the script stops; with `soft`, it returns nil and the error instead, for a caller that must undo
+-- something first (reserve.lua: a record on a slot being moved, see architecture.md).
+local function rec_load(key, soft)
   local raw = redis.pcall('GET', key)
   if not raw then return nil end
   if type(raw) == 'table' then
-    -- A record written as a hash, before records were packed (the pcall caught WRONGTYPE).
+    if soft and not string.find(raw.err or '', 'WRONGTYPE', 1, true) then return nil, raw.err end
+    -- A record written as a hash, before records were packed (the pcall caught WRONGTYPE); any other
+    -- error, HGETALL raises again.
     local flat = redis.call('HGETALL', key)
     local r = {hash = true}
     for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end

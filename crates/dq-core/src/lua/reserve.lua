@@ -16,29 +16,41 @@ local prefix, want, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local least_ttr = tonumber(ARGV[4]) or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
-local told = tonumber(redis.call('GET', announced))
-local heads = {}
+-- Each ready queue is popped first (ZPOPMIN: one call, where reading it with ZRANGE and then removing
+-- what was read would be two), and every popped job's record is read before the first record is
+-- written. A record the script cannot read (on a slot being moved, see architecture.md, "Scripts on a
+-- moving slot") puts everything popped back and fails the call, so it is sent again: nothing changed.
+local queues, pops, recs = {}, {}, {}
 local taken = 0
 for k = 4, #KEYS do
   if taken >= want then break end
-  local ids = redis.call('ZRANGE', KEYS[k], 0, want - taken - 1)
-  local recs = {}
-  for j, id in ipairs(ids) do
-    recs[j] = rec_load(prefix .. ':job:' .. id)
-    if recs[j] then taken = taken + 1 end
+  local popped = redis.call('ZPOPMIN', KEYS[k], want - taken)
+  if #popped > 0 then
+    queues[#queues + 1] = KEYS[k]
+    pops[#pops + 1] = popped
+    for j = 1, #popped, 2 do
+      local r, err = rec_load(prefix .. ':job:' .. popped[j], true)
+      if err then
+        for q = 1, #queues do
+          local p = pops[q]
+          for i = 1, #p, 2 do redis.call('ZADD', queues[q], p[i + 1], p[i]) end
+        end
+        return redis.error_reply(err)
+      end
+      recs[#recs + 1] = r or false
+      if r then taken = taken + 1 end
+    end
   end
-  heads[#heads + 1] = {KEYS[k], ids, recs}
 end
 
 local out = {}
-local n = 0
+local n, i = 0, 0
 local earliest
-for _, head in ipairs(heads) do
-  local queue, ids, recs = head[1], head[2], head[3]
-  if #ids > 0 then redis.call('ZREMRANGEBYRANK', queue, 0, #ids - 1) end
-  for j, id in ipairs(ids) do
-    local r = recs[j]
+for q = 1, #pops do
+  local popped = pops[q]
+  for j = 1, #popped, 2 do
+    i = i + 1
+    local id, r = popped[j], recs[i]
     -- A queue entry without a record cannot be delivered; dropping it is what delete would have done.
     if r then
       n = n + 1
@@ -61,6 +73,7 @@ for _, head in ipairs(heads) do
 end
 -- The timer holding the partition runs expiry by the announced deadline at the latest, and learns the
 -- next one then (expire.lua), so only a deadline earlier than that needs announcing.
+local told = earliest and tonumber(redis.call('GET', announced))
 if earliest and (told == nil or earliest < told) then
   redis.call('SET', announced, earliest)
   redis.call(publish, ARGV[5], reserved .. ' ' .. earliest)

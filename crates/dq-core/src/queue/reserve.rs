@@ -14,6 +14,10 @@ use crate::scripts;
 /// Partitions that may fail in one reserve before it answers with what it has.
 const MAX_FAILED_PARTITIONS: usize = 2;
 
+/// Partitions beyond the jobs wanted that one look at the index gives (most partitions listed hold jobs;
+/// the others cost one empty call each and a second look).
+const CANDIDATE_SLACK: usize = 8;
+
 /// How a reserve asks.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReserveOptions {
@@ -58,34 +62,45 @@ impl Queue {
         let mut out = Vec::new();
         let mut failed = None;
         let mut failures = 0;
-        let mut candidates = self.ready.candidates(topics).into_iter().peekable();
-        while let Some(&(p, contested)) = candidates.peek() {
-            // Partitions on a node that is down each take a connect timeout to fail: after a few, answer
-            // with what there is rather than hold the caller for all of them. A partition another reserve
-            // is asking is left to it (it wakes the next waiter if it leaves jobs there), unless this
-            // reserve found nothing elsewhere and its caller will not wait.
-            if out.len() >= count
-                || failures >= MAX_FAILED_PARTITIONS
-                || (contested && (options.waits || !out.is_empty()))
-            {
+        // Asked already (skipped by the next look at the index).
+        let mut asked: Vec<u16> = Vec::new();
+        'looks: loop {
+            let look = self.ready.candidates(topics, &asked, count + CANDIDATE_SLACK);
+            let mut left = look.list.iter().copied().peekable();
+            while let Some(&(p, contested)) = left.peek() {
+                // Partitions on a node that is down each take a connect timeout to fail: after a few, answer
+                // with what there is rather than hold the caller for all of them. A partition another
+                // reserve is asking is left to it (it wakes the next waiter if it leaves jobs there), unless
+                // this reserve found nothing elsewhere and its caller will not wait.
+                if out.len() >= count
+                    || failures >= MAX_FAILED_PARTITIONS
+                    || (contested && (options.waits || !out.is_empty()))
+                {
+                    turn.armed = out.len() >= count && (look.more || left.any(|(_, contested)| !contested));
+                    break 'looks;
+                }
+                left.next();
+                asked.push(p);
+                let want = count - out.len();
+                let claim = self.ready.claim(topics, p);
+                match self.reserve_on(p, topics, want, options.least_ttr_ms).await {
+                    Ok(mut got) => {
+                        claim.settle(if got.len() < want { Tried::Emptied } else { Tried::Full });
+                        out.append(&mut got);
+                    }
+                    Err(e) => {
+                        claim.settle(Tried::Failed);
+                        failures += 1;
+                        failed = Some(e);
+                    }
+                }
+            }
+            // Every partition of this look was asked; look again only if the index held more.
+            if !look.more || out.len() >= count {
+                turn.armed = out.len() >= count && look.more;
                 break;
             }
-            candidates.next();
-            let want = count - out.len();
-            let claim = self.ready.claim(topics, p);
-            match self.reserve_on(p, topics, want, options.least_ttr_ms).await {
-                Ok(mut got) => {
-                    claim.settle(if got.len() < want { Tried::Emptied } else { Tried::Full });
-                    out.append(&mut got);
-                }
-                Err(e) => {
-                    claim.settle(Tried::Failed);
-                    failures += 1;
-                    failed = Some(e);
-                }
-            }
         }
-        turn.armed = out.len() >= count && candidates.any(|(_, contested)| !contested);
         match failed {
             // Jobs reserved elsewhere are handed out; a partition down fails the call only when it got
             // nothing.

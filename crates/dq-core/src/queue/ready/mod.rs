@@ -201,38 +201,45 @@ impl ReadyIndex {
         self.lock().epoch
     }
 
-    /// The partitions to try for `topics`, highest priority first: those of the first topic, beginning at
-    /// a random one (so reservers spread), then those of the next topic not listed yet, and so on; each
-    /// with whether another reserve of this process is asking it now (those come last).
-    pub fn candidates(&self, topics: &[String]) -> Vec<(u16, bool)> {
+    /// Up to `limit` partitions to try for `topics`, highest priority first, leaving out `skip` (those a
+    /// reserve asked already): those of the first topic, beginning at a random one (so reservers
+    /// spread), then those of the next topic not listed yet, and so on; then the ones met on the way
+    /// that another reserve of this process is asking now (each marked `true`). With whether more
+    /// partitions not being asked are listed than the answer holds. A reserve of one job among 256
+    /// listed partitions so looks at a handful of them, not all.
+    pub fn candidates(&self, topics: &[String], skip: &[u16], limit: usize) -> Candidates {
         let t = self.lock();
         let busy = |p: u16| t.busy.get(p as usize).is_some_and(|&n| n > 0);
-        let mut free: Vec<(u16, bool)> = Vec::new();
+        let mut out = Candidates::default();
         let mut contested: Vec<(u16, bool)> = Vec::new();
         let mut rng = rand::rng();
-        for (k, topic) in topics.iter().enumerate() {
+        'topics: for (k, topic) in topics.iter().enumerate() {
             let Some(entry) = t.by_topic.get(topic) else { continue };
             if entry.partitions.is_empty() {
                 continue;
             }
             let start = rng.random_range(0..entry.partitions.len());
             for p in entry.partitions.from(start) {
-                // Listed for a topic before this one: already in.
+                // Asked already, or listed for a topic before this one: already in.
                 let earlier = topics[..k]
                     .iter()
                     .any(|o| t.by_topic.get(o).is_some_and(|e| e.partitions.contains(p)));
-                if earlier {
+                if earlier || skip.contains(&p) {
                     continue;
                 }
-                if busy(p) {
-                    contested.push((p, true));
+                if !busy(p) {
+                    if out.list.len() == limit {
+                        out.more = true;
+                        break 'topics;
+                    }
+                    out.list.push((p, false));
                 } else {
-                    free.push((p, false));
+                    contested.push((p, true));
                 }
             }
         }
-        free.append(&mut contested);
-        free
+        out.list.append(&mut contested);
+        out
     }
 
     /// A reserve sent at `epoch` found every queue of `topics` in partition `p` empty: drop `p` for them,
@@ -240,6 +247,15 @@ impl ReadyIndex {
     pub fn clear(&self, topics: &[String], p: u16, epoch: u64) {
         clear(&mut self.lock(), topics, p, epoch);
     }
+}
+
+/// What [`ReadyIndex::candidates`] answers.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Candidates {
+    /// The partitions to ask, in order, each with whether another reserve is asking it now.
+    pub list: Vec<(u16, bool)>,
+    /// More partitions not being asked are listed than `list` holds.
+    pub more: bool,
 }
 
 fn clear(t: &mut Topics, topics: &[String], p: u16, epoch: u64) {

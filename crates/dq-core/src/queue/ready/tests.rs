@@ -15,7 +15,7 @@ fn priority_order_then_clear_unless_marked_since() {
     ix.synced("a", e, &[3]);
     ix.synced("b", e, &[5, 3]);
     assert!(ix.unsynced(&t(&["a", "b"])).is_empty());
-    let c = ix.candidates(&t(&["a", "b"]));
+    let c = ix.candidates(&t(&["a", "b"]), &[], 10).list;
     assert_eq!(
         c,
         [(3, false), (5, false)],
@@ -26,7 +26,7 @@ fn priority_order_then_clear_unless_marked_since() {
     ix.mark("b", 5);
     ix.clear(&t(&["a", "b"]), 5, before);
     ix.clear(&t(&["a", "b"]), 3, before);
-    assert_eq!(ix.candidates(&t(&["a", "b"])), [(5, false)]);
+    assert_eq!(ix.candidates(&t(&["a", "b"]), &[], 10).list, [(5, false)]);
     ix.resync();
     assert_eq!(ix.unsynced(&t(&["a", "b"])), t(&["a", "b"]));
 }
@@ -58,7 +58,11 @@ fn a_partition_being_asked_comes_last_and_its_claim_wakes_the_next_waiter_when_w
     // Nobody waited: the next waiter takes the wake-up kept for it.
     assert!(Waiter::woken(&mut ix.waiter(&topics)));
     let claim = ix.claim(&topics, 1);
-    assert_eq!(ix.candidates(&topics).last(), Some(&(1, true)), "the claimed one last");
+    assert_eq!(
+        ix.candidates(&topics, &[], 10).list.last(),
+        Some(&(1, true)),
+        "the claimed one last"
+    );
     let mut w = ix.waiter(&topics);
     assert!(!Waiter::woken(&mut w));
     // The claim's ask took all it wanted: partition 1 may hold more.
@@ -67,7 +71,7 @@ fn a_partition_being_asked_comes_last_and_its_claim_wakes_the_next_waiter_when_w
     let mut w = ix.waiter(&topics);
     ix.claim(&topics, 2).settle(Tried::Emptied);
     assert!(!Waiter::woken(&mut w), "an emptied partition wakes nobody");
-    assert_eq!(ix.candidates(&topics), [(1, false)]);
+    assert_eq!(ix.candidates(&topics, &[], 10).list, [(1, false)]);
     // A wake-up while an ask runs keeps the partition listed, and its settling wakes a waiter.
     let claim = ix.claim(&topics, 1);
     ix.mark("a", 1);
@@ -116,4 +120,31 @@ fn without_a_listener_every_reserve_reads_the_counts() {
     let ix = ReadyIndex::default();
     ix.synced("a", 0, &[1]);
     assert_eq!(ix.unsynced(&t(&["a"])), t(&["a"]));
+}
+
+#[test]
+fn a_look_gives_at_most_the_limit_and_says_whether_more_are_listed() {
+    let ix = ReadyIndex::default();
+    let topics = t(&["a"]);
+    for p in 0..20 {
+        ix.mark("a", p);
+    }
+    let look = ix.candidates(&topics, &[], 5);
+    assert_eq!(look.list.len(), 5);
+    assert!(look.more);
+    let asked: Vec<u16> = look.list.iter().map(|(p, _)| *p).collect();
+    let all = ix.candidates(&topics, &asked, 100);
+    assert_eq!(all.list.len(), 15, "the ones asked are left out");
+    assert!(!all.list.iter().any(|(p, _)| asked.contains(p)));
+    assert!(!all.more);
+    // Partitions being asked come after the free ones, however many: a reserve that will not wait asks
+    // them when it found nothing else, and must see every one.
+    let _claims: Vec<_> = (0..18).map(|p| ix.claim(&topics, p)).collect();
+    let look = ix.candidates(&topics, &[], 5);
+    let free: Vec<u16> = look.list.iter().filter(|(_, c)| !c).map(|(p, _)| *p).collect();
+    let mut free_sorted = free.clone();
+    free_sorted.sort();
+    assert_eq!(free_sorted, [18, 19]);
+    assert_eq!(look.list.len(), 20, "{look:?}");
+    assert!(!look.more);
 }
