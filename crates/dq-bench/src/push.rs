@@ -7,6 +7,10 @@
 //! delayed (an hour by default) so the push path is measured alone, without
 //! the timer moving them. The same push phase fills the queue for
 //! `reserve-ack`.
+//!
+//! A push answered 503 with an `id` (dq could not tell whether it was stored) is pushed again with that
+//! id, as a producer should, so the bench never stores a job twice: a 201 or a 409 (stored by the first
+//! attempt) then counts it as pushed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,10 +103,15 @@ pub fn body_of_size(size: usize) -> String {
 /// One job as pushed.
 #[derive(Serialize)]
 struct JobJson<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
     topic: &'a str,
     body: &'a RawValue,
     delay_ms: u64,
 }
+
+/// Times a push answered 503 with an id is pushed again with it.
+const SAME_ID_RETRIES: usize = 3;
 
 /// A batch push request.
 #[derive(Serialize)]
@@ -141,24 +150,72 @@ impl PushPlan {
     /// The request body for `n` jobs (1 ≤ n ≤ batch): a single job object
     /// when not batching, else `{"jobs":[…]}`.
     pub fn request_body(&self, n: usize) -> Bytes {
-        let job = JobJson {
-            topic: &self.topic,
-            body: &self.body,
-            delay_ms: self.delay_ms,
-        };
+        self.request_body_with(&vec![None; n])
+    }
+
+    /// The request body for jobs with these ids (`None`: the server makes one).
+    fn request_body_with(&self, ids: &[Option<String>]) -> Bytes {
+        let jobs: Vec<JobJson> = ids
+            .iter()
+            .map(|id| JobJson {
+                id: id.as_deref(),
+                topic: &self.topic,
+                body: &self.body,
+                delay_ms: self.delay_ms,
+            })
+            .collect();
         let json = if self.batch == 1 {
-            serde_json::to_vec(&job)
+            serde_json::to_vec(&jobs[0])
         } else {
-            let jobs: Vec<JobJson> = (0..n)
-                .map(|_| JobJson {
-                    topic: &self.topic,
-                    body: &self.body,
-                    delay_ms: self.delay_ms,
-                })
-                .collect();
             serde_json::to_vec(&BatchJson { jobs: &jobs })
         };
         Bytes::from(json.expect("a push request always serializes"))
+    }
+
+    /// The ids of the jobs of an answer that dq could not tell were stored (503 with an `id`).
+    fn unknown_ids(&self, reply: &Reply) -> Vec<String> {
+        let id_of = |error: &serde_json::Value| error.get("id").and_then(|i| i.as_str()).map(String::from);
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&reply.body) else {
+            return Vec::new();
+        };
+        if self.batch == 1 {
+            return v.get("error").and_then(id_of).into_iter().collect();
+        }
+        v.get("results")
+            .and_then(|r| r.as_array())
+            .map(|items| items.iter().filter_map(|i| i.get("error").and_then(id_of)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Pushes again, with their ids, the jobs whose first push had an unknown outcome; gives how many were
+    /// then known stored (201, or 409: the first push was).
+    async fn push_again(&self, conn: &mut Conn, mut ids: Vec<String>, errors: &Errors) -> u64 {
+        let mut stored = 0;
+        for _ in 0..SAME_ID_RETRIES {
+            if ids.is_empty() {
+                break;
+            }
+            let body = self.request_body_with(&ids.iter().cloned().map(Some).collect::<Vec<_>>());
+            let Ok(reply) = conn.post_json(self.uri.clone(), body).await else {
+                continue;
+            };
+            let statuses = item_statuses(&reply, self.batch == 1, ids.len());
+            let mut again = Vec::new();
+            for (id, status) in ids.into_iter().zip(statuses) {
+                match status {
+                    200 | 201 | 409 => stored += 1,
+                    503 => again.push(id),
+                    _ => errors.add(1, || format!("pushing again with id {id}: {}", reply.describe())),
+                }
+            }
+            ids = again;
+        }
+        if !ids.is_empty() {
+            errors.add(ids.len() as u64, || {
+                format!("outcome still unknown after pushing again with id {}", ids[0])
+            });
+        }
+        stored
     }
 
     /// Counts the jobs of an answer that were pushed; reports the rest to `errors`.
@@ -184,6 +241,35 @@ impl PushPlan {
             }
         }
     }
+}
+
+/// The HTTP status each job of an answer stands for: the answer's own for a single push, each item's
+/// (200, or its error's code as a status) for a batch.
+fn item_statuses(reply: &Reply, single: bool, n: usize) -> Vec<u16> {
+    if single {
+        return vec![reply.status.as_u16()];
+    }
+    let code_status = |code: &str| match code {
+        "conflict" => 409,
+        "unavailable" => 503,
+        "invalid_argument" => 400,
+        _ => 500,
+    };
+    serde_json::from_slice::<serde_json::Value>(&reply.body)
+        .ok()
+        .and_then(|v| v.get("results").and_then(|r| r.as_array()).cloned())
+        .map(|items| {
+            items
+                .iter()
+                .map(
+                    |i| match i.get("error").and_then(|e| e.get("code")).and_then(|c| c.as_str()) {
+                        Some(code) => code_status(code),
+                        None => 200,
+                    },
+                )
+                .collect()
+        })
+        .unwrap_or_else(|| vec![reply.status.as_u16(); n])
 }
 
 /// One item of a batch push answer: only whether it failed matters here.
@@ -297,7 +383,23 @@ async fn push_task(
             Ok(reply) => {
                 report::record(&mut hist, t0.elapsed());
                 transport_failures = 0;
-                ok += plan.check(n, &reply, &errors);
+                let unknown = plan.unknown_ids(&reply);
+                if unknown.is_empty() {
+                    ok += plan.check(n, &reply, &errors);
+                } else {
+                    // The other jobs of a batch were stored, or failed for good.
+                    if plan.batch > 1 {
+                        let stored = count_batch_results(&reply.body, n).map_or(0, |(stored, _)| stored);
+                        let failed = (n as u64).saturating_sub(stored + unknown.len() as u64);
+                        if failed > 0 {
+                            errors.add(failed, || {
+                                format!("batch item failed: {}", first_item_error(&reply.body))
+                            });
+                        }
+                        ok += stored;
+                    }
+                    ok += plan.push_again(&mut conn, unknown, &errors).await;
+                }
             }
             Err(e) => {
                 errors.add(n as u64, || format!("{e:#}"));

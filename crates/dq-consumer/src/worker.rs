@@ -83,6 +83,8 @@ impl TopicWorker {
     /// polling: an empty queue waits for its wake-up), and starts a delivery for each.
     pub async fn run(mut self) {
         let topics = [self.topic.clone()];
+        // Shown from the start, so a rate over it reads 0 rather than nothing.
+        metrics::counter!("dq_consumer_settle_retries_total", "topic" => self.topic.clone()).increment(0);
         let mut slots_for = self.plan.borrow().callback.concurrency;
         let mut slots = Arc::new(Semaphore::new(slots_for as usize));
         loop {
@@ -139,6 +141,57 @@ impl TopicWorker {
     }
 }
 
+/// Waits before sending an ack or nack again that got no certain answer: a redelivery avoided is one
+/// duplicate less for the callback.
+const SETTLE_RETRY_WAITS_MS: [u64; 4] = [100, 200, 400, 800];
+
+/// Acks or nacks a delivered job by its outcome. One that failed on Redis (not reached, refused for now,
+/// no answer in time) is sent again with the same receipt; a stale receipt after such a retry means the
+/// earlier attempt took effect. The job is never lost either way: unsettled, it comes back after its TTR.
+async fn settle(shared: &Shared, plan: &Plan, job: &Reservation, outcome: &Outcome) -> dq_core::Result<()> {
+    let topic = &job.topic;
+    let mut waits = SETTLE_RETRY_WAITS_MS.iter();
+    let mut retried = false;
+    loop {
+        let r = match outcome {
+            Outcome::Delivered => shared.queue.ack(&job.id, &job.receipt).await.map(|_| ()),
+            Outcome::Failed { reason, .. } => {
+                let backoff = plan.config.backoff(&shared.backoff_default);
+                match shared
+                    .queue
+                    .nack(&job.id, &job.receipt, None, Some(reason), Some(backoff))
+                    .await
+                {
+                    Ok((dq_core::State::Dead, _)) => {
+                        tracing::warn!(id = %job.id, %topic, attempts = job.attempt, %reason, "job is dead");
+                        Ok(())
+                    }
+                    Ok(_) => {
+                        tracing::debug!(id = %job.id, %topic, attempt = job.attempt, %reason, "delivery failed; retrying");
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match r {
+            Err(dq_core::Error::StaleReceipt) if retried => {
+                tracing::debug!(id = %job.id, %topic, "settled by an earlier attempt whose answer was lost");
+                return Ok(());
+            }
+            Err(e) if e.did_not_run() || matches!(e, dq_core::Error::Indeterminate { .. }) => match waits.next() {
+                Some(ms) => {
+                    metrics::counter!("dq_consumer_settle_retries_total", "topic" => topic.clone()).increment(1);
+                    retried = true;
+                    tokio::time::sleep(Duration::from_millis(*ms)).await;
+                }
+                None => return Err(e),
+            },
+            other => return other,
+        }
+    }
+}
+
 /// Delivers one reserved job and settles it: ack, nack (backoff or dead), or, when the drain's grace
 /// period ends first, release for immediate redelivery.
 async fn deliver_one(shared: Arc<Shared>, plan: Arc<Plan>, job: Reservation, _permit: OwnedSemaphorePermit) {
@@ -168,27 +221,7 @@ async fn deliver_one(shared: Arc<Shared>, plan: Arc<Plan>, job: Reservation, _pe
     };
     metrics::histogram!("dq_callback_duration_seconds", "topic" => topic.clone()).record(took.as_secs_f64());
     metrics::counter!("dq_deliveries_total", "topic" => topic.clone(), "outcome" => outcome.label()).increment(1);
-    let settled = match &outcome {
-        Outcome::Delivered => shared.queue.ack(&job.id, &job.receipt).await.map(|_| ()),
-        Outcome::Failed { reason, .. } => {
-            let backoff = plan.config.backoff(&shared.backoff_default);
-            match shared
-                .queue
-                .nack(&job.id, &job.receipt, None, Some(reason), Some(backoff))
-                .await
-            {
-                Ok((dq_core::State::Dead, _)) => {
-                    tracing::warn!(id = %job.id, %topic, attempts = job.attempt, %reason, "job is dead");
-                    Ok(())
-                }
-                Ok(_) => {
-                    tracing::debug!(id = %job.id, %topic, attempt = job.attempt, %reason, "delivery failed; retrying");
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            }
-        }
-    };
+    let settled = settle(&shared, &plan, &job, &outcome).await;
     if let Err(e) = settled {
         // Most likely the reservation expired and the job went to another delivery: it is not lost.
         tracing::warn!(id = %job.id, %topic, cause = %e, "cannot settle the delivery");

@@ -415,3 +415,36 @@ async fn drain_hands_back_what_outlives_the_grace_period() {
     assert_eq!(job.state, JobState::Ready, "handed back for immediate redelivery");
     assert_eq!(job.attempts, 0, "the unfinished delivery does not count");
 }
+
+/// Redis goes down while the callback answers, and comes back on its AOF a second later: the ack finds
+/// no Redis, and dq-consumer sends it again with the same receipt until it lands, so the job is done
+/// after one delivery instead of being delivered again after its TTR (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_that_found_no_redis_is_sent_again() {
+    let redis = Arc::new(Mutex::new(RedisServer::start_persistent()));
+    let mut s = settings(&redis.lock().unwrap());
+    s.redis.response_timeout_ms = 300;
+    s.redis.connect_timeout_ms = 300;
+    let q = Queue::connect(&s).await.unwrap();
+    let down = redis.clone();
+    let hook = Hook::start(move |_, _| {
+        // Redis is down from the moment the callback is called for 1 s; the callback answers in 300 ms.
+        down.lock().unwrap().stop();
+        let back = down.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1000));
+            back.lock().unwrap().restart();
+        });
+        (200, r#"{"ok":true}"#.into(), 300)
+    })
+    .await;
+    register(&q, "outage", serde_json::json!({"callback": {"url": hook.url}})).await;
+    let consumer = Consumer::start(&s);
+    let id = push(&q, serde_json::json!({"topic": "outage", "body": 1})).await;
+    eventually(Duration::from_secs(15), "the job is done", || async {
+        q.get(&id).await.is_ok_and(|j| j.state == JobState::Done)
+    })
+    .await;
+    assert_eq!(hook.count(), 1, "delivered once");
+    consumer.drain().await;
+}

@@ -32,6 +32,8 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     /// TLS and the user, kept for restarts and for reaching it.
     options: RedisOptions,
+    /// Whether it keeps an AOF (fsync on every write), so that a restart finds the data again.
+    aof: bool,
 }
 
 /// A port nobody listens on right now.
@@ -51,12 +53,23 @@ impl RedisServer {
     /// Starts a server secured as `options` say on a free port (its TLS port with TLS, then it has no plaintext
     /// port) and waits until it answers.
     pub fn start_with(options: &RedisOptions) -> Self {
+        Self::start_as(options, false)
+    }
+
+    /// Starts a plaintext server that keeps an AOF, fsynced on every write: [`RedisServer::restart`]
+    /// then brings every key back, as a Redis restarted on its AOF does.
+    pub fn start_persistent() -> Self {
+        Self::start_as(&RedisOptions::default(), true)
+    }
+
+    fn start_as(options: &RedisOptions, aof: bool) -> Self {
         for _ in 0..10 {
             let mut server = RedisServer {
                 child: None,
                 port: free_port(),
                 dir: tempfile::tempdir().expect("temp dir"),
                 options: options.clone(),
+                aof,
             };
             if server.spawn().is_ok() {
                 return server;
@@ -68,7 +81,12 @@ impl RedisServer {
     fn spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new("redis-server");
         cmd.args(self.options.data_node(self.port).args())
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--bind", "127.0.0.1", "--save", ""])
+            .args(if self.aof {
+                ["--appendonly", "yes", "--appendfsync", "always"].as_slice()
+            } else {
+                ["--appendonly", "no"].as_slice()
+            })
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
@@ -109,7 +127,28 @@ impl RedisServer {
         }
     }
 
-    /// Starts it again on the same port (empty: persistence is off).
+    /// Freezes the server (SIGSTOP): it keeps its connections and answers nothing until
+    /// [`RedisServer::resume`], as a Redis stalled by a slow disk, a long fork or a VM pause looks to dq.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a paused server go on (SIGCONT): it then runs what it was sent meanwhile.
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{sig} {pid} failed");
+    }
+
+    /// Starts it again on the same port: empty, unless it keeps an AOF ([`RedisServer::start_persistent`]).
     pub fn restart(&mut self) {
         self.stop();
         let deadline = Instant::now() + Duration::from_secs(20);

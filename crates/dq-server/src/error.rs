@@ -14,6 +14,8 @@ pub struct ApiError {
     pub code: &'static str,
     /// What was wrong, for people.
     pub message: String,
+    /// The job a push with an unknown outcome went out as: push again with this id.
+    pub id: Option<String>,
 }
 
 impl ApiError {
@@ -23,6 +25,7 @@ impl ApiError {
             status: StatusCode::BAD_REQUEST,
             code: "invalid_argument",
             message: message.into(),
+            id: None,
         }
     }
 
@@ -32,12 +35,17 @@ impl ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
             code: "payload_too_large",
             message: message.into(),
+            id: None,
         }
     }
 
-    /// The `{"error":{…}}` object, also used for per-item errors of a batch.
+    /// The `{"error":{…}}` object, also used for per-item errors of a batch. A push whose outcome is
+    /// unknown carries `"id"`, to push again with.
     pub fn body(&self) -> serde_json::Value {
-        json!({"error": {"code": self.code, "message": self.message}})
+        match &self.id {
+            Some(id) => json!({"error": {"code": self.code, "message": self.message, "id": id}}),
+            None => json!({"error": {"code": self.code, "message": self.message}}),
+        }
     }
 }
 
@@ -50,17 +58,58 @@ impl From<dq_core::Error> for ApiError {
             E::NotFound(_) | E::TopicNotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             E::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             E::StaleReceipt => (StatusCode::CONFLICT, "stale_receipt"),
-            E::Unavailable { .. } | E::NotReplicated { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            E::Unavailable { .. } | E::OutOfMemory { .. } | E::Indeterminate { .. } | E::NotReplicated { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            }
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         if status.is_server_error() {
-            tracing::warn!(cause = %e, "request failed");
+            log_failure(&e);
         }
+        // A 500 is dq's own fault: the details go to the log, not to the client.
+        let message = if status == StatusCode::INTERNAL_SERVER_ERROR {
+            "internal error: the server's log has the details".to_string()
+        } else {
+            e.to_string()
+        };
+        let id = match &e {
+            E::Indeterminate { id, .. } => id.clone(),
+            _ => None,
+        };
         ApiError {
             status,
             code,
-            message: e.to_string(),
+            message,
+            id,
         }
+    }
+}
+
+/// Logs a failed request: once per kind of failure every 10 s, with how many more there were since,
+/// so that an outage (Redis out of memory, say, failing every push) is a few lines, not one per job.
+fn log_failure(e: &dq_core::Error) {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    static LAST: Mutex<Option<HashMap<&'static str, (Instant, u64)>>> = Mutex::new(None);
+    let kind = match e {
+        dq_core::Error::Unavailable { .. } => "unavailable",
+        dq_core::Error::OutOfMemory { .. } => "out of memory",
+        dq_core::Error::Indeterminate { .. } => "outcome unknown",
+        dq_core::Error::NotReplicated { .. } => "not replicated",
+        _ => "internal",
+    };
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    let entry = last
+        .get_or_insert_with(HashMap::new)
+        .entry(kind)
+        .or_insert((Instant::now(), 0));
+    if entry.1 == 0 || entry.0.elapsed() >= Duration::from_secs(10) {
+        let since = entry.1.saturating_sub(1);
+        tracing::warn!(cause = %e, kind, more_since_last = since, "request failed");
+        *entry = (Instant::now(), 1);
+    } else {
+        entry.1 += 1;
     }
 }
 
@@ -76,6 +125,7 @@ pub async fn no_route() -> ApiError {
         status: StatusCode::NOT_FOUND,
         code: "not_found",
         message: "no such route".into(),
+        id: None,
     }
 }
 
@@ -85,5 +135,6 @@ pub async fn no_method() -> ApiError {
         status: StatusCode::METHOD_NOT_ALLOWED,
         code: "invalid_argument",
         message: "method not allowed on this route".into(),
+        id: None,
     }
 }

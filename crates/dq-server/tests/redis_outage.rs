@@ -87,3 +87,36 @@ async fn long_poll_survives_a_redis_restart() {
         .unwrap();
     assert_eq!(out["jobs"][0]["id"], "a1");
 }
+
+/// Redis stalls (SIGSTOP) past every retry of a push: the answer is 503 with the id dq gave the job and a
+/// message saying the outcome is unknown. Pushing again with that id, once Redis goes on, is 201 or 409
+/// (the stalled attempt ran after all), and there is one job either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_with_an_unknown_outcome_names_its_id_and_is_stored_once() {
+    let s = TestServer::start().await;
+    s.push(json!({"topic": "t", "body": 0})).await;
+    s.redis[0].pause();
+    let (status, out) = s
+        .call("POST", "/v1/jobs", Some(json!({"topic": "t", "body": "lost?"})))
+        .await;
+    s.redis[0].resume();
+    assert_error(status, &out, 503, "unavailable");
+    let id = out["error"]["id"]
+        .as_str()
+        .expect("the id to push again with")
+        .to_string();
+    assert!(out["error"]["message"].as_str().unwrap().contains("unknown"), "{out}");
+    let (status, out) = s
+        .call(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"id": id, "topic": "t", "body": "lost?"})),
+        )
+        .await;
+    assert!(status == 201 || status == 409, "{status} {out}");
+    let (status, job) = s.call("GET", &format!("/v1/jobs/{id}"), None).await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(job["body"], "lost?");
+    let jobs = s.reserve(&["t"], 10, 0).await;
+    assert_eq!(jobs.len(), 2, "the first job and this one, once: {jobs:?}");
+}

@@ -60,6 +60,10 @@ pub struct RedisSettings {
     pub tls_cert_file: Option<PathBuf>,
     /// TLS: the PEM private key of `tls_cert_file`.
     pub tls_key_file: Option<PathBuf>,
+    /// Start even when a primary's `maxmemory-policy` is not `noeviction` (Redis may then evict job
+    /// records and queues: lost jobs). Off: every process refuses to start on such a Redis. On: it starts,
+    /// logs an error and sets `dq_redis_config_ok{check="maxmemory_policy"}` to 0.
+    pub allow_eviction: bool,
     /// The old setting, refused with a message saying what replaced it.
     shards: Option<serde::de::IgnoredAny>,
 }
@@ -78,6 +82,7 @@ impl Default for RedisSettings {
             cluster_retries: 20,
             wait_replicas: 0,
             wait_timeout_ms: 1000,
+            allow_eviction: false,
             tls_ca_file: None,
             tls_cert_file: None,
             tls_key_file: None,

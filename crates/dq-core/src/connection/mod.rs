@@ -20,11 +20,16 @@ use redis::{AsyncConnectionConfig, Client, FromRedisValue, IntoConnectionInfo, S
 use tokio::sync::Mutex;
 
 use crate::config::{RedisMode, RedisSettings, redact};
-use crate::error::{Error, Result, is_connection_error};
+use crate::error::{Error, NOT_SENT, Outcome, REFUSED_FOR_NOW, Result, outcome};
 
 /// How often a script that met a key on a slot being moved is sent again (50 ms, doubling to 500 ms
 /// between tries: about 8 s in all, longer than a slot's move takes).
 const MOVING_SLOT_RETRIES: u32 = 20;
+
+/// Waits before sending a call again that Redis refused for now (LOADING, BUSY, MASTERDOWN, READONLY
+/// …): 50 ms doubling, 750 ms in all, then the refusal is the answer (503). On a cluster redis-rs
+/// retries these itself.
+const REFUSAL_WAITS_MS: [u64; 4] = [50, 100, 200, 400];
 
 /// The connection to dq's Redis, whatever its shape. Cheap to clone.
 #[derive(Clone)]
@@ -258,24 +263,51 @@ impl Redis {
     /// Runs a script (EVALSHA, loading it on NOSCRIPT) whose keys are all in one partition. With
     /// `redis.wait_replicas`, a script that wrote answers only once that many replicas have the write.
     pub async fn invoke<T: FromRedisValue>(&self, script: &ScriptInvocation<'_>) -> redis::RedisResult<T> {
-        match self.handle().await.map_err(to_redis)? {
-            Handle::Primary(mut c, broken) => mark(&broken, script.invoke_async(&mut c).await),
-            Handle::Cluster(mut c, g) => {
-                // A script that met a key already moved to another node (a slot being resharded) failed
-                // at that access, before its first write (every script reads its keys first): send it
-                // again until the slot has moved.
-                let mut wait = Duration::from_millis(50);
-                for _ in 0..MOVING_SLOT_RETRIES {
-                    match script.invoke_async(&mut c).await {
-                        Err(e) if e.to_string().contains("non local key") => {
-                            tracing::debug!(error = %e, "a script met a key on a moving slot; sending it again");
-                            tokio::time::sleep(wait).await;
-                            wait = (wait * 2).min(Duration::from_millis(500));
-                        }
-                        r => return self.saw(g, r),
-                    }
+        if !matches!(self.inner.conn, Conn::Cluster(_)) {
+            return self
+                .on_primary(|mut c| async move { script.invoke_async(&mut c).await })
+                .await;
+        }
+        let Handle::Cluster(mut c, g) = self.handle().await.map_err(to_redis)? else {
+            unreachable!("a cluster gives cluster handles")
+        };
+        // A script that met a key already moved to another node (a slot being resharded) failed at that
+        // access, before its first write (every script reads its keys first): send it again until the
+        // slot has moved.
+        let mut wait = Duration::from_millis(50);
+        for _ in 0..MOVING_SLOT_RETRIES {
+            match script.invoke_async(&mut c).await {
+                Err(e) if e.to_string().contains("non local key") => {
+                    tracing::debug!(error = %e, "a script met a key on a moving slot; sending it again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_millis(500));
                 }
-                self.saw(g, script.invoke_async(&mut c).await)
+                r => return self.saw(g, r),
+            }
+        }
+        self.saw(g, script.invoke_async(&mut c).await)
+    }
+
+    /// Runs `call` on a connection to the primary (standalone, Sentinel). While Redis refuses it for now
+    /// ([`REFUSED_FOR_NOW`]: it did not run), it is sent again after [`REFUSAL_WAITS_MS`], on a fresh
+    /// connection when the old one broke (READONLY: Sentinel names the new primary).
+    async fn on_primary<T, F, Fut>(&self, call: F) -> redis::RedisResult<T>
+    where
+        F: Fn(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let mut waits = REFUSAL_WAITS_MS.iter();
+        loop {
+            let Handle::Primary(c, broken) = self.handle().await.map_err(to_redis)? else {
+                unreachable!("a primary gives primary handles")
+            };
+            let r = mark(&broken, call(c).await);
+            match (&r, waits.next()) {
+                (Err(e), Some(ms)) if e.code().is_some_and(|c| REFUSED_FOR_NOW.contains(&c)) => {
+                    tracing::debug!(cause = %e, "Redis refused the call for now; sending it again");
+                    tokio::time::sleep(Duration::from_millis(*ms)).await;
+                }
+                _ => return r,
             }
         }
     }
@@ -291,6 +323,11 @@ impl Redis {
 
     /// Runs one command (routed by its key on a cluster).
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        if !matches!(self.inner.conn, Conn::Cluster(_)) {
+            return self
+                .on_primary(|mut c| async move { cmd.query_async(&mut c).await })
+                .await;
+        }
         match self.handle().await.map_err(to_redis)? {
             Handle::Primary(mut c, broken) => mark(&broken, cmd.query_async(&mut c).await),
             Handle::Cluster(mut c, g) => self.saw(g, cmd.query_async(&mut c).await),
@@ -299,6 +336,11 @@ impl Redis {
 
     /// Runs a pipeline whose keys are all in one partition.
     pub async fn pipe<T: FromRedisValue>(&self, pipe: &redis::Pipeline) -> redis::RedisResult<T> {
+        if !matches!(self.inner.conn, Conn::Cluster(_)) {
+            return self
+                .on_primary(|mut c| async move { pipe.query_async(&mut c).await })
+                .await;
+        }
         match self.handle().await.map_err(to_redis)? {
             Handle::Primary(mut c, broken) => mark(&broken, pipe.query_async(&mut c).await),
             Handle::Cluster(mut c, g) => self.saw(g, pipe.query_async(&mut c).await),
@@ -553,11 +595,11 @@ fn sentinel_client(
     builder.build()
 }
 
-/// Marks a pooled connection broken after a connection error, or after READONLY (the primary was demoted:
-/// the next connection resolves the new one).
+/// Marks a pooled connection broken when it may be (a call sent and not answered, a refused connect),
+/// or after READONLY (the primary was demoted: the next connection resolves the new one).
 fn mark<T>(broken: &AtomicBool, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
     if let Err(e) = &r
-        && (is_connection_error(e) || e.code() == Some("READONLY"))
+        && (outcome(e) == Outcome::Unknown || e.is_connection_refusal() || e.code() == Some("READONLY"))
     {
         broken.store(true, Ordering::Relaxed);
     }
@@ -574,8 +616,9 @@ impl Redis {
     }
 }
 
+/// The error of a call that found no connection to be sent on: it did not run.
 fn to_redis(e: Error) -> redis::RedisError {
-    redis::RedisError::from((redis::ErrorKind::Io, "no connection", e.to_string()))
+    redis::RedisError::from((redis::ErrorKind::Io, "no connection", format!("{NOT_SENT}{e}")))
 }
 
 #[cfg(test)]

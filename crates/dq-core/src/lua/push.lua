@@ -8,9 +8,14 @@
 -- KEYS[4 + 3*(i-1)]: job i's ready queue  (<prefix>:ready:<topic>)
 -- ARGV[1]: ready wake channel    ARGV[2]: timer wake channel
 -- ARGV[3 + 8*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
---          delay_ms is given), ttr_ms, max_attempts, check ("1": the producer chose the id, refuse it when
---          taken; "0": a fresh ULID minted by dq, which no live job can have, so the lookup is skipped)
+--          delay_ms is given), ttr_ms, max_attempts, mode: "0" an id minted by dq for this push, "1" the
+--          producer's id, "2" a retry of a write whose outcome is unknown (it may have run)
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken), state, run_at.
+--
+-- A record is written only where there is none (SET NX): a taken id is a conflict, and nothing else of
+-- that job is written. A retry ("2") that finds the id stored with the same topic and body answers as
+-- stored, with the stored job's state and due time: that is this push, stored by the attempt whose
+-- answer was lost. So however the attempts of one push interleave in Redis, there is one job.
 --
 -- Due times come from this server's clock (TIME), never from the caller's (invariant 2).
 
@@ -29,22 +34,18 @@ for i = 0, n - 1 do
   local job = KEYS[2 + 3 * i]
   local a = 3 + 8 * i
   local id, topic = ARGV[a], ARGV[a + 1]
-  if ARGV[a + 7] == '1' and redis.call('EXISTS', job) == 1 then
-    out[#out + 1] = 0
-    out[#out + 1] = ''
-    out[#out + 1] = 0
-  else
-    local run_at
-    if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
-    local state, zset = 'delayed', KEYS[3 + 3 * i]
-    if run_at <= now then
-      state, zset = 'ready', KEYS[4 + 3 * i]
+  local run_at
+  if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
+  local state, zset = 'delayed', KEYS[3 + 3 * i]
+  if run_at <= now then state, zset = 'ready', KEYS[4 + 3 * i] end
+  local stored = rec_store(job, {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]),
+    m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0}, false, true)
+  if stored then
+    if state == 'ready' then
       topic_of[zset] = topic
     elseif earliest[zset] == nil or run_at < earliest[zset] then
       earliest[zset] = run_at
     end
-    rec_store(job, {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]),
-      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0})
     if adds[zset] == nil then
       adds[zset] = {}
       order[#order + 1] = zset
@@ -59,6 +60,17 @@ for i = 0, n - 1 do
     out[#out + 1] = 1
     out[#out + 1] = state
     out[#out + 1] = run_at
+  else
+    local r = ARGV[a + 7] == '2' and rec_load(job)
+    if r and r.t == topic and r.b == ARGV[a + 2] then
+      out[#out + 1] = 1
+      out[#out + 1] = r.s
+      out[#out + 1] = r.r
+    else
+      out[#out + 1] = 0
+      out[#out + 1] = ''
+      out[#out + 1] = 0
+    end
   end
 end
 for _, zset in ipairs(order) do

@@ -66,7 +66,9 @@ end
 --
 -- Only done records have a TTL (ack gives it after this), and no script rewrites a done record, so a SET
 -- never drops a TTL that should stay.
-local function rec_store(key, r, only_state)
+--
+-- With `new`, the record is written only if there is none at `key` (SET NX); returns whether it was.
+local function rec_store(key, r, only_state, new)
   local s, code = r.s
   if s == 'delayed' then code = 1 elseif s == 'ready' then code = 2 elseif s == 'reserved' then code = 3
   elseif s == 'done' then code = 4 elseif s == 'dead' then code = 5
@@ -86,5 +88,7 @@ local function rec_store(key, r, only_state)
       end
     end
   end
+  if new then return redis.call('SET', key, cmsgpack.pack(v), 'NX') ~= false end
   redis.call('SET', key, cmsgpack.pack(v))
+  return true
 end

@@ -100,6 +100,51 @@ fn has_sharded_pubsub(version: &str) -> bool {
         .is_some_and(|major| major >= 7)
 }
 
+/// Every primary must keep dq's keys: `maxmemory-policy noeviction`. Any other policy lets Redis evict
+/// job records and queues when it fills up, which loses jobs silently. Refused, unless
+/// `redis.allow_eviction`; then logged as an error and shown as `dq_redis_config_ok{check=
+/// "maxmemory_policy"} 0`. Read from `INFO memory`, which managed Redis services allow where they refuse
+/// `CONFIG GET`.
+pub async fn require_noeviction(redis: &Redis, allow: bool) -> Result<()> {
+    let unavailable = |e: redis::RedisError| Error::Unavailable {
+        partition: None,
+        reason: format!("cannot read Redis's maxmemory-policy: {e}"),
+    };
+    for node in redis.primaries().await.map_err(unavailable)? {
+        let info: String = redis
+            .query_node(&node, redis::cmd("INFO").arg("memory").clone())
+            .await
+            .map_err(unavailable)?;
+        let policy = info
+            .lines()
+            .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+            .map(str::trim)
+            .unwrap_or("unknown");
+        let ok = policy == "noeviction";
+        metrics::gauge!("dq_redis_config_ok", "node" => node.name.clone(), "check" => "maxmemory_policy").set(if ok {
+            1.0
+        } else {
+            0.0
+        });
+        if ok {
+            continue;
+        }
+        let what = format!(
+            "Redis {} has maxmemory-policy {policy}: it may evict dq's keys when it fills up, and evicted job \
+             records and queues are lost jobs",
+            node.name
+        );
+        if !allow {
+            return Err(Error::Invalid(format!(
+                "{what}; set `maxmemory-policy noeviction` (CONFIG SET and redis.conf), or set \
+                 redis.allow_eviction = true to start anyway"
+            )));
+        }
+        tracing::error!("{what}; starting anyway because redis.allow_eviction is set");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -68,6 +68,7 @@ impl Queue {
         if settings.redis.mode == RedisMode::Cluster {
             layout::require_sharded_pubsub(&redis).await?;
         }
+        layout::require_noeviction(&redis, settings.redis.allow_eviction).await?;
         for script in crate::scripts::all(settings.redis.mode == RedisMode::Cluster) {
             // Only saves the first calls a round trip; a script missing later is loaded on NOSCRIPT.
             if let Err(e) = redis.load_script(script).await {
@@ -199,7 +200,8 @@ impl Queue {
             }
             Err(e) => {
                 let e = Error::from_redis(Some(p), e);
-                if matches!(e, Error::Unavailable { .. }) {
+                // Pushes without an id avoid it until it answers again.
+                if matches!(e, Error::Unavailable { .. } | Error::Indeterminate { .. }) {
                     self.partitions.set_up(p, false);
                 }
                 Err(e)

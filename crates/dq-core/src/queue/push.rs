@@ -4,9 +4,19 @@
 //! an id gets one minted when its group is sent, in the partition the group goes to (the next one, in
 //! turn, that answers), so a crowd of pushes without ids shares one call; jobs with producer-given ids go
 //! to their own partitions, one call per partition touched.
+//!
+//! A call that fails is sent again by what its failure says (invariant 8). One that did not run
+//! ([`Error::did_not_run`]) may go elsewhere: its jobs without an id get fresh ids in another partition.
+//! One whose outcome is unknown ([`Error::Indeterminate`]: a timeout, a connection lost after sending)
+//! may still run, so its jobs keep their ids, minted ones included, and only the same write is sent
+//! again, to the same partition, as a retry: `push.lua` answers a retry that finds the id stored with the
+//! same topic and body as stored, so neither attempt can make a second job. A job that still has no
+//! certain answer after that gets [`Error::Indeterminate`] naming its id, for the producer to push again
+//! with it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::Value;
 
@@ -24,17 +34,33 @@ pub(crate) const PUSH_GROUP_JOBS: usize = 1000;
 /// jobs, and waiting to be grouped would only hold it back (and leave Redis idle between calls).
 const PUSH_ALONE_JOBS: usize = 16;
 
+/// Rounds of a push: a job without an id whose call did not run is tried in up to 3 partitions; a job
+/// whose outcome is unknown is sent again, as a retry, up to 3 times (waiting 100, 200, 400 ms first).
+const MAX_ROUNDS: usize = 6;
+const FRESH_ROUNDS: usize = 3;
+const RETRY_WAITS_MS: [u64; 3] = [100, 200, 400];
+
 /// The jobs of one push request (shared between its calls) and which of them this group carries.
 #[derive(Debug)]
 pub(crate) struct PushGroup {
     /// Every job of the request.
     jobs: Arc<Vec<NewJob>>,
-    /// Indexes into `jobs` of the jobs this group carries.
-    picks: Vec<usize>,
+    /// Indexes into `jobs` of the jobs this group carries, each with the id an earlier attempt whose
+    /// outcome is unknown gave it: then this is a retry of that write, with that id.
+    picks: Vec<(usize, Option<String>)>,
+}
+
+/// What became of one job of a push group: the id it was sent with, and the answer.
+#[derive(Debug)]
+pub(crate) struct Attempt {
+    /// The id the job went out with (minted for a job without one).
+    id: String,
+    /// The answer.
+    result: Result<Pushed>,
 }
 
 /// A push group's answer, per job in `picks` order.
-pub(crate) type PushOutcome = Vec<Result<Pushed>>;
+pub(crate) type PushOutcome = Vec<Attempt>;
 
 impl Queue {
     /// Stores one job.
@@ -43,18 +69,27 @@ impl Queue {
     }
 
     /// Stores many jobs. The results are in the order of `jobs`; a job whose id is live gets `Conflict`,
-    /// one whose partition is down `Unavailable` (a job without an id is tried in other partitions first).
+    /// one whose partition is down `Unavailable` (a job without an id is tried in other partitions first),
+    /// one whose outcome stayed unknown after the retries `Indeterminate` with its id.
     pub async fn push_many(&self, jobs: Vec<NewJob>) -> Vec<Result<Pushed>> {
         let jobs = Arc::new(jobs);
         let mut results: Vec<Option<Result<Pushed>>> = (0..jobs.len()).map(|_| None).collect();
-        let mut pending: Vec<usize> = (0..jobs.len()).collect();
-        // Each round marks the partitions that failed as down, so the next one mints ids elsewhere.
-        for round in 0..3 {
+        // Each job, with the id of an earlier attempt whose outcome is unknown (then it is only retried).
+        let mut pending: Vec<(usize, Option<String>)> = (0..jobs.len()).map(|i| (i, None)).collect();
+        let (mut fresh_rounds, mut retries) = (vec![0usize; jobs.len()], vec![0usize; jobs.len()]);
+        for _ in 0..MAX_ROUNDS {
+            if pending.iter().any(|(_, fixed)| fixed.is_some()) {
+                let tries = pending.iter().map(|(i, _)| retries[*i]).max().unwrap_or(1);
+                let wait = RETRY_WAITS_MS[(tries.max(1) - 1).min(RETRY_WAITS_MS.len() - 1)];
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+            }
             let group = PushGroup {
                 jobs: jobs.clone(),
                 picks: pending.clone(),
             };
-            let outs = if pending.len() >= PUSH_ALONE_JOBS {
+            // Retries and big requests go alone; a retry must not wait behind a crowd.
+            let alone = pending.len() >= PUSH_ALONE_JOBS || pending.iter().any(|(_, fixed)| fixed.is_some());
+            let outs = if alone {
                 send(self.clone(), vec![group]).await.pop().unwrap_or_default()
             } else {
                 let me = self.clone();
@@ -64,28 +99,49 @@ impl Queue {
                     .await
                     .unwrap_or_default()
             };
-            let mut retry = Vec::new();
-            for (i, out) in pending
+            let mut again = Vec::new();
+            for ((i, fixed), out) in pending
                 .iter()
-                .copied()
+                .cloned()
                 .zip(outs.into_iter().map(Some).chain(std::iter::repeat_with(|| None)))
             {
-                let out = out.unwrap_or_else(|| {
-                    Err(Error::Redis {
+                let Some(Attempt { id, result }) = out else {
+                    results[i] = Some(Err(Error::Redis {
                         partition: None,
                         message: "the push call ended without an answer".into(),
-                    })
-                });
-                if jobs[i].id.is_none() && round < 2 && matches!(out, Err(Error::Unavailable { .. })) {
-                    retry.push(i);
-                } else {
-                    results[i] = Some(out);
+                    }));
+                    continue;
+                };
+                // Whether this write may have run: its outcome is unknown, or an earlier attempt's was.
+                let unknown = fixed.is_some() || matches!(result, Err(Error::Indeterminate { .. }));
+                match result {
+                    // From now on only the same write, with this id, as a retry.
+                    Err(e) if unknown && (e.did_not_run() || matches!(e, Error::Indeterminate { .. })) => {
+                        if retries[i] < RETRY_WAITS_MS.len() {
+                            retries[i] += 1;
+                            again.push((i, Some(id)));
+                        } else {
+                            results[i] = Some(Err(Error::Indeterminate {
+                                partition: Some(self.partitions.of_id(&id)),
+                                id: Some(id.clone()),
+                                reason: format!(
+                                    "{e}; push again with \"id\": \"{id}\" (409 conflict then means it was stored)"
+                                ),
+                            }));
+                        }
+                    }
+                    // It did not run: a job without an id may go to another partition.
+                    Err(e) if jobs[i].id.is_none() && e.did_not_run() && fresh_rounds[i] + 1 < FRESH_ROUNDS => {
+                        fresh_rounds[i] += 1;
+                        again.push((i, None));
+                    }
+                    other => results[i] = Some(other),
                 }
             }
-            if retry.is_empty() {
+            if again.is_empty() {
                 break;
             }
-            pending = retry;
+            pending = again;
         }
         for (r, job) in results.iter().zip(jobs.iter()) {
             if let Some(Ok(_)) = r {
@@ -115,8 +171,8 @@ async fn send(queue: Queue, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
     let mut by_partition: HashMap<u16, Vec<(usize, usize)>> = HashMap::new();
     for (g, group) in groups.iter().enumerate() {
         let mut ids = Vec::with_capacity(group.picks.len());
-        for (k, &i) in group.picks.iter().enumerate() {
-            let (id, p) = match &group.jobs[i].id {
+        for (k, (i, fixed)) in group.picks.iter().enumerate() {
+            let (id, p) = match fixed.as_ref().or(group.jobs[*i].id.as_ref()) {
                 Some(id) => (id.clone(), queue.partitions.of_id(id)),
                 None => (queue.partitions.fresh_in(fresh), fresh),
             };
@@ -133,9 +189,18 @@ async fn send(queue: Queue, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
             .collect::<Vec<_>>()
     });
     let calls = calls.map(|(p, members)| {
-        let jobs: Vec<(&str, &NewJob)> = members
+        let jobs: Vec<(&str, &NewJob, Mode)> = members
             .iter()
-            .map(|&(g, k)| (placed[g][k].0.as_str(), &groups[g].jobs[groups[g].picks[k]]))
+            .map(|&(g, k)| {
+                let (i, fixed) = &groups[g].picks[k];
+                let job = &groups[g].jobs[*i];
+                let mode = match (fixed, &job.id) {
+                    (Some(_), _) => Mode::Retry,
+                    (None, Some(_)) => Mode::Given,
+                    (None, None) => Mode::Minted,
+                };
+                (placed[g][k].0.as_str(), job, mode)
+            })
             .collect();
         let queue = &queue;
         async move {
@@ -143,7 +208,7 @@ async fn send(queue: Queue, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
             (members, out)
         }
     });
-    let mut answers: Vec<Vec<Option<Result<Pushed>>>> = groups
+    let mut answers: Vec<Vec<Option<Attempt>>> = groups
         .iter()
         .map(|g| (0..g.picks.len()).map(|_| None).collect())
         .collect();
@@ -151,16 +216,23 @@ async fn send(queue: Queue, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
         match out {
             Ok(outs) => {
                 for ((g, k), r) in members.into_iter().zip(outs) {
-                    answers[g][k] = Some(r.map(|(state, run_at)| Pushed {
-                        id: placed[g][k].0.clone(),
-                        state,
-                        run_at,
-                    }));
+                    let id = placed[g][k].0.clone();
+                    answers[g][k] = Some(Attempt {
+                        result: r.map(|(state, run_at)| Pushed {
+                            id: id.clone(),
+                            state,
+                            run_at,
+                        }),
+                        id,
+                    });
                 }
             }
             Err(e) => {
                 for (g, k) in members {
-                    answers[g][k] = Some(Err(e.duplicate()));
+                    answers[g][k] = Some(Attempt {
+                        id: placed[g][k].0.clone(),
+                        result: Err(e.duplicate()),
+                    });
                 }
             }
         }
@@ -171,23 +243,43 @@ async fn send(queue: Queue, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
         .collect()
 }
 
-/// Runs push.lua once on partition `p` for `jobs` (id and job each), answering per job.
-async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob)]) -> Result<Vec<Result<(State, i64)>>> {
+/// How `push.lua` treats a job's id.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Minted for this push: no live job has it; only this push's own retry could have stored it.
+    Minted,
+    /// The producer's: a live job with it is a conflict.
+    Given,
+    /// A retry of a write whose outcome is unknown: the id stored with the same topic and body is this
+    /// push, stored by the earlier attempt.
+    Retry,
+}
+
+impl Mode {
+    fn arg(self) -> &'static str {
+        match self {
+            Mode::Minted => "0",
+            Mode::Given => "1",
+            Mode::Retry => "2",
+        }
+    }
+}
+
+/// Runs push.lua once on partition `p` for `jobs` (id, job and mode each), answering per job.
+async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Result<Vec<Result<(State, i64)>>> {
     let keys = queue.partition_keys(p);
     let mut inv = queue.script(&scripts::PUSH).prepare_invoke();
     inv.key(keys.counts());
     inv.arg(keys.ready_channel()).arg(keys.timer_channel());
     let delayed = keys.delayed();
-    for (id, job) in jobs {
+    for (id, job, mode) in jobs {
         inv.key(keys.job(id)).key(&delayed).key(keys.ready(&job.topic));
         inv.arg(*id).arg(&job.topic).arg(&job.body);
         match job.schedule {
             Schedule::Delay(d) => inv.arg(d).arg(""),
             Schedule::At(at) => inv.arg("").arg(at),
         };
-        inv.arg(job.ttr_ms)
-            .arg(job.max_attempts)
-            .arg(if job.id.is_some() { "1" } else { "0" });
+        inv.arg(job.ttr_ms).arg(job.max_attempts).arg(mode.arg());
     }
     let out: Vec<Value> = queue.write(p, &inv).await?;
     let bad = |what: &str| Error::Redis {
@@ -211,7 +303,7 @@ async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob)]) -> Result<Vec<
         .collect::<Result<_>>()?;
     // This process's next reserve must see what it just made ready, without waiting for the wake-up.
     let mut marked = std::collections::HashSet::new();
-    for ((_, job), answer) in jobs.iter().zip(&answers) {
+    for ((_, job, _), answer) in jobs.iter().zip(&answers) {
         if matches!(answer, Ok((State::Ready, _))) && marked.insert(job.topic.as_str()) {
             queue.ready.mark(&job.topic, p);
         }
