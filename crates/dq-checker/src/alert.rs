@@ -11,7 +11,7 @@ use serde::Serialize;
 /// One alert, as the webhook receives it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Alert {
-    /// `redis_down`, `redis_up`, `dead_jobs`, `backlog`, `backlog_cleared`.
+    /// `redis_down`, `redis_up`, `dead_jobs`, `backlog`, `backlog_cleared`, `quarantined`.
     pub kind: &'static str,
     /// `critical`, `warning` or `info`.
     pub severity: &'static str,

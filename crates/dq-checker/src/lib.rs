@@ -17,6 +17,7 @@
 
 pub mod alert;
 pub mod migrate;
+pub mod quarantine;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -47,6 +48,8 @@ struct Memory {
     warned: HashSet<(String, &'static str)>,
     /// Topics whose backlog alert is raised and not yet cleared.
     backlogged: HashSet<String>,
+    /// Records quarantined at the last round.
+    quarantined: Option<u64>,
 }
 
 /// Checks until `shutdown`.
@@ -93,6 +96,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         }
         dead_events(&queue, &notifier).await;
         depths(&queue, settings.checker.backlog_threshold, &notifier, &mut memory).await;
+        quarantine::check(&queue, &notifier, &mut memory.quarantined).await;
     }
     let _ = metrics.await;
     tracing::info!("dq-checker stopped");

@@ -33,6 +33,13 @@ enum Command {
         #[arg(long = "from", value_delimiter = ',')]
         from: Vec<String>,
     },
+    /// Job records that could not be decoded, moved out of the way so that everything else keeps moving:
+    /// list them, drop them, or put them back. Prints JSON lines, exits.
+    Quarantine {
+        /// What to do.
+        #[command(subcommand)]
+        command: dq_checker::quarantine::Command,
+    },
 }
 
 #[tokio::main]
@@ -57,6 +64,7 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
+        Some(Command::Quarantine { command }) => dq_checker::quarantine::run(&settings, command).await,
         None => dq_checker::run(settings, shutdown).await,
     }
 }

@@ -131,3 +131,49 @@ async fn dead_jobs_and_backlogs_raise_alerts_and_depths_are_published() {
     stop.cancel();
     task.await.unwrap().unwrap();
 }
+
+/// A record that cannot be decoded, quarantined by the script that met it, raises one `quarantined`
+/// alert and shows in `dq_quarantined_jobs`; the `quarantine` commands list and drop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantined_record_raises_one_alert_and_the_commands_list_and_drop_it() {
+    let redis = RedisServer::start();
+    let smtp = SmtpSink::start().await;
+    let alerts = WebhookSink::start().await;
+    let mut s = settings(&[&redis], &smtp, &alerts.url).await;
+    s.redis.partitions = Some(4);
+    let q = Queue::connect(&s).await.unwrap();
+    let req: PushRequest = serde_json::from_value(serde_json::json!({"id": "p", "topic": "t", "body": 1})).unwrap();
+    q.push(q.validate(req).unwrap()).await.unwrap();
+    let key = q.partition_keys(q.partitions().of_id("p")).job("p");
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("not a record")
+        .query(&mut redis.conn())
+        .unwrap();
+    let (stop, task) = start(&s);
+    // The reserve meets it and moves it aside.
+    assert!(q.reserve(&["t".into()], 1).await.unwrap().is_empty());
+    eventually(Duration::from_secs(30), "a quarantined alert", || async {
+        !alerts.of_kind("quarantined").is_empty()
+    })
+    .await;
+    let alert = &alerts.of_kind("quarantined")[0];
+    assert_eq!(alert["details"]["count"], 1);
+    assert_eq!(alert["details"]["records"][0]["id"], "p");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        alerts.of_kind("quarantined").len(),
+        1,
+        "one alert while nothing changes"
+    );
+    stop.cancel();
+    task.await.unwrap().unwrap();
+
+    let listed = q.quarantined().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].raw, b"not a record");
+    dq_checker::quarantine::run(&s, dq_checker::quarantine::Command::Drop { ids: vec!["p".into()] })
+        .await
+        .unwrap();
+    assert_eq!(q.quarantined_count().await.unwrap(), 0);
+}

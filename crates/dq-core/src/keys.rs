@@ -114,6 +114,12 @@ impl PartitionKeys {
         format!("{}:counts", self.prefix)
     }
 
+    /// Records that could not be decoded, moved out of the way (`record.lua`): a hash of id →
+    /// `"<Unix ms> <score> <source key>\n"` followed by the raw bytes (`-` for an unknown score or source).
+    pub fn quarantine(&self) -> String {
+        format!("{}:quarantine", self.prefix)
+    }
+
     /// Events for dq-checker (a job died): a list of JSON objects, newest first, capped at 10,000.
     pub fn events(&self) -> String {
         format!("{}:events", self.prefix)
@@ -194,6 +200,7 @@ mod tests {
         assert_eq!(p.dead("t"), "dq:{17.403}:dead:t");
         assert_eq!(p.counts(), "dq:{17.403}:counts");
         assert_eq!(p.events(), "dq:{17.403}:events");
+        assert_eq!(p.quarantine(), "dq:{17.403}:quarantine");
         assert_eq!(k.layout(), "{dq}:layout");
         assert_eq!(k.topics(), "{dq}:topics");
         assert_eq!(k.timers(), "{dq}:timers");

@@ -160,12 +160,17 @@ script!(
     BALANCE,
     "balance.lua"
 );
+script!(
+    /// Put a quarantined record back (dq-checker quarantine restore).
+    UNQUARANTINE,
+    "unquarantine.lua"
+);
 
 /// Every script, to load them all when a process connects: without that, the first calls of a script
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
 /// NOSCRIPT and send the script's text again.
 /// `sharded` picks the builds of the scripts that publish.
-pub fn all(sharded: bool) -> [&'static Script; 18] {
+pub fn all(sharded: bool) -> [&'static Script; 19] {
     [
         &GET,
         PUSH.get(sharded),
@@ -185,6 +190,7 @@ pub fn all(sharded: bool) -> [&'static Script; 18] {
         &REPAIR_MEMBER,
         &ADOPT,
         &BALANCE,
+        &UNQUARANTINE,
     ]
 }
 
@@ -216,7 +222,7 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 19);
+        assert_eq!(n, 20);
         assert_eq!(super::all(false).len(), n - 1, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [

@@ -19,7 +19,7 @@ local expired = redis.call('ZRANGEBYSCORE', reserved, '-inf', now, 'LIMIT', 0, l
 local told = tonumber(redis.call('GET', announced))
 local recs = {}
 for i, id in ipairs(expired) do
-  local r = rec_load(prefix .. ':job:' .. id)
+  local r = rec_load(prefix .. ':job:' .. id, false, reserved)
   recs[i] = r
   if r then
     redis.call('EXISTS', prefix .. ':ready:' .. r.t, prefix .. ':dead:' .. r.t)

@@ -17,7 +17,7 @@ local per_topic = {}
 local was_empty = {}
 local count = #due / 2
 for i = 1, count do
-  local r = rec_load(prefix .. ':job:' .. due[2 * i - 1])
+  local r = rec_load(prefix .. ':job:' .. due[2 * i - 1], false, bucket, due[2 * i])
   recs[i] = r
   if r and per_topic[r.t] == nil then
     per_topic[r.t] = 0

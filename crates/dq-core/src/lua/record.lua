@@ -31,7 +31,13 @@
 -- The record at `key` as a table, or nil when there is none. A read that fails raises the error, so
 -- the script stops; with `soft`, it returns nil and the error instead, for a caller that must undo
 -- something first (reserve.lua: a record on a slot being moved, see architecture.md).
-local function rec_load(key, soft)
+--
+-- A record that cannot be decoded (invariant 9) is moved to the partition's quarantine
+-- (<prefix>:quarantine, a hash: field = id, value = "<Unix ms> <score> <source>\n" and the raw bytes),
+-- where `source` and `score` say which structure the caller found the id in ("-" when it does not know);
+-- then it reads as no record at all, so the calling script, and every later one, carries on as for a job
+-- without a record (the id leaves its structure), and nothing stalls behind it.
+local function rec_load(key, soft, source, score)
   local raw = redis.pcall('GET', key)
   if not raw then return nil end
   if type(raw) == 'table' then
@@ -45,7 +51,22 @@ local function rec_load(key, soft)
     r.a = r.a or 0
     return r
   end
-  local v = cmsgpack.unpack(raw)
+  local fine, v = pcall(cmsgpack.unpack, raw)
+  if not fine or type(v) ~= 'table' or type(v[1]) ~= 'number' or v[1] < 1 or v[1] > 5
+      or type(v[2]) ~= 'string' or type(v[3]) ~= 'string' or type(v[4]) ~= 'number'
+      or type(v[5]) ~= 'number' or type(v[6]) ~= 'number' or type(v[7]) ~= 'number' then
+    local base, id = string.match(key, '^(.*):job:(.*)$')
+    local t = redis.call('TIME')
+    local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local moved = redis.pcall('HSET', base .. ':quarantine', id,
+      string.format('%d %s %s\n', at, score or '-', source or '-') .. raw)
+    if type(moved) == 'table' then
+      if soft then return nil, moved.err end
+      error(moved.err)
+    end
+    redis.call('DEL', key)
+    return nil
+  end
   local c, s = v[1]
   if c == 1 then s = 'delayed' elseif c == 2 then s = 'ready' elseif c == 3 then s = 'reserved'
   elseif c == 4 then s = 'done' else s = 'dead' end

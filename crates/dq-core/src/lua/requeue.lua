@@ -23,8 +23,9 @@ local was_empty = redis.call('EXISTS', ready) == 0
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 local recs, listed = {}, {}
 for i, id in ipairs(ids) do
-  listed[i] = redis.call('ZSCORE', dead, id) ~= false
-  if listed[i] then recs[i] = rec_load(prefix .. ':job:' .. id) end
+  local score = redis.call('ZSCORE', dead, id)
+  listed[i] = score ~= false
+  if listed[i] then recs[i] = rec_load(prefix .. ':job:' .. id, false, dead, score) end
 end
 
 local n, removed = 0, 0

@@ -29,7 +29,7 @@ for k = 4, #KEYS do
     queues[#queues + 1] = KEYS[k]
     pops[#pops + 1] = popped
     for j = 1, #popped, 2 do
-      local r, err = rec_load(prefix .. ':job:' .. popped[j], true)
+      local r, err = rec_load(prefix .. ':job:' .. popped[j], true, KEYS[k], popped[j + 1])
       if err then
         for q = 1, #queues do
           local p = pops[q]

@@ -3,13 +3,15 @@
 //! Split by role: [`push`] (storing jobs, with the group commit), [`jobs`] (look up, delete,
 //! reschedule), [`reserve`] (reserve, ack, nack, touch, release), [`timer`] (promote, expire, the
 //! timers' heartbeat), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition
-//! count stored in Redis) and [`decode`] (script answers into types).
+//! count stored in Redis), [`quarantine`] (records that could not be decoded) and [`decode`] (script
+//! answers into types).
 
 pub mod dead;
 mod decode;
 pub mod jobs;
 pub mod layout;
 pub mod push;
+pub mod quarantine;
 pub mod ready;
 pub mod reserve;
 pub mod stats;
@@ -28,6 +30,7 @@ use crate::job::{NewJob, PushRequest};
 use crate::keys::{Keys, PartitionKeys};
 use crate::partition::{Partitions, slot_of};
 
+pub use self::quarantine::Quarantined;
 pub use self::ready::ReadyIndex;
 pub use self::reserve::ReserveOptions;
 pub use self::stats::{NodeStats, NodeWatch, Stats};
