@@ -51,8 +51,9 @@ impl Alert {
     }
 }
 
-/// Sends alerts to the configured channels; a channel that fails is logged and counted, never retried
-/// forever (the next transition raises a new alert).
+/// Sends alerts to the configured channels. A channel that fails is tried again, 250 ms, 500 ms and 1 s
+/// later (`dq_alert_retries_total`), then counted as failed (`dq_alerts_failed_total`); an alert that no
+/// channel took is tried again by the caller at the next round.
 pub struct Notifier {
     /// The webhook client and URL.
     webhook: Option<(reqwest::Client, String)>,
@@ -93,38 +94,78 @@ impl Notifier {
         Ok(Notifier { webhook, mail })
     }
 
-    /// Logs the alert and sends it to every channel.
-    pub async fn send(&self, alert: Alert) {
+    /// Logs the alert and sends it to every channel; whether one took it (with no channel configured,
+    /// the log is where alerts go: true).
+    pub async fn send(&self, alert: Alert) -> bool {
         tracing::warn!(kind = alert.kind, severity = alert.severity, summary = %alert.summary, "alert");
         metrics::counter!("dq_alerts_total", "kind" => alert.kind).increment(1);
+        let mut tried = false;
+        let mut took = false;
         if let Some((client, url)) = &self.webhook {
-            let sent = client
-                .post(url)
-                .json(&alert)
-                .send()
-                .await
-                .and_then(|r| r.error_for_status());
-            if let Err(e) = sent {
-                tracing::error!(cause = %e, "alert webhook failed");
-                metrics::counter!("dq_alerts_failed_total", "channel" => "webhook").increment(1);
-            }
+            tried = true;
+            took |= with_retries("webhook", || async {
+                client
+                    .post(url)
+                    .json(&alert)
+                    .send()
+                    .await
+                    .and_then(|r| r.error_for_status())
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            })
+            .await;
         }
         if let Some((transport, from, to)) = &self.mail {
+            tried = true;
             let body = serde_json::to_string_pretty(&alert).unwrap_or_default();
-            let mut builder = Message::builder()
-                .from(from.clone())
-                .subject(format!("[dq {}] {}", alert.severity, alert.summary));
-            for rcpt in to {
-                builder = builder.to(rcpt.clone());
-            }
-            let sent = match builder.body(format!("{}\n\n{body}\n", alert.summary)) {
-                Ok(message) => transport.send(message).await.map(|_| ()).map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            if let Err(e) = sent {
-                tracing::error!(cause = %e, "alert e-mail failed");
-                metrics::counter!("dq_alerts_failed_total", "channel" => "smtp").increment(1);
-            }
+            took |= with_retries("smtp", || async {
+                let mut builder = Message::builder()
+                    .from(from.clone())
+                    .subject(format!("[dq {}] {}", alert.severity, alert.summary));
+                for rcpt in to {
+                    builder = builder.to(rcpt.clone());
+                }
+                match builder.body(format!("{}\n\n{body}\n", alert.summary)) {
+                    Ok(message) => transport.send(message).await.map(drop).map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+            .await;
+        }
+        took || !tried
+    }
+}
+
+/// Waits before sending an alert again on a channel that failed.
+const RETRY_WAITS: [Duration; 3] = [
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+];
+
+/// Sends on `channel` until it takes the alert or the retries run out; whether it took it.
+async fn with_retries<F, Fut>(channel: &'static str, send: F) -> bool
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let mut waits = RETRY_WAITS.iter();
+    loop {
+        match send().await {
+            Ok(()) => return true,
+            Err(e) => match waits.next() {
+                Some(wait) => {
+                    tracing::debug!(channel, cause = %e, "alert not sent; trying again");
+                    metrics::counter!("dq_alert_retries_total", "channel" => channel).increment(1);
+                    tokio::time::sleep(*wait).await;
+                }
+                None => {
+                    let what = if channel == "smtp" { "e-mail" } else { channel };
+                    tracing::error!(channel, cause = %e, "alert {what} failed");
+                    metrics::counter!("dq_alerts_failed_total", "channel" => channel).increment(1);
+                    return false;
+                }
+            },
         }
     }
 }

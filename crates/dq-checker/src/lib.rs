@@ -5,17 +5,26 @@
 //!   layout (`redis.shards`) into partitions.
 //!
 //! Every `checker.interval_ms` it:
+//! - takes or keeps the checkers' lease (`{<prefix>}:checker`): however many checkers run, only the one
+//!   that holds it sends alerts and reads the dead-job events, so each event is alerted once;
 //! - PINGs each Redis primary and reads its INFO: an alert when one goes down and one when it comes back (at
 //!   most one per transition), gauges for memory and role, and a warning (log and gauge) when
 //!   `maxmemory-policy` is not `noeviction` or persistence is off, since either can lose jobs;
-//! - takes the dead-job events the scripts recorded (each partition's `events`, popped, so two checkers never
-//!   report the same death) and raises one alert per topic;
+//! - takes the dead-job events the scripts recorded (each partition's `events`, moved to a pending list
+//!   and forgotten only once the alert went out, so a checker that dies meanwhile loses none) and raises
+//!   one alert per topic;
 //! - publishes job counts per topic and state and the age of each topic's oldest ready job, and raises a
-//!   backlog alert when a topic's ready jobs pass `checker.backlog_threshold` (and a clearing one after).
+//!   backlog alert when a topic's ready jobs pass `checker.backlog_threshold` (and a clearing one after);
+//! - counts quarantined records, and alerts when there are more.
+//!
+//! The states last alerted (a primary down, a topic over its threshold, the quarantine's size) are kept
+//! in Redis (`{<prefix>}:alerts`), so a checker that takes the lease over sends what the last one had
+//! not, and nothing twice. An alert that no channel took is tried again at the next round.
 //!
 //! Every `checker.audit_interval_ms` it audits every partition and repairs what it finds.
 
 pub mod alert;
+mod events;
 pub mod migrate;
 pub mod quarantine;
 
@@ -42,14 +51,45 @@ pub async fn audit(settings: &Settings) -> anyhow::Result<AuditReport> {
 /// What the checker remembers between rounds.
 #[derive(Default)]
 struct Memory {
-    /// Last seen health per primary: an alert goes out only when it changes.
-    up: HashMap<String, bool>,
+    /// Whether this checker holds the lease (sends alerts). Kept when Redis does not answer, so the
+    /// checker that was sending goes on sending while the Redis of the lease is down.
+    leader: bool,
+    /// The alert states last sent (see the module's doc): what an observation is compared with. Read
+    /// from Redis when this checker takes the lease.
+    sent: HashMap<String, String>,
     /// Config problems already warned about, per primary and check.
     warned: HashSet<(String, &'static str)>,
-    /// Topics whose backlog alert is raised and not yet cleared.
-    backlogged: HashSet<String>,
-    /// Records quarantined at the last round.
-    quarantined: Option<u64>,
+}
+
+impl Memory {
+    /// Whether the alert state `field` is now `state`, compared with the last one sent: `Some(before)`
+    /// when an alert is due (`before` is `None` the first time), `None` when it is not. A first
+    /// observation that is `quiet` (all is well) is only recorded.
+    fn changed(&mut self, field: &str, state: &str, quiet: bool) -> Option<Option<String>> {
+        match self.sent.get(field) {
+            Some(before) if before == state => None,
+            Some(before) => Some(Some(before.clone())),
+            None if quiet => {
+                self.sent.insert(field.to_string(), state.to_string());
+                None
+            }
+            None => Some(None),
+        }
+    }
+}
+
+/// Sends an alert if this checker is the one that sends, and records its state as sent (here and in
+/// Redis) when a channel took it; otherwise it is tried again at the next round.
+async fn raise(queue: &Queue, notifier: &Notifier, memory: &mut Memory, field: &str, state: &str, alert: Alert) {
+    if !memory.leader {
+        return;
+    }
+    if notifier.send(alert).await {
+        memory.sent.insert(field.to_string(), state.to_string());
+        if let Err(e) = queue.set_alert_sent(field, state).await {
+            tracing::debug!(cause = %e, "cannot record an alert as sent");
+        }
+    }
 }
 
 /// Checks until `shutdown`.
@@ -83,20 +123,49 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let mut watch = NodeWatch::default();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let me = format!("checker-{}-{}", std::process::id(), ulid::Ulid::new());
+    let lease_ms = (3 * settings.checker.interval_ms).max(3000);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shutdown.cancelled() => break,
         }
+        // Bounded: the Redis of the lease may be the one that is down, and the round must go on.
+        let lease = tokio::time::timeout(
+            interval.max(Duration::from_secs(1)),
+            queue.take_checker_lease(&me, lease_ms),
+        );
+        match lease.await.unwrap_or_else(|_| {
+            Err(dq_core::Error::Indeterminate {
+                partition: None,
+                id: None,
+                reason: "the lease did not answer in time".into(),
+            })
+        }) {
+            Ok(true) if !memory.leader => {
+                memory.leader = true;
+                // Send what the last checker to hold the lease had not.
+                if let Ok(sent) = queue.alerts_sent().await {
+                    memory.sent = sent;
+                }
+                tracing::info!("this checker sends the alerts now");
+            }
+            Ok(true) => {}
+            Ok(false) => memory.leader = false,
+            Err(e) => tracing::debug!(cause = %e, "cannot reach the checkers' lease; keeping the last answer"),
+        }
+        metrics::gauge!("dq_checker_leader").set(if memory.leader { 1.0 } else { 0.0 });
         let primaries = queue.primaries().await;
         for node in &watch.nodes(primaries.clone()) {
             let former = !primaries.contains(node);
             let up = check_node(&queue, node, former, interval, &notifier, &mut memory).await;
             watch.saw(node, up);
         }
-        dead_events(&queue, &notifier).await;
+        if memory.leader {
+            events::alert_dead_jobs(&queue, &notifier).await;
+        }
         depths(&queue, settings.checker.backlog_threshold, &notifier, &mut memory).await;
-        quarantine::check(&queue, &notifier, &mut memory.quarantined).await;
+        quarantine::check(&queue, &notifier, &mut memory).await;
     }
     let _ = metrics.await;
     tracing::info!("dq-checker stopped");
@@ -124,8 +193,9 @@ async fn check_node(
     if let Ok(rtt) = ping {
         metrics::gauge!("dq_redis_latency_seconds", "node" => label.clone()).set(rtt.as_secs_f64());
     }
-    let before = memory.up.insert(label.clone(), up);
-    if before != Some(up) && (before.is_some() || !up) {
+    let field = format!("redis:{label}");
+    let state = if up { "up" } else { "down" };
+    if memory.changed(&field, state, up).is_some() {
         let mut alert = if up {
             Alert::new("redis_up", "info", format!("Redis {label} is back"))
         } else {
@@ -139,7 +209,7 @@ async fn check_node(
         };
         alert.node = Some(label.clone());
         alert.details = serde_json::json!({ "redis": label, "error": ping.err().map(|e| e.to_string()) });
-        notifier.send(alert).await;
+        raise(queue, notifier, memory, &field, state, alert).await;
     }
     if !up || former {
         return up;
@@ -191,52 +261,6 @@ async fn check_node(
     true
 }
 
-/// Pops the dead-job events of every partition and raises one alert per topic.
-async fn dead_events(queue: &Queue, notifier: &Notifier) {
-    let pops = queue.partitions().all().map(|p| async move {
-        let cmd = redis::cmd("RPOP")
-            .arg(queue.partition_keys(p).events())
-            .arg(1000)
-            .clone();
-        match queue.query::<Option<Vec<String>>>(p, &cmd).await {
-            Ok(e) => e.unwrap_or_default(),
-            Err(e) => {
-                tracing::warn!(partition = p, cause = %e, "cannot read dead-job events");
-                Vec::new()
-            }
-        }
-    });
-    let events: Vec<String> = futures_util::future::join_all(pops)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
-    if events.is_empty() {
-        return;
-    }
-    let mut per_topic: HashMap<String, Vec<serde_json::Value>> = HashMap::new();
-    for e in events {
-        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&e) {
-            let topic = v["topic"].as_str().unwrap_or("?").to_string();
-            per_topic.entry(topic).or_default().push(v);
-        }
-    }
-    for (topic, jobs) in per_topic {
-        let mut alert = Alert::new(
-            "dead_jobs",
-            "warning",
-            format!(
-                "{} job(s) of topic {topic} went dead after their last attempt",
-                jobs.len()
-            ),
-        );
-        alert.topic = Some(topic);
-        let sample: Vec<_> = jobs.iter().take(20).cloned().collect();
-        alert.details = serde_json::json!({ "count": jobs.len(), "jobs": sample });
-        notifier.send(alert).await;
-    }
-}
-
 /// Publishes depths and the oldest ready job's age per topic; raises and clears backlog alerts.
 async fn depths(queue: &Queue, threshold: Option<u64>, notifier: &Notifier, memory: &mut Memory) {
     let mut depth: HashMap<(String, dq_core::State), i64> = HashMap::new();
@@ -280,24 +304,28 @@ async fn depths(queue: &Queue, threshold: Option<u64>, notifier: &Notifier, memo
         metrics::gauge!("dq_oldest_ready_age_seconds", "topic" => topic.clone()).set(age);
         if let Some(limit) = registry.get(topic).and_then(|c| c.backlog_threshold).or(threshold) {
             let over = *n as u64 > limit;
-            if over && memory.backlogged.insert(topic.clone()) {
-                let mut alert = Alert::new(
-                    "backlog",
-                    "warning",
-                    format!("topic {topic} has {n} ready jobs waiting, over the threshold of {limit}"),
-                );
+            let field = format!("backlog:{topic}");
+            let state = if over { "over" } else { "under" };
+            if memory.changed(&field, state, !over).is_some() {
+                let mut alert = if over {
+                    let mut a = Alert::new(
+                        "backlog",
+                        "warning",
+                        format!("topic {topic} has {n} ready jobs waiting, over the threshold of {limit}"),
+                    );
+                    a.details = serde_json::json!({ "ready": n, "threshold": limit, "oldest_ready_age_seconds": age });
+                    a
+                } else {
+                    let mut a = Alert::new(
+                        "backlog_cleared",
+                        "info",
+                        format!("topic {topic} is back under {limit} ready jobs ({n})"),
+                    );
+                    a.details = serde_json::json!({ "ready": n, "threshold": limit });
+                    a
+                };
                 alert.topic = Some(topic.clone());
-                alert.details = serde_json::json!({ "ready": n, "threshold": limit, "oldest_ready_age_seconds": age });
-                notifier.send(alert).await;
-            } else if !over && memory.backlogged.remove(topic) {
-                let mut alert = Alert::new(
-                    "backlog_cleared",
-                    "info",
-                    format!("topic {topic} is back under {limit} ready jobs ({n})"),
-                );
-                alert.topic = Some(topic.clone());
-                alert.details = serde_json::json!({ "ready": n, "threshold": limit });
-                notifier.send(alert).await;
+                raise(queue, notifier, memory, &field, state, alert).await;
             }
         }
     }

@@ -6,17 +6,19 @@ use dq_core::{Queue, Settings};
 use crate::alert::{Alert, Notifier};
 
 /// Publishes `dq_quarantined_jobs` and raises a `quarantined` alert when more records are quarantined
-/// than at the last round (`last`, updated).
-pub(crate) async fn check(queue: &Queue, notifier: &Notifier, last: &mut Option<u64>) {
-    let n = match queue.quarantined_count().await {
-        Ok(n) => n,
-        Err(e) => {
-            tracing::warn!(cause = %e, "cannot count quarantined records");
-            return;
-        }
-    };
+/// than when the last one was sent.
+pub(crate) async fn check(queue: &Queue, notifier: &Notifier, memory: &mut crate::Memory) {
+    let n = queue.quarantined_count().await;
     metrics::gauge!("dq_quarantined_jobs").set(n as f64);
-    if n > last.unwrap_or(0) {
+    let sent: u64 = memory.sent.get(FIELD).and_then(|v| v.parse().ok()).unwrap_or(0);
+    if n < sent {
+        // Fewer now (dropped or restored): the next growth is measured from here.
+        memory.sent.insert(FIELD.into(), n.to_string());
+        if memory.leader {
+            let _ = queue.set_alert_sent(FIELD, &n.to_string()).await;
+        }
+    }
+    if n > sent {
         let sample: Vec<serde_json::Value> = match queue.quarantined().await {
             Ok(all) => all
                 .iter()
@@ -33,10 +35,12 @@ pub(crate) async fn check(queue: &Queue, notifier: &Notifier, last: &mut Option<
             ),
         );
         alert.details = serde_json::json!({ "count": n, "records": sample });
-        notifier.send(alert).await;
+        crate::raise(queue, notifier, memory, FIELD, &n.to_string(), alert).await;
     }
-    *last = Some(n);
 }
+
+/// The alert state: the quarantine's size when the last alert went out.
+const FIELD: &str = "quarantined";
 
 /// What `dq-checker quarantine` does.
 #[derive(Debug, Clone, clap::Subcommand)]

@@ -175,5 +175,115 @@ async fn a_quarantined_record_raises_one_alert_and_the_commands_list_and_drop_it
     dq_checker::quarantine::run(&s, dq_checker::quarantine::Command::Drop { ids: vec!["p".into()] })
         .await
         .unwrap();
-    assert_eq!(q.quarantined_count().await.unwrap(), 0);
+    assert_eq!(q.quarantined_count().await, 0);
+}
+
+fn dead_event(id: &str) -> String {
+    serde_json::json!({"kind": "dead", "topic": "pay", "id": id, "attempts": 3, "error": "boom", "at": 1}).to_string()
+}
+
+/// Two checkers on one installation: the one that holds the lease sends, so a primary going down and
+/// coming back is one alert each way, and each dead job is in one alert, not two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_checkers_send_each_alert_once() {
+    let mut redis = RedisServer::start_persistent();
+    let smtp = SmtpSink::start().await;
+    let alerts = WebhookSink::start().await;
+    let s = settings(&[&redis], &smtp, &alerts.url).await;
+    let q = Queue::connect(&s).await.unwrap();
+    let (stop_a, task_a) = start(&s);
+    let (stop_b, task_b) = start(&s);
+    for id in ["d1", "d2", "d3"] {
+        let _: () = redis::cmd("LPUSH")
+            .arg(q.partition_keys(q.partitions().of_id(id)).events())
+            .arg(dead_event(id))
+            .query(&mut redis.conn())
+            .unwrap();
+    }
+    eventually(
+        Duration::from_secs(30),
+        "the dead jobs alerted and their events forgotten",
+        || async {
+            let sent: u64 = alerts
+                .of_kind("dead_jobs")
+                .iter()
+                .map(|a| a["details"]["count"].as_u64().unwrap())
+                .sum();
+            let pending: i64 = ["d1", "d2", "d3"]
+                .iter()
+                .map(|id| {
+                    redis::cmd("LLEN")
+                        .arg(q.partition_keys(q.partitions().of_id(id)).events_pending())
+                        .query::<i64>(&mut redis.conn())
+                        .unwrap()
+                })
+                .sum();
+            sent == 3 && pending == 0
+        },
+    )
+    .await;
+    redis.stop();
+    eventually(Duration::from_secs(30), "a redis_down alert", || async {
+        !alerts.of_kind("redis_down").is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    redis.restart();
+    eventually(Duration::from_secs(30), "a redis_up alert", || async {
+        !alerts.of_kind("redis_up").is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(alerts.of_kind("redis_down").len(), 1, "one checker sends");
+    assert_eq!(alerts.of_kind("redis_up").len(), 1, "one checker sends");
+    let dead: u64 = alerts
+        .of_kind("dead_jobs")
+        .iter()
+        .map(|a| a["details"]["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(dead, 3, "each dead job once: {:?}", alerts.of_kind("dead_jobs"));
+    for (stop, task) in [(stop_a, task_a), (stop_b, task_b)] {
+        stop.cancel();
+        task.await.unwrap().unwrap();
+    }
+}
+
+/// A checker that took dead-job events and died before it sent them: they wait in their partition's
+/// pending list, and the next checker sends them. A webhook that refuses a few times is tried again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_job_events_outlive_a_checker_that_died_and_a_webhook_that_refused() {
+    let redis = RedisServer::start();
+    let smtp = SmtpSink::start().await;
+    let alerts = WebhookSink::start_failing(2).await;
+    let mut s = settings(&[&redis], &smtp, &alerts.url).await;
+    s.checker.smtp_url = None;
+    let q = Queue::connect(&s).await.unwrap();
+    let p = q.partitions().of_id("lost");
+    let _: () = redis::cmd("LPUSH")
+        .arg(q.partition_keys(p).events())
+        .arg(dead_event("lost"))
+        .query(&mut redis.conn())
+        .unwrap();
+    // Taken, as by a checker that then died before sending.
+    assert_eq!(q.take_events(p, 1000).await.unwrap().len(), 1);
+    let (stop, task) = start(&s);
+    eventually(Duration::from_secs(30), "the pending event alerted", || async {
+        alerts
+            .of_kind("dead_jobs")
+            .iter()
+            .any(|a| a["details"]["jobs"][0]["id"] == "lost")
+    })
+    .await;
+    eventually(Duration::from_secs(10), "the pending list cleared", || async {
+        let n: i64 = redis::cmd("LLEN")
+            .arg(q.partition_keys(p).events_pending())
+            .query(&mut redis.conn())
+            .unwrap();
+        n == 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(alerts.of_kind("dead_jobs").len(), 1, "sent once");
+    stop.cancel();
+    task.await.unwrap().unwrap();
 }

@@ -65,6 +65,18 @@ impl Keys {
         format!("{{{}}}:leases", self.prefix)
     }
 
+    /// dq-checker's lease: the id of the checker that sends alerts and reads the dead-job events, expiring.
+    pub fn checker_lease(&self) -> String {
+        format!("{{{}}}:checker", self.prefix)
+    }
+
+    /// The alert states dq-checker last sent (a hash: `redis:<node>` → `up`/`down`, `backlog:<topic>` →
+    /// `over`/`under`, `quarantined` → a count), so a checker that takes over the lease sends what the
+    /// last one had not.
+    pub fn alerts_sent(&self) -> String {
+        format!("{{{}}}:alerts", self.prefix)
+    }
+
     /// The key of the layout dq used before partitions (`redis.shards`), looked for at start.
     pub fn old_layout(&self) -> String {
         format!("{}:meta", self.prefix)
@@ -123,6 +135,11 @@ impl PartitionKeys {
     /// Events for dq-checker (a job died): a list of JSON objects, newest first, capped at 10,000.
     pub fn events(&self) -> String {
         format!("{}:events", self.prefix)
+    }
+
+    /// Dead-job events handed to dq-checker and not yet sent as an alert, oldest first.
+    pub fn events_pending(&self) -> String {
+        format!("{}:events:pending", self.prefix)
     }
 }
 
@@ -201,6 +218,9 @@ mod tests {
         assert_eq!(p.counts(), "dq:{17.403}:counts");
         assert_eq!(p.events(), "dq:{17.403}:events");
         assert_eq!(p.quarantine(), "dq:{17.403}:quarantine");
+        assert_eq!(p.events_pending(), "dq:{17.403}:events:pending");
+        assert_eq!(k.checker_lease(), "{dq}:checker");
+        assert_eq!(k.alerts_sent(), "{dq}:alerts");
         assert_eq!(k.layout(), "{dq}:layout");
         assert_eq!(k.topics(), "{dq}:topics");
         assert_eq!(k.timers(), "{dq}:timers");

@@ -165,12 +165,27 @@ script!(
     UNQUARANTINE,
     "unquarantine.lua"
 );
+script!(
+    /// Take or keep a lease (dq-checker's: who sends alerts).
+    LEASE,
+    "lease.lua"
+);
+script!(
+    /// Hand out a partition's dead-job events, kept pending until sent (dq-checker).
+    EVENTS_TAKE,
+    "events_take.lua"
+);
+script!(
+    /// Forget pending dead-job events once their alert went out (dq-checker).
+    EVENTS_DONE,
+    "events_done.lua"
+);
 
 /// Every script, to load them all when a process connects: without that, the first calls of a script
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
 /// NOSCRIPT and send the script's text again.
 /// `sharded` picks the builds of the scripts that publish.
-pub fn all(sharded: bool) -> [&'static Script; 19] {
+pub fn all(sharded: bool) -> [&'static Script; 22] {
     [
         &GET,
         PUSH.get(sharded),
@@ -191,6 +206,9 @@ pub fn all(sharded: bool) -> [&'static Script; 19] {
         &ADOPT,
         &BALANCE,
         &UNQUARANTINE,
+        &LEASE,
+        &EVENTS_TAKE,
+        &EVENTS_DONE,
     ]
 }
 
@@ -222,7 +240,7 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 20);
+        assert_eq!(n, 23);
         assert_eq!(super::all(false).len(), n - 1, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [

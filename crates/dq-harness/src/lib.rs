@@ -534,15 +534,25 @@ pub struct WebhookSink {
 impl WebhookSink {
     /// Listens on a free port (call from inside a tokio runtime).
     pub async fn start() -> WebhookSink {
+        Self::start_failing(0).await
+    }
+
+    /// Listens on a free port, and answers the first `failures` requests 503 without keeping them, as a
+    /// webhook receiver that is down for a moment.
+    pub async fn start_failing(failures: usize) -> WebhookSink {
         let received: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Default::default();
         let kept = received.clone();
+        let refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let app = axum::Router::new().route(
             "/alerts",
             axum::routing::post(move |axum::Json(body): axum::Json<serde_json::Value>| {
-                let kept = kept.clone();
+                let (kept, refused) = (kept.clone(), refused.clone());
                 async move {
+                    if refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < failures {
+                        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "down for a moment");
+                    }
                     kept.lock().expect("webhook sink lock").push(body);
-                    "ok"
+                    (axum::http::StatusCode::OK, "ok")
                 }
             }),
         );

@@ -581,15 +581,21 @@ async fn wake_ups_follow_partitions_whose_slots_move() {
             status == 201 || status == 409
         })
         .await;
-        // Two long polls of 20 s at most: the job is due in 300 ms.
-        for _ in 0..2 {
-            let got = api
-                .ok(
+        // Long polls of 20 s at most: the job is due in 300 ms. A poll that meets the move's tail
+        // (a 503 while the slot map settles) is asked again.
+        for _ in 0..4 {
+            let (status, got) = api
+                .call(
                     "POST",
                     "/v1/reserve",
                     Some(json!({"topics": ["w"], "timeout_ms": 20000})),
                 )
                 .await;
+            if status == 503 {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            assert_eq!(status, 200, "reserve: {got}");
             if let Some(j) = got["jobs"].as_array().unwrap().first() {
                 let jid = j["id"].as_str().unwrap().to_string();
                 let (status, out) = api

@@ -3,9 +3,10 @@
 //! Split by role: [`push`] (storing jobs, with the group commit), [`jobs`] (look up, delete,
 //! reschedule), [`reserve`] (reserve, ack, nack, touch, release), [`timer`] (promote, expire, the
 //! timers' heartbeat), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition
-//! count stored in Redis), [`quarantine`] (records that could not be decoded) and [`decode`] (script
-//! answers into types).
+//! count stored in Redis), [`quarantine`] (records that could not be decoded), [`alerting`] (what
+//! dq-checker keeps to alert once) and [`decode`] (script answers into types).
 
+pub mod alerting;
 pub mod dead;
 mod decode;
 pub mod jobs;

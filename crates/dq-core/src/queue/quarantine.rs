@@ -53,14 +53,16 @@ impl Quarantined {
 }
 
 impl Queue {
-    /// Every quarantined record, partition by partition.
+    /// Every quarantined record, partition by partition (all of them asked at once).
     pub async fn quarantined(&self) -> Result<Vec<Quarantined>> {
-        let mut out = Vec::new();
-        for p in self.partitions.all() {
+        let reads = self.partitions.all().map(|p| async move {
             let mut cmd = redis::cmd("HGETALL");
             cmd.arg(self.partition_keys(p).quarantine());
-            let entries: Vec<(String, Vec<u8>)> = self.query(p, &cmd).await?;
-            for (id, entry) in entries {
+            (p, self.query::<Vec<(String, Vec<u8>)>>(p, &cmd).await)
+        });
+        let mut out = Vec::new();
+        for (p, entries) in futures_util::future::join_all(reads).await {
+            for (id, entry) in entries? {
                 match Quarantined::parse(p, id.clone(), &entry) {
                     Some(q) => out.push(q),
                     None => tracing::warn!(partition = p, %id, "a quarantine entry that dq did not write"),
@@ -70,15 +72,15 @@ impl Queue {
         Ok(out)
     }
 
-    /// How many records are quarantined, over every partition.
-    pub async fn quarantined_count(&self) -> Result<u64> {
-        let mut n = 0;
-        for p in self.partitions.all() {
+    /// How many records are quarantined, over the partitions that answer (all asked at once, so a
+    /// node that is down costs one timeout, not one per partition).
+    pub async fn quarantined_count(&self) -> u64 {
+        let reads = self.partitions.all().map(|p| async move {
             let mut cmd = redis::cmd("HLEN");
             cmd.arg(self.partition_keys(p).quarantine());
-            n += self.query::<u64>(p, &cmd).await?;
-        }
-        Ok(n)
+            self.query::<u64>(p, &cmd).await.unwrap_or(0)
+        });
+        futures_util::future::join_all(reads).await.into_iter().sum()
     }
 
     /// Deletes a quarantined record for good; whether it was there.
