@@ -159,7 +159,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         for node in &watch.nodes(primaries.clone()) {
             let former = !primaries.contains(node);
             let up = check_node(&queue, node, former, interval, &notifier, &mut memory).await;
-            watch.saw(node, up);
+            watch.saw(node, up, !former);
         }
         if memory.leader {
             events::alert_dead_jobs(&queue, &notifier).await;

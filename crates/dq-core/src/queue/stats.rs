@@ -102,10 +102,11 @@ impl Queue {
                     _ = tick.tick() => {}
                     _ = shutdown.cancelled() => return,
                 }
-                let nodes = watch.nodes(queue.primaries().await);
+                let primaries = queue.primaries().await;
+                let nodes = watch.nodes(primaries.clone());
                 for node in queue.ping_nodes(nodes.clone(), every.min(Duration::from_secs(1))).await {
                     if let Some(n) = nodes.iter().find(|n| n.name == node.name) {
-                        watch.saw(n, node.up);
+                        watch.saw(n, node.up, primaries.contains(n));
                     }
                     match node.latency {
                         Some(rtt) => {
@@ -120,34 +121,39 @@ impl Queue {
     }
 }
 
-/// The nodes a health probe PINGs: every primary now, and every node that stopped answering while it
-/// was a primary, until it answers again. After a failover the old primary is no longer listed; without
-/// this its `dq_redis_up` would stay 0 (and its alert firing) even once it is back as a replica.
+/// The nodes a health probe PINGs: every primary now, and every node that was listed as a primary and
+/// no longer is, until it answers once. After a failover the old primary is no longer listed; without
+/// this its `dq_redis_up` would stay 0 (and its alert firing) even once it is back as a replica, and a
+/// failover quicker than one probe round (a listing that waited for the dead node) would never show
+/// the node down at all.
 #[derive(Debug, Default)]
 pub struct NodeWatch {
-    /// Nodes whose last PING failed, by name.
-    down: std::collections::BTreeMap<String, Node>,
+    /// Nodes listed as primaries at some listing and not seen answering since they stopped being
+    /// listed, by name.
+    known: std::collections::BTreeMap<String, Node>,
 }
 
 impl NodeWatch {
-    /// `primaries`, then the nodes that were down at their last PING and are no longer primaries.
-    pub fn nodes(&self, mut primaries: Vec<Node>) -> Vec<Node> {
+    /// `primaries`, then the former primaries still watched.
+    pub fn nodes(&mut self, primaries: Vec<Node>) -> Vec<Node> {
+        for p in &primaries {
+            self.known.insert(p.name.clone(), p.clone());
+        }
         let former: Vec<Node> = self
-            .down
+            .known
             .values()
-            .filter(|d| primaries.iter().all(|p| p.name != d.name))
+            .filter(|k| primaries.iter().all(|p| p.name != k.name))
             .cloned()
             .collect();
-        primaries.extend(former);
-        primaries
+        let mut nodes = primaries;
+        nodes.extend(former);
+        nodes
     }
 
-    /// Records a PING of `node`.
-    pub fn saw(&mut self, node: &Node, up: bool) {
-        if up {
-            self.down.remove(&node.name);
-        } else {
-            self.down.insert(node.name.clone(), node.clone());
+    /// Records a PING of `node`: a former primary that answers is no longer watched.
+    pub fn saw(&mut self, node: &Node, up: bool, primary: bool) {
+        if up && !primary {
+            self.known.remove(&node.name);
         }
     }
 }
@@ -164,14 +170,16 @@ mod tests {
     }
 
     #[test]
-    fn a_former_primary_that_went_down_is_watched_until_it_answers() {
+    fn a_former_primary_is_watched_until_it_answers() {
         let mut w = NodeWatch::default();
         let names = |v: Vec<Node>| v.into_iter().map(|n| n.name).collect::<Vec<_>>();
         assert_eq!(names(w.nodes(vec![node("a"), node("b")])), ["a", "b"]);
-        w.saw(&node("a"), false);
-        // A failover: b's replica c now serves a's slots; a is no longer listed but still watched.
+        // A failover before a is seen down: b's replica c now serves a's slots; a is still watched.
         assert_eq!(names(w.nodes(vec![node("b"), node("c")])), ["b", "c", "a"]);
-        w.saw(&node("a"), true);
+        w.saw(&node("a"), false, false);
+        assert_eq!(names(w.nodes(vec![node("b"), node("c")])), ["b", "c", "a"]);
+        w.saw(&node("b"), true, true);
+        w.saw(&node("a"), true, false);
         assert_eq!(names(w.nodes(vec![node("b"), node("c")])), ["b", "c"]);
     }
 }
