@@ -34,7 +34,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use dq_core::audit::AuditReport;
 use dq_core::connection::Node;
 use dq_core::queue::NodeWatch;
-use dq_core::{Queue, Settings};
+use dq_core::{Queue, Settings, State};
 use tokio_util::sync::CancellationToken;
 
 use crate::alert::{Alert, Notifier};
@@ -59,6 +59,10 @@ struct Memory {
     sent: HashMap<String, String>,
     /// Config problems already warned about, per primary and check.
     warned: HashSet<(String, &'static str)>,
+    /// The depths published as more than 0 last round. The counts hash drops a field that reaches 0,
+    /// so a topic that empties is simply absent: it is published as 0 once (and its backlog alert
+    /// clears), then forgotten, so topics used once and never again are not carried forever.
+    depths: HashSet<(String, State)>,
 }
 
 impl Memory {
@@ -263,17 +267,26 @@ async fn check_node(
 
 /// Publishes depths and the oldest ready job's age per topic; raises and clears backlog alerts.
 async fn depths(queue: &Queue, threshold: Option<u64>, notifier: &Notifier, memory: &mut Memory) {
-    let mut depth: HashMap<(String, dq_core::State), i64> = HashMap::new();
+    let mut depth: HashMap<(String, State), i64> = HashMap::new();
     for (topic, counts) in queue.stats().await.counts {
         for (state, n) in counts {
             *depth.entry((topic.clone(), state)).or_default() += n;
         }
     }
-    // A topic's own threshold wins over checker.backlog_threshold.
+    for gone in std::mem::take(&mut memory.depths) {
+        depth.entry(gone).or_insert(0);
+    }
+    memory.depths = depth.iter().filter(|(_, n)| **n != 0).map(|(k, _)| k.clone()).collect();
+    // Registered topics are always published, with their zeros; others only while they have jobs.
     let registry = queue.topics().await.unwrap_or_default();
+    for topic in registry.keys() {
+        for state in [State::Delayed, State::Ready, State::Reserved, State::Dead] {
+            depth.entry((topic.clone(), state)).or_insert(0);
+        }
+    }
     let mut ready: HashMap<String, i64> = HashMap::new();
     for ((topic, state), n) in depth {
-        if state == dq_core::State::Ready {
+        if state == State::Ready {
             ready.insert(topic.clone(), n);
         }
         metrics::gauge!("dq_queue_depth", "topic" => topic, "state" => state.as_str()).set(n as f64);
@@ -302,6 +315,7 @@ async fn depths(queue: &Queue, threshold: Option<u64>, notifier: &Notifier, memo
         }
         let age = oldest.map_or(0.0, |o| ((now_ms - o) / 1000.0).max(0.0));
         metrics::gauge!("dq_oldest_ready_age_seconds", "topic" => topic.clone()).set(age);
+        // A topic's own threshold wins over checker.backlog_threshold.
         if let Some(limit) = registry.get(topic).and_then(|c| c.backlog_threshold).or(threshold) {
             let over = *n as u64 > limit;
             let field = format!("backlog:{topic}");
