@@ -27,13 +27,14 @@ pub mod alert;
 mod events;
 pub mod migrate;
 pub mod quarantine;
+mod retention;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dq_core::audit::AuditReport;
 use dq_core::connection::Node;
-use dq_core::queue::NodeWatch;
+use dq_core::queue::{NodeWatch, Stats};
 use dq_core::{Queue, Settings, State};
 use tokio_util::sync::CancellationToken;
 
@@ -125,6 +126,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     }
     let mut memory = Memory::default();
     let mut watch = NodeWatch::default();
+    let mut retention = retention::Retention::default();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let me = format!("checker-{}-{}", std::process::id(), ulid::Ulid::new());
@@ -168,7 +170,18 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         if memory.leader {
             events::alert_dead_jobs(&queue, &notifier).await;
         }
-        depths(&queue, settings.checker.backlog_threshold, &notifier, &mut memory).await;
+        let stats = queue.stats().await;
+        depths(
+            &queue,
+            &stats,
+            settings.checker.backlog_threshold,
+            &notifier,
+            &mut memory,
+        )
+        .await;
+        if memory.leader {
+            retention.round(&queue, &stats, &settings.jobs, interval).await;
+        }
         quarantine::check(&queue, &notifier, &mut memory).await;
     }
     let _ = metrics.await;
@@ -266,11 +279,11 @@ async fn check_node(
 }
 
 /// Publishes depths and the oldest ready job's age per topic; raises and clears backlog alerts.
-async fn depths(queue: &Queue, threshold: Option<u64>, notifier: &Notifier, memory: &mut Memory) {
+async fn depths(queue: &Queue, stats: &Stats, threshold: Option<u64>, notifier: &Notifier, memory: &mut Memory) {
     let mut depth: HashMap<(String, State), i64> = HashMap::new();
-    for (topic, counts) in queue.stats().await.counts {
+    for (topic, counts) in &stats.counts {
         for (state, n) in counts {
-            *depth.entry((topic.clone(), state)).or_default() += n;
+            *depth.entry((topic.clone(), *state)).or_default() += n;
         }
     }
     for gone in std::mem::take(&mut memory.depths) {

@@ -48,7 +48,8 @@ async fn every_binary_serves_the_documented_metrics() {
     let mut vars = env(&[&redis], consumer_port);
     vars.push(("DQ__TOPICS__REFRESH_MS", "100".into()));
     let _consumer = DqProcess::spawn("dq-consumer", &vars, &[]);
-    // A checker whose webhook fails (nothing listens on port 9), so every alert metric shows.
+    // A checker whose webhook fails (nothing listens on port 9), so every alert metric shows, and which
+    // keeps dead jobs for 1 ms, so dq_dead_jobs_dropped_total shows.
     let checker_port = free_port();
     let mut vars = env(&[&redis], checker_port);
     vars.extend([
@@ -56,6 +57,7 @@ async fn every_binary_serves_the_documented_metrics() {
         ("DQ__CHECKER__AUDIT_INTERVAL_MS", "300".to_string()),
         ("DQ__CHECKER__BACKLOG_THRESHOLD", "0".to_string()),
         ("DQ__CHECKER__WEBHOOK_URL", "http://127.0.0.1:9/alerts".to_string()),
+        ("DQ__JOBS__DEAD_RETENTION_MS", "1".to_string()),
     ]);
     let _checker = DqProcess::spawn("dq-checker", &vars, &[]);
     let base = format!("http://127.0.0.1:{}", server.port);
@@ -172,6 +174,7 @@ async fn every_binary_serves_the_documented_metrics() {
                 "dq_alerts_failed_total",
                 "dq_audit_repairs_total",
                 "dq_audit_last_run_timestamp_seconds",
+                "dq_dead_jobs_dropped_total",
             ],
         ),
     ];

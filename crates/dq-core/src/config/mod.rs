@@ -139,6 +139,12 @@ pub struct JobDefaults {
     pub backoff_ms: Vec<u64>,
     /// How long an acked job's record stays for lookups, in ms (0 = delete at once).
     pub done_retention_ms: u64,
+    /// How long a dead job is kept, in ms from its death (0 = until requeued or deleted). Enforced by
+    /// the dq-checker that holds the lease.
+    pub dead_retention_ms: u64,
+    /// Most dead jobs kept per topic, over all partitions; past it the oldest deaths go first (0 = no
+    /// cap). Enforced by the dq-checker that holds the lease.
+    pub dead_max_per_topic: u64,
 }
 
 impl Default for JobDefaults {
@@ -149,6 +155,9 @@ impl Default for JobDefaults {
             // The schedule operators know: 1, 3, 5, 7 … minutes (2n - 1).
             backoff_ms: (1..=9).map(|n| (2 * n - 1) * 60_000).collect(),
             done_retention_ms: 3_600_000,
+            // Thirty days: long enough to notice, fix the cause and requeue.
+            dead_retention_ms: 30 * 24 * 3_600_000,
+            dead_max_per_topic: 10_000,
         }
     }
 }

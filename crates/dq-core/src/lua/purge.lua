@@ -3,15 +3,22 @@
 -- KEYS[1]: the topic's dead list (<prefix>:dead:<topic>)
 -- KEYS[2]: counts hash (<prefix>:counts)
 -- ARGV[1]: key prefix   ARGV[2]: topic   ARGV[3]: most jobs to take when no ids are given
--- ARGV[4..]: ids (none: the oldest dead jobs, up to ARGV[3])
+-- ARGV[4]: when no ids are given, take only jobs dead for at least this many ms (Redis's clock; ""
+--          for any): dq-checker's retention
+-- ARGV[5..]: ids (none: the oldest dead jobs, up to ARGV[3])
 -- Returns: {deleted, removed from the dead list} (the same number; the shape matches requeue.lua).
 -- Ids not in the dead list are skipped.
 
 local dead, counts = KEYS[1], KEYS[2]
 local prefix, topic = ARGV[1], ARGV[2]
 local ids = {}
-if #ARGV >= 4 then
-  for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
+if #ARGV >= 5 then
+  for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
+elseif ARGV[4] ~= '' then
+  -- The dead list's score is the time of death.
+  local t = redis.call('TIME')
+  local before = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[4])
+  ids = redis.call('ZRANGE', dead, '-inf', '(' .. before, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[3]))
 else
   ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[3]) - 1)
 end

@@ -76,13 +76,51 @@ impl Queue {
                 .key(keys.counts())
                 .arg(keys.prefix())
                 .arg(topic)
-                .arg(all_limit);
+                .arg(all_limit)
+                .arg("");
             for id in ids {
                 inv.arg(id);
             }
             inv
         })
         .await
+    }
+
+    /// Deletes the dead jobs of `topic` in partition `p` that died at least `age_ms` ago (Redis's
+    /// clock), in batches, up to `most` (rounded up to a batch): dq-checker's retention.
+    pub async fn purge_dead_older(&self, p: u16, topic: &str, age_ms: u64, most: u64) -> Result<u64> {
+        let keys = self.partition_keys(p);
+        let mut total = 0;
+        while total < most {
+            let mut inv = scripts::PURGE.prepare_invoke();
+            inv.key(keys.dead(topic))
+                .key(keys.counts())
+                .arg(keys.prefix())
+                .arg(topic)
+                .arg(BATCH)
+                .arg(age_ms);
+            let [done, removed]: [u64; 2] = self.write(p, &inv).await?;
+            total += done;
+            if removed < BATCH as u64 {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// The `n` oldest deaths of `topic` in partition `p`, as (time of death in ms, id), oldest first.
+    pub async fn oldest_dead(&self, p: u16, topic: &str, n: usize) -> Result<Vec<(f64, String)>> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let cmd = redis::cmd("ZRANGE")
+            .arg(self.partition_keys(p).dead(topic))
+            .arg(0)
+            .arg(n as i64 - 1)
+            .arg("WITHSCORES")
+            .clone();
+        let page: Vec<(String, f64)> = self.query(p, &cmd).await?;
+        Ok(page.into_iter().map(|(id, at)| (at, id)).collect())
     }
 
     /// Runs a dead-list script per partition: with the ids that live there, or in batches until the list

@@ -23,6 +23,9 @@ pub struct NodeStats {
 pub struct Stats {
     /// Job counts by topic, then state, summed over the partitions that answered.
     pub counts: HashMap<String, HashMap<State, i64>>,
+    /// Dead jobs by partition and topic (partitions that answered, topics with dead jobs): where
+    /// dq-checker's retention has work.
+    pub dead: Vec<(u16, String, u64)>,
     /// Partitions whose counts could not be read.
     pub partitions_down: Vec<u16>,
     /// Every primary (an empty list when the topology could not be read).
@@ -44,6 +47,9 @@ impl Queue {
                         if let Some((topic, state)) = field.rsplit_once(':')
                             && let Some(state) = State::parse(state)
                         {
+                            if state == State::Dead && n > 0 {
+                                stats.dead.push((p, topic.to_string(), n as u64));
+                            }
                             *stats
                                 .counts
                                 .entry(topic.to_string())
