@@ -30,7 +30,7 @@ pub mod quarantine;
 mod retention;
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dq_core::audit::AuditReport;
 use dq_core::connection::Node;
@@ -64,6 +64,8 @@ struct Memory {
     /// so a topic that empties is simply absent: it is published as 0 once (and its backlog alert
     /// clears), then forgotten, so topics used once and never again are not carried forever.
     depths: HashSet<(String, State)>,
+    /// When the registry's tombstones were last pruned.
+    pruned: Option<Instant>,
 }
 
 impl Memory {
@@ -150,6 +152,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         }) {
             Ok(true) if !memory.leader => {
                 memory.leader = true;
+                memory.pruned = None;
                 // Send what the last checker to hold the lease had not.
                 if let Ok(sent) = queue.alerts_sent().await {
                     memory.sent = sent;
@@ -181,6 +184,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .await;
         if memory.leader {
             retention.round(&queue, &stats, &settings.jobs, interval).await;
+            prune_tombstones(&queue, &mut memory).await;
         }
         quarantine::check(&queue, &notifier, &mut memory).await;
     }
@@ -355,6 +359,24 @@ async fn depths(queue: &Queue, stats: &Stats, threshold: Option<u64>, notifier: 
                 raise(queue, notifier, memory, &field, state, alert).await;
             }
         }
+    }
+}
+
+/// Removes the registry's tombstones, which releases before this one wrote for each deleted topic and
+/// never removed: when this checker takes the lease, then every 10 minutes (older processes may still
+/// run during a rolling upgrade).
+async fn prune_tombstones(queue: &Queue, memory: &mut Memory) {
+    if memory.pruned.is_some_and(|at| at.elapsed() < Duration::from_secs(600)) {
+        return;
+    }
+    match queue.prune_topic_tombstones().await {
+        Ok(n) => {
+            memory.pruned = Some(Instant::now());
+            if n > 0 {
+                tracing::info!(tombstones = n, "removed deleted topics' tombstones from the registry");
+            }
+        }
+        Err(e) => tracing::debug!(cause = %e, "cannot prune the registry's tombstones"),
     }
 }
 

@@ -41,6 +41,30 @@ impl Queue {
         Ok(())
     }
 
+    /// Removes the tombstones (`"<version> "`, a deleted registration) that releases before this one
+    /// left in the registry, each only if it is still a tombstone. Returns how many went.
+    pub async fn prune_topic_tombstones(&self) -> Result<u64> {
+        let raw: HashMap<String, String> = self
+            .redis()
+            .query(redis::cmd("HGETALL").arg(self.keys().topics()))
+            .await
+            .map_err(|e| Error::from_redis(None, e))?;
+        let mut pruned = 0;
+        for (topic, value) in raw {
+            if value.split_once(' ').is_some_and(|(_, json)| json.is_empty()) {
+                let mut inv = scripts::TOPIC_SET.prepare_invoke();
+                inv.key(self.keys().topics()).arg(&topic).arg("").arg(&value);
+                let done: i64 = self
+                    .redis()
+                    .invoke(&inv)
+                    .await
+                    .map_err(|e| Error::from_redis(None, e))?;
+                pruned += u64::from(done == 0);
+            }
+        }
+        Ok(pruned)
+    }
+
     /// All registered topics.
     pub async fn topics(&self) -> Result<Topics> {
         let raw: HashMap<String, String> = self
@@ -51,7 +75,8 @@ impl Queue {
         let mut topics = Topics::new();
         for (topic, value) in raw {
             let (_, json) = value.split_once(' ').unwrap_or((value.as_str(), ""));
-            // A deleted topic keeps its version with an empty config; one that does not parse is skipped.
+            // An empty config is a deleted topic's tombstone, left by an older release; a registration that
+            // does not parse is skipped.
             if let Ok(config) = serde_json::from_str(json) {
                 topics.insert(topic, config);
             } else if !json.is_empty() {

@@ -1,5 +1,6 @@
-//! Dead jobs within bounds: dq-checker drops dead jobs past `jobs.dead_retention_ms` and the oldest
-//! over `jobs.dead_max_per_topic`, records and counts with them, against a real Redis.
+//! What would grow without bound is kept bounded by dq-checker, against a real Redis: dead jobs past
+//! `jobs.dead_retention_ms` and the oldest over `jobs.dead_max_per_topic` go, records and counts with
+//! them; deleted topics' tombstones left by older releases go.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -22,14 +23,20 @@ fn settings(redis: &RedisServer) -> Settings {
 async fn kill(redis: &RedisServer, q: &Queue, topic: &str, n: usize, deaths: impl Fn(usize) -> i64) {
     for i in 0..n {
         let json = serde_json::json!({"id": format!("{topic}-{i}"), "topic": topic, "body": i, "max_attempts": 1});
-        q.push(q.validate(serde_json::from_value::<PushRequest>(json).unwrap()).unwrap())
-            .await
-            .unwrap();
+        q.push(
+            q.validate(serde_json::from_value::<PushRequest>(json).unwrap())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
     }
     let mut left = n;
     while left > 0 {
         for r in q.reserve(&[topic.to_string()], 100).await.unwrap() {
-            assert_eq!(q.nack(&r.id, &r.receipt, None, None, None).await.unwrap().0, State::Dead);
+            assert_eq!(
+                q.nack(&r.id, &r.receipt, None, None, None).await.unwrap().0,
+                State::Dead
+            );
             left -= 1;
         }
     }
@@ -37,7 +44,13 @@ async fn kill(redis: &RedisServer, q: &Queue, topic: &str, n: usize, deaths: imp
     for i in 0..n {
         let id = format!("{topic}-{i}");
         let key = q.partition_keys(q.partitions().of_id(&id)).dead(topic);
-        let _: () = redis::cmd("ZADD").arg(&key).arg("XX").arg(deaths(i)).arg(&id).query(&mut c).unwrap();
+        let _: () = redis::cmd("ZADD")
+            .arg(&key)
+            .arg("XX")
+            .arg(deaths(i))
+            .arg(&id)
+            .query(&mut c)
+            .unwrap();
     }
 }
 
@@ -48,7 +61,11 @@ async fn dead(redis: &RedisServer, q: &Queue, topic: &str) -> (Vec<String>, i64)
     ids.sort();
     let mut counted = 0;
     let mut c = redis.conn();
-    for key in redis::cmd("KEYS").arg("dq:{*}:counts").query::<Vec<String>>(&mut c).unwrap() {
+    for key in redis::cmd("KEYS")
+        .arg("dq:{*}:counts")
+        .query::<Vec<String>>(&mut c)
+        .unwrap()
+    {
         let h: HashMap<String, i64> = redis::cmd("HGETALL").arg(&key).query(&mut c).unwrap();
         counted += h.get(&format!("{topic}:dead")).copied().unwrap_or(0);
     }
@@ -135,6 +152,47 @@ async fn a_topic_keeps_at_most_its_cap_of_dead_jobs_and_the_oldest_go_first() {
     assert_eq!(records(&redis, "capped"), 10);
     assert_eq!(dropped("cap", "capped"), 30.0);
     assert_eq!(dead(&redis, &q, "small").await.1, 3);
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_topic_leaves_nothing_and_old_tombstones_are_pruned() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    let config: dq_core::TopicConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+    q.put_topic("kept", &config).await.unwrap();
+    q.put_topic("gone", &config).await.unwrap();
+    q.delete_topic("gone").await.unwrap();
+    let registry = |redis: &RedisServer| -> HashMap<String, String> {
+        redis::cmd("HGETALL")
+            .arg("{dq}:topics")
+            .query(&mut redis.conn())
+            .unwrap()
+    };
+    assert_eq!(registry(&redis).keys().collect::<Vec<_>>(), ["kept"]);
+    // Tombstones as an older release wrote them for each deleted topic.
+    for i in 0..50 {
+        let _: () = redis::cmd("HSET")
+            .arg("{dq}:topics")
+            .arg(format!("old{i}"))
+            .arg(format!("{} ", 1_700_000_000_000_000u64 + i))
+            .query(&mut redis.conn())
+            .unwrap();
+    }
+    assert_eq!(q.topics().await.unwrap().len(), 1, "a tombstone is no registration");
+
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(dq_checker::run(s.clone(), stop.clone()));
+    eventually(Duration::from_secs(30), "the tombstones pruned", || async {
+        registry(&redis).len() == 1
+    })
+    .await;
+    assert!(
+        q.topics().await.unwrap().contains_key("kept"),
+        "a registration is no tombstone"
+    );
     stop.cancel();
     task.await.unwrap().unwrap();
 }
