@@ -18,6 +18,11 @@
 //! meanwhile) the next waiter is woken for it. A reserve that stopped with partitions it did not ask, or
 //! that was cancelled half-way, wakes the next waiter too ([`ReadyIndex::pass_on`]), so no wake-up is
 //! lost.
+//!
+//! An entry that no reserve has used for a sweep interval and that nobody waits on is dropped
+//! ([`ReadyIndex::unsynced`] sweeps), so the index holds the topics being reserved now, not every
+//! name anyone ever long-polled or that a wake-up named. A dropped topic is read from the counts again
+//! at its next reserve, as a topic never followed is.
 
 mod line;
 mod listed;
@@ -27,6 +32,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use tokio::sync::Notify;
@@ -34,13 +40,25 @@ use tokio::sync::Notify;
 pub use self::line::{Claim, Tried, Waiter};
 use self::listed::Listed;
 
+/// How often the index drops entries nobody used: an entry goes after one to two of these without a
+/// reserve of its topic.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
 /// The index. One per process (shared by every clone of the queue).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReadyIndex {
     /// Per topic: the partitions that may have ready jobs, and the waiters' line.
     topics: Mutex<Topics>,
     /// Whether a listener feeds the index wake-ups; without one every reserve reads the counts first.
     listening: AtomicBool,
+    /// How often unused entries are dropped ([`SWEEP_EVERY`]; shorter in tests).
+    sweep_every: Duration,
+}
+
+impl Default for ReadyIndex {
+    fn default() -> Self {
+        Self::with_sweep(SWEEP_EVERY)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -51,6 +69,10 @@ struct Topics {
     epoch: u64,
     /// Partition → how many reserves of this process are asking it now. Grown on demand.
     busy: Vec<u32>,
+    /// Bumped by every sweep; an entry remembers the one in which a reserve last used it.
+    generation: u64,
+    /// When the last sweep ran.
+    swept: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -61,6 +83,8 @@ struct Entry {
     synced: bool,
     /// The topic's long polls, in line: a wake-up wakes the first.
     waiters: Arc<Notify>,
+    /// The sweep generation in which a reserve of the topic last used the entry.
+    used: u64,
 }
 
 impl Default for Entry {
@@ -69,11 +93,31 @@ impl Default for Entry {
             partitions: Listed::default(),
             synced: false,
             waiters: Arc::new(Notify::new()),
+            used: 0,
         }
     }
 }
 
 impl ReadyIndex {
+    /// An index that drops unused entries every `sweep_every`.
+    pub fn with_sweep(sweep_every: Duration) -> Self {
+        ReadyIndex {
+            topics: Mutex::default(),
+            listening: AtomicBool::default(),
+            sweep_every,
+        }
+    }
+
+    /// How many topics the index holds an entry for.
+    pub fn len(&self) -> usize {
+        self.lock().by_topic.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Topics> {
         self.topics.lock().expect("ready index lock")
     }
@@ -83,9 +127,14 @@ impl ReadyIndex {
     pub fn waiter(&self, topics: &[String]) -> Waiter {
         let lines: Vec<Arc<Notify>> = {
             let mut t = self.lock();
+            let generation = t.generation;
             topics
                 .iter()
-                .map(|topic| t.by_topic.entry(topic.clone()).or_default().waiters.clone())
+                .map(|topic| {
+                    let entry = t.by_topic.entry(topic.clone()).or_default();
+                    entry.used = generation;
+                    entry.waiters.clone()
+                })
                 .collect()
         };
         Waiter::new(lines)
@@ -173,22 +222,36 @@ impl ReadyIndex {
         self.resync();
     }
 
-    /// The topics among `topics` whose partitions must be read from the counts before a reserve.
+    /// The topics among `topics` whose partitions must be read from the counts before a reserve. Called
+    /// first by every reserve: marks their entries used, and sweeps the index when it is time.
     pub fn unsynced(&self, topics: &[String]) -> Vec<String> {
         let listening = self.listening.load(Ordering::Relaxed);
-        let t = self.lock();
-        topics
+        let mut t = self.lock();
+        let generation = t.generation;
+        let out = topics
             .iter()
-            .filter(|topic| !listening || t.by_topic.get(*topic).is_none_or(|e| !e.synced))
+            .filter(|topic| match t.by_topic.get_mut(*topic) {
+                Some(e) => {
+                    e.used = generation;
+                    !listening || !e.synced
+                }
+                None => true,
+            })
             .cloned()
-            .collect()
+            .collect();
+        if t.swept.is_none_or(|at| at.elapsed() >= self.sweep_every) {
+            sweep(&mut t);
+        }
+        out
     }
 
     /// Records a read of the counts of `topic` begun at `epoch`: `ready` are its partitions with ready
     /// jobs. Partitions marked since stay.
     pub fn synced(&self, topic: &str, epoch: u64, ready: &[u16]) {
         let mut t = self.lock();
+        let generation = t.generation;
         let entry = t.by_topic.entry(topic.to_string()).or_default();
+        entry.used = generation;
         entry.partitions.retain_newer(epoch);
         for &p in ready {
             entry.partitions.insert(p, epoch);
@@ -256,6 +319,17 @@ pub struct Candidates {
     pub list: Vec<(u16, bool)>,
     /// More partitions not being asked are listed than `list` holds.
     pub more: bool,
+}
+
+/// Drops the entries that no reserve used since the sweep before this one and that nobody waits on
+/// (their line is held by no [`Waiter`]), and publishes how many are left (`dq_ready_index_topics`).
+fn sweep(t: &mut Topics) {
+    t.generation += 1;
+    t.swept = Some(Instant::now());
+    let keep_from = t.generation.saturating_sub(1);
+    t.by_topic
+        .retain(|_, e| e.used >= keep_from || Arc::strong_count(&e.waiters) > 1);
+    metrics::gauge!("dq_ready_index_topics").set(t.by_topic.len() as f64);
 }
 
 fn clear(t: &mut Topics, topics: &[String], p: u16, epoch: u64) {

@@ -148,3 +148,36 @@ fn a_look_gives_at_most_the_limit_and_says_whether_more_are_listed() {
     assert_eq!(look.list.len(), 20, "{look:?}");
     assert!(!look.more);
 }
+
+#[test]
+fn entries_nobody_reserves_or_waits_on_are_swept_and_read_again_later() {
+    // Every reserve sweeps (a zero interval): an entry goes at the second sweep without a use.
+    let ix = ReadyIndex::with_sweep(std::time::Duration::ZERO);
+    ix.set_listening(true);
+    for i in 0..100 {
+        let topic = t(&[&format!("once{i}")]);
+        ix.unsynced(&topic);
+        ix.synced(&topic[0], ix.epoch(), &[1]);
+    }
+    // Wake-ups for topics this process never reserves make entries too.
+    ix.mark("elsewhere", 4);
+    let held = t(&["held"]);
+    let waiter = ix.waiter(&held);
+    let busy = t(&["busy"]);
+    ix.unsynced(&busy);
+    ix.synced("busy", ix.epoch(), &[2]);
+    ix.unsynced(&busy);
+    ix.unsynced(&busy);
+    assert_eq!(
+        ix.len(),
+        2,
+        "only the topic reserved meanwhile and the one waited on stay"
+    );
+    assert!(ix.unsynced(&busy).is_empty(), "busy keeps what it knows");
+    drop(waiter);
+    ix.unsynced(&busy);
+    ix.unsynced(&busy);
+    assert_eq!(ix.len(), 1);
+    // A swept topic is read from the counts again, as one never followed.
+    assert_eq!(ix.unsynced(&t(&["once7"])), t(&["once7"]));
+}
