@@ -67,8 +67,6 @@ struct Topics {
     by_topic: HashMap<String, Entry>,
     /// Bumped by every mark, so a clear can tell whether a mark came after the reserve it follows.
     epoch: u64,
-    /// Partition → how many reserves of this process are asking it now. Grown on demand.
-    busy: Vec<u32>,
     /// Bumped by every sweep; an entry remembers the one in which a reserve last used it.
     generation: u64,
     /// When the last sweep ran.
@@ -85,6 +83,10 @@ struct Entry {
     waiters: Arc<Notify>,
     /// The sweep generation in which a reserve of the topic last used the entry.
     used: u64,
+    /// Partition → how many reserves of this process are asking it for this topic now. Per topic, not
+    /// per partition: a claim's settle wakes the waiters of its own topics only, so a reserve must
+    /// leave a partition only to a claim that covers its topic. Grown on demand.
+    busy: Vec<u32>,
 }
 
 impl Default for Entry {
@@ -94,6 +96,7 @@ impl Default for Entry {
             synced: false,
             waiters: Arc::new(Notify::new()),
             used: 0,
+            busy: Vec::new(),
         }
     }
 }
@@ -178,10 +181,13 @@ impl ReadyIndex {
     pub fn claim<'a>(&'a self, topics: &'a [String], p: u16) -> Claim<'a> {
         let mut t = self.lock();
         let i = p as usize;
-        if t.busy.len() <= i {
-            t.busy.resize(i + 1, 0);
+        for topic in topics {
+            let entry = t.by_topic.entry(topic.clone()).or_default();
+            if entry.busy.len() <= i {
+                entry.busy.resize(i + 1, 0);
+            }
+            entry.busy[i] += 1;
         }
-        t.busy[i] += 1;
         Claim::new(self, topics, p, t.epoch)
     }
 
@@ -189,7 +195,11 @@ impl ReadyIndex {
     fn settle(&self, topics: &[String], p: u16, epoch: u64, tried: Tried) {
         let lines: Vec<Arc<Notify>> = {
             let mut t = self.lock();
-            t.busy[p as usize] -= 1;
+            for topic in topics {
+                if let Some(n) = t.by_topic.get_mut(topic).and_then(|e| e.busy.get_mut(p as usize)) {
+                    *n = n.saturating_sub(1);
+                }
+            }
             if tried == Tried::Emptied {
                 clear(&mut t, topics, p, epoch);
             }
@@ -272,7 +282,6 @@ impl ReadyIndex {
     /// listed partitions so looks at a handful of them, not all.
     pub fn candidates(&self, topics: &[String], skip: &[u16], limit: usize) -> Candidates {
         let t = self.lock();
-        let busy = |p: u16| t.busy.get(p as usize).is_some_and(|&n| n > 0);
         let mut out = Candidates::default();
         let mut contested: Vec<(u16, bool)> = Vec::new();
         let mut rng = rand::rng();
@@ -290,7 +299,7 @@ impl ReadyIndex {
                 if earlier || skip.contains(&p) {
                     continue;
                 }
-                if !busy(p) {
+                if entry.busy.get(p as usize).is_none_or(|&n| n == 0) {
                     if out.list.len() == limit {
                         out.more = true;
                         break 'topics;
@@ -328,7 +337,7 @@ fn sweep(t: &mut Topics) {
     t.swept = Some(Instant::now());
     let keep_from = t.generation.saturating_sub(1);
     t.by_topic
-        .retain(|_, e| e.used >= keep_from || Arc::strong_count(&e.waiters) > 1);
+        .retain(|_, e| e.used >= keep_from || Arc::strong_count(&e.waiters) > 1 || e.busy.iter().any(|&n| n > 0));
     metrics::gauge!("dq_ready_index_topics").set(t.by_topic.len() as f64);
 }
 

@@ -181,3 +181,27 @@ fn entries_nobody_reserves_or_waits_on_are_swept_and_read_again_later() {
     // A swept topic is read from the counts again, as one never followed.
     assert_eq!(ix.unsynced(&t(&["once7"])), t(&["once7"]));
 }
+
+#[test]
+fn a_partition_is_left_only_to_a_claim_for_the_same_topic() {
+    // Found by the soak test: dq-consumer's worker of topic b skipped partition 1 while the worker of
+    // topic a was asking it, and a's claim woke only a's waiters: b's jobs there waited for ever.
+    let ix = ReadyIndex::default();
+    ix.mark("a", 1);
+    ix.mark("b", 1);
+    let (a, b) = (t(&["a"]), t(&["b"]));
+    let claim = ix.claim(&a, 1);
+    assert_eq!(
+        ix.candidates(&b, &[], 10).list,
+        [(1, false)],
+        "a's claim does not cover b"
+    );
+    assert_eq!(ix.candidates(&a, &[], 10).list, [(1, true)], "but it covers a");
+    claim.settle(Tried::Emptied);
+    assert_eq!(
+        ix.candidates(&b, &[], 10).list,
+        [(1, false)],
+        "a's empty answer does not clear b"
+    );
+    assert!(ix.candidates(&a, &[], 10).list.is_empty());
+}
