@@ -394,24 +394,40 @@ async fn drain_finishes_deliveries_in_flight() {
     }
 }
 
+/// The drain hands back only the deliveries whose callback has not answered: one that answered within
+/// the grace period is acked, one still waiting is released for immediate redelivery.
 #[tokio::test]
-async fn drain_hands_back_what_outlives_the_grace_period() {
+async fn drain_hands_back_only_what_outlives_the_grace_period() {
     let redis = RedisServer::start();
     let mut s = settings(&redis);
-    s.shutdown.grace_ms = 200;
+    s.shutdown.grace_ms = 1000;
     let q = Queue::connect(&s).await.unwrap();
-    let hook = Hook::start(|_, _| (200, r#"{"ok":true}"#.into(), 10_000)).await;
+    // Job body 1 is answered at once, body 2 after 10 s.
+    let hook = Hook::start(|_, r| {
+        let slow = r.body["body"] == 2;
+        (200, r#"{"ok":true}"#.into(), if slow { 10_000 } else { 0 })
+    })
+    .await;
     register(
         &q,
         "h",
-        serde_json::json!({"callback": {"url": hook.url, "timeout_ms": 30000}}),
+        serde_json::json!({"callback": {"url": hook.url, "timeout_ms": 30000, "concurrency": 4}}),
     )
     .await;
     let consumer = Consumer::start(&s);
-    let id = push(&q, serde_json::json!({"topic": "h", "body": 1})).await;
-    eventually(Duration::from_secs(20), "in flight", || async { hook.count() == 1 }).await;
+    let quick = push(&q, serde_json::json!({"topic": "h", "body": 1})).await;
+    let slow = push(&q, serde_json::json!({"topic": "h", "body": 2})).await;
+    eventually(Duration::from_secs(20), "both in flight", || async {
+        hook.count() == 2
+    })
+    .await;
     consumer.drain().await;
-    let job = q.get(&id).await.unwrap();
+    assert_eq!(
+        state_of(&q, &quick).await,
+        JobState::Done,
+        "answered: acked, not handed back"
+    );
+    let job = q.get(&slow).await.unwrap();
     assert_eq!(job.state, JobState::Ready, "handed back for immediate redelivery");
     assert_eq!(job.attempts, 0, "the unfinished delivery does not count");
 }
