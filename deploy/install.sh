@@ -139,6 +139,7 @@ else
 #   DQ__REDIS__MODE=cluster
 #   DQ__REDIS__URLS=redis://:secret@10.0.0.7:7000,redis://:secret@10.0.0.8:7000
 #   DQ__LOG__FORMAT=json
+#   DQ__AUTH__ADMIN_TOKEN=<a long random string>   one API token with every scope (docs/security.md)
 # Do not set DQ__METRICS__LISTEN here: it would override every instance's own port (systemd/README.md).
 EOF
   owner "$etc_dq/dq.env"

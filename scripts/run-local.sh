@@ -9,6 +9,12 @@ root="$PWD/.dq-local"
 mkdir -p "$root"
 port="${DQ_LOCAL_REDIS_PORT:-6379}"
 export DQ__REDIS__URLS="redis://127.0.0.1:$port"
+# An admin token for the API, made once and kept in .dq-local/token (the README's tour reads it).
+if [ -z "${DQ__AUTH__ADMIN_TOKEN:-}" ]; then
+  [ -s "$root/token" ] || (umask 077; od -An -tx1 -N24 /dev/urandom | tr -d ' \n' >"$root/token")
+  DQ__AUTH__ADMIN_TOKEN=$(cat "$root/token")
+fi
+export DQ__AUTH__ADMIN_TOKEN
 
 echo "==> building dq (release)"
 cargo build --release --bins --locked
@@ -57,11 +63,14 @@ dq is running (logs in $root/):
   stats     http://$listen/v1/stats
   metrics   http://$listen/metrics
   ready     http://$listen/readyz
-  admin     http://$listen/admin
+  admin     http://$listen/admin   (log in with the token below)
+  token     $DQ__AUTH__ADMIN_TOKEN   (in $root/token; every scope)
   timer     http://127.0.0.1:9791/metrics   consumer http://127.0.0.1:9792/metrics   checker http://127.0.0.1:9793/metrics
   Redis     redis://127.0.0.1:$port
 
-Try:  curl -s -XPOST http://$listen/v1/jobs -d '{"topic":"hello","body":{"n":1},"delay_ms":2000}'
+Try:  export DQ_TOKEN=\$(cat $root/token)
+      curl -s -XPOST http://$listen/v1/jobs -H "authorization: Bearer \$DQ_TOKEN" \\
+           -d '{"topic":"hello","body":{"n":1},"delay_ms":2000}'
 Ctrl-C stops everything.
 MSG
 wait

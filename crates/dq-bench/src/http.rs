@@ -28,12 +28,29 @@ pub struct Target {
     host: HeaderValue,
     /// Path prefix from the URL (empty or `/prefix` without a trailing slash).
     prefix: String,
+    /// `Bearer <token>` sent with every request, when a token is given (`--token`).
+    authorization: Option<HeaderValue>,
 }
 
 impl Target {
     /// Parses a base URL such as `http://127.0.0.1:6789` (only `http`; a path
     /// prefix is allowed and prepended to every request path).
+    #[cfg(test)]
     pub fn parse(url: &str) -> Result<Arc<Self>> {
+        Self::parse_with(url, None)
+    }
+
+    /// [`Target::parse`], with a token sent as `Authorization: Bearer` on every request.
+    pub fn parse_with(url: &str, token: Option<&str>) -> Result<Arc<Self>> {
+        let authorization = match token {
+            Some(t) => {
+                let mut v =
+                    HeaderValue::from_str(&format!("Bearer {t}")).context("the token is not a valid header value")?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
         let uri: Uri = url.parse().with_context(|| format!("`{url}` is not a valid URL"))?;
         match uri.scheme_str() {
             Some("http") => {}
@@ -56,6 +73,7 @@ impl Target {
             addr: format!("{host}:{port}"),
             host: HeaderValue::from_str(authority.as_str()).context("the URL's host is not a valid Host header")?,
             prefix,
+            authorization,
         }))
     }
 
@@ -159,6 +177,9 @@ impl Conn {
         *req.uri_mut() = uri;
         let headers = req.headers_mut();
         headers.insert(HOST, self.target.host.clone());
+        if let Some(auth) = &self.target.authorization {
+            headers.insert(hyper::header::AUTHORIZATION, auth.clone());
+        }
         if has_body {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             headers.insert(CONTENT_LENGTH, HeaderValue::from(len));

@@ -51,6 +51,10 @@ struct Common {
     /// Base URL of the dq-server.
     #[arg(long, global = true, default_value = "http://127.0.0.1:6789")]
     url: String,
+    /// API token, sent as `Authorization: Bearer` (a token with the scopes the benchmark uses; the
+    /// admin token for all of them).
+    #[arg(long, global = true, env = "DQ_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Also print one JSON line with the results (the last line of stdout).
     #[arg(long, global = true)]
     json: bool,
@@ -101,7 +105,7 @@ fn main() -> ExitCode {
 
 /// Builds the runtime and runs the chosen benchmark on it.
 fn run(cli: &Cli) -> Result<Report> {
-    let target = Target::parse(&cli.common.url)?;
+    let target = Target::parse_with(&cli.common.url, cli.common.token.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cli.common.threads as usize)
         .enable_all()

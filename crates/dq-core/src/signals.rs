@@ -30,3 +30,21 @@ pub fn shutdown_token() -> std::io::Result<CancellationToken> {
     });
     Ok(token)
 }
+
+/// Calls `reload` on every SIGHUP until `shutdown`: dq-server reads its tokens again. (Installed, the
+/// handler also keeps SIGHUP from ending the process, its default.)
+pub fn on_hangup(shutdown: CancellationToken, mut reload: impl FnMut() + Send + 'static) -> std::io::Result<()> {
+    let mut signals = Signals::new([signal_hook::consts::SIGHUP])?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                s = signals.next() => match s {
+                    Some(_) => reload(),
+                    None => return,
+                },
+                _ = shutdown.cancelled() => return,
+            }
+        }
+    });
+    Ok(())
+}

@@ -1,12 +1,18 @@
 //! The web admin pages: Redis nodes, topics with their counts, pause and resume, and dead letters with
 //! requeue and delete. Server-rendered (maud escapes everything it prints), with a few lines of
-//! script that call the JSON API, so the pages can do nothing the API cannot.
+//! script that call the JSON API, so the pages can do nothing the API cannot. With tokens configured,
+//! the pages need the `admin` scope: the login form takes an admin token and keeps it in an
+//! `HttpOnly; Secure; SameSite=Strict` cookie, which the pages' calls to the API then carry.
 
 use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use dq_core::config::Scope;
 use dq_core::job::validate_topic;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use crate::AppState;
+use crate::auth::{COOKIE, Caller, is_admin};
 use crate::error::ApiError;
 use crate::topics::counts;
 
@@ -35,11 +41,16 @@ fn page(title: &str, body: Markup) -> Markup {
 }
 
 /// `GET /admin`: Redis nodes and topics.
-pub async fn overview(State(app): State<AppState>) -> Result<Markup, ApiError> {
+pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Markup, ApiError> {
+    caller.allow_scope(Scope::Admin)?;
     let nodes = app.queue.node_health(std::time::Duration::from_millis(1000)).await;
     let registry = app.queue.topics().await.unwrap_or_default();
     let counts = counts(&app).await;
-    let mut names: Vec<&String> = registry.keys().chain(counts.keys()).collect();
+    let mut names: Vec<&String> = registry
+        .keys()
+        .chain(counts.keys())
+        .filter(|t| caller.sees(t))
+        .collect();
     names.sort();
     names.dedup();
     Ok(page(
@@ -90,8 +101,9 @@ pub async fn overview(State(app): State<AppState>) -> Result<Markup, ApiError> {
 }
 
 /// `GET /admin/topics/{topic}`: a topic's registration, counts and first dead letters.
-pub async fn topic(State(app): State<AppState>, Path(topic): Path<String>) -> Result<Markup, ApiError> {
+pub async fn topic(State(app): State<AppState>, caller: Caller, Path(topic): Path<String>) -> Result<Markup, ApiError> {
     validate_topic(&topic)?;
+    caller.allow(Scope::Admin, &topic)?;
     let config = app.queue.topics().await?.remove(&topic);
     let counts = counts(&app).await.remove(&topic).unwrap_or_default();
     let dead = app.queue.dead(&topic, 0, 100).await?;
@@ -131,4 +143,51 @@ pub async fn topic(State(app): State<AppState>, Path(topic): Path<String>) -> Re
             }
         },
     ))
+}
+
+/// `GET /admin/login`: a form for an admin token.
+pub async fn login_form() -> Markup {
+    login_page(None)
+}
+
+fn login_page(error: Option<&str>) -> Markup {
+    html! {
+        (DOCTYPE)
+        html {
+            head { meta charset="utf-8"; title { "Log in · dq" } style { (PreEscaped(STYLE)) } }
+            body {
+                h1 { "dq admin" }
+                @if let Some(e) = error { p class="down" { (e) } }
+                form method="post" action="/admin/login" {
+                    label { "Admin token " input type="password" name="token" autocomplete="current-password" autofocus; }
+                    " " button type="submit" { "Log in" }
+                }
+            }
+        }
+    }
+}
+
+/// The login form's fields.
+#[derive(serde::Deserialize)]
+pub struct LoginForm {
+    token: String,
+}
+
+/// `POST /admin/login`: with a token that has the `admin` scope, sets the session cookie (the token,
+/// `HttpOnly; Secure; SameSite=Strict`, for the browser session) and goes to `/admin`; otherwise 401
+/// with the form again.
+pub async fn login(State(app): State<AppState>, axum::Form(form): axum::Form<LoginForm>) -> Response {
+    let token = form.token.trim();
+    // A cookie value cannot hold every byte; such a token could not be sent back anyway.
+    let fits = !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b',');
+    if !fits || !is_admin(&app.auth, token) {
+        metrics::counter!("dq_auth_refusals_total", "reason" => "bad_login").increment(1);
+        return (
+            StatusCode::UNAUTHORIZED,
+            login_page(Some("That is not an admin token.")),
+        )
+            .into_response();
+    }
+    let cookie = format!("{COOKIE}={token}; Path=/; HttpOnly; Secure; SameSite=Strict");
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/admin")).into_response()
 }

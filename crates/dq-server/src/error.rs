@@ -29,6 +29,26 @@ impl ApiError {
         }
     }
 
+    /// 401 `unauthorized`: no token, or not a valid one.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "unauthorized",
+            message: message.into(),
+            id: None,
+        }
+    }
+
+    /// 403 `forbidden`: the token lacks the scope or the topic.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            code: "forbidden",
+            message: message.into(),
+            id: None,
+        }
+    }
+
     /// 413 `payload_too_large`.
     pub fn too_large(message: impl Into<String>) -> Self {
         ApiError {

@@ -4,6 +4,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use dq_core::config::Scope;
 use dq_core::job::validate_id;
 use dq_core::{Job, NewJob, PushRequest, Schedule, State as JobState};
 use serde::{Deserialize, Serialize};
@@ -11,6 +12,7 @@ use serde_json::json;
 use serde_json::value::RawValue;
 
 use crate::AppState;
+use crate::auth::Caller;
 use crate::body::JsonBody;
 use crate::error::ApiError;
 
@@ -28,7 +30,12 @@ pub struct PushAnswer {
 }
 
 /// `POST /v1/jobs`: 201 `{id, topic, state, run_at}`.
-pub async fn push(State(app): State<AppState>, JsonBody(req): JsonBody<PushRequest>) -> Result<Response, ApiError> {
+pub async fn push(
+    State(app): State<AppState>,
+    caller: Caller,
+    JsonBody(req): JsonBody<PushRequest>,
+) -> Result<Response, ApiError> {
+    caller.allow(Scope::Produce, &req.topic)?;
     let registry = app.topics.snapshot();
     let config = registry.get(&req.topic);
     let job = app.queue.validate_for(req, config)?;
@@ -55,8 +62,10 @@ pub struct BatchRequest {
 /// (nothing is written); a live id or an unavailable partition fails only its own entry.
 pub async fn push_many(
     State(app): State<AppState>,
+    caller: Caller,
     JsonBody(req): JsonBody<BatchRequest>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    caller.allow_scope(Scope::Produce)?;
     let max = app.queue.limits().max_batch;
     if req.jobs.is_empty() {
         return Err(ApiError::invalid("`jobs` must hold at least one job"));
@@ -72,6 +81,11 @@ pub async fn push_many(
     for (i, raw) in req.jobs.iter().enumerate() {
         let parsed: PushRequest =
             serde_json::from_str(raw.get()).map_err(|e| ApiError::invalid(format!("jobs[{i}]: {e}")))?;
+        // A topic the token may not use refuses the whole batch, before anything is written.
+        caller.allow(Scope::Produce, &parsed.topic).map_err(|mut e| {
+            e.message = format!("jobs[{i}]: {}", e.message);
+            e
+        })?;
         let config = registry.get(&parsed.topic);
         let job = app.queue.validate_for(parsed, config).map_err(|e| {
             let mut err = ApiError::from(e);
@@ -98,14 +112,38 @@ fn checked_id(id: &str) -> Result<(), ApiError> {
 }
 
 /// `GET /v1/jobs/{id}`: the job.
-pub async fn lookup(State(app): State<AppState>, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
+pub async fn lookup(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Job>, ApiError> {
+    caller.allow_scope(Scope::Read)?;
     checked_id(&id)?;
-    Ok(Json(app.queue.get(&id).await?))
+    let job = app.queue.get(&id).await?;
+    caller.allow(Scope::Read, &job.topic)?;
+    Ok(Json(job))
+}
+
+/// 403 unless `caller` may use job `id`'s topic with `scope`. A token for every topic needs no look-up;
+/// one limited to some topics costs a read of the job (404 when there is none).
+pub async fn allow_job(app: &AppState, caller: &Caller, scope: Scope, id: &str) -> Result<(), ApiError> {
+    caller.allow_scope(scope)?;
+    if caller.limited() {
+        let job = app.queue.get(id).await?;
+        caller.allow(scope, &job.topic)?;
+    }
+    Ok(())
 }
 
 /// `DELETE /v1/jobs/{id}`: 204, or 404.
-pub async fn cancel(State(app): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn cancel(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    caller.allow_scope(Scope::Produce)?;
     checked_id(&id)?;
+    allow_job(&app, &caller, Scope::Produce, &id).await?;
     app.queue.delete(&id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -125,9 +163,11 @@ pub struct RescheduleRequest {
 /// `PATCH /v1/jobs/{id}`: 200 job, only while delayed or ready (else 409).
 pub async fn reschedule(
     State(app): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<RescheduleRequest>,
 ) -> Result<Json<Job>, ApiError> {
+    caller.allow_scope(Scope::Produce)?;
     checked_id(&id)?;
     let horizon = app.queue.limits().max_delay_ms;
     let schedule = match (req.delay_ms, req.run_at) {
@@ -149,5 +189,6 @@ pub async fn reschedule(
             return Err(ApiError::invalid("give exactly one of `delay_ms` or `run_at`"));
         }
     };
+    allow_job(&app, &caller, Scope::Produce, &id).await?;
     Ok(Json(app.queue.reschedule(&id, schedule).await?))
 }

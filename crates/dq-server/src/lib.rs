@@ -7,8 +7,10 @@
 //! - [`topics`]: the topic registry, pause and resume, dead letters.
 //! - [`probes`]: stats, `/healthz`, `/readyz`, `/metrics`.
 //! - [`admin`]: the web admin pages over the same API.
+//! - [`auth`]: tokens, scopes and the admin login.
 
 pub mod admin;
+pub mod auth;
 pub mod body;
 pub mod error;
 pub mod jobs;
@@ -37,6 +39,8 @@ pub struct AppState {
     pub topics: Arc<TopicCache>,
     /// Cancelled when the server drains: long polls answer at once.
     pub shutdown: CancellationToken,
+    /// The tokens in force.
+    pub auth: Arc<auth::Auth>,
 }
 
 /// Binds `server.listen` and serves until `shutdown`.
@@ -50,10 +54,19 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
 /// Serves the API on `listener` until `shutdown`, then lets in-flight requests finish for at most
 /// `shutdown.grace_ms`.
 pub async fn serve(listener: TcpListener, settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    auth::check_listen(&settings.auth, listener.local_addr()?)?;
+    let auth = Arc::new(auth::Auth::new(&settings.auth)?);
+    {
+        let (auth, file) = (auth.clone(), settings.file.clone());
+        dq_core::signals::on_hangup(shutdown.clone(), move || auth.reload(file.as_deref()))?;
+    }
     let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     dq_core::telemetry::prometheus();
     // Served from the start (at 0), so a dashboard tells "none" from "not measured".
     metrics::counter!("dq_writes_not_replicated_total").increment(0);
+    for reason in ["no_token", "bad_token", "bad_login"] {
+        metrics::counter!("dq_auth_refusals_total", "reason" => reason).increment(0);
+    }
     let listener_task = dq_core::wake::follow_ready(&queue, shutdown.clone());
     let refresh = Duration::from_millis(settings.topics.refresh_ms);
     let topics = TopicCache::start(queue.clone(), refresh, shutdown.clone()).await;
@@ -61,6 +74,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
         queue: Arc::new(queue),
         topics,
         shutdown: shutdown.clone(),
+        auth,
     };
     let max_request = settings.limits.max_request_bytes();
     state.queue.spawn_health_probe(Duration::from_secs(5), shutdown.clone());
@@ -91,9 +105,9 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/jobs/batch",
             post(jobs::push_many)
-                .get(|st| jobs::lookup(st, Path("batch".into())))
-                .delete(|st| jobs::cancel(st, Path("batch".into())))
-                .patch(|st, body| jobs::reschedule(st, Path("batch".into()), body)),
+                .get(|st, c| jobs::lookup(st, c, Path("batch".into())))
+                .delete(|st, c| jobs::cancel(st, c, Path("batch".into())))
+                .patch(|st, c, body| jobs::reschedule(st, c, Path("batch".into()), body)),
         )
         .route(
             "/v1/jobs/{id}",
@@ -114,11 +128,16 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/topics/{topic}/dead/requeue", post(topics::requeue))
         .route("/v1/stats", get(probes::stats))
         .route("/admin", get(admin::overview))
+        .route("/admin/login", get(admin::login_form).post(admin::login))
         .route("/admin/topics/{topic}", get(admin::topic))
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
         .route("/metrics", get(probes::metrics))
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::no_method)
+        .layer(axum::middleware::from_fn_with_state(
+            state.auth.clone(),
+            auth::authenticate,
+        ))
         .with_state(state)
 }

@@ -7,24 +7,28 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
+use dq_core::config::Scope;
 use dq_core::queue::NodeStats;
 use serde_json::json;
 
 use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
 use crate::topics::zero_counts;
 
 /// `GET /v1/stats`: job counts per topic and state over every partition, the partitions that did not
 /// answer, and each Redis primary's health.
-pub async fn stats(State(app): State<AppState>) -> Json<serde_json::Value> {
+pub async fn stats(State(app): State<AppState>, caller: Caller) -> Result<Json<serde_json::Value>, ApiError> {
+    caller.allow_scope(Scope::Read)?;
     let stats = app.queue.stats().await;
     let mut topics: BTreeMap<String, BTreeMap<&'static str, i64>> = BTreeMap::new();
-    for (topic, counts) in &stats.counts {
+    for (topic, counts) in stats.counts.iter().filter(|(t, _)| caller.sees(t)) {
         let t = topics.entry(topic.clone()).or_insert_with(zero_counts);
         for (state, n) in counts {
             *t.entry(state.as_str()).or_default() += n;
         }
     }
-    Json(json!({
+    Ok(Json(json!({
         "topics": topics,
         "redis": {
             "mode": app.queue.redis().mode(),
@@ -32,7 +36,7 @@ pub async fn stats(State(app): State<AppState>) -> Json<serde_json::Value> {
             "partitions_down": stats.partitions_down,
             "nodes": nodes_json(&stats.nodes),
         },
-    }))
+    })))
 }
 
 fn nodes_json(nodes: &[NodeStats]) -> Vec<serde_json::Value> {
@@ -70,7 +74,8 @@ pub async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
 }
 
 /// `GET /metrics`: Prometheus text.
-pub async fn metrics() -> impl IntoResponse {
+pub async fn metrics(caller: Caller) -> Result<impl IntoResponse, ApiError> {
+    caller.allow_everywhere(Scope::Read)?;
     let body = dq_core::telemetry::prometheus().render();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body))
 }

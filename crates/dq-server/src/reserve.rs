@@ -6,14 +6,17 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use dq_core::Reservation;
+use dq_core::config::Scope;
 use dq_core::job::{validate_id, validate_topic};
 use dq_core::queue::ReserveOptions;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::AppState;
+use crate::auth::Caller;
 use crate::body::JsonBody;
 use crate::error::ApiError;
+use crate::jobs::allow_job;
 
 /// `POST /v1/reserve` answer. A typed struct, not `json!`: that would turn each job's raw body into a
 /// `serde_json::Value`, parsing it again on every reserve.
@@ -44,8 +47,10 @@ pub struct ReserveRequest {
 /// waiter of the topic in this process, not all).
 pub async fn reserve(
     State(app): State<AppState>,
+    caller: Caller,
     JsonBody(req): JsonBody<ReserveRequest>,
 ) -> Result<Json<Reserved>, ApiError> {
+    caller.allow_scope(Scope::Consume)?;
     let limits = app.queue.limits();
     if req.topics.is_empty() {
         return Err(ApiError::invalid("`topics` must name at least one topic"));
@@ -59,6 +64,7 @@ pub async fn reserve(
     }
     for t in &req.topics {
         validate_topic(t)?;
+        caller.allow(Scope::Consume, t)?;
     }
     let mut topics: Vec<String> = Vec::with_capacity(req.topics.len());
     for t in req.topics {
@@ -133,10 +139,13 @@ pub struct AckRequest {
 /// `POST /v1/jobs/{id}/ack`: 204; 409 `stale_receipt` when the reservation is over.
 pub async fn ack(
     State(app): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<AckRequest>,
 ) -> Result<StatusCode, ApiError> {
+    caller.allow_scope(Scope::Consume)?;
     check(&id, &req.receipt)?;
+    allow_job(&app, &caller, Scope::Consume, &id).await?;
     app.queue.ack(&id, &req.receipt).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -158,10 +167,13 @@ pub struct NackRequest {
 /// `POST /v1/jobs/{id}/nack`: 204; the job backs off, or goes dead after its last attempt.
 pub async fn nack(
     State(app): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<NackRequest>,
 ) -> Result<StatusCode, ApiError> {
+    caller.allow_scope(Scope::Consume)?;
     check(&id, &req.receipt)?;
+    allow_job(&app, &caller, Scope::Consume, &id).await?;
     let limits = app.queue.limits();
     let delay = match req.delay_ms {
         None => None,
@@ -202,10 +214,13 @@ pub struct TouchRequest {
 /// `POST /v1/jobs/{id}/touch`: 200 `{deadline}`.
 pub async fn touch(
     State(app): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<TouchRequest>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    caller.allow_scope(Scope::Consume)?;
     check(&id, &req.receipt)?;
+    allow_job(&app, &caller, Scope::Consume, &id).await?;
     let limits = app.queue.limits();
     let ttr = match req.ttr_ms {
         None => None,

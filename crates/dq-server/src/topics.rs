@@ -6,12 +6,14 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use dq_core::config::Scope;
 use dq_core::job::{validate_id, validate_topic};
 use dq_core::queue::dead::DeadPage;
 use dq_core::{State as JobState, TopicConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::AppState;
+use crate::auth::Caller;
 use crate::body::JsonBody;
 use crate::error::ApiError;
 
@@ -71,18 +73,25 @@ async fn store(app: &AppState, topic: &str, config: &TopicConfig) -> Result<(), 
 /// `PUT /v1/topics/{topic}`: registers or replaces a topic; 400 names what is wrong.
 pub async fn put(
     State(app): State<AppState>,
+    caller: Caller,
     Path(topic): Path<String>,
     JsonBody(config): JsonBody<TopicConfig>,
 ) -> Result<Json<TopicView>, ApiError> {
     checked(&topic)?;
+    caller.allow(Scope::Admin, &topic)?;
     config.validate(app.queue.limits())?;
     store(&app, &topic, &config).await?;
     Ok(Json(view(&app, topic, Some(config)).await))
 }
 
 /// `GET /v1/topics/{topic}`: the registration and counts; 404 when neither exists.
-pub async fn get(State(app): State<AppState>, Path(topic): Path<String>) -> Result<Json<TopicView>, ApiError> {
+pub async fn get(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(topic): Path<String>,
+) -> Result<Json<TopicView>, ApiError> {
     checked(&topic)?;
+    caller.allow(Scope::Read, &topic)?;
     let config = app.queue.topics().await?.remove(&topic);
     let counts = counts(&app).await;
     if config.is_none() && !counts.contains_key(&topic) {
@@ -92,8 +101,13 @@ pub async fn get(State(app): State<AppState>, Path(topic): Path<String>) -> Resu
 }
 
 /// `DELETE /v1/topics/{topic}`: removes the registration (its jobs stay): 204, or 404.
-pub async fn delete(State(app): State<AppState>, Path(topic): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn delete(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(topic): Path<String>,
+) -> Result<StatusCode, ApiError> {
     checked(&topic)?;
+    caller.allow(Scope::Admin, &topic)?;
     app.queue.delete_topic(&topic).await?;
     if let Ok(all) = app.queue.topics().await {
         app.topics.set(all);
@@ -109,10 +123,16 @@ pub struct TopicList {
 }
 
 /// `GET /v1/topics`: every registered topic and every topic with jobs, with counts per state.
-pub async fn list(State(app): State<AppState>) -> Result<Json<TopicList>, ApiError> {
+pub async fn list(State(app): State<AppState>, caller: Caller) -> Result<Json<TopicList>, ApiError> {
+    caller.allow_scope(Scope::Read)?;
     let mut configs = app.queue.topics().await?;
     let mut counts = counts(&app).await;
-    let mut names: Vec<String> = configs.keys().chain(counts.keys()).cloned().collect();
+    let mut names: Vec<String> = configs
+        .keys()
+        .chain(counts.keys())
+        .filter(|t| caller.sees(t))
+        .cloned()
+        .collect();
     names.sort();
     names.dedup();
     let topics = names
@@ -135,12 +155,22 @@ async fn set_paused(app: AppState, topic: String, paused: bool) -> Result<Json<T
 }
 
 /// `POST /v1/topics/{topic}/pause`: stops delivery and reserve of the topic (pushes still go in).
-pub async fn pause(State(app): State<AppState>, Path(topic): Path<String>) -> Result<Json<TopicView>, ApiError> {
+pub async fn pause(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(topic): Path<String>,
+) -> Result<Json<TopicView>, ApiError> {
+    caller.allow(Scope::Admin, &topic)?;
     set_paused(app, topic, true).await
 }
 
 /// `POST /v1/topics/{topic}/resume`: undoes pause.
-pub async fn resume(State(app): State<AppState>, Path(topic): Path<String>) -> Result<Json<TopicView>, ApiError> {
+pub async fn resume(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(topic): Path<String>,
+) -> Result<Json<TopicView>, ApiError> {
+    caller.allow(Scope::Admin, &topic)?;
     set_paused(app, topic, false).await
 }
 
@@ -159,10 +189,12 @@ pub struct DeadQuery {
 /// `GET /v1/topics/{topic}/dead?offset=&limit=`: a page of dead jobs, oldest death first, and the total.
 pub async fn dead(
     State(app): State<AppState>,
+    caller: Caller,
     Path(topic): Path<String>,
     query: Result<Query<DeadQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<DeadPage>, ApiError> {
     checked(&topic)?;
+    caller.allow(Scope::Read, &topic)?;
     let Query(q) = query.map_err(|e| ApiError::invalid(format!("invalid query: {}", e.body_text())))?;
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
@@ -212,10 +244,12 @@ fn dead_ids(body: &Bytes) -> Result<Option<Vec<String>>, ApiError> {
 /// `POST /v1/topics/{topic}/dead/requeue` `{ids?}`: back to ready with fresh attempts; `{requeued}`.
 pub async fn requeue(
     State(app): State<AppState>,
+    caller: Caller,
     Path(topic): Path<String>,
     body: Bytes,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     checked(&topic)?;
+    caller.allow(Scope::Admin, &topic)?;
     let ids = dead_ids(&body)?;
     let n = app.queue.requeue_dead(&topic, ids.as_deref()).await?;
     Ok(Json(serde_json::json!({ "requeued": n })))
@@ -224,10 +258,12 @@ pub async fn requeue(
 /// `DELETE /v1/topics/{topic}/dead` `{ids?}`: deletes dead jobs; `{deleted}`.
 pub async fn purge(
     State(app): State<AppState>,
+    caller: Caller,
     Path(topic): Path<String>,
     body: Bytes,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     checked(&topic)?;
+    caller.allow(Scope::Admin, &topic)?;
     let ids = dead_ids(&body)?;
     let n = app.queue.purge_dead(&topic, ids.as_deref()).await?;
     Ok(Json(serde_json::json!({ "deleted": n })))

@@ -128,6 +128,7 @@ async fn every_binary_serves_the_documented_metrics() {
                 "dq_redis_latency_seconds",
                 "dq_writes_not_replicated_total",
                 "dq_ready_index_topics",
+                "dq_auth_refusals_total",
             ],
         ),
         (

@@ -81,3 +81,60 @@ async fn server_answers_in_flight_long_polls_and_exits_0_on_signals() {
         assert_eq!(body["jobs"], json!([]));
     }
 }
+
+/// Without a token, dq-server refuses to serve the open API on a non-loopback address, naming
+/// `auth.insecure`; with `auth.insecure` it serves.
+#[tokio::test]
+async fn an_open_api_is_refused_beyond_loopback() {
+    let redis = RedisServer::start();
+    let port = dq_harness::free_port();
+    let mut vars = common::env(&[&redis], port);
+    vars.retain(|(k, _)| *k != "DQ__SERVER__LISTEN");
+    vars.push(("DQ__SERVER__LISTEN", format!("0.0.0.0:{port}")));
+    let mut refused = dq_harness::DqProcess::spawn("dq-server", &vars, &[]);
+    let status = refused.wait(Duration::from_secs(30)).expect("exits");
+    assert!(!status.success());
+    assert!(refused.log().contains("auth.insecure"), "{}", refused.log());
+    vars.push(("DQ__AUTH__INSECURE", "true".into()));
+    let served = common::start_on("dq-server", port, vars).await;
+    drop(served);
+}
+
+/// SIGHUP reads the settings file again: a token added there works, one removed gets 401, without a
+/// restart.
+#[tokio::test]
+async fn sighup_reloads_the_tokens_from_the_settings_file() {
+    use sha2::{Digest, Sha256};
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dq.toml");
+    let write = |name: &str, token: &str| {
+        let hash = hex::encode(Sha256::digest(token.as_bytes()));
+        std::fs::write(
+            &file,
+            format!("[[auth.tokens]]\nname = \"{name}\"\nsha256 = \"{hash}\"\nscopes = [\"read\"]\n"),
+        )
+        .unwrap();
+    };
+    write("old", "old-token");
+    let port = dq_harness::free_port();
+    let config = file.to_str().unwrap().to_string();
+    let process = dq_harness::DqProcess::spawn("dq-server", &common::env(&[&redis], port), &["--config", &config]);
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let stats = |token: &'static str| http.get(format!("{base}/v1/stats")).bearer_auth(token).send();
+    dq_harness::eventually(Duration::from_secs(30), "the server answers the old token", || async {
+        stats("old-token").await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert_eq!(stats("new-token").await.unwrap().status(), 401);
+    write("new", "new-token");
+    process.signal("HUP");
+    dq_harness::eventually(Duration::from_secs(30), "the new token works", || async {
+        stats("new-token").await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert_eq!(stats("old-token").await.unwrap().status(), 401);
+    let log = process.log();
+    assert!(log.contains("tokens read again") && !log.contains("new-token"), "{log}");
+}

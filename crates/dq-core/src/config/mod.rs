@@ -6,7 +6,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+mod auth;
 mod redis;
+pub use self::auth::{AuthSettings, KeySpec, Scope, TokenSpec};
 pub use self::redis::{RedisMode, RedisSettings, redact};
 
 /// A configuration that cannot be used; the message names the key.
@@ -58,6 +60,11 @@ pub struct Settings {
     pub checker: CheckerSettings,
     /// Log format and level.
     pub log: LogSettings,
+    /// Who may call dq-server's API.
+    pub auth: AuthSettings,
+    /// The file these settings were read from, if any: read again on SIGHUP (dq-server's tokens).
+    #[serde(skip)]
+    pub file: Option<std::path::PathBuf>,
 }
 
 /// dq-server's listener.
@@ -305,14 +312,16 @@ impl Settings {
                 .try_parsing(true)
                 .source(Some(env)),
         );
-        let settings: Settings = builder.build()?.try_deserialize()?;
+        let mut settings: Settings = builder.build()?.try_deserialize()?;
         settings.validate()?;
+        settings.file = path.map(Path::to_path_buf);
         Ok(settings)
     }
 
     /// Checks what the types alone do not.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.redis.validate()?;
+        self.auth.validate()?;
         self.server
             .listen
             .parse::<SocketAddr>()
@@ -505,7 +514,9 @@ mod tests {
     #[test]
     fn the_shipped_example_is_the_defaults() {
         let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/dq.toml"));
-        let from_file = Settings::load_from(Some(path), env(&[])).unwrap();
+        let mut from_file = Settings::load_from(Some(path), env(&[])).unwrap();
+        assert_eq!(from_file.file.as_deref(), Some(path), "remembered, for SIGHUP");
+        from_file.file = None;
         let defaults = Settings::load_from(None, env(&[])).unwrap();
         assert_eq!(format!("{from_file:?}"), format!("{defaults:?}"));
     }
