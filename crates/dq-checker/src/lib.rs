@@ -60,11 +60,11 @@ struct Memory {
     sent: HashMap<String, String>,
     /// Config problems already warned about, per primary and check.
     warned: HashSet<(String, &'static str)>,
-    /// The depths published as more than 0 last round. The counts hash drops a field that reaches 0,
-    /// so a topic that empties is simply absent: it is published as 0 once (and its backlog alert
+    /// The depths published as more than 0 last round. Counts at 0 are not in the stats (and are
+    /// removed by the housekeeping), so a topic that empties is simply absent: it is published as 0 once (and its backlog alert
     /// clears), then forgotten, so topics used once and never again are not carried forever.
     depths: HashSet<(String, State)>,
-    /// When the registry's tombstones were last pruned.
+    /// When the last housekeeping ran (zero counts, registry tombstones).
     pruned: Option<Instant>,
 }
 
@@ -184,7 +184,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .await;
         if memory.leader {
             retention.round(&queue, &stats, &settings.jobs, interval).await;
-            prune_tombstones(&queue, &mut memory).await;
+            let every = Duration::from_millis(settings.checker.housekeeping_interval_ms);
+            housekeeping(&queue, &stats, every, &mut memory).await;
         }
         quarantine::check(&queue, &notifier, &mut memory).await;
     }
@@ -362,20 +363,28 @@ async fn depths(queue: &Queue, stats: &Stats, threshold: Option<u64>, notifier: 
     }
 }
 
-/// Removes the registry's tombstones, which releases before this one wrote for each deleted topic and
-/// never removed: when this checker takes the lease, then every 10 minutes (older processes may still
-/// run during a rolling upgrade).
-async fn prune_tombstones(queue: &Queue, memory: &mut Memory) {
-    if memory.pruned.is_some_and(|at| at.elapsed() < Duration::from_secs(600)) {
+/// Removes what nothing needs any more, when this checker takes the lease and then every `every`:
+/// counts fields at 0 (the scripts leave them, since removing them there would cost every job Redis
+/// CPU; readers ignore them), and the registry's tombstones, which releases before this one wrote for
+/// each deleted topic (older processes may still run during a rolling upgrade).
+async fn housekeeping(queue: &Queue, stats: &Stats, every: Duration, memory: &mut Memory) {
+    if memory.pruned.is_some_and(|at| at.elapsed() < every) {
         return;
     }
-    match queue.prune_topic_tombstones().await {
-        Ok(n) => {
-            memory.pruned = Some(Instant::now());
-            if n > 0 {
-                tracing::info!(tombstones = n, "removed deleted topics' tombstones from the registry");
-            }
+    memory.pruned = Some(Instant::now());
+    let mut fields = 0;
+    for (p, zeros) in &stats.zeros {
+        match queue.prune_zero_counts(*p, zeros).await {
+            Ok(n) => fields += n,
+            Err(e) => tracing::debug!(partition = p, cause = %e, "cannot remove zero counts"),
         }
+    }
+    if fields > 0 {
+        tracing::debug!(fields, "removed counts fields at 0");
+    }
+    match queue.prune_topic_tombstones().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(tombstones = n, "removed deleted topics' tombstones from the registry"),
         Err(e) => tracing::debug!(cause = %e, "cannot prune the registry's tombstones"),
     }
 }

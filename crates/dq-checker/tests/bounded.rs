@@ -1,6 +1,6 @@
 //! What would grow without bound is kept bounded by dq-checker, against a real Redis: dead jobs past
 //! `jobs.dead_retention_ms` and the oldest over `jobs.dead_max_per_topic` go, records and counts with
-//! them; deleted topics' tombstones left by older releases go.
+//! them; counts fields at 0 and deleted topics' tombstones left by older releases go.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -193,6 +193,63 @@ async fn deleting_a_topic_leaves_nothing_and_old_tombstones_are_pruned() {
         q.topics().await.unwrap().contains_key("kept"),
         "a registration is no tombstone"
     );
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_fields_at_zero_are_removed_and_a_topic_used_once_leaves_nothing() {
+    let redis = RedisServer::start();
+    let mut s = settings(&redis);
+    s.checker.housekeeping_interval_ms = 100;
+    let q = Queue::connect(&s).await.unwrap();
+    for i in 0..20 {
+        let json = serde_json::json!({"topic": format!("once{i}"), "body": i});
+        q.push(
+            q.validate(serde_json::from_value::<PushRequest>(json).unwrap())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        let r = q.reserve(&[format!("once{i}")], 1).await.unwrap().remove(0);
+        q.ack(&r.id, &r.receipt).await.unwrap();
+    }
+    let json = serde_json::json!({"topic": "kept", "body": 1});
+    q.push(
+        q.validate(serde_json::from_value::<PushRequest>(json).unwrap())
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    // The scripts leave the fields at 0; readers already ignore them.
+    assert!(dead(&redis, &q, "once0").await.1 == 0);
+    let fields = |redis: &RedisServer| {
+        let mut c = redis.conn();
+        let mut all: Vec<(String, i64)> = Vec::new();
+        for key in redis::cmd("KEYS")
+            .arg("dq:{*}:counts")
+            .query::<Vec<String>>(&mut c)
+            .unwrap()
+        {
+            let h: HashMap<String, i64> = redis::cmd("HGETALL").arg(&key).query(&mut c).unwrap();
+            all.extend(h);
+        }
+        all
+    };
+    assert!(fields(&redis).iter().any(|(f, n)| f.starts_with("once") && *n == 0));
+    let stats = q.stats().await;
+    assert_eq!(
+        stats.counts.keys().collect::<Vec<_>>(),
+        ["kept"],
+        "zeros are not counts"
+    );
+
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(dq_checker::run(s.clone(), stop.clone()));
+    eventually(Duration::from_secs(30), "only the topic with a job left", || async {
+        fields(&redis) == [("kept:ready".to_string(), 1)]
+    })
+    .await;
     stop.cancel();
     task.await.unwrap().unwrap();
 }

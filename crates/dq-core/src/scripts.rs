@@ -166,6 +166,11 @@ script!(
     "unquarantine.lua"
 );
 script!(
+    /// Remove counts fields that are 0 (dq-checker's housekeeping).
+    COUNTS_PRUNE,
+    "counts_prune.lua"
+);
+script!(
     /// Take or keep a lease (dq-checker's: who sends alerts).
     LEASE,
     "lease.lua"
@@ -185,7 +190,7 @@ script!(
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
 /// NOSCRIPT and send the script's text again.
 /// `sharded` picks the builds of the scripts that publish.
-pub fn all(sharded: bool) -> [&'static Script; 22] {
+pub fn all(sharded: bool) -> [&'static Script; 23] {
     [
         &GET,
         PUSH.get(sharded),
@@ -207,6 +212,7 @@ pub fn all(sharded: bool) -> [&'static Script; 22] {
         &BALANCE,
         &UNQUARANTINE,
         &LEASE,
+        &COUNTS_PRUNE,
         &EVENTS_TAKE,
         &EVENTS_DONE,
     ]
@@ -240,7 +246,7 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 23);
+        assert_eq!(n, 24);
         assert_eq!(super::all(false).len(), n - 1, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [

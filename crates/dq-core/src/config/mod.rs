@@ -247,6 +247,9 @@ pub struct CheckerSettings {
     pub backlog_threshold: Option<u64>,
     /// How often the consistency audit runs, in ms (0: only on demand, `dq-checker audit`).
     pub audit_interval_ms: u64,
+    /// How often the checker that holds the lease removes what nothing needs any more: counts fields
+    /// at 0 and the registry's tombstones of older releases, in ms.
+    pub housekeeping_interval_ms: u64,
     /// How long one alert delivery (webhook or mail) may take, in ms.
     pub alert_timeout_ms: u64,
 }
@@ -261,6 +264,7 @@ impl Default for CheckerSettings {
             mail_to: Vec::new(),
             backlog_threshold: None,
             audit_interval_ms: 600_000,
+            housekeeping_interval_ms: 600_000,
             alert_timeout_ms: 5000,
         }
     }

@@ -11,7 +11,7 @@ local r = rec_load(job)
 if not r then return 0 end
 if r.s ~= 'reserved' or r.rc ~= ARGV[2] then return -1 end
 redis.call('ZREM', reserved, ARGV[1])
-count_down(counts, r.t .. ':reserved', 1)
+redis.call('HINCRBY', counts, r.t .. ':reserved', -1)
 local retention = tonumber(ARGV[3])
 if retention > 0 then
   r.s = 'done'

@@ -23,5 +23,5 @@ elseif state == 'dead' then
   redis.call('ZREM', prefix .. ':dead:' .. topic, id)
 end
 redis.call('DEL', job)
-if state ~= 'done' then count_down(counts, topic .. ':' .. state, 1) end
+if state ~= 'done' then redis.call('HINCRBY', counts, topic .. ':' .. state, -1) end
 return 1

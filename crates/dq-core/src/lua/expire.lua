@@ -36,7 +36,7 @@ for i, id in ipairs(expired) do
     local topic = r.t
     r.rc, r.d = nil, nil
     r.e = 'reservation expired (ttr)'
-    count_down(counts, topic .. ':reserved', 1)
+    redis.call('HINCRBY', counts, topic .. ':reserved', -1)
     local attempts, max = r.a, r.m
     if max > 0 and attempts >= max then
       redis.call('ZADD', prefix .. ':dead:' .. topic, now, id)

@@ -27,7 +27,7 @@ local attempts, max = r.a, r.m
 redis.call('ZREM', reserved, id)
 r.rc, r.d = nil, nil
 if ARGV[4] ~= '' then r.e = ARGV[4] end
-count_down(counts, topic .. ':reserved', 1)
+redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 
 if max > 0 and attempts >= max then
   redis.call('ZADD', prefix .. ':dead:' .. topic, now, id)

@@ -40,7 +40,7 @@ for i = 1, count do
   end
 end
 for topic, n in pairs(per_topic) do
-  count_down(counts, topic .. ':delayed', n)
+  redis.call('HINCRBY', counts, topic .. ':delayed', -n)
   redis.call('HINCRBY', counts, topic .. ':ready', n)
   if was_empty[topic] then redis.call(publish, ready_channel, topic) end
 end

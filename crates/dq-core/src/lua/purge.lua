@@ -31,8 +31,5 @@ for _, id in ipairs(ids) do
     n = n + 1
   end
 end
--- The field goes when it reaches 0, as record.lua's count_down does (this script does not include it).
-if n > 0 and redis.call('HINCRBY', counts, topic .. ':dead', -n) == 0 then
-  redis.call('HDEL', counts, topic .. ':dead')
-end
+if n > 0 then redis.call('HINCRBY', counts, topic .. ':dead', -n) end
 return {n, n}

@@ -1,5 +1,5 @@
--- record.lua: the job record's format, and the counting of jobs by topic and state. Not a script of its own:
--- it is put in front of every script that reads or writes a record (scripts.rs), so both are defined once.
+-- record.lua: the job record's format. Not a script of its own: it is put in front of every script that
+-- reads or writes a record (scripts.rs), so the format is defined once.
 --
 -- A record (<prefix>:job:<id>) is one string: a MessagePack array of its fields in the order
 -- s, t, b, r, ttr, m, c, a, d, rc, e (the names below), the state stored as a number (1 delayed,
@@ -26,7 +26,7 @@
 -- Returns: nothing (defines local functions).
 
 -- This preamble runs on every call of the scripts that include it, and each function or table it makes
--- costs instructions on each call, so it makes three small functions and no table.
+-- costs instructions on each call, so it makes two functions and no table.
 
 -- The record at `key` as a table, or nil when there is none. A read that fails raises the error, so
 -- the script stops; with `soft`, it returns nil and the error instead, for a caller that must undo
@@ -112,10 +112,4 @@ local function rec_store(key, r, only_state, new)
   if new then return redis.call('SET', key, cmsgpack.pack(v), 'NX') ~= false end
   redis.call('SET', key, cmsgpack.pack(v))
   return true
-end
-
--- Takes `n` off the counts hash's `field` and removes the field when it reaches 0, so the hash holds
--- only topics that have jobs: a topic used once and never again leaves nothing behind.
-local function count_down(counts, field, n)
-  if redis.call('HINCRBY', counts, field, -n) == 0 then redis.call('HDEL', counts, field) end
 end

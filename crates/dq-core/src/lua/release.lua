@@ -23,6 +23,6 @@ r.s = 'ready'
 rec_store(job, r)
 redis.call('ZADD', ready, r.r, id)
 if was_empty then redis.call(publish, ARGV[4], topic) end
-count_down(counts, topic .. ':reserved', 1)
+redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 redis.call('HINCRBY', counts, topic .. ':ready', 1)
 return 1

@@ -24,7 +24,7 @@ redis.call('ZADD', ready, now, id)
 r.rc, r.d = nil, nil
 r.s, r.e = 'ready', 'restored by the consistency audit'
 rec_store(job, r)
-if where[state] then count_down(counts, topic .. ':' .. state, 1) end
+if where[state] then redis.call('HINCRBY', counts, topic .. ':' .. state, -1) end
 redis.call('HINCRBY', counts, topic .. ':ready', 1)
 if was_empty then redis.call(publish, ARGV[3], topic) end
 return 1

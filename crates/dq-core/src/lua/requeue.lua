@@ -43,7 +43,7 @@ for i, id in ipairs(ids) do
     end
   end
 end
-if removed > 0 then count_down(counts, topic .. ':dead', removed) end
+if removed > 0 then redis.call('HINCRBY', counts, topic .. ':dead', -removed) end
 if n > 0 then
   redis.call('HINCRBY', counts, topic .. ':ready', n)
   if was_empty then redis.call(publish, ARGV[3], topic) end

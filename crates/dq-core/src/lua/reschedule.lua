@@ -38,7 +38,7 @@ end
 r.r, r.s = run_at, new_state
 rec_store(job, r)
 if new_state ~= state then
-  count_down(counts, topic .. ':' .. state, 1)
+  redis.call('HINCRBY', counts, topic .. ':' .. state, -1)
   redis.call('HINCRBY', counts, topic .. ':' .. new_state, 1)
 end
 return {1, new_state, run_at}

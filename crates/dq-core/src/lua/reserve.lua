@@ -59,7 +59,7 @@ for q = 1, #pops do
       rec_store(prefix .. ':job:' .. id, r)
       redis.call('ZADD', reserved, r.d, id)
       if earliest == nil or r.d < earliest then earliest = r.d end
-      count_down(counts, r.t .. ':ready', 1)
+      redis.call('HINCRBY', counts, r.t .. ':ready', -1)
       redis.call('HINCRBY', counts, r.t .. ':reserved', 1)
       out[#out + 1] = id
       out[#out + 1] = r.t

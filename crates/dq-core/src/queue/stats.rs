@@ -26,6 +26,9 @@ pub struct Stats {
     /// Dead jobs by partition and topic (partitions that answered, topics with dead jobs): where
     /// dq-checker's retention has work.
     pub dead: Vec<(u16, String, u64)>,
+    /// Counts fields at 0, by partition: left by the scripts, removed by dq-checker's housekeeping.
+    /// They are not in `counts`.
+    pub zeros: Vec<(u16, Vec<String>)>,
     /// Partitions whose counts could not be read.
     pub partitions_down: Vec<u16>,
     /// Every primary (an empty list when the topology could not be read).
@@ -43,7 +46,12 @@ impl Queue {
         for (p, raw) in futures_util::future::join_all(reads).await {
             match raw {
                 Ok(raw) => {
+                    let mut zeros = Vec::new();
                     for (field, n) in raw {
+                        if n == 0 {
+                            zeros.push(field);
+                            continue;
+                        }
                         if let Some((topic, state)) = field.rsplit_once(':')
                             && let Some(state) = State::parse(state)
                         {
@@ -57,6 +65,9 @@ impl Queue {
                                 .entry(state)
                                 .or_default() += n;
                         }
+                    }
+                    if !zeros.is_empty() {
+                        stats.zeros.push((p, zeros));
                     }
                 }
                 Err(_) => stats.partitions_down.push(p),
@@ -76,6 +87,16 @@ impl Queue {
                 addr: None,
             }],
         }
+    }
+
+    /// Removes the counts fields of partition `p` among `fields` that are still 0. Returns how many went.
+    pub async fn prune_zero_counts(&self, p: u16, fields: &[String]) -> crate::error::Result<u64> {
+        let mut inv = crate::scripts::COUNTS_PRUNE.prepare_invoke();
+        inv.key(self.partition_keys(p).counts());
+        for f in fields {
+            inv.arg(f);
+        }
+        self.write(p, &inv).await
     }
 
     /// PINGs every primary, side by side.
