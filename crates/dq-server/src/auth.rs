@@ -29,16 +29,19 @@ pub const COOKIE: &str = "dq_token";
 /// One configured token.
 #[derive(Debug)]
 struct Key {
-    name: Arc<str>,
+    name: String,
     hash: [u8; 32],
     scopes: Vec<Scope>,
-    topics: Option<Arc<GlobSet>>,
+    topics: Option<GlobSet>,
 }
 
 /// The configured tokens.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Keyring {
-    keys: Vec<Key>,
+    keys: Vec<Arc<Key>>,
+    /// The caller of an open API (no token configured): every scope, every topic. Made once, so a
+    /// request costs one reference count.
+    open: Arc<Key>,
 }
 
 impl Keyring {
@@ -54,17 +57,23 @@ impl Keyring {
                     for p in &patterns {
                         set.add(Glob::new(p).map_err(|e| anyhow::anyhow!("auth.tokens `{name}`: pattern `{p}`: {e}"))?);
                     }
-                    Some(Arc::new(set.build()?))
+                    Some(set.build()?)
                 }
             };
-            keys.push(Key {
-                name: name.into(),
+            keys.push(Arc::new(Key {
+                name,
                 hash: spec.sha256,
                 scopes: spec.scopes,
                 topics,
-            });
+            }));
         }
-        Ok(Keyring { keys })
+        let open = Arc::new(Key {
+            name: "open".into(),
+            hash: [0; 32],
+            scopes: vec![Scope::Admin],
+            topics: None,
+        });
+        Ok(Keyring { keys, open })
     }
 
     /// No token configured: the API is open.
@@ -81,11 +90,7 @@ impl Keyring {
                 found = Some(key);
             }
         }
-        found.map(|k| Caller {
-            name: k.name.clone(),
-            scopes: k.scopes.clone(),
-            topics: k.topics.clone(),
-        })
+        found.map(|k| Caller(k.clone()))
     }
 }
 
@@ -115,7 +120,7 @@ impl Auth {
             .and_then(|s| Keyring::new(&s.auth));
         match fresh {
             Ok(ring) => {
-                let names: Vec<&str> = ring.keys.iter().map(|k| &*k.name).collect();
+                let names: Vec<&str> = ring.keys.iter().map(|k| k.name.as_str()).collect();
                 tracing::info!(tokens = ?names, "SIGHUP: tokens read again");
                 if ring.is_open() && !self.ring().is_open() {
                     tracing::warn!("SIGHUP: the settings now have no token; the API stays closed until a restart");
@@ -140,37 +145,28 @@ pub fn check_listen(settings: &AuthSettings, addr: SocketAddr) -> anyhow::Result
     )
 }
 
-/// Who is calling: the scopes and topics of the token that came with the request.
+/// Who is calling: the token that came with the request (its name, scopes and topics).
 #[derive(Debug, Clone)]
-pub struct Caller {
-    /// The token's name (`open` without tokens).
-    pub name: Arc<str>,
-    scopes: Vec<Scope>,
-    topics: Option<Arc<GlobSet>>,
-}
+pub struct Caller(Arc<Key>);
 
 impl Caller {
-    /// Every scope, every topic: the API without tokens.
-    fn open() -> Self {
-        Caller {
-            name: "open".into(),
-            scopes: vec![Scope::Admin],
-            topics: None,
-        }
+    /// The token's name (`open` without tokens), for messages.
+    pub fn name(&self) -> &str {
+        &self.0.name
     }
 
     fn has(&self, scope: Scope) -> bool {
-        self.scopes.iter().any(|s| *s == scope || *s == Scope::Admin)
+        self.0.scopes.iter().any(|s| *s == scope || *s == Scope::Admin)
     }
 
     /// Whether the token is limited to some topics.
     pub fn limited(&self) -> bool {
-        self.topics.is_some()
+        self.0.topics.is_some()
     }
 
     /// Whether the token may see `topic` at all (listings leave out the others).
     pub fn sees(&self, topic: &str) -> bool {
-        self.topics.as_ref().is_none_or(|t| t.is_match(topic))
+        self.0.topics.as_ref().is_none_or(|t| t.is_match(topic))
     }
 
     /// 403 unless the token has `scope` (or `admin`) and may touch `topic`.
@@ -179,7 +175,7 @@ impl Caller {
         if !self.sees(topic) {
             return Err(ApiError::forbidden(format!(
                 "token `{}` may not use topic `{topic}`",
-                self.name
+                self.name()
             )));
         }
         Ok(())
@@ -193,7 +189,7 @@ impl Caller {
         } else {
             Err(ApiError::forbidden(format!(
                 "token `{}` lacks the `{}` scope",
-                self.name,
+                self.name(),
                 scope.as_str()
             )))
         }
@@ -205,7 +201,7 @@ impl Caller {
         if self.limited() {
             return Err(ApiError::forbidden(format!(
                 "token `{}` is limited to some topics; this needs a token for every topic",
-                self.name
+                self.name()
             )));
         }
         Ok(())
@@ -254,7 +250,7 @@ pub async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next:
     }
     let ring = auth.ring();
     let caller = if ring.is_open() {
-        Some(Caller::open())
+        Some(Caller(ring.open.clone()))
     } else {
         token(req.headers()).and_then(|t| ring.find(t))
     };
@@ -320,7 +316,7 @@ mod tests {
         let admin = ring.find("root").unwrap();
         assert!(admin.allow(Scope::Consume, "x").is_ok() && admin.allow_everywhere(Scope::Read).is_ok());
         let orders = ring.find("o-secret").unwrap();
-        assert_eq!(&*orders.name, "orders");
+        assert_eq!(orders.name(), "orders");
         assert!(orders.allow(Scope::Produce, "orders.close").is_ok());
         assert_eq!(orders.allow(Scope::Produce, "billing").unwrap_err().status, 403);
         assert_eq!(orders.allow(Scope::Consume, "orders.close").unwrap_err().status, 403);
