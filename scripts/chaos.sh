@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long chaos run (docs/chaos.md): the chaos test of tests/e2e/tests/chaos.rs against release binaries,
+# The long chaos run (docs/chaos.md): the chaos test of tests/e2e/tests/chaos/ against release binaries,
 # with 20,000 jobs and one fault per second, its figures printed as it goes and summed up at the end.
 #
 #   scripts/chaos.sh                        20,000 jobs at 20 pushes/s, a fault every 1000 ms (about 17 min)
