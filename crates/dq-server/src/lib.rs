@@ -8,10 +8,12 @@
 //! - [`probes`]: stats, `/healthz`, `/readyz`, `/metrics`.
 //! - [`admin`]: the web admin pages over the same API.
 //! - [`auth`]: tokens, scopes and the admin login.
+//! - [`browser`]: cross-site state changes refused, frame headers.
 
 pub mod admin;
 pub mod auth;
 pub mod body;
+pub mod browser;
 pub mod error;
 pub mod jobs;
 pub mod probes;
@@ -64,7 +66,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     dq_core::telemetry::prometheus();
     // Served from the start (at 0), so a dashboard tells "none" from "not measured".
     metrics::counter!("dq_writes_not_replicated_total").increment(0);
-    for reason in ["no_token", "bad_token", "bad_login"] {
+    for reason in ["no_token", "bad_token", "bad_login", "cross_site"] {
         metrics::counter!("dq_auth_refusals_total", "reason" => reason).increment(0);
     }
     let listener_task = dq_core::wake::follow_ready(&queue, shutdown.clone());
@@ -139,5 +141,6 @@ pub fn router(state: AppState) -> Router {
             state.auth.clone(),
             auth::authenticate,
         ))
+        .layer(axum::middleware::from_fn(browser::guard))
         .with_state(state)
 }

@@ -344,3 +344,45 @@ async fn the_admin_login_sets_a_strict_cookie_that_opens_the_pages() {
             .is_redirection()
     );
 }
+
+#[tokio::test]
+async fn a_page_of_another_site_cannot_change_anything() {
+    let s = server().await;
+    let before = s.snapshot();
+    let client = reqwest::Client::new();
+    for (origin, fetch_site) in [
+        (Some("http://evil.example"), None),
+        (None, Some("cross-site")),
+        (Some("null"), None),
+    ] {
+        let mut req = client
+            .post(s.url("/v1/topics/orders.x/pause"))
+            .header("cookie", "dq_token=operator-secret");
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        if let Some(f) = fetch_site {
+            req = req.header("sec-fetch-site", f);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 403, "{origin:?} {fetch_site:?}");
+        assert_eq!(resp.headers()["x-frame-options"], "DENY");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "forbidden");
+    }
+    assert_eq!(s.snapshot(), before, "nothing written");
+    // The same request from the server's own origin (the admin pages) goes through.
+    let host = s.base.trim_start_matches("http://").to_string();
+    let ok = client
+        .post(s.url("/v1/topics/orders.x/pause"))
+        .header("cookie", "dq_token=operator-secret")
+        .header("origin", format!("http://{host}"))
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    // Reads are not state changes; every answer forbids framing.
+    let page = client.get(s.url("/admin/login")).send().await.unwrap();
+    assert_eq!(page.headers()["content-security-policy"], "frame-ancestors 'none'");
+}
