@@ -112,6 +112,11 @@ impl Auth {
         self.ring.read().expect("auth lock").clone()
     }
 
+    /// No token configured now: the API is open.
+    pub fn is_open(&self) -> bool {
+        self.ring().is_open()
+    }
+
     /// Reads the settings again (the file they came from, then the environment) and takes their tokens;
     /// keeps the ones in force when the settings cannot be read.
     pub fn reload(&self, file: Option<&std::path::Path>) {

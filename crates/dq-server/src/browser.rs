@@ -5,18 +5,68 @@
 //! push, pause or delete. Clients that are not browsers send neither header and are not affected. Every
 //! answer also tells browsers not to show it in a frame (`X-Frame-Options: DENY`, CSP
 //! `frame-ancestors 'none'`), so the admin pages cannot be overlaid by another site (clickjacking).
+//!
+//! A request addressed to a host name that is not allowed (`server.allowed_hosts`; for an open API,
+//! IP addresses and `localhost` only) is refused with 421: a page whose name an attacker rebinds to
+//! 127.0.0.1 (DNS rebinding) is same-origin with itself, so only the name tells it apart.
 
-use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, Method, header};
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::auth::Auth;
 use crate::error::ApiError;
 
-/// Middleware: refuses cross-site state changes, and adds the frame headers to every answer.
-pub async fn guard(req: Request, next: Next) -> Response {
+/// What the guard needs: whether the API is open now, and the allowed host names.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    /// The tokens in force.
+    pub auth: Arc<Auth>,
+    /// `server.allowed_hosts`, lowercase.
+    pub allowed_hosts: Arc<Vec<String>>,
+}
+
+impl Guard {
+    /// Whether a request addressed to `host` (a `Host` header, port included or not) may be served.
+    fn allows(&self, host: Option<&str>) -> bool {
+        if self.allowed_hosts.is_empty() && !self.auth.is_open() {
+            return true;
+        }
+        let Some(host) = host else { return false };
+        let name = match host.rsplit_once(':') {
+            // `[::1]:6789`, `name:6789`; a bare IPv6 address has more than one colon and no brackets.
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') => name,
+            _ => host,
+        };
+        let name = name.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        if self.allowed_hosts.contains(&name) {
+            return true;
+        }
+        self.allowed_hosts.is_empty() && (name == "localhost" || name.parse::<std::net::IpAddr>().is_ok())
+    }
+}
+
+/// Middleware: refuses requests to hosts not allowed and cross-site state changes, and adds the frame
+/// headers to every answer.
+pub async fn guard(State(guard): State<Guard>, req: Request, next: Next) -> Response {
     let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    let mut answer = if !safe && cross_site(req.headers()) {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    let mut answer = if !guard.allows(host) {
+        metrics::counter!("dq_auth_refusals_total", "reason" => "host").increment(1);
+        let mut e = ApiError::forbidden(
+            "this server does not answer to that host name (server.allowed_hosts; an open API answers to IP addresses and localhost only)",
+        );
+        e.status = StatusCode::MISDIRECTED_REQUEST;
+        e.code = "misdirected_request";
+        e.into_response()
+    } else if !safe && cross_site(req.headers()) {
         metrics::counter!("dq_auth_refusals_total", "reason" => "cross_site").increment(1);
         ApiError::forbidden("a request from another site may not change anything (Origin, Sec-Fetch-Site)")
             .into_response()
@@ -67,6 +117,44 @@ mod tests {
             h.insert(*k, HeaderValue::from_static(v));
         }
         h
+    }
+
+    fn guard(open: bool, allowed: &[&str]) -> Guard {
+        let settings = dq_core::config::AuthSettings {
+            admin_token: (!open).then(|| "t".to_string()),
+            ..Default::default()
+        };
+        Guard {
+            auth: Arc::new(Auth::new(&settings).unwrap()),
+            allowed_hosts: Arc::new(allowed.iter().map(|s| s.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn an_open_api_answers_to_addresses_and_localhost_only() {
+        let open = guard(true, &[]);
+        for ok in [
+            "127.0.0.1:6789",
+            "localhost:6789",
+            "LOCALHOST",
+            "[::1]:6789",
+            "::1",
+            "10.0.0.7",
+        ] {
+            assert!(open.allows(Some(ok)), "{ok}");
+        }
+        for refused in ["evil.example:6789", "rebound.example", "localhost.evil.example"] {
+            assert!(!open.allows(Some(refused)), "{refused}");
+        }
+        assert!(!open.allows(None));
+        let with_tokens = guard(false, &[]);
+        assert!(
+            with_tokens.allows(Some("dq.internal:6789")),
+            "tokens: any host unless listed"
+        );
+        let listed = guard(false, &["dq.internal"]);
+        assert!(listed.allows(Some("dq.internal:6789")) && listed.allows(Some("DQ.internal")));
+        assert!(!listed.allows(Some("127.0.0.1:6789")), "a list is the whole list");
     }
 
     #[test]

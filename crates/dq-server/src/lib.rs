@@ -43,6 +43,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// The tokens in force.
     pub auth: Arc<auth::Auth>,
+    /// Allowed hosts and cross-site refusal.
+    pub guard: browser::Guard,
 }
 
 /// Binds `server.listen` and serves until `shutdown`.
@@ -66,7 +68,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     dq_core::telemetry::prometheus();
     // Served from the start (at 0), so a dashboard tells "none" from "not measured".
     metrics::counter!("dq_writes_not_replicated_total").increment(0);
-    for reason in ["no_token", "bad_token", "bad_login", "cross_site"] {
+    for reason in ["no_token", "bad_token", "bad_login", "cross_site", "host"] {
         metrics::counter!("dq_auth_refusals_total", "reason" => reason).increment(0);
     }
     let listener_task = dq_core::wake::follow_ready(&queue, shutdown.clone());
@@ -76,6 +78,17 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
         queue: Arc::new(queue),
         topics,
         shutdown: shutdown.clone(),
+        guard: browser::Guard {
+            auth: auth.clone(),
+            allowed_hosts: Arc::new(
+                settings
+                    .server
+                    .allowed_hosts
+                    .iter()
+                    .map(|h| h.trim().to_ascii_lowercase())
+                    .collect(),
+            ),
+        },
         auth,
     };
     let max_request = settings.limits.max_request_bytes();
@@ -141,6 +154,9 @@ pub fn router(state: AppState) -> Router {
             state.auth.clone(),
             auth::authenticate,
         ))
-        .layer(axum::middleware::from_fn(browser::guard))
+        .layer(axum::middleware::from_fn_with_state(
+            state.guard.clone(),
+            browser::guard,
+        ))
         .with_state(state)
 }

@@ -386,3 +386,34 @@ async fn a_page_of_another_site_cannot_change_anything() {
     let page = client.get(s.url("/admin/login")).send().await.unwrap();
     assert_eq!(page.headers()["content-security-policy"], "frame-ancestors 'none'");
 }
+
+/// DNS rebinding: a page whose name now points at 127.0.0.1 reaches an open API only by that name,
+/// which the API does not answer to.
+#[tokio::test]
+async fn an_open_api_does_not_answer_to_other_host_names() {
+    let s = TestServer::start().await;
+    let port = s.base.rsplit(':').next().unwrap().to_string();
+    let push = json!({"topic": "t", "body": 1});
+    let before = s.snapshot();
+    let resp = s
+        .http
+        .post(s.url("/v1/jobs"))
+        .header("host", format!("rebound.example:{port}"))
+        .json(&push)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 421);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "misdirected_request");
+    assert_eq!(s.snapshot(), before, "nothing written");
+    let ok = s
+        .http
+        .post(s.url("/v1/jobs"))
+        .header("host", format!("localhost:{port}"))
+        .json(&push)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 201);
+}

@@ -73,12 +73,17 @@ pub struct Settings {
 pub struct ServerSettings {
     /// Address the HTTP API binds.
     pub listen: String,
+    /// Host names requests may be addressed to (the `Host` header, without its port). Empty: any, when
+    /// tokens are configured; IP addresses and `localhost` only, when the API is open (a page that
+    /// rebinds its own name to 127.0.0.1 cannot drive an open API from a browser).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerSettings {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:6789".into(),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -313,6 +318,7 @@ impl Settings {
                 .with_list_parse_key("redis.urls")
                 .with_list_parse_key("jobs.backoff_ms")
                 .with_list_parse_key("checker.mail_to")
+                .with_list_parse_key("server.allowed_hosts")
                 .try_parsing(true)
                 .source(Some(env)),
         );
