@@ -70,7 +70,7 @@ dq is running (logs in $root/):
 
 Try:  export DQ_TOKEN=\$(cat $root/token)
       curl -s -XPOST http://$listen/v1/jobs -H "authorization: Bearer \$DQ_TOKEN" \\
-           -d '{"topic":"hello","body":{"n":1},"delay_ms":2000}'
+           -H 'content-type: application/json' -d '{"topic":"hello","body":{"n":1},"delay_ms":2000}'
 Ctrl-C stops everything.
 MSG
 wait

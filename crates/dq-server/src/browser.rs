@@ -6,6 +6,10 @@
 //! answer also tells browsers not to show it in a frame (`X-Frame-Options: DENY`, CSP
 //! `frame-ancestors 'none'`), so the admin pages cannot be overlaid by another site (clickjacking).
 //!
+//! A request that carries a body must say it is JSON (`Content-Type: application/json`): a browser
+//! sends a form or plain text to another site without asking it first (no CORS preflight), but not
+//! JSON, so this closes the way cross-site forms would take.
+//!
 //! A request addressed to a host name that is not allowed (`server.allowed_hosts`; for an open API,
 //! IP addresses and `localhost` only) is refused with 421: a page whose name an attacker rebinds to
 //! 127.0.0.1 (DNS rebinding) is same-origin with itself, so only the name tells it apart.
@@ -70,6 +74,8 @@ pub async fn guard(State(guard): State<Guard>, req: Request, next: Next) -> Resp
         metrics::counter!("dq_auth_refusals_total", "reason" => "cross_site").increment(1);
         ApiError::forbidden("a request from another site may not change anything (Origin, Sec-Fetch-Site)")
             .into_response()
+    } else if !safe && has_body(req.headers()) && !is_json(req.headers()) && req.uri().path() != "/admin/login" {
+        ApiError::invalid("a request body must be sent with `Content-Type: application/json`").into_response()
     } else {
         next.run(req).await
     };
@@ -81,6 +87,24 @@ pub async fn guard(State(guard): State<Guard>, req: Request, next: Next) -> Resp
     );
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     answer
+}
+
+/// Whether the request carries a body.
+fn has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim() != "0")
+}
+
+/// Whether `Content-Type` says JSON: `application/json`, or a `+json` type, with any parameters.
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// Whether a browser says the request comes from another site.
@@ -155,6 +179,25 @@ mod tests {
         let listed = guard(false, &["dq.internal"]);
         assert!(listed.allows(Some("dq.internal:6789")) && listed.allows(Some("DQ.internal")));
         assert!(!listed.allows(Some("127.0.0.1:6789")), "a list is the whole list");
+    }
+
+    #[test]
+    fn json_is_application_json_or_a_json_suffix() {
+        assert!(is_json(&headers(&[("content-type", "application/json")])));
+        assert!(is_json(&headers(&[(
+            "content-type",
+            "Application/JSON; charset=utf-8"
+        )])));
+        assert!(is_json(&headers(&[("content-type", "application/merge-patch+json")])));
+        for not in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+        ] {
+            assert!(!is_json(&headers(&[("content-type", not)])), "{not}");
+        }
+        assert!(!is_json(&headers(&[])));
+        assert!(has_body(&headers(&[("content-length", "2")])) && !has_body(&headers(&[("content-length", "0")])));
     }
 
     #[test]

@@ -368,3 +368,29 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
         assert_eq!(s.snapshot(), before, "{method} {path} {shown} wrote something");
     }
 }
+
+/// A body must say it is JSON: a form or plain text (what a page of another site can send without a
+/// preflight) is refused before anything is parsed, and nothing is written.
+#[tokio::test]
+async fn a_body_that_is_not_declared_json_is_refused() {
+    let s = TestServer::start().await;
+    let before = s.snapshot();
+    for ct in [None, Some("text/plain"), Some("application/x-www-form-urlencoded")] {
+        let mut req = s.http.post(s.url("/v1/jobs")).body(r#"{"topic":"t","body":1}"#);
+        if let Some(ct) = ct {
+            req = req.header("content-type", ct);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let out: serde_json::Value = resp.json().await.unwrap();
+        assert_error(status, &out, 400, "invalid_argument");
+        assert!(
+            out["error"]["message"].as_str().unwrap().contains("Content-Type"),
+            "{out}"
+        );
+    }
+    assert_eq!(s.snapshot(), before);
+    // Without a body (pause, requeue all) none is needed.
+    let (status, _) = s.call("POST", "/v1/topics/t/pause", None).await;
+    assert_eq!(status, 200);
+}

@@ -94,6 +94,7 @@ impl TestServer {
         let resp = self
             .http
             .request(method.parse().unwrap(), self.url(path))
+            .header("content-type", "application/json")
             .body(body)
             .send()
             .await
