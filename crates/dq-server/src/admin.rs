@@ -9,39 +9,69 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use dq_core::config::Scope;
 use dq_core::job::validate_topic;
-use maud::{DOCTYPE, Markup, PreEscaped, html};
+use maud::{DOCTYPE, Markup, html};
 
 use crate::AppState;
 use crate::auth::{COOKIE, Caller, is_admin};
 use crate::error::ApiError;
 use crate::topics::counts;
 
-/// Calls the API and reloads the page; shows the API's error message when it refuses.
-const SCRIPT: &str = r#"
-async function call(method, path, body) {
+/// The pages' script, served as a file (`/admin/static/admin.js`) so that the Content-Security-Policy
+/// can forbid inline script: a button names its call in `data-call` ("METHOD /path"), with an optional
+/// JSON body in `data-body` and a question in `data-confirm`; the script calls the API and reloads the
+/// page, or shows the API's error message when it refuses.
+pub const SCRIPT: &str = r#"
+document.addEventListener('click', async (event) => {
+  const button = event.target.closest('button[data-call]');
+  if (!button) return;
+  if (button.dataset.confirm && !confirm(button.dataset.confirm)) return;
+  const [method, path] = button.dataset.call.split(' ');
   const r = await fetch(path, {method, headers: {'content-type': 'application/json'},
-                               body: body === undefined ? undefined : JSON.stringify(body)});
+                               body: button.dataset.body});
   if (!r.ok) { const e = await r.json().catch(() => ({})); alert((e.error && e.error.message) || r.status); }
   location.reload();
-}
+});
 "#;
 
-const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}\
+/// The pages' style sheet (`/admin/static/admin.css`).
+pub const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}\
 td,th{border-bottom:1px solid #ddd;padding:4px 10px;text-align:left}th{background:#f4f4f4}.down{color:#b00}\
 .num{text-align:right;font-variant-numeric:tabular-nums}button{margin-right:4px}pre{background:#f8f8f8;padding:8px}";
+
+/// The pages allow only their own files: no inline script or style, no frames, forms to themselves.
+const POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'";
+
+/// An admin page with its Content-Security-Policy.
+fn html_page(markup: Markup) -> Response {
+    ([(header::CONTENT_SECURITY_POLICY, POLICY)], markup).into_response()
+}
+
+/// `GET /admin/static/admin.js`.
+pub async fn script() -> Response {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], SCRIPT).into_response()
+}
+
+/// `GET /admin/static/admin.css`.
+pub async fn style() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
+}
 
 fn page(title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html {
-            head { meta charset="utf-8"; title { (title) " · dq" } style { (PreEscaped(STYLE)) } script { (PreEscaped(SCRIPT)) } }
+            head {
+                meta charset="utf-8"; title { (title) " · dq" }
+                link rel="stylesheet" href="/admin/static/admin.css";
+                script src="/admin/static/admin.js" defer {}
+            }
             body { p { a href="/admin" { "dq admin" } } h1 { (title) } (body) }
         }
     }
 }
 
 /// `GET /admin`: Redis nodes and topics.
-pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Markup, ApiError> {
+pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
     caller.allow_scope(Scope::Admin)?;
     let nodes = app.queue.node_health(std::time::Duration::from_millis(1000)).await;
     let registry = app.queue.topics().await.unwrap_or_default();
@@ -53,7 +83,7 @@ pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Mar
         .collect();
     names.sort();
     names.dedup();
-    Ok(page(
+    Ok(html_page(page(
         "Overview",
         html! {
             h2 { "Redis" }
@@ -88,20 +118,24 @@ pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Mar
                         td class="num" { (n("reserved")) } td class="num" { (n("dead")) }
                         td {
                             @if config.is_some_and(|c| c.paused) {
-                                button onclick={ "call('POST', '/v1/topics/" (name) "/resume')" } { "resume" }
+                                button data-call={ "POST /v1/topics/" (name) "/resume" } { "resume" }
                             } @else {
-                                button onclick={ "call('POST', '/v1/topics/" (name) "/pause')" } { "pause" }
+                                button data-call={ "POST /v1/topics/" (name) "/pause" } { "pause" }
                             }
                         }
                     }
                 }
             }
         },
-    ))
+    )))
 }
 
 /// `GET /admin/topics/{topic}`: a topic's registration, counts and first dead letters.
-pub async fn topic(State(app): State<AppState>, caller: Caller, Path(topic): Path<String>) -> Result<Markup, ApiError> {
+pub async fn topic(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(topic): Path<String>,
+) -> Result<Response, ApiError> {
     validate_topic(&topic)?;
     caller.allow(Scope::Admin, &topic)?;
     let config = app.queue.topics().await?.remove(&topic);
@@ -110,7 +144,7 @@ pub async fn topic(State(app): State<AppState>, caller: Caller, Path(topic): Pat
     let config_json = config
         .as_ref()
         .map(|c| serde_json::to_string_pretty(&c.redacted()).unwrap_or_default());
-    Ok(page(
+    Ok(html_page(page(
         &format!("Topic {topic}"),
         html! {
             p { (counts.iter().map(|(state, n)| format!("{state}: {n}")).collect::<Vec<_>>().join(" · ")) }
@@ -122,8 +156,8 @@ pub async fn topic(State(app): State<AppState>, caller: Caller, Path(topic): Pat
             h2 { "Dead letters (" (dead.total) ")" }
             @if dead.total > 0 {
                 p {
-                    button onclick={ "call('POST', '/v1/topics/" (topic) "/dead/requeue')" } { "requeue all" }
-                    button onclick={ "if (confirm('Delete every dead job of this topic?')) call('DELETE', '/v1/topics/" (topic) "/dead')" } { "delete all" }
+                    button data-call={ "POST /v1/topics/" (topic) "/dead/requeue" } { "requeue all" }
+                    button data-call={ "DELETE /v1/topics/" (topic) "/dead" } data-confirm="Delete every dead job of this topic?" { "delete all" }
                 }
                 table {
                     tr { th { "id" } th { "attempts" } th { "last error" } th { "body" } th {} }
@@ -133,8 +167,8 @@ pub async fn topic(State(app): State<AppState>, caller: Caller, Path(topic): Pat
                             td { (job.last_error.as_deref().unwrap_or("")) }
                             td { code { (job.body.get().chars().take(120).collect::<String>()) } }
                             td {
-                                button onclick={ "call('POST', '/v1/topics/" (topic) "/dead/requeue', {ids: ['" (job.id) "']})" } { "requeue" }
-                                button onclick={ "call('DELETE', '/v1/topics/" (topic) "/dead', {ids: ['" (job.id) "']})" } { "delete" }
+                                button data-call={ "POST /v1/topics/" (topic) "/dead/requeue" } data-body=(ids_body(&job.id)) { "requeue" }
+                                button data-call={ "DELETE /v1/topics/" (topic) "/dead" } data-body=(ids_body(&job.id)) { "delete" }
                             }
                         }
                     }
@@ -142,19 +176,19 @@ pub async fn topic(State(app): State<AppState>, caller: Caller, Path(topic): Pat
                 @if dead.total as usize > dead.jobs.len() { p { "Showing the oldest " (dead.jobs.len()) "; the API pages through the rest." } }
             }
         },
-    ))
+    )))
 }
 
 /// `GET /admin/login`: a form for an admin token.
-pub async fn login_form() -> Markup {
-    login_page(None)
+pub async fn login_form() -> Response {
+    html_page(login_page(None))
 }
 
 fn login_page(error: Option<&str>) -> Markup {
     html! {
         (DOCTYPE)
         html {
-            head { meta charset="utf-8"; title { "Log in · dq" } style { (PreEscaped(STYLE)) } }
+            head { meta charset="utf-8"; title { "Log in · dq" } link rel="stylesheet" href="/admin/static/admin.css"; }
             body {
                 h1 { "dq admin" }
                 @if let Some(e) = error { p class="down" { (e) } }
@@ -190,4 +224,9 @@ pub async fn login(State(app): State<AppState>, axum::Form(form): axum::Form<Log
     }
     let cookie = format!("{COOKIE}={token}; Path=/; HttpOnly; Secure; SameSite=Strict");
     ([(header::SET_COOKIE, cookie)], Redirect::to("/admin")).into_response()
+}
+
+/// `{"ids":[id]}`, the body of a button that acts on one dead job (escaped by maud as an attribute).
+fn ids_body(id: &str) -> String {
+    serde_json::json!({ "ids": [id] }).to_string()
 }

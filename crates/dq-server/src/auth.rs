@@ -243,7 +243,7 @@ fn token(headers: &HeaderMap) -> Option<&str> {
 
 /// Whether `path` is served without a token.
 fn public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/admin/login")
+    matches!(path, "/healthz" | "/readyz" | "/admin/login") || path.starts_with("/admin/static/")
 }
 
 /// Middleware: puts the [`Caller`] of a request's token in its extensions, or answers 401 (the admin

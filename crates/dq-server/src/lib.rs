@@ -144,6 +144,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/stats", get(probes::stats))
         .route("/admin", get(admin::overview))
         .route("/admin/login", get(admin::login_form).post(admin::login))
+        .route("/admin/static/admin.js", get(admin::script))
+        .route("/admin/static/admin.css", get(admin::style))
         .route("/admin/topics/{topic}", get(admin::topic))
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))

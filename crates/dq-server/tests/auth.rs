@@ -383,8 +383,11 @@ async fn a_page_of_another_site_cannot_change_anything() {
         .unwrap();
     assert_eq!(ok.status(), 200);
     // Reads are not state changes; every answer forbids framing.
+    let answer = client.get(s.url("/healthz")).send().await.unwrap();
+    assert_eq!(answer.headers()["content-security-policy"], "frame-ancestors 'none'");
     let page = client.get(s.url("/admin/login")).send().await.unwrap();
-    assert_eq!(page.headers()["content-security-policy"], "frame-ancestors 'none'");
+    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_string();
+    assert!(csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self'"), "{csp}");
 }
 
 /// DNS rebinding: a page whose name now points at 127.0.0.1 reaches an open API only by that name,
