@@ -5,6 +5,8 @@
 #
 #   scripts/soak.sh                          3600 s of load
 #   DQ_SOAK_SECS=600 scripts/soak.sh         another length
+#   DQ_SOAK_TOPICS=200 scripts/soak.sh       pulled topics cycle over 200 names (default: a new one each
+#                                            round, which grows every process's per-topic metric series)
 #   DQ_BIN_DIR=/other/build scripts/soak.sh  the binaries of another build (nothing is built then)
 #
 # The output goes to target/soak/<time>.out as well. Exits with the test's status.
