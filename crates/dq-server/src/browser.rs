@@ -11,13 +11,13 @@
 //! JSON, so this closes the way cross-site forms would take.
 //!
 //! A request addressed to a host name that is not allowed (`server.allowed_hosts`; for an open API,
-//! IP addresses and `localhost` only) is refused with 421: a page whose name an attacker rebinds to
+//! IP addresses and `localhost` only) is refused with 403: a page whose name an attacker rebinds to
 //! 127.0.0.1 (DNS rebinding) is same-origin with itself, so only the name tells it apart.
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -64,12 +64,10 @@ pub async fn guard(State(guard): State<Guard>, req: Request, next: Next) -> Resp
         .or_else(|| req.uri().authority().map(|a| a.as_str()));
     let mut answer = if !guard.allows(host) {
         metrics::counter!("dq_auth_refusals_total", "reason" => "host").increment(1);
-        let mut e = ApiError::forbidden(
+        ApiError::forbidden(
             "this server does not answer to that host name (server.allowed_hosts; an open API answers to IP addresses and localhost only)",
-        );
-        e.status = StatusCode::MISDIRECTED_REQUEST;
-        e.code = "misdirected_request";
-        e.into_response()
+        )
+        .into_response()
     } else if !safe && cross_site(req.headers()) {
         metrics::counter!("dq_auth_refusals_total", "reason" => "cross_site").increment(1);
         ApiError::forbidden("a request from another site may not change anything (Origin, Sec-Fetch-Site)")
