@@ -173,7 +173,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         if memory.leader {
             events::alert_dead_jobs(&queue, &notifier).await;
         }
-        let stats = queue.stats().await;
+        let stats = queue.counts().await;
         depths(
             &queue,
             &stats,

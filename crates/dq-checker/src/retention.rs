@@ -46,7 +46,7 @@ impl Retention {
 /// Drops the dead jobs that died more than `retention_ms` ago, in every partition that has some.
 async fn expire(queue: &Queue, stats: &Stats, retention_ms: u64) {
     for (p, topic, _) in &stats.dead {
-        match queue.purge_dead_older(*p, topic, retention_ms, u64::MAX).await {
+        match queue.purge_dead_older(*p, topic, retention_ms).await {
             Ok(0) => {}
             Ok(n) => {
                 dropped(topic, "retention", n);

@@ -17,7 +17,8 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::http::uri::Authority;
+use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -40,11 +41,10 @@ impl Guard {
             return true;
         }
         let Some(host) = host else { return false };
-        let name = match host.rsplit_once(':') {
-            // `[::1]:6789`, `name:6789`; a bare IPv6 address has more than one colon and no brackets.
-            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') => name,
-            _ => host,
-        };
+        // `name:port`, `[::1]:port`; what is not an authority (a bare `::1`) is taken as a name.
+        let name = host
+            .parse::<Authority>()
+            .map_or_else(|_| host.to_string(), |a| a.host().to_string());
         let name = name.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
         if self.allowed_hosts.contains(&name) {
             return true;
@@ -116,13 +116,11 @@ fn cross_site(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(header::ORIGIN) else {
         return false;
     };
-    // `Origin: null` (a sandboxed frame, a file, some redirects) is another site too.
-    let Some(origin_host) = origin
-        .to_str()
-        .ok()
-        .and_then(|o| o.split_once("://"))
-        .map(|(_, rest)| rest.trim_end_matches('/'))
-    else {
+    // `Origin: null` (a sandboxed frame, a file, some redirects) has no authority: another site too.
+    let Some(origin) = origin.to_str().ok().and_then(|o| o.parse::<Uri>().ok()) else {
+        return true;
+    };
+    let Some(origin_host) = origin.authority().map(Authority::as_str) else {
         return true;
     };
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());

@@ -32,7 +32,7 @@ pub struct TopicView {
 /// Job counts per topic and state over every partition.
 pub(crate) async fn counts(app: &AppState) -> BTreeMap<String, BTreeMap<&'static str, i64>> {
     let mut topics: BTreeMap<String, BTreeMap<&'static str, i64>> = BTreeMap::new();
-    for (topic, counts) in app.queue.stats().await.counts {
+    for (topic, counts) in app.queue.counts().await.counts {
         let t = topics.entry(topic).or_insert_with(zero_counts);
         for (state, n) in counts {
             *t.entry(state.as_str()).or_default() += n;

@@ -189,53 +189,34 @@ async fn a_long_mixed_load_leaves_nothing_that_grows() {
             .collect();
         jobs.extend((0..5).map(|i| json!({"topic": "soak.fail", "body": i})));
         jobs.extend((0..10).map(|i| json!({"topic": fresh, "body": i})));
-        let resp = http
-            .post(format!("{api}/v1/jobs/batch"))
-            .json(&json!({"jobs": jobs}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200);
+        let http = &http;
+        let call = |method: &'static str, path: String, body: Option<Value>| async move {
+            common::call(http, server_port, method, &path, body).await
+        };
+        let (status, _) = call("POST", "/v1/jobs/batch".into(), Some(json!({"jobs": jobs}))).await;
+        assert_eq!(status, 200);
         pushed += 35;
         // The fresh topic's jobs, reserved and acked; then a short long poll on a name nothing is pushed to.
         let mut left = 10;
         while left > 0 {
-            let got: Value = http
-                .post(format!("{api}/v1/reserve"))
-                .json(&json!({"topics": [fresh], "count": 10, "timeout_ms": 1000}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let reserve = json!({"topics": [fresh], "count": 10, "timeout_ms": 1000});
+            let (_, got) = call("POST", "/v1/reserve".into(), Some(reserve)).await;
             for job in got["jobs"].as_array().unwrap() {
-                let ack = http
-                    .post(format!("{api}/v1/jobs/{}/ack", job["id"].as_str().unwrap()))
-                    .json(&json!({"receipt": job["receipt"]}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(ack.status(), 204);
+                let ack = format!("/v1/jobs/{}/ack", job["id"].as_str().unwrap());
+                let (status, _) = call("POST", ack, Some(json!({"receipt": job["receipt"]}))).await;
+                assert_eq!(status, 204);
                 left -= 1;
                 pulled += 1;
             }
         }
-        let ghost: Value = http
-            .post(format!("{api}/v1/reserve"))
-            .json(&json!({"topics": [format!("ghost.{round}")], "timeout_ms": 20}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let ghost = json!({"topics": [format!("ghost.{round}")], "timeout_ms": 20});
+        let (_, ghost) = call("POST", "/v1/reserve".into(), Some(ghost)).await;
         assert_eq!(ghost["jobs"], json!([]));
         // A topic registered and deleted now and then.
         if round.is_multiple_of(10) {
-            let temp = format!("{api}/v1/topics/temp.{round}");
-            assert_eq!(http.put(&temp).json(&json!({})).send().await.unwrap().status(), 200);
-            assert_eq!(http.delete(&temp).send().await.unwrap().status(), 204);
+            let temp = format!("/v1/topics/temp.{round}");
+            assert_eq!(call("PUT", temp.clone(), Some(json!({}))).await.0, 200);
+            assert_eq!(call("DELETE", temp, None).await.0, 204);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

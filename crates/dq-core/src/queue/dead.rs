@@ -70,42 +70,47 @@ impl Queue {
     /// Deletes dead jobs of `topic`: the given ids, else all of them.
     pub async fn purge_dead(&self, topic: &str, ids: Option<&[String]>) -> Result<u64> {
         self.dead_op(ids, |p, ids, all_limit| {
-            let keys = self.partition_keys(p);
-            let mut inv = scripts::PURGE.prepare_invoke();
-            inv.key(keys.dead(topic))
-                .key(keys.counts())
-                .arg(keys.prefix())
-                .arg(topic)
-                .arg(all_limit)
-                .arg("");
-            for id in ids {
-                inv.arg(id);
-            }
-            inv
+            self.purge_invocation(p, topic, all_limit, None, ids)
         })
         .await
     }
 
     /// Deletes the dead jobs of `topic` in partition `p` that died at least `age_ms` ago (Redis's
-    /// clock), in batches, up to `most` (rounded up to a batch): dq-checker's retention.
-    pub async fn purge_dead_older(&self, p: u16, topic: &str, age_ms: u64, most: u64) -> Result<u64> {
-        let keys = self.partition_keys(p);
+    /// clock), in batches: dq-checker's retention.
+    pub async fn purge_dead_older(&self, p: u16, topic: &str, age_ms: u64) -> Result<u64> {
         let mut total = 0;
-        while total < most {
-            let mut inv = scripts::PURGE.prepare_invoke();
-            inv.key(keys.dead(topic))
-                .key(keys.counts())
-                .arg(keys.prefix())
-                .arg(topic)
-                .arg(BATCH)
-                .arg(age_ms);
+        loop {
+            let inv = self.purge_invocation(p, topic, BATCH, Some(age_ms), &[]);
             let [done, removed]: [u64; 2] = self.write(p, &inv).await?;
             total += done;
             if removed < BATCH as u64 {
-                break;
+                return Ok(total);
             }
         }
-        Ok(total)
+    }
+
+    /// `purge.lua` on partition `p`: the given ids, else up to `limit` of the oldest deaths (only those
+    /// dead for at least `age_ms`, when given).
+    fn purge_invocation<'a>(
+        &self,
+        p: u16,
+        topic: &str,
+        limit: u32,
+        age_ms: Option<u64>,
+        ids: &[&String],
+    ) -> redis::ScriptInvocation<'a> {
+        let keys = self.partition_keys(p);
+        let mut inv = scripts::PURGE.prepare_invoke();
+        inv.key(keys.dead(topic))
+            .key(keys.counts())
+            .arg(keys.prefix())
+            .arg(topic)
+            .arg(limit)
+            .arg(age_ms.map(|a| a.to_string()).unwrap_or_default());
+        for id in ids {
+            inv.arg(id);
+        }
+        inv
     }
 
     /// The `n` oldest deaths of `topic` in partition `p`, as (time of death in ms, id), oldest first.

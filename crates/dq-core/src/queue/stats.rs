@@ -31,13 +31,21 @@ pub struct Stats {
     pub zeros: Vec<(u16, Vec<String>)>,
     /// Partitions whose counts could not be read.
     pub partitions_down: Vec<u16>,
-    /// Every primary (an empty list when the topology could not be read).
+    /// Every primary (an empty list when the topology could not be read, or from [`Queue::counts`]).
     pub nodes: Vec<NodeStats>,
 }
 
 impl Queue {
     /// Counts of every partition (side by side) and the health of every primary.
     pub async fn stats(&self) -> Stats {
+        let mut stats = self.counts().await;
+        stats.nodes = self.node_health(Duration::from_millis(1000)).await;
+        stats
+    }
+
+    /// Counts of every partition, side by side, without the primaries' health (`nodes` empty): what the
+    /// topic calls and dq-checker's rounds need (the checker PINGs the nodes itself).
+    pub async fn counts(&self) -> Stats {
         let mut stats = Stats::default();
         let reads = self.partitions.all().map(|p| async move {
             let cmd = redis::cmd("HGETALL").arg(self.partition_keys(p).counts()).clone();
@@ -73,7 +81,6 @@ impl Queue {
                 Err(_) => stats.partitions_down.push(p),
             }
         }
-        stats.nodes = self.node_health(Duration::from_millis(1000)).await;
         stats
     }
 
