@@ -8,7 +8,8 @@
 //!   pushes share script calls.
 //! - [`queue`]: the typed async API over the scripts, by role; [`registry`]: the topic registry and its
 //!   cache.
-//! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks.
+//! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks;
+//!   [`egress`]: which addresses its callback may reach.
 //! - [`wake`]: pub/sub wake-ups for long polls and timers; [`audit`]: the consistency audit and repair.
 //! - [`process`]: the start-up every binary shares.
 //! - [`config`], [`signals`], [`telemetry`], [`systemd`]: settings, drain on signals, logs and metrics,
@@ -19,6 +20,7 @@ pub mod coalesce;
 pub mod condition;
 pub mod config;
 pub mod connection;
+pub mod egress;
 pub mod error;
 pub mod job;
 pub mod keys;

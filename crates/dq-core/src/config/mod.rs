@@ -7,8 +7,10 @@ use std::path::Path;
 use serde::Deserialize;
 
 mod auth;
+mod egress;
 mod redis;
 pub use self::auth::{AuthSettings, KeySpec, Scope, TokenSpec};
+pub use self::egress::EgressSettings;
 pub use self::redis::{RedisMode, RedisSettings, redact};
 
 /// A configuration that cannot be used; the message names the key.
@@ -62,6 +64,8 @@ pub struct Settings {
     pub log: LogSettings,
     /// Who may call dq-server's API.
     pub auth: AuthSettings,
+    /// Where callbacks may go, and how much of their answers dq-consumer reads.
+    pub egress: EgressSettings,
     /// The file these settings were read from, if any: read again on SIGHUP (dq-server's tokens).
     #[serde(skip)]
     pub file: Option<std::path::PathBuf>,
@@ -319,6 +323,8 @@ impl Settings {
                 .with_list_parse_key("jobs.backoff_ms")
                 .with_list_parse_key("checker.mail_to")
                 .with_list_parse_key("server.allowed_hosts")
+                .with_list_parse_key("egress.deny")
+                .with_list_parse_key("egress.allow")
                 .try_parsing(true)
                 .source(Some(env)),
         );
@@ -332,6 +338,7 @@ impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.redis.validate()?;
         self.auth.validate()?;
+        self.egress.validate()?;
         self.server
             .listen
             .parse::<SocketAddr>()
@@ -405,6 +412,13 @@ impl Settings {
         if self.timer.lease_ms <= self.timer.renew_ms {
             return Err(invalid("timer.lease_ms", "must be above timer.renew_ms"));
         }
+        // An excerpt goes into last_error, which holds at most what a nack's error may.
+        if self.egress.excerpt_bytes > self.limits.max_error_bytes {
+            return Err(invalid(
+                "egress.excerpt_bytes",
+                "must not exceed limits.max_error_bytes",
+            ));
+        }
         Ok(())
     }
 }
@@ -451,6 +465,25 @@ mod tests {
     }
 
     #[test]
+    fn egress_lists_are_comma_separated_in_the_environment() {
+        let s = Settings::load_from(None, env(&[])).unwrap();
+        assert!(s.egress.deny.is_empty() && s.egress.allow.is_empty());
+        assert_eq!((s.egress.max_answer_bytes, s.egress.excerpt_bytes), (65_536, 0));
+        let s = Settings::load_from(
+            None,
+            env(&[
+                ("DQ__EGRESS__DENY", "10.0.0.0/8,fd00::/8"),
+                ("DQ__EGRESS__ALLOW", "10.1.0.0/16"),
+                ("DQ__EGRESS__EXCERPT_BYTES", "200"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.egress.deny, ["10.0.0.0/8", "fd00::/8"]);
+        assert_eq!(s.egress.allow, ["10.1.0.0/16"]);
+        assert_eq!(s.egress.excerpt_bytes, 200);
+    }
+
+    #[test]
     fn file_then_env() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dq.toml");
@@ -477,6 +510,10 @@ mod tests {
             ("DQ__TIMER__BATCH_SIZE", "9000", "timer.batch_size"),
             ("DQ__TIMER__RENEW_MS", "5000", "timer.lease_ms"),
             ("DQ__REDIS__CONNECT_TIMEOUT_MS", "0", "redis.connect_timeout_ms"),
+            ("DQ__EGRESS__DENY", "10.0.0.0/8,10.0.0.0/33", "egress.deny"),
+            ("DQ__EGRESS__ALLOW", "intranet", "egress.allow"),
+            ("DQ__EGRESS__MAX_ANSWER_BYTES", "0", "egress.max_answer_bytes"),
+            ("DQ__EGRESS__EXCERPT_BYTES", "5000", "egress.excerpt_bytes"),
         ];
         for (k, v, named) in cases {
             let err = Settings::load_from(None, env(&[(k, v)])).unwrap_err().to_string();
