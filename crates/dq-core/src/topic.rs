@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::condition::Condition;
 use crate::config::Limits;
+use crate::egress::Policy;
 use crate::error::{Error, Result};
 
 /// A topic's registration, as `PUT /v1/topics/{topic}` takes it and `GET` returns it.
@@ -112,11 +113,17 @@ const RESERVED_HEADERS: [&str; 6] = [
 
 impl TopicConfig {
     /// Checks everything once, at registration: a bad topic is refused with a message naming the field.
-    pub fn validate(&self, limits: &Limits) -> Result<()> {
+    /// A callback URL whose host is an IP address is checked against the `egress` policy here (its
+    /// spellings normalised); a host name is checked by dq-consumer on what it resolves to at connect.
+    pub fn validate(&self, limits: &Limits, egress: &Policy) -> Result<()> {
         let bad = |m: String| Err(Error::Invalid(m));
         if let Some(cb) = &self.callback {
             match url::Url::parse(&cb.url) {
-                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+                    if let Err(refused) = egress.check_url(&u) {
+                        return bad(format!("`callback.url` `{}`: {refused}", cb.url));
+                    }
+                }
                 Ok(_) => return bad(format!("`callback.url` must be an http or https URL, got `{}`", cb.url)),
                 Err(e) => return bad(format!("`callback.url` `{}` is not a URL: {e}", cb.url)),
             }
@@ -215,7 +222,7 @@ mod tests {
 
     fn check(json: &str) -> Result<TopicConfig> {
         let c: TopicConfig = serde_json::from_str(json).map_err(|e| Error::Invalid(e.to_string()))?;
-        c.validate(&Limits::default()).map(|_| c)
+        c.validate(&Limits::default(), &Policy::default()).map(|_| c)
     }
 
     #[test]
@@ -274,5 +281,25 @@ mod tests {
             let err = check(json).unwrap_err().to_string();
             assert!(err.contains(field), "{json}: {err}");
         }
+    }
+
+    #[test]
+    fn callbacks_to_refused_addresses_name_the_rule() {
+        for (url, rule) in [
+            ("http://169.254.169.254/latest/meta-data/", "(link-local)"),
+            ("http://[::ffff:169.254.169.254]/", "(link-local)"),
+            ("http://2852039166/", "(link-local)"),
+            ("http://0.0.0.0:8080/", "(unspecified)"),
+        ] {
+            let json = format!(r#"{{"callback": {{"url": "{url}"}}}}"#);
+            let err = check(&json).unwrap_err().to_string();
+            assert!(err.contains("callback.url") && err.contains(rule), "{url}: {err}");
+        }
+        let config: TopicConfig = serde_json::from_str(r#"{"callback": {"url": "http://127.0.0.1:6379/"}}"#).unwrap();
+        let settings = crate::config::EgressSettings::default();
+        let policy = Policy::new(&settings, vec!["127.0.0.1:6379".parse().unwrap()]);
+        let err = config.validate(&Limits::default(), &policy).unwrap_err().to_string();
+        assert!(err.contains("redis node 127.0.0.1:6379"), "{err}");
+        check(r#"{"callback": {"url": "http://metadata.internal/"}}"#).expect("names are checked at connect");
     }
 }

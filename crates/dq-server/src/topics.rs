@@ -79,7 +79,8 @@ pub async fn put(
 ) -> Result<Json<TopicView>, ApiError> {
     checked(&topic)?;
     caller.allow(Scope::Admin, &topic)?;
-    config.validate(app.queue.limits())?;
+    // A callback to an IP address the egress policy refuses is refused here; one to a name, at connect.
+    config.validate(app.queue.limits(), &app.queue.egress().await)?;
     store(&app, &topic, &config).await?;
     Ok(Json(view(&app, topic, Some(config)).await))
 }

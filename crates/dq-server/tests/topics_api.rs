@@ -82,6 +82,54 @@ async fn bad_registrations_are_refused_and_write_nothing() {
 }
 
 #[tokio::test]
+async fn callbacks_the_egress_policy_refuses_are_400_naming_the_rule_and_write_nothing() {
+    let redis = dq_harness::RedisServer::start();
+    let port = redis.port();
+    let mut settings = common::settings(std::slice::from_ref(&redis));
+    settings.egress.deny = vec!["10.0.0.0/8".into()];
+    let s = TestServer::with_settings(vec![redis], settings).await;
+    let before = s.snapshot();
+    let redis_node = format!("redis node 127.0.0.1:{port}");
+    for (url, rule) in [
+        ("http://169.254.169.254/latest/meta-data/".to_string(), "link-local"),
+        ("http://[::ffff:169.254.169.254]/".into(), "link-local"),
+        ("http://2852039166/".into(), "link-local"),
+        ("http://0251.0376.0251.0376/".into(), "link-local"),
+        ("http://[fe80::1]:8080/".into(), "link-local"),
+        ("http://0.0.0.0:8080/".into(), "unspecified"),
+        ("http://224.0.0.1/".into(), "multicast"),
+        (format!("http://127.0.0.1:{port}/"), &redis_node),
+        (format!("http://[::ffff:127.0.0.1]:{port}/"), &redis_node),
+        (format!("http://2130706433:{port}/"), &redis_node),
+        (format!("http://[::1]:{port}/"), &redis_node),
+        ("http://10.1.2.3/hook".into(), "egress.deny 10.0.0.0/8"),
+        ("https://[::ffff:10.0.0.1]/hook".into(), "egress.deny 10.0.0.0/8"),
+    ] {
+        let (status, out) = s
+            .call("PUT", "/v1/topics/t", Some(json!({"callback": {"url": url}})))
+            .await;
+        assert_error(status, &out, 400, "invalid_argument");
+        let message = out["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("callback.url") && message.contains(&format!("({rule})")),
+            "{url}: {out}"
+        );
+    }
+    assert_eq!(s.snapshot(), before, "nothing written");
+    // Still serving; names are checked by dq-consumer at connect, and other addresses pass.
+    for url in [
+        format!("http://localhost:{port}/"),
+        "http://127.0.0.1:9/hook".to_string(),
+        "http://192.168.1.5/".into(),
+    ] {
+        let (status, out) = s
+            .call("PUT", "/v1/topics/t", Some(json!({"callback": {"url": url}})))
+            .await;
+        assert_eq!(status, 200, "{url}: {out}");
+    }
+}
+
+#[tokio::test]
 async fn topic_defaults_apply_to_pushes() {
     let s = TestServer::start().await;
     s.call(

@@ -6,6 +6,7 @@
 //! routes it by its first key, and standalone and Sentinel have every partition on one primary.
 
 mod cluster;
+mod nodes;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -24,8 +24,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use redis::{FromRedisValue, ScriptInvocation};
 
 use crate::coalesce::Coalescer;
-use crate::config::{JobDefaults, Limits, RedisMode, Settings};
+use crate::config::{EgressSettings, JobDefaults, Limits, RedisMode, Settings};
 use crate::connection::Redis;
+use crate::egress::Policy;
 use crate::error::{Error, Result};
 use crate::job::{NewJob, PushRequest};
 use crate::keys::{Keys, PartitionKeys};
@@ -53,6 +54,8 @@ pub struct Queue {
     limits: Limits,
     /// Values for what a push leaves out.
     defaults: JobDefaults,
+    /// Where callbacks may go (`egress.*`).
+    egress: EgressSettings,
     /// The group commit of pushes.
     pushes: Arc<Coalescer<push::PushGroup, push::PushOutcome>>,
     /// Which partitions may hold ready jobs of which topics, so reserves go straight to them.
@@ -100,6 +103,7 @@ impl Queue {
             partition_keys,
             limits: settings.limits.clone(),
             defaults: settings.jobs.clone(),
+            egress: settings.egress.clone(),
             pushes: Arc::new(Coalescer::new(push::PUSH_GROUP_JOBS, in_flight)),
             ready: Arc::new(ReadyIndex::default()),
             sharded: settings.redis.mode == RedisMode::Cluster,
@@ -149,6 +153,14 @@ impl Queue {
     /// Job defaults (`jobs.*`).
     pub fn defaults(&self) -> &JobDefaults {
         &self.defaults
+    }
+
+    /// The callback egress policy (`egress.*`), with the addresses of the Redis nodes this queue uses as
+    /// the topology shows them now (names resolved). Asks Redis and DNS: make it when needed, not per
+    /// delivery.
+    pub async fn egress(&self) -> Policy {
+        let nodes = crate::egress::resolve(&self.redis.node_addresses().await).await;
+        Policy::new(&self.egress, nodes)
     }
 
     /// Checks a push and fills in defaults; nothing touches Redis.
