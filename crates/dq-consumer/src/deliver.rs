@@ -3,12 +3,15 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dq_core::Reservation;
-use dq_core::condition::{Answer, Condition};
+use dq_core::condition::Condition;
 use dq_core::topic::Callback;
 use hmac::{Hmac, Mac};
+use reqwest::{StatusCode, Url};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use sha2::Sha256;
+
+use crate::egress::{CannotCall, Egress, NameRefused};
 
 /// What the consumer POSTs.
 #[derive(Serialize)]
@@ -32,7 +35,8 @@ pub enum Outcome {
     Delivered,
     /// Anything else: nack with the reason, for `last_error`.
     Failed {
-        /// Metric label: `timeout`, `connect_error`, `http_error`, `empty`, `condition`.
+        /// Metric label: `timeout`, `connect_error`, `egress_refused`, `http_error`, `too_large`,
+        /// `empty`, `condition`.
         kind: &'static str,
         /// What happened, for people.
         reason: String,
@@ -58,23 +62,78 @@ pub fn signature(secret: &str, unix_s: u64, body: &[u8]) -> String {
     format!("t={unix_s},v1={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-/// Answer text shown in `last_error`, cut short.
-fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let mut end = text.len().min(200);
-    while !text.is_char_boundary(end) {
-        end -= 1;
+/// The status, and at most `max` bytes of the answer (whole characters), as `last_error` shows them.
+fn status_and_excerpt(status: StatusCode, body: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(max)]);
+    // A character cut at `max` shows as U+FFFD at the end: drop it.
+    let text = text
+        .strip_suffix('\u{FFFD}')
+        .filter(|_| body.len() > max)
+        .unwrap_or(&text);
+    match text.trim() {
+        "" => format!("HTTP {}", status.as_u16()),
+        text => format!("HTTP {}: {text}", status.as_u16()),
     }
-    text[..end].to_string()
 }
 
-/// POSTs `job` to `callback` and judges the answer. Never fails: every error is a failed delivery.
+/// A callback's answer, read up to the cap.
+enum Answer {
+    /// The whole answer.
+    Whole(StatusCode, Vec<u8>),
+    /// Larger than `egress.max_answer_bytes`: not read further.
+    TooLarge(StatusCode),
+}
+
+/// Reads `resp` in chunks until its end or until it passes `cap` bytes; then it is dropped unread,
+/// which closes the connection, so memory stays flat whatever the callback sends.
+async fn read_capped(mut resp: reqwest::Response, cap: usize) -> reqwest::Result<Answer> {
+    let status = resp.status();
+    if resp.content_length().is_some_and(|n| n > cap as u64) {
+        return Ok(Answer::TooLarge(status));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        if body.len() + chunk.len() > cap {
+            return Ok(Answer::TooLarge(status));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Answer::Whole(status, body))
+}
+
+/// The egress refusal somewhere in `err`'s chain of causes (the resolver's error, wrapped by the
+/// connector and by reqwest).
+fn refusal<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a NameRefused> {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if let Some(r) = e.downcast_ref::<NameRefused>() {
+            return Some(r);
+        }
+        cause = e.source();
+    }
+    None
+}
+
+/// POSTs `job` to `url` (`callback.url`, parsed) through `egress` and judges the answer. Never fails:
+/// every error is a failed delivery.
 pub async fn post(
-    http: &reqwest::Client,
+    egress: &Egress,
     job: &Reservation,
+    url: &Url,
     callback: &Callback,
     condition: Option<&Condition>,
 ) -> (Outcome, Duration) {
+    let http = match egress.client(url) {
+        Ok(http) => http,
+        Err(e) => {
+            let kind = match e {
+                CannotCall::Client(_) => "connect_error",
+                CannotCall::Refused(_) | CannotCall::NameRefused(_) => "egress_refused",
+            };
+            let reason = e.to_string();
+            return (Outcome::Failed { kind, reason }, Duration::ZERO);
+        }
+    };
     let body = serde_json::to_vec(&Envelope {
         id: &job.id,
         topic: &job.topic,
@@ -84,7 +143,7 @@ pub async fn post(
     })
     .expect("an envelope always serializes");
     let mut req = http
-        .post(&callback.url)
+        .post(url.clone())
         .timeout(Duration::from_millis(callback.timeout_ms))
         .header("content-type", "application/json")
         .header("idempotency-key", &job.id)
@@ -101,35 +160,43 @@ pub async fn post(
         req = req.header("x-dq-signature", signature(secret, now, &body));
     }
     let started = Instant::now();
-    let answer = async {
-        let resp = req.body(body).send().await?;
-        let status = resp.status();
-        let bytes = resp.bytes().await?;
-        Ok::<_, reqwest::Error>((status, bytes))
-    }
-    .await;
+    let answer = async { read_capped(req.body(body).send().await?, egress.max_answer_bytes).await }.await;
     let took = started.elapsed();
     let outcome = match answer {
         Err(e) if e.is_timeout() => Outcome::Failed {
             kind: "timeout",
             reason: format!("no answer within {} ms", callback.timeout_ms),
         },
-        Err(e) => Outcome::Failed {
-            kind: "connect_error",
-            reason: format!("request failed: {e}"),
+        Err(e) => match refusal(&e) {
+            Some(refused) => Outcome::Failed {
+                kind: "egress_refused",
+                reason: refused.to_string(),
+            },
+            None => Outcome::Failed {
+                kind: "connect_error",
+                reason: format!("request failed: {e}"),
+            },
         },
-        Ok((status, bytes)) if !status.is_success() => Outcome::Failed {
+        Ok(Answer::TooLarge(status)) => Outcome::Failed {
+            kind: "too_large",
+            reason: format!(
+                "HTTP {}: the answer is larger than {} bytes (egress.max_answer_bytes)",
+                status.as_u16(),
+                egress.max_answer_bytes
+            ),
+        },
+        Ok(Answer::Whole(status, bytes)) if !status.is_success() => Outcome::Failed {
             kind: "http_error",
-            reason: format!("HTTP {}: {}", status.as_u16(), excerpt(&bytes)),
+            reason: status_and_excerpt(status, &bytes, egress.excerpt_bytes),
         },
-        Ok((status, bytes)) if bytes.iter().all(u8::is_ascii_whitespace) => Outcome::Failed {
+        Ok(Answer::Whole(status, bytes)) if bytes.iter().all(u8::is_ascii_whitespace) => Outcome::Failed {
             kind: "empty",
             reason: format!("HTTP {} with an empty body", status.as_u16()),
         },
-        Ok((status, bytes)) => {
+        Ok(Answer::Whole(status, bytes)) => {
             let text = String::from_utf8_lossy(&bytes);
             let data: Option<serde_json::Value> = serde_json::from_slice(&bytes).ok();
-            let answer = Answer {
+            let answer = dq_core::condition::Answer {
                 code: status.as_u16(),
                 body: &text,
                 data: data.as_ref(),
@@ -138,9 +205,8 @@ pub async fn post(
                 Some(c) if c.eval(&answer) => Outcome::Failed {
                     kind: "condition",
                     reason: format!(
-                        "retry condition `{c}` held: HTTP {} {}",
-                        status.as_u16(),
-                        excerpt(&bytes)
+                        "retry condition `{c}` held: {}",
+                        status_and_excerpt(status, &bytes, egress.excerpt_bytes)
                     ),
                 },
                 _ => Outcome::Delivered,
@@ -175,9 +241,142 @@ mod tests {
         );
     }
 
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use dq_core::config::EgressSettings;
+    use dq_core::egress::Policy;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn job() -> Reservation {
+        Reservation {
+            id: "j1".into(),
+            topic: "t".into(),
+            body: RawValue::from_string("1".into()).unwrap(),
+            attempt: 1,
+            receipt: "r".into(),
+            deadline: 0,
+            run_at: 0,
+        }
+    }
+
+    /// A server on 127.0.0.1 that answers every connection with `answer` (head and body as given),
+    /// counting connections.
+    async fn server(answer: &'static [u8]) -> (u16, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = Arc::new(AtomicUsize::new(0));
+        let seen = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                seen.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0; 64 * 1024];
+                    let _ = conn.read(&mut buf).await;
+                    let _ = conn.write_all(answer).await;
+                });
+            }
+        });
+        (port, count)
+    }
+
+    async fn deliver(settings: EgressSettings, url: &str) -> Outcome {
+        let egress = Egress::new(&settings, Policy::new(&settings, Vec::new()));
+        let callback: Callback = serde_json::from_value(serde_json::json!({"url": url})).unwrap();
+        let condition = Condition::parse("{res.body} == 'retry'").unwrap();
+        post(&egress, &job(), &Url::parse(url).unwrap(), &callback, Some(&condition))
+            .await
+            .0
+    }
+
+    #[tokio::test]
+    async fn a_name_resolving_to_a_refused_address_fails_naming_the_rule_and_connects_nowhere() {
+        let (port, connections) = server(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+        let settings = EgressSettings {
+            deny: vec!["127.0.0.0/8".into(), "::1".into()],
+            ..EgressSettings::default()
+        };
+        let outcome = deliver(settings.clone(), &format!("http://localhost:{port}/")).await;
+        let Outcome::Failed { kind, reason } = &outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(*kind, "egress_refused", "{reason}");
+        assert!(reason.contains("egress.deny 127.0.0.0/8"), "{reason}");
+        let outcome = deliver(settings, &format!("http://127.0.0.1:{port}/")).await;
+        assert_eq!(outcome.label(), "egress_refused", "{outcome:?}");
+        assert_eq!(connections.load(Ordering::SeqCst), 0);
+        let outcome = deliver(EgressSettings::default(), &format!("http://localhost:{port}/")).await;
+        assert_eq!(outcome, Outcome::Delivered, "allowed by default");
+    }
+
+    #[tokio::test]
+    async fn answers_beyond_the_cap_fail_as_too_large() {
+        let settings = EgressSettings {
+            max_answer_bytes: 4,
+            ..EgressSettings::default()
+        };
+        let (port, _) = server(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n12345").await;
+        let outcome = deliver(settings.clone(), &format!("http://127.0.0.1:{port}/")).await;
+        assert_eq!(outcome.label(), "too_large", "{outcome:?}");
+        let chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\n123\r\n3\r\n456\r\n0\r\n\r\n";
+        let (port, _) = server(chunked).await;
+        let outcome = deliver(settings.clone(), &format!("http://127.0.0.1:{port}/")).await;
+        assert_eq!(outcome.label(), "too_large", "without a length too: {outcome:?}");
+        let (port, _) = server(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n1234").await;
+        let outcome = deliver(settings, &format!("http://127.0.0.1:{port}/")).await;
+        assert_eq!(outcome, Outcome::Delivered, "up to the cap is read");
+    }
+
+    #[tokio::test]
+    async fn last_error_keeps_only_the_configured_excerpt_and_conditions_see_the_whole_answer() {
+        let (port, _) = server(b"HTTP/1.1 500 Oops\r\ncontent-length: 15\r\n\r\ninternal secret").await;
+        let url = format!("http://127.0.0.1:{port}/");
+        let outcome = deliver(EgressSettings::default(), &url).await;
+        assert_eq!(
+            outcome,
+            Outcome::Failed {
+                kind: "http_error",
+                reason: "HTTP 500".into()
+            }
+        );
+        let settings = EgressSettings {
+            excerpt_bytes: 8,
+            ..EgressSettings::default()
+        };
+        let Outcome::Failed { reason, .. } = deliver(settings, &url).await else {
+            panic!("fails")
+        };
+        assert_eq!(reason, "HTTP 500: internal");
+        let (port, _) = server(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nretry").await;
+        let outcome = deliver(EgressSettings::default(), &format!("http://127.0.0.1:{port}/")).await;
+        assert_eq!(
+            outcome,
+            Outcome::Failed {
+                kind: "condition",
+                reason: "retry condition `{res.body} == 'retry'` held: HTTP 200".into()
+            }
+        );
+    }
+
     #[test]
-    fn excerpts_are_short_and_whole_characters() {
-        assert_eq!(excerpt(b"ok"), "ok");
-        assert_eq!(excerpt("é".repeat(150).as_bytes()).len(), 200);
+    fn excerpts_are_as_long_as_configured_and_whole_characters() {
+        let status = StatusCode::INTERNAL_SERVER_ERROR;
+        assert_eq!(status_and_excerpt(status, b"secret", 0), "HTTP 500", "none by default");
+        assert_eq!(status_and_excerpt(status, b"secret", 200), "HTTP 500: secret");
+        assert_eq!(status_and_excerpt(status, b"secret", 3), "HTTP 500: sec");
+        assert_eq!(status_and_excerpt(status, b"  \n", 200), "HTTP 500");
+        let long = "é".repeat(150);
+        assert_eq!(
+            status_and_excerpt(status, long.as_bytes(), 200),
+            format!("HTTP 500: {}", "é".repeat(100))
+        );
+        assert_eq!(
+            status_and_excerpt(status, long.as_bytes(), 201),
+            format!("HTTP 500: {}", "é".repeat(100))
+        );
+        assert_eq!(
+            status_and_excerpt(status, "a\u{FFFD}".as_bytes(), 200),
+            "HTTP 500: a\u{FFFD}"
+        );
     }
 }

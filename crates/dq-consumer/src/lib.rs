@@ -1,6 +1,8 @@
 //! dq-consumer: delivers the ready jobs of every topic that has a callback, by HTTP POST.
 //!
 //! - [`deliver`]: one POST and what its answer means (2xx, a body, and the retry condition false).
+//! - [`egress`]: where callbacks may go: HTTP clients whose resolver applies the egress policy at
+//!   connect time, and the Redis nodes it keeps callbacks away from.
 //! - [`worker`]: one topic's loop: reserve as many jobs as there are free delivery slots, deliver each,
 //!   ack or nack it.
 //!
@@ -10,19 +12,20 @@
 //! immediate redelivery, and returns.
 
 pub mod deliver;
+pub mod egress;
 pub mod worker;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use dq_core::registry::TopicCache;
 use dq_core::{Queue, Settings};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::egress::Egress;
 use crate::worker::{Plan, Shared, TopicWorker};
 
 /// Default `/metrics` address of dq-consumer.
@@ -49,20 +52,15 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         background.clone(),
     )
     .await?;
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(4096)
-        .tcp_nodelay(true)
-        .no_proxy()
-        // A redirect would turn the POST into a GET elsewhere; a 3xx is a failed delivery instead.
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .context("cannot build the HTTP client")?;
+    let egress = Arc::new(Egress::new(&settings.egress, queue.egress().await));
+    tracing::info!(nodes = ?egress.policy().redis_nodes(), "Redis nodes refused to callbacks");
+    tokio::spawn(egress.clone().follow_nodes(queue.clone(), background.clone()));
     let listener = dq_core::wake::follow_ready(&queue, background.clone());
     let refresh = Duration::from_millis(settings.topics.refresh_ms);
     let topics = TopicCache::start(queue.clone(), refresh, background.clone()).await;
     let shared = Arc::new(Shared {
         queue: queue.clone(),
-        http,
+        egress,
         tracker: TaskTracker::new(),
         hand_back: CancellationToken::new(),
         backoff_default: settings.jobs.backoff_ms.clone(),

@@ -12,13 +12,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::deliver::{self, Outcome};
+use crate::egress::Egress;
 
 /// What every worker of this process shares.
 pub struct Shared {
     /// The queue.
     pub queue: Queue,
-    /// One HTTP client, so connections to each callback host are reused.
-    pub http: reqwest::Client,
+    /// The egress policy and the HTTP clients that apply it (connections to each callback host are
+    /// reused).
+    pub egress: Arc<Egress>,
     /// Every delivery in flight, so the drain can wait for them.
     pub tracker: TaskTracker,
     /// Cancelled when the drain's grace period is over: deliveries still running hand their job back.
@@ -33,6 +35,8 @@ pub struct Plan {
     pub config: TopicConfig,
     /// Its callback.
     callback: Callback,
+    /// Its callback's URL, parsed.
+    url: reqwest::Url,
     /// Its retry condition.
     condition: Option<Condition>,
 }
@@ -41,6 +45,7 @@ impl Plan {
     /// Prepares a registration that has a callback.
     pub fn new(config: &TopicConfig) -> Result<Plan, String> {
         let callback = config.callback.clone().ok_or("no callback")?;
+        let url = reqwest::Url::parse(&callback.url).map_err(|e| format!("callback.url: {e}"))?;
         let condition = match &config.retry.condition {
             Some(c) => Some(Condition::parse(c).map_err(|e| format!("retry.condition: {e}"))?),
             None => None,
@@ -48,6 +53,7 @@ impl Plan {
         Ok(Plan {
             config: config.clone(),
             callback,
+            url,
             condition,
         })
     }
@@ -218,7 +224,7 @@ async fn deliver_one(shared: Arc<Shared>, plan: Arc<Plan>, job: Reservation, _pe
             .record((now - job.run_at).max(0) as f64 / 1000.0);
     }
     let posted = tokio::select! {
-        r = deliver::post(&shared.http, &job, &plan.callback, plan.condition.as_ref()) => Some(r),
+        r = deliver::post(&shared.egress, &job, &plan.url, &plan.callback, plan.condition.as_ref()) => Some(r),
         _ = shared.hand_back.cancelled() => None,
     };
     in_flight.decrement(1.0);
