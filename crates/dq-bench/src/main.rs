@@ -22,6 +22,7 @@ mod push;
 mod report;
 mod reserve_ack;
 mod sink;
+mod waiters;
 
 use std::process::ExitCode;
 
@@ -80,6 +81,8 @@ enum Command {
     Deliver(deliver::DeliverArgs),
     /// Serve the bare axum + redis-rs push path (no dq) until SIGINT/SIGTERM, to load with `push`.
     Baseline(baseline::BaselineArgs),
+    /// Hold W long polls open; measure dq-server's memory per waiter and Redis commands per push.
+    Waiters(waiters::WaitersArgs),
 }
 
 fn main() -> ExitCode {
@@ -120,6 +123,7 @@ fn run(cli: &Cli) -> Result<Report> {
             Command::Sink(args) => sink::run(args).await,
             Command::Deliver(args) => deliver::run(&target, args).await,
             Command::Baseline(args) => baseline::run(args).await,
+            Command::Waiters(args) => waiters::run(&target, args).await,
         }
     })?;
     Ok(report.with("threads", cli.common.threads))

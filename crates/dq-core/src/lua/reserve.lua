@@ -9,7 +9,9 @@
 -- ARGV[4]: least TTR in ms ("" for none): dq-consumer's reservations must outlive its callback's timeout
 -- ARGV[5]: timer wake channel, told `<reserved key> <deadline>` when a deadline is earlier than the one
 -- last announced, so a timer ends the reservation on time without sweeping for it
--- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at.
+-- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at; then 1 when the
+-- queues still hold jobs, 0 when they are empty (the caller's process then knows, without another call,
+-- that nobody needs waking for them).
 
 local reserved, counts, announced = KEYS[1], KEYS[2], KEYS[3]
 local prefix, want, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -78,4 +80,8 @@ if earliest and (told == nil or earliest < told) then
   redis.call('SET', announced, earliest)
   redis.call(publish, ARGV[5], reserved .. ' ' .. earliest)
 end
+-- Taking fewer than asked emptied every queue; taking all that was asked may have left some.
+local more = 0
+if taken >= want then more = redis.call('EXISTS', unpack(KEYS, 4)) end
+out[#out + 1] = math.min(more, 1)
 return out

@@ -113,7 +113,7 @@ impl Queue {
         }
         let job = self.get(id).await?;
         if job.state == State::Ready {
-            self.ready.mark(&job.topic, p);
+            self.ready.mark_own(&job.topic, p);
         }
         Ok(job)
     }

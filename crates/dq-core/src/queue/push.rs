@@ -305,7 +305,7 @@ async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Resul
     let mut marked = std::collections::HashSet::new();
     for ((_, job, _), answer) in jobs.iter().zip(&answers) {
         if matches!(answer, Ok((State::Ready, _))) && marked.insert(job.topic.as_str()) {
-            queue.ready.mark(&job.topic, p);
+            queue.ready.mark_own(&job.topic, p);
         }
     }
     Ok(answers)

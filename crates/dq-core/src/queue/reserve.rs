@@ -84,8 +84,8 @@ impl Queue {
                 let want = count - out.len();
                 let claim = self.ready.claim(topics, p);
                 match self.reserve_on(p, topics, want, options.least_ttr_ms).await {
-                    Ok(mut got) => {
-                        claim.settle(if got.len() < want { Tried::Emptied } else { Tried::Full });
+                    Ok((mut got, more)) => {
+                        claim.settle(if more { Tried::Full } else { Tried::Emptied });
                         out.append(&mut got);
                     }
                     Err(e) => {
@@ -145,13 +145,15 @@ impl Queue {
         }
     }
 
+    /// Reserves up to `count` jobs of `topics` in partition `p`, with whether their queues there still
+    /// hold jobs.
     async fn reserve_on(
         &self,
         p: u16,
         topics: &[String],
         count: usize,
         least_ttr_ms: Option<u64>,
-    ) -> Result<Vec<Reservation>> {
+    ) -> Result<(Vec<Reservation>, bool)> {
         let keys = self.partition_keys(p);
         let mut inv = self.script(&scripts::RESERVE).prepare_invoke();
         inv.key(keys.reserved()).key(keys.counts()).key(keys.announced());
@@ -170,7 +172,9 @@ impl Queue {
             partition: Some(p),
             message: "reserve returned a malformed job".into(),
         };
-        out.chunks(7)
+        let (more, jobs) = out.split_last().ok_or_else(bad)?;
+        let jobs = jobs
+            .chunks(7)
             .map(|c| {
                 if c.len() != 7 {
                     return Err(bad());
@@ -186,7 +190,8 @@ impl Queue {
                     run_at: int(&c[6]).ok_or_else(bad)?,
                 })
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok((jobs, int(more).ok_or_else(bad)? != 0))
     }
 
     /// Finishes a reservation: the job is done.
@@ -253,7 +258,7 @@ impl Queue {
                 };
                 // This process's next reserve must see the job it just made ready again.
                 if let (State::Ready, Some(topic)) = (state, out.get(3).and_then(text)) {
-                    self.ready.mark(&topic, p);
+                    self.ready.mark_own(&topic, p);
                 }
                 metrics::counter!("dq_jobs_nacked_total").increment(1);
                 if state == State::Dead {

@@ -146,18 +146,32 @@ impl ReadyIndex {
     /// Partition `p` may have ready jobs of `topic` (a wake-up, or this process's own write): wakes one
     /// waiter of the topic (or the next one to wait, when none does).
     pub fn mark(&self, topic: &str, p: u16) {
-        let line = {
-            let mut t = self.lock();
-            t.epoch += 1;
-            let epoch = t.epoch;
-            let entry = match t.by_topic.get_mut(topic) {
-                Some(entry) => entry,
-                None => t.by_topic.entry(topic.to_string()).or_default(),
-            };
-            entry.partitions.insert(p, epoch);
-            entry.waiters.clone()
+        self.list(topic, p).notify_one();
+    }
+
+    /// This process just made jobs of `topic` ready in partition `p`: lists it at once, so the process's
+    /// next reserve finds them, but leaves waking a waiter to the wake-up the script published when a
+    /// listener follows them. Waking one here too would wake a second waiter for the same jobs: the
+    /// wake-up, arriving after the first waiter's ask began, keeps the partition listed past it, and the
+    /// second waiter asks it in vain.
+    pub fn mark_own(&self, topic: &str, p: u16) {
+        let line = self.list(topic, p);
+        if !self.listening.load(Ordering::Relaxed) {
+            line.notify_one();
+        }
+    }
+
+    /// Lists `p` for `topic`; answers the topic's line.
+    fn list(&self, topic: &str, p: u16) -> Arc<Notify> {
+        let mut t = self.lock();
+        t.epoch += 1;
+        let epoch = t.epoch;
+        let entry = match t.by_topic.get_mut(topic) {
+            Some(entry) => entry,
+            None => t.by_topic.entry(topic.to_string()).or_default(),
         };
-        line.notify_one();
+        entry.partitions.insert(p, epoch);
+        entry.waiters.clone()
     }
 
     /// A reserve of `topics` was cancelled half-way, or stopped with partitions it had not asked: for
