@@ -45,7 +45,7 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let (settings, shutdown) = dq_core::process::start(args.config.as_deref())?;
+    let (settings, shutdown, _logs) = dq_core::process::start(args.config.as_deref())?;
     match args.command {
         Some(Command::Audit) => {
             let report = dq_checker::audit(&settings).await?;

@@ -6,6 +6,7 @@ use std::path::Path;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigError, Settings};
+use crate::telemetry::LogGuard;
 
 /// Why a binary could not start.
 #[derive(Debug, thiserror::Error)]
@@ -19,11 +20,12 @@ pub enum StartError {
     Signals(#[from] std::io::Error),
 }
 
-/// Loads the settings (the file at `config`, then `DQ__*`), starts logging, and returns the settings and
-/// the token cancelled by SIGTERM, SIGINT or SIGUSR2. Call it inside the tokio runtime.
-pub fn start(config: Option<&Path>) -> Result<(Settings, CancellationToken), StartError> {
+/// Loads the settings (the file at `config`, then `DQ__*`), starts logging, and returns the settings,
+/// the token cancelled by SIGTERM, SIGINT or SIGUSR2, and the log writer's guard (hold it until `main`
+/// returns, so the last lines are written). Call it inside the tokio runtime.
+pub fn start(config: Option<&Path>) -> Result<(Settings, CancellationToken, Option<LogGuard>), StartError> {
     let settings = Settings::load(config)?;
-    crate::telemetry::init_logging(&settings.log);
+    let logs = crate::telemetry::init_logging(&settings.log);
     let shutdown = crate::signals::shutdown_token()?;
-    Ok((settings, shutdown))
+    Ok((settings, shutdown, logs))
 }

@@ -7,17 +7,29 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogSettings;
 
+/// Keeps the log writer's thread; dropped at the end of `main`, it writes out what is queued (waiting
+/// a second at most).
+pub type LogGuard = tracing_appender::non_blocking::WorkerGuard;
+
 /// Installs the tracing subscriber once; later calls (tests running several services) do nothing.
-pub fn init_logging(settings: &LogSettings) {
+///
+/// Lines go to stderr through a thread of their own, and are dropped rather than waited for when stderr
+/// does not keep up (a stalled pipe); a write that fails (a closed pipe) is dropped silently, where
+/// tracing-subscriber would report it with `eprintln!`, which panics on a closed stderr. So a drain on
+/// SIGTERM finishes whatever becomes of stderr.
+pub fn init_logging(settings: &LogSettings) -> Option<LogGuard> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&settings.level));
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if settings.format == "json" {
+        .with_writer(writer)
+        .log_internal_errors(false);
+    let installed = if settings.format == "json" {
         builder.json().try_init()
     } else {
         builder.try_init()
     };
+    installed.ok().map(|()| guard)
 }
 
 /// The process-wide Prometheus recorder, installed on first use, so every `metrics::counter!` in dq

@@ -1,7 +1,7 @@
 //! Who may call the API: bearer tokens with scopes (`produce`, `consume`, `read`, `admin`), optionally
 //! limited to topic patterns (`[auth]` in the settings).
 //!
-//! [`authenticate`] runs before every route but `/healthz`, `/readyz` and the admin login: it finds the
+//! [`admit`] runs (from the guard middleware) before every route but `/healthz`, `/readyz` and the admin login: it finds the
 //! token among the configured ones (by its SHA-256, compared in constant time with every key, so the
 //! time taken tells nothing about which key came close) and hands the handler a [`Caller`]; each handler
 //! asks the caller for the scope and topic it needs. Without any token configured the API is open, and
@@ -11,10 +11,9 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use dq_core::config::{AuthSettings, Scope};
 use globset::{Glob, GlobSet, GlobSetBuilder};
@@ -246,12 +245,13 @@ fn public(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/admin/login") || path.starts_with("/admin/static/")
 }
 
-/// Middleware: puts the [`Caller`] of a request's token in its extensions, or answers 401 (the admin
-/// pages: a redirect to the login).
-pub async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
+/// Puts the [`Caller`] of a request's token in its extensions, or answers the refusal: 401, or for the
+/// admin pages a redirect to the login. Run by [`crate::browser::guard`], the one middleware every
+/// request goes through.
+pub fn admit(auth: &Auth, req: &mut Request) -> Option<Response> {
     let path = req.uri().path();
     if public(path) {
-        return next.run(req).await;
+        return None;
     }
     let ring = auth.ring();
     let caller = if ring.is_open() {
@@ -259,30 +259,25 @@ pub async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next:
     } else {
         token(req.headers()).and_then(|t| ring.find(t))
     };
-    match caller {
-        Some(caller) => {
-            req.extensions_mut().insert(caller);
-            next.run(req).await
-        }
-        None => {
-            let had = token(req.headers()).is_some();
-            metrics::counter!("dq_auth_refusals_total", "reason" => if had { "bad_token" } else { "no_token" })
-                .increment(1);
-            if path == "/admin" || path.starts_with("/admin/") {
-                return Redirect::to("/admin/login").into_response();
-            }
-            let mut answer = ApiError::unauthorized(if had {
-                "the token is not valid"
-            } else {
-                "a token is required: send `Authorization: Bearer <token>`"
-            })
-            .into_response();
-            answer
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-            answer
-        }
+    if let Some(caller) = caller {
+        req.extensions_mut().insert(caller);
+        return None;
     }
+    let had = token(req.headers()).is_some();
+    metrics::counter!("dq_auth_refusals_total", "reason" => if had { "bad_token" } else { "no_token" }).increment(1);
+    if path == "/admin" || path.starts_with("/admin/") {
+        return Some(Redirect::to("/admin/login").into_response());
+    }
+    let mut answer = ApiError::unauthorized(if had {
+        "the token is not valid"
+    } else {
+        "a token is required: send `Authorization: Bearer <token>`"
+    })
+    .into_response();
+    answer
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+    Some(answer)
 }
 
 /// Whether `token` is an admin token now (the admin login).

@@ -16,6 +16,7 @@
 
 use std::sync::Arc;
 
+use axum::body::HttpBody;
 use axum::extract::{Request, State};
 use axum::http::uri::Authority;
 use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
@@ -32,6 +33,8 @@ pub struct Guard {
     pub auth: Arc<Auth>,
     /// `server.allowed_hosts`, lowercase.
     pub allowed_hosts: Arc<Vec<String>>,
+    /// The largest request body read; a larger `Content-Length` is refused before the body is read.
+    pub max_body: usize,
 }
 
 impl Guard {
@@ -53,9 +56,11 @@ impl Guard {
     }
 }
 
-/// Middleware: refuses requests to hosts not allowed and cross-site state changes, and adds the frame
-/// headers to every answer.
-pub async fn guard(State(guard): State<Guard>, req: Request, next: Next) -> Response {
+/// Middleware, the only one: refuses requests to hosts not allowed, cross-site state changes and bodies
+/// over the limit, then admits the caller by its token ([`crate::auth::admit`]), and adds the frame
+/// headers to every answer. One layer, not one per concern: each layer costs every request a boxed
+/// future, and a waiting long poll keeps it.
+pub async fn guard(State(guard): State<Guard>, mut req: Request, next: Next) -> Response {
     let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     let host = req
         .headers()
@@ -74,6 +79,15 @@ pub async fn guard(State(guard): State<Guard>, req: Request, next: Next) -> Resp
             .into_response()
     } else if !safe && has_body(req.headers()) && !is_json(req.headers()) && req.uri().path() != "/admin/login" {
         ApiError::invalid("a request body must be sent with `Content-Type: application/json`").into_response()
+    } else if req.body().size_hint().lower() > guard.max_body as u64 {
+        // hyper's size hint is the `Content-Length`: the answer goes out before any of the body is read.
+        ApiError::too_large(format!(
+            "the request body is larger than the limit of {} bytes",
+            guard.max_body
+        ))
+        .into_response()
+    } else if let Some(refused) = crate::auth::admit(&guard.auth, &mut req) {
+        refused
     } else {
         next.run(req).await
     };
@@ -147,6 +161,7 @@ mod tests {
         Guard {
             auth: Arc::new(Auth::new(&settings).unwrap()),
             allowed_hosts: Arc::new(allowed.iter().map(|s| s.to_string()).collect()),
+            max_body: 1024,
         }
     }
 

@@ -49,6 +49,16 @@ impl ApiError {
         }
     }
 
+    /// 503 `overloaded`: a cap on connections or waiting long polls is reached; try again in a second.
+    pub fn overloaded(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "overloaded",
+            message: message.into(),
+            id: None,
+        }
+    }
+
     /// 413 `payload_too_large`.
     pub fn too_large(message: impl Into<String>) -> Self {
         ApiError {
@@ -135,7 +145,14 @@ fn log_failure(e: &dq_core::Error) {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let mut response = (self.status, Json(self.body())).into_response();
+        if self.code == "overloaded" {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }
 

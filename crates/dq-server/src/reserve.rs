@@ -1,5 +1,6 @@
 //! Pull consumers' verbs: reserve (with long poll), ack, nack, touch.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -11,12 +12,54 @@ use dq_core::job::{validate_id, validate_topic};
 use dq_core::queue::ReserveOptions;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::body::JsonBody;
 use crate::error::ApiError;
 use crate::jobs::allow_job;
+
+/// The long polls allowed to wait at once (`server.max_long_polls`). A long poll takes its place only
+/// when its first look found nothing, and leaves it with its answer.
+#[derive(Debug)]
+pub struct LongPolls {
+    permits: Arc<Semaphore>,
+    max: usize,
+}
+
+/// A long poll's place; exported as `dq_long_polls_waiting` while held.
+pub struct Waiting(#[allow(dead_code)] OwnedSemaphorePermit);
+
+impl LongPolls {
+    /// Room for `max` waiting long polls.
+    pub fn new(max: usize) -> Self {
+        metrics::gauge!("dq_long_polls_waiting").set(0.0);
+        LongPolls {
+            permits: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// A place to wait in, or 503 `overloaded` when all are taken.
+    fn enter(&self) -> Result<Waiting, ApiError> {
+        let permit = self.permits.clone().try_acquire_owned().map_err(|_| {
+            metrics::counter!("dq_long_polls_refused_total").increment(1);
+            ApiError::overloaded(format!(
+                "as many long polls wait as the server allows (server.max_long_polls = {})",
+                self.max
+            ))
+        })?;
+        metrics::gauge!("dq_long_polls_waiting").increment(1.0);
+        Ok(Waiting(permit))
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        metrics::gauge!("dq_long_polls_waiting").decrement(1.0);
+    }
+}
 
 /// `POST /v1/reserve` answer. A typed struct, not `json!`: that would turn each job's raw body into a
 /// `serde_json::Value`, parsing it again on every reserve.
@@ -97,6 +140,8 @@ pub async fn reserve(
     let registry = app.topics.snapshot();
     topics.retain(|t| !registry.get(t).is_some_and(|c| c.paused));
     let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout);
+    // Held while waiting, released with the answer.
+    let mut permit = None;
     loop {
         // In line before looking, so a wake-up sent while this reserve runs is not missed.
         let mut waiter = (timeout > 0).then(|| app.queue.ready_index().waiter(&topics));
@@ -112,6 +157,9 @@ pub async fn reserve(
         let Some(waiter) = waiter.as_mut().filter(|_| jobs.is_empty()) else {
             return Ok(Json(Reserved { jobs }));
         };
+        if permit.is_none() {
+            permit = Some(app.long_polls.enter()?);
+        }
         tokio::select! {
             _ = waiter.wait() => {}
             _ = tokio::time::sleep_until(deadline) => return Ok(Json(Reserved { jobs: Vec::new() })),

@@ -28,12 +28,18 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
         "z".repeat(70 * 1024)
     );
     let long_error = json!({"receipt": receipt, "error": "e".repeat(5000)}).to_string();
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let deep_body = format!(r#"{{"topic":"t","body":{deep}}}"#);
+    let deep_in_batch = format!(r#"{{"jobs":[{{"topic":"t","body":1}},{{"topic":"t","body":{deep}}}]}}"#);
 
     let cases: Vec<(&str, &str, String, u16, &str)> = vec![
         // push
         ("POST", "/v1/jobs", "{not json".into(), 400, "invalid_argument"),
         ("POST", "/v1/jobs", "".into(), 400, "invalid_argument"),
         ("POST", "/v1/jobs", "[]".into(), 400, "invalid_argument"),
+        // Nested past serde_json's limit of 128, inside a body kept as raw text.
+        ("POST", "/v1/jobs", deep_body, 400, "invalid_argument"),
+        ("POST", "/v1/jobs/batch", deep_in_batch, 400, "invalid_argument"),
         ("POST", "/v1/jobs", r#"{"body":1}"#.into(), 400, "invalid_argument"),
         ("POST", "/v1/jobs", r#"{"topic":"t"}"#.into(), 400, "invalid_argument"),
         (

@@ -21,6 +21,6 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let (settings, shutdown) = dq_core::process::start(args.config.as_deref())?;
+    let (settings, shutdown, _logs) = dq_core::process::start(args.config.as_deref())?;
     dq_timer::run(settings, shutdown).await
 }

@@ -138,3 +138,64 @@ async fn sighup_reloads_the_tokens_from_the_settings_file() {
     let log = process.log();
     assert!(log.contains("tokens read again") && !log.contains("new-token"), "{log}");
 }
+
+/// Logging never holds up a drain: with stderr a pipe nobody reads (full after 64 KiB of trace lines)
+/// or a pipe whose reader is gone, every binary still exits 0 on SIGTERM.
+#[tokio::test]
+async fn a_drain_ends_whatever_becomes_of_stderr() {
+    use std::process::{Command, Stdio};
+    let redis = RedisServer::start();
+    for name in ["dq-server", "dq-timer", "dq-consumer", "dq-checker"] {
+        for closed in [false, true] {
+            let port = dq_harness::free_port();
+            let mut cmd = Command::new(dq_harness::bin_dir().join(name));
+            cmd.envs(common::env(&[&redis], port))
+                .env("DQ__LOG__LEVEL", "trace")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            let mut child = cmd.spawn().expect("spawn");
+            let stderr = child.stderr.take();
+            let _unread = if closed {
+                drop(stderr);
+                None
+            } else {
+                stderr
+            };
+            let url = format!("http://127.0.0.1:{port}/metrics");
+            dq_harness::eventually(Duration::from_secs(30), &format!("{name} serves {url}"), || async {
+                reqwest::get(&url).await.is_ok_and(|r| r.status().is_success())
+            })
+            .await;
+            // Traffic, so there is something to log at the moment of the signal.
+            for _ in 0..20 {
+                let _ = reqwest::get(&url).await;
+            }
+            let killed = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success());
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let status = loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    break status;
+                }
+                if std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                    panic!(
+                        "{name} (stderr {}) did not exit within 30 s of SIGTERM",
+                        if closed { "closed" } else { "stalled" }
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            assert_eq!(
+                status.code(),
+                Some(0),
+                "{name} (stderr {})",
+                if closed { "closed" } else { "stalled" }
+            );
+        }
+    }
+}

@@ -81,6 +81,13 @@ pub struct ServerSettings {
     /// tokens are configured; IP addresses and `localhost` only, when the API is open (a page that
     /// rebinds its own name to 127.0.0.1 cannot drive an open API from a browser).
     pub allowed_hosts: Vec<String>,
+    /// Time a connection has to send a complete request head, counted from its opening or from its
+    /// previous answer: idle keep-alive connections and slow senders are closed after it.
+    pub header_timeout_ms: u64,
+    /// Connections served at once; one more gets a 503 and is closed.
+    pub max_connections: usize,
+    /// Long-poll reserves waiting at once; one more gets a 503 at once.
+    pub max_long_polls: usize,
 }
 
 impl Default for ServerSettings {
@@ -88,6 +95,9 @@ impl Default for ServerSettings {
         Self {
             listen: "127.0.0.1:6789".into(),
             allowed_hosts: Vec::new(),
+            header_timeout_ms: 30_000,
+            max_connections: 16_384,
+            max_long_polls: 10_000,
         }
     }
 }
@@ -364,6 +374,9 @@ impl Settings {
             return Err(invalid("jobs.backoff_ms", "needs at least one delay"));
         }
         for (key, value) in [
+            ("server.max_connections", self.server.max_connections),
+            ("server.max_long_polls", self.server.max_long_polls),
+            ("server.header_timeout_ms", self.server.header_timeout_ms as usize),
             ("limits.max_batch", self.limits.max_batch),
             ("limits.max_reserve_count", self.limits.max_reserve_count),
             ("limits.max_reserve_topics", self.limits.max_reserve_topics),

@@ -1,0 +1,245 @@
+//! The server's limits: header timeout (idle and slow connections closed), the connection cap, the
+//! long-poll cap, and a body refused by its `Content-Length` before it is read.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestServer, assert_error, settings};
+use dq_harness::RedisServer;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn server_with(edit: impl FnOnce(&mut dq_core::Settings)) -> TestServer {
+    let redis = vec![RedisServer::start()];
+    let mut s = settings(&redis);
+    edit(&mut s);
+    TestServer::with_settings(redis, s).await
+}
+
+async fn connect(s: &TestServer) -> TcpStream {
+    TcpStream::connect(s.base.trim_start_matches("http://")).await.unwrap()
+}
+
+/// Reads until the server closes the connection (or resets it); what it sent before. Panics after 20 s.
+async fn read_until_closed(conn: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), conn.read(&mut buf)).await {
+            Err(_) => panic!(
+                "the connection is still open after 20 s; got so far: {:?}",
+                String::from_utf8_lossy(&out)
+            ),
+            Ok(Ok(0)) | Ok(Err(_)) => return String::from_utf8_lossy(&out).into_owned(),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// The JSON body of a raw HTTP/1.1 answer (no chunked encoding: ours carry a `Content-Length`).
+fn json_of(answer: &str) -> Value {
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {answer}"))
+}
+
+#[tokio::test]
+async fn idle_and_slow_connections_are_closed_after_the_header_timeout() {
+    let s = server_with(|s| s.server.header_timeout_ms = 300).await;
+
+    // Opened and never used.
+    let mut idle = connect(&s).await;
+    assert_eq!(read_until_closed(&mut idle).await, "");
+
+    // Kept alive after an answer, then idle.
+    let mut kept = connect(&s).await;
+    let host = s.base.trim_start_matches("http://").to_string();
+    kept.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut kept).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    // Slowloris: a request head sent a byte at a time, never finished. The server must close the
+    // connection while the sender still has bytes to send (the head below would take 60 s).
+    let mut slow = connect(&s).await;
+    let head = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: {host}\r\nX-Padding: {}",
+        "a".repeat(600)
+    );
+    let mut closed = false;
+    for byte in head.as_bytes() {
+        if slow.write_all(&[*byte]).await.is_err() {
+            closed = true;
+            break;
+        }
+        // A closed connection shows as a read of 0 (or an error) before the next write fails.
+        let mut buf = [0u8; 256];
+        if let Ok(r) = tokio::time::timeout(Duration::from_millis(100), slow.read(&mut buf)).await {
+            match r {
+                Ok(0) | Err(_) => {
+                    closed = true;
+                    break;
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+    assert!(closed, "a head trickled over 60 s was still being read");
+
+    // The server still serves (on a new connection: the client's pooled one was closed as idle).
+    let fresh = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let status = fresh.get(s.url("/healthz")).send().await.unwrap().status();
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn connections_beyond_the_cap_get_a_503_and_are_closed() {
+    let s = server_with(|s| s.server.max_connections = 2).await;
+    // The test's own HTTP client keeps a connection alive: stop it holding a place.
+    let host = s.base.trim_start_matches("http://").to_string();
+    let mut held = Vec::new();
+    // Two connections hold the places (the client's pooled one may hold one of them for a while, so
+    // keep opening until one is refused).
+    let refused = 'open: {
+        for _ in 0..4 {
+            let mut c = connect(&s).await;
+            c.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf))
+                .await
+                .expect("an answer")
+                .unwrap();
+            let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if answer.starts_with("HTTP/1.1 503") {
+                let rest = read_until_closed(&mut c).await;
+                break 'open answer + &rest;
+            }
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            held.push(c);
+        }
+        panic!("four connections were all served with a cap of two");
+    };
+    let lower = refused.to_ascii_lowercase();
+    assert!(lower.contains("retry-after: 1"), "{refused}");
+    let body = json_of(&refused);
+    assert_eq!(body["error"]["code"], "overloaded", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("server.max_connections")
+    );
+
+    // A place freed is a place taken again.
+    held.clear();
+    dq_harness::eventually(Duration::from_secs(10), "a new connection is served", || async {
+        let Ok(mut c) = TcpStream::connect(&host).await else {
+            return false;
+        };
+        if c.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        read_until_closed(&mut c).await.starts_with("HTTP/1.1 200")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn long_polls_beyond_the_cap_get_a_503_and_the_rest_still_get_jobs() {
+    let s = server_with(|s| s.server.max_long_polls = 2).await;
+    let reserve = json!({"topics": ["capped"], "timeout_ms": 20_000});
+    let waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let (http, url, body) = (s.http.clone(), s.url("/v1/reserve"), reserve.clone());
+            tokio::spawn(async move {
+                http.post(url)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json::<Value>()
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    dq_harness::eventually(Duration::from_secs(10), "both long polls wait", || async {
+        let metrics = s
+            .http
+            .get(s.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        metrics.lines().any(|l| l == "dq_long_polls_waiting 2")
+    })
+    .await;
+    let (status, body) = s
+        .call(
+            "POST",
+            "/v1/reserve",
+            Some(json!({"topics": ["capped"], "timeout_ms": 100})),
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "overloaded", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("server.max_long_polls")
+    );
+    // A reserve that does not wait is not capped.
+    let (status, body) = s
+        .call(
+            "POST",
+            "/v1/reserve",
+            Some(json!({"topics": ["capped"], "timeout_ms": 0})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // The waiting ones are served.
+    s.push(json!({"topic": "capped", "body": 1})).await;
+    s.push(json!({"topic": "capped", "body": 2})).await;
+    let mut got = 0;
+    for w in waiting {
+        got += w.await.unwrap()["jobs"].as_array().unwrap().len();
+    }
+    assert_eq!(got, 2);
+}
+
+#[tokio::test]
+async fn a_body_too_large_is_refused_by_its_content_length_before_it_is_sent() {
+    let s = server_with(|_| {}).await;
+    let before = s.snapshot();
+    let host = s.base.trim_start_matches("http://").to_string();
+    let mut c = connect(&s).await;
+    // Only the head: were the server reading the body, it would wait for it until the test timed out.
+    c.write_all(
+        format!(
+            "POST /v1/jobs HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf))
+        .await
+        .expect("an answer before the body is sent")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    let (status, body) = (reqwest::StatusCode::PAYLOAD_TOO_LARGE, json_of(&answer));
+    assert_error(status, &body, 413, "payload_too_large");
+    assert_eq!(s.snapshot(), before);
+}
