@@ -140,6 +140,7 @@ else
 #   DQ__REDIS__URLS=redis://:secret@10.0.0.7:7000,redis://:secret@10.0.0.8:7000
 #   DQ__LOG__FORMAT=json
 #   DQ__AUTH__ADMIN_TOKEN=<a long random string>   one API token with every scope (docs/security.md)
+#   DQ__SECRETS__KEYS=<openssl rand -base64 32>     seals callback secrets in Redis (docs/security.md)
 # Do not set DQ__METRICS__LISTEN here: it would override every instance's own port (systemd/README.md).
 EOF
   owner "$etc_dq/dq.env"

@@ -40,6 +40,19 @@ enum Command {
         #[command(subcommand)]
         command: dq_checker::quarantine::Command,
     },
+    /// The keys that seal callback secrets and header values at rest (`secrets.keys`).
+    Secrets {
+        /// What to do.
+        #[command(subcommand)]
+        command: SecretsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SecretsCommand {
+    /// Seal every topic registration again under the first key of `secrets.keys` (after putting a new
+    /// key first), so the old key can be removed. Prints `{"rekeyed": [topics]}`, exits.
+    Rekey,
 }
 
 #[tokio::main]
@@ -65,6 +78,14 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Quarantine { command }) => dq_checker::quarantine::run(&settings, command).await,
+        Some(Command::Secrets {
+            command: SecretsCommand::Rekey,
+        }) => {
+            let queue = dq_core::Queue::connect(&settings).await?;
+            let rekeyed = queue.rekey_topics().await?;
+            println!("{}", serde_json::json!({ "rekeyed": rekeyed }));
+            Ok(())
+        }
         None => dq_checker::run(settings, shutdown).await,
     }
 }

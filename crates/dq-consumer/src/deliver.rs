@@ -53,13 +53,20 @@ impl Outcome {
     }
 }
 
-/// `X-DQ-Signature: t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`.
-pub fn signature(secret: &str, unix_s: u64, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
-    mac.update(unix_s.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("t={unix_s},v1={}", hex::encode(mac.finalize().into_bytes()))
+/// `X-DQ-Signature: t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`, with one `v1=` per secret
+/// (the current one first, then the one being rotated out): a receiver accepts the request when any of
+/// them matches a key it holds.
+pub fn signature(secrets: &[&str], unix_s: u64, body: &[u8]) -> String {
+    let mut header = format!("t={unix_s}");
+    for secret in secrets {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
+        mac.update(unix_s.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        header.push_str(",v1=");
+        header.push_str(&hex::encode(mac.finalize().into_bytes()));
+    }
+    header
 }
 
 /// The status, and at most `max` bytes of the answer (whole characters), as `last_error` shows them.
@@ -152,12 +159,17 @@ pub async fn post(
     for (k, v) in &callback.headers {
         req = req.header(k, v);
     }
-    if let Some(secret) = &callback.secret {
+    let secrets: Vec<&str> = [&callback.secret, &callback.previous_secret]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    if !secrets.is_empty() {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        req = req.header("x-dq-signature", signature(secret, now, &body));
+        req = req.header("x-dq-signature", signature(&secrets, now, &body));
     }
     let started = Instant::now();
     let answer = async { read_capped(req.body(body).send().await?, egress.max_answer_bytes).await }.await;
@@ -174,7 +186,8 @@ pub async fn post(
             },
             None => Outcome::Failed {
                 kind: "connect_error",
-                reason: format!("request failed: {e}"),
+                // Without the URL: it may carry credentials, and last_error is readable with `read`.
+                reason: format!("request failed: {}", e.without_url()),
             },
         },
         Ok(Answer::TooLarge(status)) => Outcome::Failed {
@@ -223,13 +236,16 @@ mod tests {
     #[test]
     fn signature_matches_a_known_hmac() {
         // The header signs "<t>.<body>"; and the HMAC itself is the standard one (Wikipedia's example).
-        let sig = signature("s3cr3t", 1_700_000_000, br#"{"id":"a"}"#);
-        let mut mac = Hmac::<Sha256>::new_from_slice(b"s3cr3t").unwrap();
-        mac.update(br#"1700000000.{"id":"a"}"#);
-        assert_eq!(
-            sig,
-            format!("t=1700000000,v1={}", hex::encode(mac.finalize().into_bytes()))
-        );
+        let sig = signature(&["s3cr3t"], 1_700_000_000, br#"{"id":"a"}"#);
+        let mac = |key: &[u8]| {
+            let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
+            mac.update(br#"1700000000.{"id":"a"}"#);
+            hex::encode(mac.finalize().into_bytes())
+        };
+        assert_eq!(sig, format!("t=1700000000,v1={}", mac(b"s3cr3t")));
+        // Two secrets during a rotation: both signatures, the current one first.
+        let both = signature(&["new", "old"], 1_700_000_000, br#"{"id":"a"}"#);
+        assert_eq!(both, format!("t=1700000000,v1={},v1={}", mac(b"new"), mac(b"old")));
         let known = Hmac::<Sha256>::new_from_slice(b"key")
             .unwrap()
             .chain_update(b"The quick brown fox jumps over the lazy dog")

@@ -131,7 +131,7 @@ fn reconcile(shared: &Arc<Shared>, topics: &TopicCache, running: &mut HashMap<St
                 w.plan.send_replace(plan);
             }
             None => {
-                tracing::info!(%topic, url = %config.callback.as_ref().map(|c| c.url.as_str()).unwrap_or(""), "delivering");
+                tracing::info!(%topic, url = %config.callback.as_ref().map(|c| dq_core::topic::masked_url(&c.url)).unwrap_or_default(), "delivering");
                 let (tx, rx) = watch::channel(plan);
                 let stop = CancellationToken::new();
                 let worker = TopicWorker::new(topic.clone(), shared.clone(), rx, stop.clone());

@@ -464,3 +464,75 @@ async fn an_ack_that_found_no_redis_is_sent_again() {
     assert_eq!(hook.count(), 1, "delivered once");
     consumer.drain().await;
 }
+
+/// With `secrets.keys`, the secrets and header values are sealed in Redis and delivered in clear; while
+/// a previous secret is set, each delivery carries a signature with each secret; after a key rotation
+/// (new key first, old kept) the old seals still open, and `rekey` seals them under the new key.
+#[tokio::test]
+async fn sealed_secrets_are_sent_in_clear_and_both_signing_secrets_sign() {
+    use hmac::{Hmac, Mac};
+    let redis = RedisServer::start();
+    let (old_key, new_key) = (
+        "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=",
+        "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=",
+    );
+    let mut s = settings(&redis);
+    s.secrets.keys = vec![old_key.into()];
+    let q = Queue::connect(&s).await.unwrap();
+    let hook = Hook::start(|_, _| ok()).await;
+    register(
+        &q,
+        "sealed",
+        serde_json::json!({"callback": {"url": hook.url, "secret": "new-secret", "previous_secret": "old-secret",
+                                        "headers": {"Authorization": "Bearer hook-token"}}}),
+    )
+    .await;
+    let mut conn = redis.conn();
+    let stored: String = redis::cmd("HGET")
+        .arg("{dq}:topics")
+        .arg("sealed")
+        .query(&mut conn)
+        .unwrap();
+    for clear in ["new-secret", "old-secret", "hook-token"] {
+        assert!(!stored.contains(clear), "{clear} stored in clear: {stored}");
+    }
+    assert!(stored.contains("dq:sealed:v1:"), "{stored}");
+
+    // The rotation: the new key first, the old one still there.
+    s.secrets.keys = vec![new_key.into(), old_key.into()];
+    let q = Queue::connect(&s).await.unwrap();
+    let consumer = Consumer::start(&s);
+    let id = push(&q, serde_json::json!({"topic": "sealed", "body": "x"})).await;
+    eventually(Duration::from_secs(20), "delivered", || async {
+        state_of(&q, &id).await == JobState::Done
+    })
+    .await;
+    consumer.drain().await;
+    let r = &hook.all()[0];
+    assert_eq!(r.headers["authorization"], "Bearer hook-token");
+    let header = r.headers["x-dq-signature"].to_str().unwrap().to_string();
+    let mut parts = header.split(',');
+    let t = parts.next().unwrap().strip_prefix("t=").unwrap().to_string();
+    let sigs: Vec<String> = parts.map(|p| p.strip_prefix("v1=").unwrap().to_string()).collect();
+    assert_eq!(sigs.len(), 2, "{header}");
+    for (secret, sig) in ["new-secret", "old-secret"].iter().zip(&sigs) {
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("{t}.").as_bytes());
+        mac.update(&r.raw);
+        mac.verify_slice(&hex::decode(sig).unwrap())
+            .unwrap_or_else(|_| panic!("the signature with {secret} verifies"));
+    }
+
+    // Rekey: sealed again under the new key, so the old one can go.
+    assert_eq!(q.rekey_topics().await.unwrap(), vec!["sealed".to_string()]);
+    assert!(q.rekey_topics().await.unwrap().is_empty(), "nothing left to rekey");
+    s.secrets.keys = vec![new_key.into()];
+    let only_new = Queue::connect(&s).await.unwrap();
+    let cb = only_new.topics().await.unwrap()["sealed"].callback.clone().unwrap();
+    assert_eq!(cb.secret.as_deref(), Some("new-secret"));
+    assert_eq!(cb.headers["Authorization"], "Bearer hook-token");
+    // A process with only the old key cannot open it: the topic is skipped, not delivered unsigned.
+    s.secrets.keys = vec![old_key.into()];
+    let only_old = Queue::connect(&s).await.unwrap();
+    assert!(!only_old.topics().await.unwrap().contains_key("sealed"));
+}

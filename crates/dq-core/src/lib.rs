@@ -29,6 +29,7 @@ pub mod process;
 pub mod queue;
 pub mod registry;
 pub mod scripts;
+pub mod sealed;
 pub mod signals;
 pub mod systemd;
 pub mod telemetry;

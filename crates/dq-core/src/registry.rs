@@ -17,10 +17,14 @@ use crate::topic::TopicConfig;
 pub type Topics = BTreeMap<String, TopicConfig>;
 
 impl Queue {
-    /// Registers (or replaces) a topic.
+    /// Registers (or replaces) a topic; its secrets and header values are sealed with `secrets.keys`.
     pub async fn put_topic(&self, name: &str, config: &TopicConfig) -> Result<()> {
-        let json = serde_json::to_string(config).map_err(|e| Error::Invalid(e.to_string()))?;
-        self.write_topic(name, &json).await
+        let json = self.stored_form(name, config)?;
+        self.write_topic(name, &json, None).await.map(|_| ())
+    }
+
+    fn stored_form(&self, name: &str, config: &TopicConfig) -> Result<String> {
+        serde_json::to_string(&config.sealed(name, self.sealer())).map_err(|e| Error::Invalid(e.to_string()))
     }
 
     /// Deletes a topic's registration (its jobs stay). `NotFound` when it was not registered.
@@ -28,27 +32,65 @@ impl Queue {
         if !self.topics().await?.contains_key(name) {
             return Err(Error::TopicNotFound(name.to_string()));
         }
-        self.write_topic(name, "").await
+        self.write_topic(name, "", None).await.map(|_| ())
     }
 
-    async fn write_topic(&self, name: &str, json: &str) -> Result<()> {
+    /// Writes `json` as `name`'s registration (`""` deletes it); with `only_if`, only while the entry is
+    /// still exactly that. Returns whether it wrote.
+    async fn write_topic(&self, name: &str, json: &str, only_if: Option<&str>) -> Result<bool> {
         let mut inv = scripts::TOPIC_SET.prepare_invoke();
         inv.key(self.keys().topics()).arg(name).arg(json);
-        self.redis()
-            .invoke::<i64>(&inv)
+        if let Some(old) = only_if {
+            inv.arg(old);
+        }
+        let written: i64 = self
+            .redis()
+            .invoke(&inv)
             .await
             .map_err(|e| Error::from_redis(None, e))?;
-        Ok(())
+        Ok(written >= 0)
+    }
+
+    /// Seals again, under the first key of `secrets.keys`, every registration holding a value sealed
+    /// under another key or not sealed at all, each only if nobody changed it meanwhile. Returns the
+    /// topics rewritten; a registration that cannot be opened here is an error naming it.
+    pub async fn rekey_topics(&self) -> Result<Vec<String>> {
+        let mut done = Vec::new();
+        if !self.sealer().seals() {
+            return Err(Error::Invalid("no key to seal with: set secrets.keys".into()));
+        }
+        for (topic, raw) in self.raw_topics().await? {
+            let Some((_, json)) = raw.split_once(' ') else { continue };
+            let Ok(stored) = serde_json::from_str::<TopicConfig>(json) else {
+                continue;
+            };
+            if !stored.is_stale(self.sealer()) {
+                continue;
+            }
+            let config = stored
+                .opened(&topic, self.sealer())
+                .map_err(|e| Error::Invalid(format!("topic `{topic}`: {e}")))?;
+            if self
+                .write_topic(&topic, &self.stored_form(&topic, &config)?, Some(&raw))
+                .await?
+            {
+                done.push(topic);
+            }
+        }
+        Ok(done)
+    }
+
+    async fn raw_topics(&self) -> Result<HashMap<String, String>> {
+        self.redis()
+            .query(redis::cmd("HGETALL").arg(self.keys().topics()))
+            .await
+            .map_err(|e| Error::from_redis(None, e))
     }
 
     /// Removes the tombstones (`"<version> "`, a deleted registration) that releases before this one
     /// left in the registry, each only if it is still a tombstone. Returns how many went.
     pub async fn prune_topic_tombstones(&self) -> Result<u64> {
-        let raw: HashMap<String, String> = self
-            .redis()
-            .query(redis::cmd("HGETALL").arg(self.keys().topics()))
-            .await
-            .map_err(|e| Error::from_redis(None, e))?;
+        let raw = self.raw_topics().await?;
         let mut pruned = 0;
         for (topic, value) in raw {
             if value.split_once(' ').is_some_and(|(_, json)| json.is_empty()) {
@@ -65,22 +107,20 @@ impl Queue {
         Ok(pruned)
     }
 
-    /// All registered topics.
+    /// All registered topics, their sealed values opened.
     pub async fn topics(&self) -> Result<Topics> {
-        let raw: HashMap<String, String> = self
-            .redis()
-            .query(redis::cmd("HGETALL").arg(self.keys().topics()))
-            .await
-            .map_err(|e| Error::from_redis(None, e))?;
         let mut topics = Topics::new();
-        for (topic, value) in raw {
+        for (topic, value) in self.raw_topics().await? {
             let (_, json) = value.split_once(' ').unwrap_or((value.as_str(), ""));
             // An empty config is a deleted topic's tombstone, left by an older release; a registration that
-            // does not parse is skipped.
-            if let Ok(config) = serde_json::from_str(json) {
-                topics.insert(topic, config);
-            } else if !json.is_empty() {
-                tracing::warn!(%topic, "unreadable topic registration skipped");
+            // does not parse, or whose sealed values this process cannot open, is skipped.
+            match serde_json::from_str::<TopicConfig>(json).map(|c| c.opened(&topic, self.sealer())) {
+                Ok(Ok(config)) => {
+                    topics.insert(topic, config);
+                }
+                Ok(Err(e)) => tracing::warn!(%topic, cause = %e, "topic registration skipped: its secrets do not open"),
+                Err(_) if json.is_empty() => {}
+                Err(_) => tracing::warn!(%topic, "unreadable topic registration skipped"),
             }
         }
         Ok(topics)

@@ -11,6 +11,7 @@ use crate::condition::Condition;
 use crate::config::Limits;
 use crate::egress::Policy;
 use crate::error::{Error, Result};
+use crate::sealed::{SealError, Sealer};
 
 /// A topic's registration, as `PUT /v1/topics/{topic}` takes it and `GET` returns it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -52,16 +53,54 @@ pub struct Callback {
     /// Key of the `X-DQ-Signature` HMAC; never printed, and shown as `***` by the API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
+    /// The key being rotated out: while set, every delivery is signed with both (two `v1=` in
+    /// `X-DQ-Signature`), so receivers can switch to `secret` at their own pace. Masked like `secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_secret: Option<String>,
+}
+
+impl Callback {
+    /// Calls `f` with every value kept sealed at rest and its context (topic and field), which the seal
+    /// is bound to.
+    fn for_each_secret(&mut self, topic: &str, mut f: impl FnMut(&mut String, &str)) {
+        if let Some(s) = &mut self.secret {
+            f(s, &format!("{topic}\0secret"));
+        }
+        if let Some(s) = &mut self.previous_secret {
+            f(s, &format!("{topic}\0previous_secret"));
+        }
+        for (name, v) in &mut self.headers {
+            f(v, &format!("{topic}\0header\0{}", name.to_ascii_lowercase()));
+        }
+    }
+}
+
+/// `url` with the credentials it carries masked (`https://user:***@host/`; a user alone, often a token,
+/// as `***`), for the API, the admin pages and logs. Unparsable: shown as it is (registration refuses
+/// such URLs).
+pub fn masked_url(url: &str) -> String {
+    let Ok(mut u) = url::Url::parse(url) else {
+        return url.to_string();
+    };
+    if u.password().is_some() {
+        let _ = u.set_password(Some("***"));
+    } else if !u.username().is_empty() {
+        let _ = u.set_username("***");
+    } else {
+        return url.to_string();
+    }
+    u.to_string()
 }
 
 impl std::fmt::Debug for Callback {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Callback")
-            .field("url", &self.url)
+            .field("url", &masked_url(&self.url))
             .field("timeout_ms", &self.timeout_ms)
             .field("concurrency", &self.concurrency)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("secret", &self.secret.as_ref().map(|_| "***"))
+            .field("previous_secret", &self.previous_secret.as_ref().map(|_| "***"))
             .finish()
     }
 }
@@ -196,18 +235,53 @@ impl TopicConfig {
         Ok(())
     }
 
-    /// The config as the API shows it: the secret and header values (often credentials) masked.
+    /// The config as the API shows it: the secrets, header values (often credentials) and credentials
+    /// in the URL masked.
     pub fn redacted(&self) -> TopicConfig {
         let mut c = self.clone();
         if let Some(cb) = &mut c.callback {
-            if cb.secret.is_some() {
-                cb.secret = Some("***".into());
+            cb.url = masked_url(&cb.url);
+            for s in [&mut cb.secret, &mut cb.previous_secret].into_iter().flatten() {
+                *s = "***".into();
             }
             for v in cb.headers.values_mut() {
                 *v = "***".into();
             }
         }
         c
+    }
+
+    /// The config as the registry stores it for `topic`: secrets and header values sealed.
+    pub fn sealed(&self, topic: &str, sealer: &Sealer) -> TopicConfig {
+        let mut c = self.clone();
+        if let Some(cb) = &mut c.callback {
+            cb.for_each_secret(topic, |v, context| *v = sealer.seal(v, context));
+        }
+        c
+    }
+
+    /// A stored config with its sealed values opened.
+    pub fn opened(&self, topic: &str, sealer: &Sealer) -> std::result::Result<TopicConfig, SealError> {
+        let mut c = self.clone();
+        let mut failed = None;
+        if let Some(cb) = &mut c.callback {
+            cb.for_each_secret(topic, |v, context| match sealer.open(v, context) {
+                Ok(plain) => *v = plain,
+                Err(e) => failed = Some(e),
+            });
+        }
+        failed.map_or(Ok(c), Err)
+    }
+
+    /// Whether a stored config holds a value sealed under an older key, or not sealed though a key is
+    /// configured (to seal again: `dq-checker secrets rekey`).
+    pub fn is_stale(&self, sealer: &Sealer) -> bool {
+        let mut stale = false;
+        if let Some(cb) = &self.callback {
+            let mut cb = cb.clone();
+            cb.for_each_secret("", |v, _| stale |= sealer.is_stale(v));
+        }
+        stale
     }
 
     /// Backoff list: the topic's, else `default` (`jobs.backoff_ms`).
@@ -301,5 +375,49 @@ mod tests {
         let err = config.validate(&Limits::default(), &policy).unwrap_err().to_string();
         assert!(err.contains("redis node 127.0.0.1:6379"), "{err}");
         check(r#"{"callback": {"url": "http://metadata.internal/"}}"#).expect("names are checked at connect");
+    }
+
+    #[test]
+    fn credentials_in_the_url_and_every_secret_are_masked_where_shown() {
+        assert_eq!(
+            masked_url("https://user:pw@hooks.example/x?a=1"),
+            "https://user:***@hooks.example/x?a=1"
+        );
+        assert_eq!(
+            masked_url("https://tok3n@hooks.example/x"),
+            "https://***@hooks.example/x"
+        );
+        assert_eq!(masked_url("http://10.0.0.5:8080/hook"), "http://10.0.0.5:8080/hook");
+        let c = check(
+            r#"{"callback": {"url": "https://u:pw@h.example/", "secret": "a", "previous_secret": "b",
+                             "headers": {"X-Key": "k"}}}"#,
+        )
+        .unwrap();
+        let shown = serde_json::to_string(&c.redacted()).unwrap();
+        for clear in ["pw@", "\"a\"", "\"b\"", "\"k\""] {
+            assert!(!shown.contains(clear), "{clear} in {shown}");
+        }
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("pw@") && !debug.contains("\"b\""), "{debug}");
+    }
+
+    #[test]
+    fn a_registration_is_sealed_for_its_topic_and_opens_back() {
+        let sealer = Sealer::new(&[[7; 32]]);
+        let c = check(
+            r#"{"callback": {"url": "http://h/", "secret": "a", "previous_secret": "b", "headers": {"X-Key": "k"}}}"#,
+        )
+        .unwrap();
+        let stored = c.sealed("orders", &sealer);
+        let text = serde_json::to_string(&stored).unwrap();
+        assert!(!text.contains("\"a\"") && !text.contains("\"k\""), "{text}");
+        assert!(!stored.is_stale(&sealer));
+        assert!(c.is_stale(&sealer), "plaintext with a key configured is stale");
+        let opened = stored.opened("orders", &sealer).unwrap();
+        assert_eq!(
+            serde_json::to_value(&opened).unwrap(),
+            serde_json::to_value(&c).unwrap()
+        );
+        assert!(stored.opened("payments", &sealer).is_err(), "bound to its topic");
     }
 }

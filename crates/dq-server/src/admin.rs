@@ -109,7 +109,7 @@ pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Res
                         td { a href={ "/admin/topics/" (name) } { (name) } }
                         td {
                             @match config.and_then(|c| c.callback.as_ref()) {
-                                Some(cb) => { "POST " (cb.url) }
+                                Some(cb) => { "POST " (dq_core::topic::masked_url(&cb.url)) }
                                 None => { "pull" }
                             }
                             @if config.is_some_and(|c| c.paused) { " (paused)" }

@@ -69,6 +69,11 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
         dq_core::signals::on_hangup(shutdown.clone(), move || auth.reload(file.as_deref()))?;
     }
     let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !queue.sealer().seals() {
+        tracing::warn!(
+            "callback secrets and header values are stored in Redis in clear: set secrets.keys (docs/security.md)"
+        );
+    }
     dq_core::telemetry::prometheus();
     // Served from the start (at 0), so a dashboard tells "none" from "not measured".
     metrics::counter!("dq_writes_not_replicated_total").increment(0);

@@ -268,3 +268,51 @@ async fn bad_dead_letter_requests_write_nothing() {
     }
     assert_eq!(s.snapshot(), before);
 }
+
+/// With `secrets.keys`, what Redis holds of a registration has no secret, previous secret or header
+/// value in clear; the API and the admin pages show all of them, and a URL's credentials, masked.
+#[tokio::test]
+async fn secrets_are_sealed_in_redis_and_masked_everywhere_they_are_shown() {
+    let redis = dq_harness::RedisServer::start();
+    let mut settings = common::settings(std::slice::from_ref(&redis));
+    settings.secrets.keys = vec!["AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=".into()];
+    let s = TestServer::with_settings(vec![redis], settings).await;
+    let config = json!({"callback": {"url": "http://hookuser:hookpass@127.0.0.1:9/hook", "secret": "cur-secret",
+                                     "previous_secret": "prev-secret", "headers": {"X-Api-Key": "hdr-value"}}});
+    let (status, out) = s.call("PUT", "/v1/topics/sealed", Some(config)).await;
+    assert_eq!(status, 200, "{out}");
+    let (_, got) = s.call("GET", "/v1/topics/sealed", None).await;
+    let (_, list) = s.call("GET", "/v1/topics", None).await;
+    let page = s.http.get(s.url("/admin")).send().await.unwrap().text().await.unwrap();
+    let topic_page = s
+        .http
+        .get(s.url("/admin/topics/sealed"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut conn = s.redis[0].conn();
+    let stored: String = redis::cmd("HGET")
+        .arg("{dq}:topics")
+        .arg("sealed")
+        .query(&mut conn)
+        .unwrap();
+    for clear in ["cur-secret", "prev-secret", "hdr-value"] {
+        assert!(!stored.contains(clear), "{clear} in Redis: {stored}");
+    }
+    for (place, text) in [
+        ("PUT", out.to_string()),
+        ("GET", got.to_string()),
+        ("list", list.to_string()),
+        ("admin", page),
+        ("admin topic", topic_page),
+    ] {
+        for clear in ["hookpass", "cur-secret", "prev-secret", "hdr-value"] {
+            assert!(!text.contains(clear), "{clear} shown by {place}: {text}");
+        }
+    }
+    assert_eq!(got["config"]["callback"]["url"], "http://hookuser:***@127.0.0.1:9/hook");
+    assert_eq!(got["config"]["callback"]["previous_secret"], "***");
+}

@@ -9,9 +9,11 @@ use serde::Deserialize;
 mod auth;
 mod egress;
 mod redis;
+mod secrets;
 pub use self::auth::{AuthSettings, KeySpec, Scope, TokenSpec};
 pub use self::egress::EgressSettings;
 pub use self::redis::{RedisMode, RedisSettings, redact};
+pub use self::secrets::SecretsSettings;
 
 /// A configuration that cannot be used; the message names the key.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +68,8 @@ pub struct Settings {
     pub auth: AuthSettings,
     /// Where callbacks may go, and how much of their answers dq-consumer reads.
     pub egress: EgressSettings,
+    /// The keys that seal callback secrets and header values in Redis.
+    pub secrets: SecretsSettings,
     /// The file these settings were read from, if any: read again on SIGHUP (dq-server's tokens).
     #[serde(skip)]
     pub file: Option<std::path::PathBuf>,
@@ -335,6 +339,7 @@ impl Settings {
                 .with_list_parse_key("server.allowed_hosts")
                 .with_list_parse_key("egress.deny")
                 .with_list_parse_key("egress.allow")
+                .with_list_parse_key("secrets.keys")
                 .try_parsing(true)
                 .source(Some(env)),
         );
@@ -349,6 +354,7 @@ impl Settings {
         self.redis.validate()?;
         self.auth.validate()?;
         self.egress.validate()?;
+        self.secrets.validate()?;
         self.server
             .listen
             .parse::<SocketAddr>()

@@ -184,14 +184,35 @@ impl RedisSettings {
     }
 }
 
-/// A Redis URL without its password, for logs and errors.
+/// A Redis URL without its credentials, for logs and errors: the user info (`user:pass@`, `:pass@`)
+/// and a `password` in the query (`?password=`) become `***`. A URL that does not parse keeps only what
+/// comes after its last `@`, in case it held one.
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_string(),
+    let Ok(mut u) = url::Url::parse(url) else {
+        return match url.rsplit_once('@') {
+            Some((_, rest)) => format!("***@{rest}"),
+            None => url.to_string(),
+        };
+    };
+    if u.password().is_some() || !u.username().is_empty() {
+        let _ = u.set_username("");
+        let _ = u.set_password(Some("***"));
     }
+    if u.query_pairs().any(|(k, _)| k.eq_ignore_ascii_case("password")) {
+        let pairs: Vec<(String, String)> = u
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if k.eq_ignore_ascii_case("password") {
+                    "***".into()
+                } else {
+                    v.into_owned()
+                };
+                (k.into_owned(), v)
+            })
+            .collect();
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    u.to_string()
 }
 
 #[cfg(test)]
@@ -200,8 +221,29 @@ mod tests {
 
     #[test]
     fn passwords_are_redacted() {
-        assert_eq!(redact("redis://:secret@host:6379/0"), "redis://***@host:6379/0");
-        assert_eq!(redact("rediss://dq:secret@host:6379"), "rediss://***@host:6379");
+        assert_eq!(redact("redis://:secret@host:6379/0"), "redis://:***@host:6379/0");
+        assert_eq!(redact("rediss://dq:secret@host:6379"), "rediss://:***@host:6379");
+        assert_eq!(redact("redis://dq@host:6379"), "redis://:***@host:6379");
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+        assert_eq!(
+            redact("redis://host:6379/0?password=secret&protocol=resp3"),
+            "redis://host:6379/0?password=***&protocol=resp3"
+        );
+        assert_eq!(
+            redact("redis://host:6379/?PASSWORD=secret"),
+            "redis://host:6379/?PASSWORD=***"
+        );
+        assert_eq!(redact("not a url :secret@host"), "***@host");
+        for url in [
+            "redis://u:p%40ss@h:1",
+            "redis://h:1?password=p%26x",
+            "rediss://:s@[::1]:6380/2",
+        ] {
+            let shown = redact(url);
+            assert!(
+                !shown.contains("p%40ss") && !shown.contains("p%26x") && !shown.contains(":s@"),
+                "{shown}"
+            );
+        }
     }
 }

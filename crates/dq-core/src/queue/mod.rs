@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::job::{NewJob, PushRequest};
 use crate::keys::{Keys, PartitionKeys};
 use crate::partition::{Partitions, slot_of};
+use crate::sealed::Sealer;
 
 pub use self::quarantine::Quarantined;
 pub use self::ready::ReadyIndex;
@@ -56,6 +57,8 @@ pub struct Queue {
     defaults: JobDefaults,
     /// Where callbacks may go (`egress.*`).
     egress: EgressSettings,
+    /// Seals callback secrets and header values in the registry (`secrets.keys`).
+    sealer: Arc<Sealer>,
     /// The group commit of pushes.
     pushes: Arc<Coalescer<push::PushGroup, push::PushOutcome>>,
     /// Which partitions may hold ready jobs of which topics, so reserves go straight to them.
@@ -104,6 +107,7 @@ impl Queue {
             limits: settings.limits.clone(),
             defaults: settings.jobs.clone(),
             egress: settings.egress.clone(),
+            sealer: Arc::new(settings.secrets.sealer()),
             pushes: Arc::new(Coalescer::new(push::PUSH_GROUP_JOBS, in_flight)),
             ready: Arc::new(ReadyIndex::default()),
             sharded: settings.redis.mode == RedisMode::Cluster,
@@ -143,6 +147,11 @@ impl Queue {
     /// The index of partitions with ready jobs that reserves in this process follow.
     pub fn ready_index(&self) -> &Arc<ReadyIndex> {
         &self.ready
+    }
+
+    /// What seals callback secrets and header values in the registry.
+    pub fn sealer(&self) -> &Sealer {
+        &self.sealer
     }
 
     /// Request limits.
