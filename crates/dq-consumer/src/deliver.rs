@@ -395,4 +395,38 @@ mod tests {
             "HTTP 500: a\u{FFFD}"
         );
     }
+
+    /// The verifier docs/security.md gives receivers accepts what dq signs (with either secret during a
+    /// rotation) and refuses a wrong key, an altered body and a timestamp outside the replay window.
+    #[test]
+    fn the_documented_python_verifier_accepts_dq_signatures() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/security.md")).unwrap();
+        let after = doc
+            .split("A verifier in Python")
+            .nth(1)
+            .expect("security.md has the verifier");
+        let code = after.split("```python").nth(1).unwrap().split("```").next().unwrap();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+        let body = br#"{"id":"a","body":{"x":1}}"#;
+        let header = signature(&["new", "old"], now, body);
+        let stale = signature(&["new"], now - 301, body);
+        let script = format!(
+            "{code}\nh = {header:?}\nb = {body:?}.encode()\n\
+             assert verify(h, b, [b'new'])\nassert verify(h, b, [b'old'])\n\
+             assert not verify(h, b, [b'other'])\nassert not verify(h, b + b' ', [b'new'])\n\
+             assert not verify({stale:?}, b, [b'new'])\nprint('ok')\n",
+            body = std::str::from_utf8(body).unwrap()
+        );
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .expect("python3 runs");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "ok",
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
