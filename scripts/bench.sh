@@ -4,7 +4,7 @@
 # figure is also given as a ratio to redis-benchmark running the same push script on the same Redis.
 #
 #   scripts/bench.sh            all figures
-#   BENCH_ONLY=push scripts/bench.sh   one of: push batch reserve memory lateness cpu burst kill deliver
+#   BENCH_ONLY=push scripts/bench.sh   one of: push auth batch reserve memory lateness cpu burst kill deliver waiters
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
 #   DQ_REDIS_MODE=cluster scripts/bench.sh   the same on a local Redis Cluster of 3 primaries
@@ -120,6 +120,25 @@ PY
   rcli flushall >/dev/null
 fi
 
+if want auth; then
+  echo; echo "== single pushes with tokens vs an open API: a second dq-server with an admin token on the same Redis,"
+  echo "   the two loaded in turn, three times (64 connections, 100,000 pushes each)"
+  aport=$(port)
+  DQ__SERVER__LISTEN="127.0.0.1:$aport" DQ__AUTH__ADMIN_TOKEN=bench-admin-token $bin/dq-server >"$work/server-auth.log" 2>&1 &
+  apid=$!; pids+=($apid)
+  until (exec 3<>"/dev/tcp/127.0.0.1/$aport") 2>/dev/null; do sleep 0.05; done
+  ratios=()
+  for _ in 1 2 3; do
+    open=$(bench --json push -n 100000 -c 64 | tail -1)
+    rcli flushall >/dev/null
+    auth=$($bin/dq-bench --url "http://127.0.0.1:$aport" --token bench-admin-token --json push -n 100000 -c 64 | tail -1)
+    rcli flushall >/dev/null
+    ratios+=("$(python3 -c "import json,sys; o=json.loads(sys.argv[1])['jobs_per_sec']; a=json.loads(sys.argv[2])['jobs_per_sec']; print(f'{o:.0f} {a:.0f} {a/o:.3f}')" "$open" "$auth")")
+  done
+  kill "$apid"; wait "$apid" 2>/dev/null || true
+  printf '%s\n' "${ratios[@]}" | awk '{printf "open %s/s   with tokens %s/s   ratio %s\n", $1, $2, $3}'
+fi
+
 if want batch && [ -n "$cluster" ]; then
   echo; echo "== batch pushes of 100, 64-byte body, 16 connections"
   bench push -n 500000 -c 16 --batch 100 | head -1
@@ -197,6 +216,22 @@ if want deliver; then
   bench deliver -n 50000 --concurrency 64 | head -8
   echo; echo "== delivery lateness (callback received - due) at 1,000 jobs/s over 10 s"
   bench deliver -n 10000 --rate 1000 --concurrency 64 | head -8
+fi
+
+if want waiters; then
+  echo; echo "== 10,000 long polls waiting on one topic: dq-server's memory per waiter, and Redis commands per push"
+  echo "   (a Redis and a dq-server of their own, nothing else on them)"
+  wr=$(port); ws=$(port); mkdir -p "$work/waiters"
+  redis-server --port "$wr" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/waiters" --logfile "$work/waiters/redis.log" &
+  pids+=($!)
+  until redis-cli -p "$wr" ping >/dev/null 2>&1; do sleep 0.05; done
+  DQ__REDIS__URLS="redis://127.0.0.1:$wr" DQ__SERVER__LISTEN="127.0.0.1:$ws" $bin/dq-server >"$work/waiters/server.log" 2>&1 &
+  wpid=$!; pids+=($wpid)
+  until (exec 3<>"/dev/tcp/127.0.0.1/$ws") 2>/dev/null; do sleep 0.05; done
+  # The load holds one connection per waiter.
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  $bin/dq-bench --url "http://127.0.0.1:$ws" waiters -w 10000 --server-pid "$wpid" --redis "redis://127.0.0.1:$wr" | sed -n 2p
+  kill "$wpid"; wait "$wpid" 2>/dev/null || true
 fi
 
 if want kill; then

@@ -154,10 +154,18 @@ impl ReadyIndex {
     /// listener follows them. Waking one here too would wake a second waiter for the same jobs: the
     /// wake-up, arriving after the first waiter's ask began, keeps the partition listed past it, and the
     /// second waiter asks it in vain.
+    ///
+    /// When the partition is listed already it is left as it is: the script's wake-up may have arrived
+    /// before the script's answer, and listing it again, newer than the reserve that wake-up sent, would
+    /// keep it listed past that reserve for nothing.
     pub fn mark_own(&self, topic: &str, p: u16) {
-        let line = self.list(topic, p);
         if !self.listening.load(Ordering::Relaxed) {
-            line.notify_one();
+            self.list(topic, p).notify_one();
+            return;
+        }
+        let listed = self.lock().by_topic.get(topic).is_some_and(|e| e.partitions.contains(p));
+        if !listed {
+            self.list(topic, p);
         }
     }
 
