@@ -91,8 +91,10 @@ async fn convert(
         if json.is_empty() || queue.topics().await?.contains_key(topic) {
             continue;
         }
-        let config: dq_core::TopicConfig =
-            serde_json::from_str(json).with_context(|| format!("topic {topic}: unreadable registration"))?;
+        // Registrations of releases before partitions carry no format mark: their conditions are read
+        // with the meaning they had then.
+        let config = dq_core::registry::stored_config(json)
+            .with_context(|| format!("topic {topic}: unreadable registration"))?;
         queue.put_topic(topic, &config).await?;
         report.topics += 1;
     }

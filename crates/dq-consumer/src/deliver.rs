@@ -208,11 +208,11 @@ pub async fn post(
         },
         Ok(Answer::Whole(status, bytes)) => {
             let text = String::from_utf8_lossy(&bytes);
-            let data: Option<serde_json::Value> = serde_json::from_slice(&bytes).ok();
+            let json: Option<serde_json::Value> = serde_json::from_slice(&bytes).ok();
             let answer = dq_core::condition::Answer {
-                code: status.as_u16(),
+                status: status.as_u16(),
                 body: &text,
-                data: data.as_ref(),
+                json: json.as_ref(),
             };
             match condition {
                 Some(c) if c.eval(&answer) => Outcome::Failed {
@@ -299,7 +299,7 @@ mod tests {
     async fn deliver(settings: EgressSettings, url: &str) -> Outcome {
         let egress = Egress::new(&settings, Policy::new(&settings, Vec::new()));
         let callback: Callback = serde_json::from_value(serde_json::json!({"url": url})).unwrap();
-        let condition = Condition::parse("{res.body} == 'retry'").unwrap();
+        let condition = Condition::parse("{http.body} == 'retry'").unwrap();
         post(&egress, &job(), &Url::parse(url).unwrap(), &callback, Some(&condition))
             .await
             .0
@@ -369,7 +369,7 @@ mod tests {
             outcome,
             Outcome::Failed {
                 kind: "condition",
-                reason: "retry condition `{res.body} == 'retry'` held: HTTP 200".into()
+                reason: "retry condition `{http.body} == 'retry'` held: HTTP 200".into()
             }
         );
     }

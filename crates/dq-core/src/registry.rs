@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::condition::Condition;
 use crate::error::{Error, Result};
 use crate::job::{NewJob, PushRequest};
 use crate::queue::{Queue, unix_ms};
@@ -16,6 +17,31 @@ use crate::topic::TopicConfig;
 /// Topic name → registration.
 pub type Topics = BTreeMap<String, TopicConfig>;
 
+/// The key that marks a stored registration's format, and this release's format: 2, conditions with the
+/// seed's meaning (`{res…}` the JSON answer, `{http.status}`, `{http.body}`). A registration without the
+/// key was stored before: its condition meant `{res.code}` the HTTP status, `{res.body}` the raw body and
+/// `{res.data…}` the JSON answer, and is read as the same condition in today's terms.
+pub const FORMAT_KEY: &str = "dq_format";
+/// See [`FORMAT_KEY`].
+pub const FORMAT: u64 = 2;
+
+/// A registration as the registry holds it (its sealed values still sealed), in this release's terms:
+/// the format mark removed, and a condition stored before format 2 rewritten to mean what it meant.
+pub fn stored_config(json: &str) -> serde_json::Result<TopicConfig> {
+    let mut value: serde_json::Value = serde_json::from_str(json)?;
+    if let Some(map) = value.as_object_mut()
+        && map.remove(FORMAT_KEY).is_none()
+        && let Some(condition) = map
+            .get_mut("retry")
+            .and_then(|r| r.get_mut("condition"))
+            .filter(|c| c.is_string())
+        && let Some(rewritten) = condition.as_str().and_then(|c| Condition::parse_legacy(c).ok())
+    {
+        *condition = rewritten.to_string().into();
+    }
+    serde_json::from_value(value)
+}
+
 impl Queue {
     /// Registers (or replaces) a topic; its secrets and header values are sealed with `secrets.keys`.
     pub async fn put_topic(&self, name: &str, config: &TopicConfig) -> Result<()> {
@@ -23,8 +49,14 @@ impl Queue {
         self.write_topic(name, &json, None).await.map(|_| ())
     }
 
+    /// The JSON the registry holds for `config`: sealed, and marked with [`FORMAT`].
     fn stored_form(&self, name: &str, config: &TopicConfig) -> Result<String> {
-        serde_json::to_string(&config.sealed(name, self.sealer())).map_err(|e| Error::Invalid(e.to_string()))
+        let invalid = |e: serde_json::Error| Error::Invalid(e.to_string());
+        let mut json = serde_json::to_value(config.sealed(name, self.sealer())).map_err(invalid)?;
+        if let Some(map) = json.as_object_mut() {
+            map.insert(FORMAT_KEY.into(), FORMAT.into());
+        }
+        serde_json::to_string(&json).map_err(invalid)
     }
 
     /// Deletes a topic's registration (its jobs stay). `NotFound` when it was not registered.
@@ -61,7 +93,7 @@ impl Queue {
         }
         for (topic, raw) in self.raw_topics().await? {
             let Some((_, json)) = raw.split_once(' ') else { continue };
-            let Ok(stored) = serde_json::from_str::<TopicConfig>(json) else {
+            let Ok(stored) = stored_config(json) else {
                 continue;
             };
             if !stored.is_stale(self.sealer()) {
@@ -114,7 +146,7 @@ impl Queue {
             let (_, json) = value.split_once(' ').unwrap_or((value.as_str(), ""));
             // An empty config is a deleted topic's tombstone, left by an older release; a registration that
             // does not parse, or whose sealed values this process cannot open, is skipped.
-            match serde_json::from_str::<TopicConfig>(json).map(|c| c.opened(&topic, self.sealer())) {
+            match stored_config(json).map(|c| c.opened(&topic, self.sealer())) {
                 Ok(Ok(config)) => {
                     topics.insert(topic, config);
                 }

@@ -123,7 +123,8 @@ pub struct Retry {
     /// Delay after the i-th failed delivery, ms; the last repeats. Else `jobs.backoff_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_ms: Option<Vec<u64>>,
-    /// When true of a 2xx answer, the delivery failed, e.g. `{res.code} != 200 && {res.data.status} != 2`.
+    /// When true of a 2xx answer, the delivery failed, e.g. `{res.code} != 200 && {res.data.status} != 2`
+    /// (`res` is the JSON answer; `{http.status}` and `{http.body}` the HTTP status and raw body).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
 }

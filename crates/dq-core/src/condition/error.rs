@@ -61,8 +61,10 @@ pub enum ConditionError {
         /// The character.
         found: char,
     },
-    /// A field path does not start with `res.code`, `res.data` or `res.body`.
-    #[error("unknown field {path} at {at}: paths start with res.code, res.data or res.body")]
+    /// A field path is not `{http.status}`, `{http.body}`, or `{res}` and a path below it.
+    #[error(
+        "unknown field {path} at {at}: a field is {{res}} or a path below it ({{res.code}}, {{res.data.status}}: the JSON answer), {{http.status}} or {{http.body}}"
+    )]
     UnknownField {
         /// Position of the `{`.
         at: usize,

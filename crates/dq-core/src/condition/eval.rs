@@ -37,9 +37,12 @@ pub(super) enum Operand {
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Field {
-    Code,
-    Body,
-    Data(Vec<String>),
+    /// `{http.status}`.
+    HttpStatus,
+    /// `{http.body}`.
+    HttpBody,
+    /// `{res}`, `{res.a.b.0}`: a path into the answer parsed as JSON.
+    Res(Vec<String>),
 }
 
 /// A value during evaluation.
@@ -127,9 +130,9 @@ impl Op {
 impl Operand {
     fn value<'a>(&'a self, answer: &Answer<'a>) -> Val<'a> {
         match self {
-            Operand::Field(Field::Code) => Val::Num(f64::from(answer.code)),
-            Operand::Field(Field::Body) => Val::Str(answer.body),
-            Operand::Field(Field::Data(path)) => match answer.data.and_then(|data| lookup(data, path)) {
+            Operand::Field(Field::HttpStatus) => Val::Num(f64::from(answer.status)),
+            Operand::Field(Field::HttpBody) => Val::Str(answer.body),
+            Operand::Field(Field::Res(path)) => match answer.json.and_then(|json| lookup(json, path)) {
                 None | Some(Value::Null) => Val::Null,
                 Some(Value::Bool(b)) => Val::Bool(*b),
                 Some(v @ Value::Number(n)) => n.as_f64().map_or(Val::Json(v), Val::Num),
@@ -158,10 +161,10 @@ impl Operand {
 impl fmt::Display for Field {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Field::Code => f.write_str("{res.code}"),
-            Field::Body => f.write_str("{res.body}"),
-            Field::Data(path) => {
-                f.write_str("{res.data")?;
+            Field::HttpStatus => f.write_str("{http.status}"),
+            Field::HttpBody => f.write_str("{http.body}"),
+            Field::Res(path) => {
+                f.write_str("{res")?;
                 for segment in path {
                     write!(f, ".{segment}")?;
                 }
@@ -198,7 +201,7 @@ pub(super) fn render_string(s: &str, out: &mut String) {
     out.push(quote);
 }
 
-/// Follows a path below `res.data`; `None` when it leads nowhere.
+/// Follows a path below `res`; `None` when it leads nowhere.
 pub(super) fn lookup<'a>(mut value: &'a Value, path: &[String]) -> Option<&'a Value> {
     for segment in path {
         value = match value {

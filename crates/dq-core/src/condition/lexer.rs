@@ -25,6 +25,9 @@ pub(super) struct Token {
 pub(super) struct Lexer<'t> {
     pub(super) text: &'t str,
     pub(super) pos: usize,
+    /// Read field paths with the meaning dq gave them before conditions followed the seed (see
+    /// [`super::Condition::parse_legacy`]).
+    pub(super) legacy: bool,
 }
 
 impl Lexer<'_> {
@@ -139,11 +142,18 @@ impl Lexer<'_> {
         if segments.iter().any(|s| s.is_empty()) {
             return Err(invalid("empty segment"));
         }
+        let path_of = |rest: &[&str]| rest.iter().map(|s| s.to_string()).collect();
         let field = match segments[..] {
-            ["res", "code"] => Field::Code,
-            ["res", "body"] => Field::Body,
-            ["res", "code" | "body", ..] => return Err(invalid("res.code and res.body have no sub-fields")),
-            ["res", "data", ref rest @ ..] => Field::Data(rest.iter().map(|s| s.to_string()).collect()),
+            ["http", "status"] => Field::HttpStatus,
+            ["http", "body"] => Field::HttpBody,
+            ["http", "status" | "body", ..] => return Err(invalid("http.status and http.body have no sub-fields")),
+            ["res", "code"] if self.legacy => Field::HttpStatus,
+            ["res", "body"] if self.legacy => Field::HttpBody,
+            ["res", "code" | "body", ..] if self.legacy => {
+                return Err(invalid("res.code and res.body have no sub-fields"));
+            }
+            ["res", "data", ref rest @ ..] if self.legacy => Field::Res(path_of(rest)),
+            ["res", ref rest @ ..] if !self.legacy => Field::Res(path_of(rest)),
             _ => {
                 return Err(ConditionError::UnknownField {
                     at: start,

@@ -1,4 +1,7 @@
-//! Retry conditions: a small expression language over a callback's HTTP answer.
+//! Retry conditions: a small expression language over a callback's answer, with the seed's meaning:
+//! `res` is the callback's JSON answer. Against `{"code": 200, "data": {"status": 2}}`, `{res.code}` is
+//! 200 and `{res.data.status}` is 2; the HTTP status and the raw body are `{http.status}` and
+//! `{http.body}`.
 //!
 //! dq-consumer POSTs a job to its topic's callback URL. A delivery succeeded when the answer is 2xx
 //! **and** the topic's `retry.condition` (if it has one) evaluates to `false`; otherwise it is retried.
@@ -17,10 +20,10 @@
 //!
 //! - `&&` binds tighter than `||`: `a || b && c` is `a || (b && c)`. Parentheses override.
 //! - Every leaf is a comparison: a bare operand such as `{res.data.ok}` is an error, and there is no `!`.
-//! - Fields: `{res.code}` (the status, a number), `{res.body}` (the raw body text, a string) and
-//!   `{res.data}` / `{res.data.a.b.0.c}` (the body parsed as JSON). Segments are separated by `.` and
-//!   made of `A-Z a-z 0-9 _ -`; an all-digits segment indexes an array (on an object it is a key).
-//!   No whitespace inside the braces.
+//! - Fields: `{res}` / `{res.a.b.0.c}` (the answer's body parsed as JSON, and paths into it),
+//!   `{http.status}` (the HTTP status, a number) and `{http.body}` (the raw body text, a string).
+//!   Segments are separated by `.` and made of `A-Z a-z 0-9 _ -`; an all-digits segment indexes an
+//!   array (on an object it is a key). No whitespace inside the braces.
 //! - Numbers: `-3`, `2`, `2.5`, `1e3`, `-1.5E-2`. Strings: `'…'` or `"…"`, with the escapes `\\`, `\'`
 //!   and `\"` only. Literals: `true`, `false`, `null` (lowercase).
 //! - Whitespace (spaces, tabs, newlines) is allowed between any two tokens.
@@ -32,7 +35,7 @@
 //! # Semantics
 //!
 //! - A field that does not exist is `null`: a missing key, an index past the end, a segment below a
-//!   scalar, and all of `res.data` when the body is not JSON.
+//!   scalar, and all of `res` when the body is not JSON.
 //! - `==`: `null` equals only `null`; numbers compare numerically (`2 == 2.0`); a number and a string
 //!   holding a number compare as numbers (`"2" == 2` is true, since many APIs send numbers as strings);
 //!   two strings compare as strings (`"2" == "2.0"` is false); booleans as booleans; a JSON array or
@@ -80,21 +83,33 @@ pub struct Condition {
 /// What a condition looks at.
 #[derive(Debug, Clone, Copy)]
 pub struct Answer<'a> {
-    /// The HTTP status code, `{res.code}`.
-    pub code: u16,
-    /// The raw body text, `{res.body}`.
+    /// The HTTP status code, `{http.status}`.
+    pub status: u16,
+    /// The raw body text, `{http.body}`.
     pub body: &'a str,
-    /// The body parsed as JSON when it is JSON (else `None`), `{res.data…}`.
-    pub data: Option<&'a Value>,
+    /// The body parsed as JSON when it is JSON (else `None`): `{res}`, `{res.code}`, `{res.data.status}`.
+    pub json: Option<&'a Value>,
 }
 
 impl Condition {
     /// Parses a condition; the error says what and where.
     pub fn parse(text: &str) -> Result<Condition, ConditionError> {
+        Self::parse_with(text, false)
+    }
+
+    /// Parses a condition written with the meaning dq gave field paths before they followed the seed:
+    /// `{res.code}` the HTTP status, `{res.body}` the raw body, `{res.data…}` the JSON answer. Rendered
+    /// ([`fmt::Display`]), it is the same condition in today's terms (`{http.status}`, `{http.body}`,
+    /// `{res…}`): how registrations stored before the change are rewritten.
+    pub fn parse_legacy(text: &str) -> Result<Condition, ConditionError> {
+        Self::parse_with(text, true)
+    }
+
+    fn parse_with(text: &str, legacy: bool) -> Result<Condition, ConditionError> {
         if text.len() > MAX_LEN {
             return Err(ConditionError::TooLong { len: text.len() });
         }
-        let mut parser = Parser::new(text)?;
+        let mut parser = Parser::new(text, legacy)?;
         if parser.cur.tok == Tok::Eof {
             return Err(ConditionError::Empty);
         }
@@ -106,8 +121,8 @@ impl Condition {
         }
     }
 
-    /// Evaluates against an HTTP answer: `code` is the status; `body` the raw body text; `data` the body
-    /// parsed as JSON when it is JSON (else None).
+    /// Evaluates against an HTTP answer: `status`, the raw `body` text, and the body parsed as JSON when
+    /// it is JSON (else None).
     pub fn eval(&self, answer: &Answer<'_>) -> bool {
         self.expr.eval(answer)
     }

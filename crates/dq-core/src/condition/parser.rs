@@ -13,8 +13,8 @@ pub(super) struct Parser<'t> {
 }
 
 impl<'t> Parser<'t> {
-    pub(super) fn new(text: &'t str) -> Result<Self, ConditionError> {
-        let mut lexer = Lexer { text, pos: 0 };
+    pub(super) fn new(text: &'t str, legacy: bool) -> Result<Self, ConditionError> {
+        let mut lexer = Lexer { text, pos: 0, legacy };
         let cur = lexer.next_token()?;
         Ok(Parser { lexer, cur, depth: 0 })
     }

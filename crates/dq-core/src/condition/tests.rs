@@ -9,12 +9,12 @@ fn cond(text: &str) -> Condition {
 }
 
 /// Evaluates `text` against a status and a body, parsing the body as JSON when it is JSON.
-fn check(text: &str, code: u16, body: &str) -> bool {
-    let data = serde_json::from_str::<Value>(body).ok();
+fn check(text: &str, status: u16, body: &str) -> bool {
+    let json = serde_json::from_str::<Value>(body).ok();
     cond(text).eval(&Answer {
-        code,
+        status,
         body,
-        data: data.as_ref(),
+        json: json.as_ref(),
     })
 }
 
@@ -25,9 +25,84 @@ fn err(text: &str) -> String {
     }
 }
 
+/// The seed's examples, verbatim: `res` is the callback's JSON answer.
 #[test]
-fn examples_from_the_docs() {
+fn the_seeds_examples_mean_what_the_seed_means() {
     let a = "{res.code} != 200 && {res.data.status} != 2";
+    assert!(
+        check(a, 200, r#"{"code": 500, "data": {"status": 1}}"#),
+        "an HTTP 200 saying it failed: retry"
+    );
+    assert!(!check(a, 200, r#"{"code": 200, "data": {"status": 1}}"#));
+    assert!(!check(a, 200, r#"{"code": 500, "data": {"status": 2}}"#));
+    assert!(
+        check(a, 200, r#"{"ok": true}"#),
+        "missing paths are null: null != 200 and null != 2"
+    );
+
+    let b = "{res.code} == 200 || {res.data.msg} == 'fail'";
+    assert!(check(b, 200, r#"{"code": 200, "data": {"msg": "ok"}}"#));
+    assert!(check(b, 200, r#"{"code": 500, "data": {"msg": "fail"}}"#));
+    assert!(!check(b, 200, r#"{"code": 500, "data": {"msg": "ok"}}"#));
+    assert!(!check(b, 200, "not json"), "the HTTP status is not {{res.code}}");
+
+    // The one the issue tried as a new user: an HTTP 200 answer {"code":500,"data":{"status":1}} retries.
+    let c = "{res.code} != 200 || {res.data.status} == 2";
+    assert!(check(c, 200, r#"{"code": 500, "data": {"status": 1}}"#));
+    assert!(!check(c, 200, r#"{"code": 200, "data": {"status": 1}}"#));
+    assert!(check(c, 200, r#"{"code": 200, "data": {"status": 2}}"#));
+
+    // The HTTP status and raw body have names of their own.
+    assert!(check("{http.status} == 202 && {http.body} == 'queued'", 202, "queued"));
+    assert!(
+        check("{res} == 'x'", 200, r#""x""#),
+        "{{res}} alone is the whole answer"
+    );
+}
+
+/// A condition stored with the meaning dq gave it before (`{res.code}` the status, `{res.data…}` the
+/// answer) renders as the same condition in today's terms.
+#[test]
+fn legacy_conditions_are_rewritten_to_the_same_meaning() {
+    let cases = [
+        (
+            "{res.code} != 200 && {res.data.status} != 2",
+            "{http.status} != 200 && {res.status} != 2",
+        ),
+        (
+            "{res.body} == 'ok' || {res.data} == null",
+            "{http.body} == 'ok' || {res} == null",
+        ),
+        ("{res.data.code} >= 500", "{res.code} >= 500"),
+    ];
+    for (old, new) in cases {
+        let legacy = Condition::parse_legacy(old).unwrap();
+        assert_eq!(legacy.to_string(), new);
+        assert_eq!(cond(new), legacy);
+        for (status, body) in [
+            (200, r#"{"status": 2, "code": 503}"#),
+            (500, "ok"),
+            (200, r#"{"status": 1}"#),
+        ] {
+            let json = serde_json::from_str::<Value>(body).ok();
+            let answer = Answer {
+                status,
+                body,
+                json: json.as_ref(),
+            };
+            assert_eq!(
+                legacy.eval(&answer),
+                cond(new).eval(&answer),
+                "{old} on {status} {body}"
+            );
+        }
+    }
+    assert!(Condition::parse_legacy("{res.headers} == 1").is_err());
+}
+
+#[test]
+fn today_s_fields_evaluate() {
+    let a = "{http.status} != 200 && {res.status} != 2";
     assert!(!check(a, 200, r#"{"status": 2, "msg": "ok"}"#));
     assert!(!check(a, 200, r#"{"status": "2"}"#), "numeric strings count as numbers");
     assert!(!check(a, 500, r#"{"status": 2}"#), "both sides must hold");
@@ -38,14 +113,14 @@ fn examples_from_the_docs() {
     );
     assert!(check(a, 404, r#"{"error": "not found"}"#));
 
-    let b = "{res.code} == 200 || {res.data.msg} == 'fail'";
+    let b = "{http.status} == 200 || {res.msg} == 'fail'";
     assert!(check(b, 200, r#"{"msg": "ok"}"#));
     assert!(check(b, 201, r#"{"msg": "fail"}"#));
     assert!(!check(b, 201, r#"{"msg": "ok"}"#));
     assert!(!check(b, 204, ""));
-    assert!(!check(b, 500, "fail"), "res.data is null when the body is not JSON");
+    assert!(!check(b, 500, "fail"), "res is null when the body is not JSON");
 
-    let c = r#"({res.data.retry} == true || {res.code} >= 500) && {res.data.code} != "OK""#;
+    let c = r#"({res.retry} == true || {http.status} >= 500) && {res.code} != "OK""#;
     assert!(check(c, 200, r#"{"retry": true, "code": "BUSY"}"#));
     assert!(!check(c, 200, r#"{"retry": true, "code": "OK"}"#));
     assert!(!check(c, 200, r#"{"retry": false, "code": "BUSY"}"#));
@@ -56,27 +131,27 @@ fn examples_from_the_docs() {
 #[test]
 fn and_binds_tighter_than_or() {
     // a || b && c with a true, b false, c false: true only if it groups as a || (b && c).
-    let text = "{res.code} == 1 || {res.code} == 2 && {res.code} == 3";
+    let text = "{http.status} == 1 || {http.status} == 2 && {http.status} == 3";
     assert!(check(text, 1, ""));
     assert!(!check(text, 2, ""));
     assert_eq!(
         cond(text),
-        cond("{res.code} == 1 || ({res.code} == 2 && {res.code} == 3)")
+        cond("{http.status} == 1 || ({http.status} == 2 && {http.status} == 3)")
     );
     assert_ne!(
         cond(text),
-        cond("({res.code} == 1 || {res.code} == 2) && {res.code} == 3")
+        cond("({http.status} == 1 || {http.status} == 2) && {http.status} == 3")
     );
     // Parentheses override: (a || b) && c is false when c is false.
-    let grouped = "({res.code} == 1 || {res.code} == 2) && {res.code} == 3";
+    let grouped = "({http.status} == 1 || {http.status} == 2) && {http.status} == 3";
     assert!(!check(grouped, 1, ""));
     assert!(!check(grouped, 2, ""));
     // b && c || a
-    let text = "{res.code} == 2 && {res.code} == 3 || {res.code} == 1";
+    let text = "{http.status} == 2 && {http.status} == 3 || {http.status} == 1";
     assert!(check(text, 1, ""));
     assert!(!check(text, 2, ""));
     // Chains group either way to the same condition; redundant parentheses vanish.
-    let x = "{res.code} == 1";
+    let x = "{http.status} == 1";
     assert_eq!(
         cond(&format!("({x} && {x}) && {x}")),
         cond(&format!("{x} && ({x} && {x})"))
@@ -86,8 +161,8 @@ fn and_binds_tighter_than_or() {
 
 #[test]
 fn short_circuit_values() {
-    let t = "{res.code} == 200";
-    let f = "{res.code} != 200";
+    let t = "{http.status} == 200";
+    let f = "{http.status} != 200";
     for (text, want) in [
         (format!("{t} && {t}"), true),
         (format!("{t} && {f}"), false),
@@ -106,23 +181,23 @@ fn short_circuit_values() {
 fn operators_on_numbers() {
     let body = r#"{"n": 2, "f": 2.5, "neg": -3, "big": 1000}"#;
     for (text, want) in [
-        ("{res.data.n} == 2", true),
-        ("{res.data.n} == 2.0", true),
-        ("{res.data.n} != 2", false),
-        ("{res.data.n} != 3", true),
-        ("{res.data.n} < 3", true),
-        ("{res.data.n} < 2", false),
-        ("{res.data.n} <= 2", true),
-        ("{res.data.n} > 2", false),
-        ("{res.data.n} >= 2", true),
-        ("{res.data.f} > {res.data.n}", true),
-        ("{res.data.neg} == -3", true),
-        ("{res.data.neg} < -2.5", true),
-        ("{res.data.big} == 1e3", true),
-        ("{res.data.big} == 1E+3", true),
-        ("{res.data.f} == 25e-1", true),
-        ("{res.code} >= 500", false),
-        ("{res.code} < 300", true),
+        ("{res.n} == 2", true),
+        ("{res.n} == 2.0", true),
+        ("{res.n} != 2", false),
+        ("{res.n} != 3", true),
+        ("{res.n} < 3", true),
+        ("{res.n} < 2", false),
+        ("{res.n} <= 2", true),
+        ("{res.n} > 2", false),
+        ("{res.n} >= 2", true),
+        ("{res.f} > {res.n}", true),
+        ("{res.neg} == -3", true),
+        ("{res.neg} < -2.5", true),
+        ("{res.big} == 1e3", true),
+        ("{res.big} == 1E+3", true),
+        ("{res.f} == 25e-1", true),
+        ("{http.status} >= 500", false),
+        ("{http.status} < 300", true),
         ("2 < 10", true),
     ] {
         assert_eq!(check(text, 200, body), want, "{text}");
@@ -133,21 +208,21 @@ fn operators_on_numbers() {
 fn operators_on_strings() {
     let body = r#"{"s": "abc", "e": ""}"#;
     for (text, want) in [
-        ("{res.data.s} == 'abc'", true),
-        ("{res.data.s} == \"abc\"", true),
-        ("{res.data.s} == 'ABC'", false),
-        ("{res.data.s} != 'abd'", true),
-        ("{res.data.s} < 'abd'", true),
-        ("{res.data.s} <= 'abc'", true),
-        ("{res.data.s} > 'ab'", true),
-        ("{res.data.s} >= 'b'", false),
-        ("{res.data.e} == ''", true),
-        ("{res.data.e} < 'a'", true),
-        ("{res.data.s} == 0", false),
-        ("{res.data.s} < 1", false),
-        ("{res.data.s} > 1", false),
-        ("{res.data.s} == true", false),
-        ("{res.data.s} == null", false),
+        ("{res.s} == 'abc'", true),
+        ("{res.s} == \"abc\"", true),
+        ("{res.s} == 'ABC'", false),
+        ("{res.s} != 'abd'", true),
+        ("{res.s} < 'abd'", true),
+        ("{res.s} <= 'abc'", true),
+        ("{res.s} > 'ab'", true),
+        ("{res.s} >= 'b'", false),
+        ("{res.e} == ''", true),
+        ("{res.e} < 'a'", true),
+        ("{res.s} == 0", false),
+        ("{res.s} < 1", false),
+        ("{res.s} > 1", false),
+        ("{res.s} == true", false),
+        ("{res.s} == null", false),
     ] {
         assert_eq!(check(text, 200, body), want, "{text}");
     }
@@ -157,21 +232,21 @@ fn operators_on_strings() {
 fn operators_on_bools_and_null() {
     let body = r#"{"t": true, "f": false, "z": null}"#;
     for (text, want) in [
-        ("{res.data.t} == true", true),
-        ("{res.data.t} != false", true),
-        ("{res.data.f} == false", true),
-        ("{res.data.t} == {res.data.f}", false),
-        ("{res.data.t} == 'true'", false),
-        ("{res.data.t} == 1", false),
-        ("{res.data.t} > false", false),
-        ("{res.data.t} >= true", false),
-        ("{res.data.z} == null", true),
-        ("{res.data.z} != null", false),
-        ("{res.data.z} == 0", false),
-        ("{res.data.z} == ''", false),
-        ("{res.data.z} == false", false),
-        ("{res.data.z} <= null", false),
-        ("{res.data.z} < 1", false),
+        ("{res.t} == true", true),
+        ("{res.t} != false", true),
+        ("{res.f} == false", true),
+        ("{res.t} == {res.f}", false),
+        ("{res.t} == 'true'", false),
+        ("{res.t} == 1", false),
+        ("{res.t} > false", false),
+        ("{res.t} >= true", false),
+        ("{res.z} == null", true),
+        ("{res.z} != null", false),
+        ("{res.z} == 0", false),
+        ("{res.z} == ''", false),
+        ("{res.z} == false", false),
+        ("{res.z} <= null", false),
+        ("{res.z} < 1", false),
         ("null == null", true),
     ] {
         assert_eq!(check(text, 200, body), want, "{text}");
@@ -182,19 +257,19 @@ fn operators_on_bools_and_null() {
 fn missing_paths_are_null() {
     let body = r#"{"a": {"b": 1}, "list": [1, 2], "s": "x"}"#;
     for (text, want) in [
-        ("{res.data.nope} == null", true),
-        ("{res.data.nope} != 2", true),
-        ("{res.data.nope} == 2", false),
-        ("{res.data.nope} < 2", false),
-        ("{res.data.nope} >= 2", false),
-        ("{res.data.nope.deeper} == null", true),
-        ("{res.data.a.b.c} == null", true),
-        ("{res.data.a.c} == null", true),
-        ("{res.data.s.x} == null", true),
-        ("{res.data.list.5} == null", true),
-        ("{res.data.list.x} == null", true),
-        ("{res.data.list.99999999999999999999999} == null", true),
-        ("{res.data.a.b} == 1", true),
+        ("{res.nope} == null", true),
+        ("{res.nope} != 2", true),
+        ("{res.nope} == 2", false),
+        ("{res.nope} < 2", false),
+        ("{res.nope} >= 2", false),
+        ("{res.nope.deeper} == null", true),
+        ("{res.a.b.c} == null", true),
+        ("{res.a.c} == null", true),
+        ("{res.s.x} == null", true),
+        ("{res.list.5} == null", true),
+        ("{res.list.x} == null", true),
+        ("{res.list.99999999999999999999999} == null", true),
+        ("{res.a.b} == 1", true),
     ] {
         assert_eq!(check(text, 200, body), want, "{text}");
     }
@@ -203,24 +278,24 @@ fn missing_paths_are_null() {
 #[test]
 fn non_json_body() {
     let body = "Internal Server Error";
-    assert!(check("{res.data} == null", 500, body));
-    assert!(check("{res.data.status} == null", 500, body));
-    assert!(check("{res.data.status} != 0", 500, body));
-    assert!(!check("{res.data.status} == 0", 500, body));
-    assert!(check("{res.body} == 'Internal Server Error'", 500, body));
-    assert!(check("{res.body} > 'I'", 500, body));
-    assert!(check("{res.body} == ''", 204, ""));
+    assert!(check("{res} == null", 500, body));
+    assert!(check("{res.status} == null", 500, body));
+    assert!(check("{res.status} != 0", 500, body));
+    assert!(!check("{res.status} == 0", 500, body));
+    assert!(check("{http.body} == 'Internal Server Error'", 500, body));
+    assert!(check("{http.body} > 'I'", 500, body));
+    assert!(check("{http.body} == ''", 204, ""));
     // A body that is JSON but not an object.
-    assert!(check("{res.data} == 'ok'", 200, r#""ok""#));
-    assert!(check("{res.data} == 3", 200, "3"));
-    assert!(check("{res.body} == 3", 200, "3"), "the raw body is a numeric string");
-    assert!(check("{res.data.x} == null", 200, "3"));
+    assert!(check("{res} == 'ok'", 200, r#""ok""#));
+    assert!(check("{res} == 3", 200, "3"));
+    assert!(check("{http.body} == 3", 200, "3"), "the raw body is a numeric string");
+    assert!(check("{res.x} == null", 200, "3"));
     // The answer can say data is absent even for a JSON-looking body.
-    let c = cond("{res.data.ok} == true");
+    let c = cond("{res.ok} == true");
     assert!(!c.eval(&Answer {
-        code: 200,
+        status: 200,
         body: r#"{"ok": true}"#,
-        data: None
+        json: None
     }));
 }
 
@@ -228,28 +303,28 @@ fn non_json_body() {
 fn arrays_and_objects() {
     let body = r#"{"items": [{"id": 7, "tags": ["a", "b"]}, {"id": 8}], "obj": {"0": "zero", "k-1": 1, "a_b": 2}}"#;
     for (text, want) in [
-        ("{res.data.items.0.id} == 7", true),
-        ("{res.data.items.1.id} == 8", true),
-        ("{res.data.items.0.tags.1} == 'b'", true),
-        ("{res.data.items.2.id} == null", true),
-        ("{res.data.obj.0} == 'zero'", true),
-        ("{res.data.obj.k-1} == 1", true),
-        ("{res.data.obj.a_b} == 2", true),
+        ("{res.items.0.id} == 7", true),
+        ("{res.items.1.id} == 8", true),
+        ("{res.items.0.tags.1} == 'b'", true),
+        ("{res.items.2.id} == null", true),
+        ("{res.obj.0} == 'zero'", true),
+        ("{res.obj.k-1} == 1", true),
+        ("{res.obj.a_b} == 2", true),
         // Arrays and objects: equal only to an identical value, never ordered.
-        ("{res.data.items} == {res.data.items}", true),
-        ("{res.data.items.0.tags} == {res.data.items.0.tags}", true),
-        ("{res.data.items.0} == {res.data.items.1}", false),
-        ("{res.data.items} != null", true),
-        ("{res.data.items} == null", false),
-        ("{res.data.items} == 'a'", false),
-        ("{res.data.items} >= {res.data.items}", false),
-        ("{res.data.obj} <= {res.data.obj}", false),
-        ("{res.data.obj} > 0", false),
+        ("{res.items} == {res.items}", true),
+        ("{res.items.0.tags} == {res.items.0.tags}", true),
+        ("{res.items.0} == {res.items.1}", false),
+        ("{res.items} != null", true),
+        ("{res.items} == null", false),
+        ("{res.items} == 'a'", false),
+        ("{res.items} >= {res.items}", false),
+        ("{res.obj} <= {res.obj}", false),
+        ("{res.obj} > 0", false),
     ] {
         assert_eq!(check(text, 200, body), want, "{text}");
     }
     let top = r#"[10, 20]"#;
-    assert!(check("{res.data.1} == 20", 200, top));
+    assert!(check("{res.1} == 20", 200, top));
 }
 
 #[test]
@@ -259,31 +334,31 @@ fn numeric_strings() {
         r#""inf": "inf", "nan": "NaN", "ten": "10", "nine": "9"}"#
     );
     for (text, want) in [
-        ("{res.data.s} == 2", true),
-        ("2 == {res.data.s}", true),
-        ("{res.data.s} == 2.0", true),
-        ("{res.data.s} != 2", false),
-        ("{res.data.f} == 2.5", true),
-        ("{res.data.neg} == -3", true),
-        ("{res.data.exp} == 1000", true),
-        ("{res.data.plus} == 4", true),
-        ("{res.data.sp} == 2", false),
-        ("{res.data.word} == 2", false),
-        ("{res.data.inf} > 0", false),
-        ("{res.data.nan} == {res.data.nan}", true),
-        ("{res.data.nan} > 0", false),
+        ("{res.s} == 2", true),
+        ("2 == {res.s}", true),
+        ("{res.s} == 2.0", true),
+        ("{res.s} != 2", false),
+        ("{res.f} == 2.5", true),
+        ("{res.neg} == -3", true),
+        ("{res.exp} == 1000", true),
+        ("{res.plus} == 4", true),
+        ("{res.sp} == 2", false),
+        ("{res.word} == 2", false),
+        ("{res.inf} > 0", false),
+        ("{res.nan} == {res.nan}", true),
+        ("{res.nan} > 0", false),
         // Two strings compare as strings for ==, as numbers for ordering when both are numeric.
-        ("{res.data.s} == '2'", true),
-        ("{res.data.f} == '2.5'", false),
-        ("{res.data.ten} > {res.data.nine}", true),
-        ("{res.data.ten} > '9'", true),
+        ("{res.s} == '2'", true),
+        ("{res.f} == '2.5'", false),
+        ("{res.ten} > {res.nine}", true),
+        ("{res.ten} > '9'", true),
         ("'10' < '9'", false),
-        ("{res.data.s} < 3", true),
-        ("{res.data.s} >= 2", true),
+        ("{res.s} < 3", true),
+        ("{res.s} >= 2", true),
         // A numeric string against a non-numeric one: no order.
-        ("{res.data.s} < 'a'", false),
-        ("{res.data.s} > 'a'", false),
-        ("{res.code} == '200'", true),
+        ("{res.s} < 'a'", false),
+        ("{res.s} > 'a'", false),
+        ("{http.status} == '200'", true),
     ] {
         assert_eq!(check(text, 200, body), want, "{text}");
     }
@@ -293,30 +368,30 @@ fn numeric_strings() {
 fn quotes_and_escapes() {
     let body = r#"{"q": "it's", "dq": "say \"hi\"", "bs": "a\\b", "u": "héllo ✓"}"#;
     for (text, want) in [
-        (r#"{res.data.q} == "it's""#, true),
-        (r#"{res.data.q} == 'it\'s'"#, true),
-        (r#"{res.data.dq} == 'say "hi"'"#, true),
-        (r#"{res.data.dq} == "say \"hi\"""#, true),
-        (r#"{res.data.bs} == 'a\\b'"#, true),
-        (r#"{res.data.bs} == "a\\b""#, true),
-        (r#"{res.data.u} == 'héllo ✓'"#, true),
-        (r#"{res.data.q} == 'it\"s'"#, false),
-        ("'&& || ( ) {res.code}' == '&& || ( ) {res.code}'", true),
+        (r#"{res.q} == "it's""#, true),
+        (r#"{res.q} == 'it\'s'"#, true),
+        (r#"{res.dq} == 'say "hi"'"#, true),
+        (r#"{res.dq} == "say \"hi\"""#, true),
+        (r#"{res.bs} == 'a\\b'"#, true),
+        (r#"{res.bs} == "a\\b""#, true),
+        (r#"{res.u} == 'héllo ✓'"#, true),
+        (r#"{res.q} == 'it\"s'"#, false),
+        ("'&& || ( ) {http.status}' == '&& || ( ) {http.status}'", true),
     ] {
         assert_eq!(check(text, 200, body), want, "{text}");
     }
-    assert_eq!(cond(r#"{res.body} == 'it\'s'"#), cond(r#"{res.body} == "it's""#));
-    assert_eq!(cond(r#"{res.body} == '\"'"#), cond(r#"{res.body} == '"'"#));
+    assert_eq!(cond(r#"{http.body} == 'it\'s'"#), cond(r#"{http.body} == "it's""#));
+    assert_eq!(cond(r#"{http.body} == '\"'"#), cond(r#"{http.body} == '"'"#));
 }
 
 #[test]
 fn whitespace_anywhere() {
-    let tight = cond("({res.code}>=500||{res.data.x}!='a')&&{res.data.y}==-1");
-    let loose = cond(" \t( {res.code}\n>=  500 ||{res.data.x} != 'a' )\r\n&&\t{res.data.y}   ==   -1 \n");
+    let tight = cond("({http.status}>=500||{res.x}!='a')&&{res.y}==-1");
+    let loose = cond(" \t( {http.status}\n>=  500 ||{res.x} != 'a' )\r\n&&\t{res.y}   ==   -1 \n");
     assert_eq!(tight, loose);
     assert_eq!(
         tight.to_string(),
-        "({res.code} >= 500 || {res.data.x} != 'a') && {res.data.y} == -1"
+        "({http.status} >= 500 || {res.x} != 'a') && {res.y} == -1"
     );
 }
 
@@ -324,42 +399,45 @@ fn whitespace_anywhere() {
 fn display_round_trips() {
     for (text, canonical) in [
         (
-            "{res.code}!=200&&{res.data.status}!=2",
-            "{res.code} != 200 && {res.data.status} != 2",
+            "{http.status}!=200&&{res.status}!=2",
+            "{http.status} != 200 && {res.status} != 2",
         ),
         (
-            "{res.code} == 200 || {res.data.msg} == 'fail'",
-            "{res.code} == 200 || {res.data.msg} == 'fail'",
+            "{http.status} == 200 || {res.msg} == 'fail'",
+            "{http.status} == 200 || {res.msg} == 'fail'",
         ),
         (
-            r#"({res.data.retry} == true || {res.code} >= 500) && {res.data.code} != "OK""#,
-            "({res.data.retry} == true || {res.code} >= 500) && {res.data.code} != 'OK'",
+            r#"({res.retry} == true || {http.status} >= 500) && {res.code} != "OK""#,
+            "({res.retry} == true || {http.status} >= 500) && {res.code} != 'OK'",
         ),
         (
-            "{res.code} == 1 || ({res.code} == 2 && {res.code} == 3)",
-            "{res.code} == 1 || {res.code} == 2 && {res.code} == 3",
+            "{http.status} == 1 || ({http.status} == 2 && {http.status} == 3)",
+            "{http.status} == 1 || {http.status} == 2 && {http.status} == 3",
         ),
-        ("(({res.code} < 1))", "{res.code} < 1"),
-        ("{res.data.a.0.b-c_d} <= -2.5", "{res.data.a.0.b-c_d} <= -2.5"),
-        ("{res.data} == null", "{res.data} == null"),
-        ("{res.body} > \"it's\"", "{res.body} > \"it's\""),
-        (r#"{res.body} == 'a\\b\'c"d'"#, r#"{res.body} == 'a\\b\'c"d'"#),
-        (r#"{res.body} == "\"\"'""#, r#"{res.body} == '""\''"#),
+        ("(({http.status} < 1))", "{http.status} < 1"),
+        ("{res.a.0.b-c_d} <= -2.5", "{res.a.0.b-c_d} <= -2.5"),
+        ("{res} == null", "{res} == null"),
+        ("{http.body} > \"it's\"", "{http.body} > \"it's\""),
+        (r#"{http.body} == 'a\\b\'c"d'"#, r#"{http.body} == 'a\\b\'c"d'"#),
+        (r#"{http.body} == "\"\"'""#, r#"{http.body} == '""\''"#),
         ("1e3 == 1000.0", "1000 == 1000"),
-        ("{res.code} == 1e21", "{res.code} == 1e21"),
-        ("{res.code} == 0.0000001", "{res.code} == 1e-7"),
-        ("{res.code} == 123.456", "{res.code} == 123.456"),
-        ("{res.code} == 12345678901234567", "{res.code} == 1.2345678901234568e16"),
-        ("{res.code} == 0.0001", "{res.code} == 0.0001"),
-        ("{res.code} == -0", "{res.code} == -0"),
+        ("{http.status} == 1e21", "{http.status} == 1e21"),
+        ("{http.status} == 0.0000001", "{http.status} == 1e-7"),
+        ("{http.status} == 123.456", "{http.status} == 123.456"),
+        (
+            "{http.status} == 12345678901234567",
+            "{http.status} == 1.2345678901234568e16",
+        ),
+        ("{http.status} == 0.0001", "{http.status} == 0.0001"),
+        ("{http.status} == -0", "{http.status} == -0"),
         ("false != true", "false != true"),
         (
-            "({res.code} == 1 || {res.code} == 2) && ({res.code} == 3 || ({res.code} == 4 && {res.code} == 5))",
-            "({res.code} == 1 || {res.code} == 2) && ({res.code} == 3 || {res.code} == 4 && {res.code} == 5)",
+            "({http.status} == 1 || {http.status} == 2) && ({http.status} == 3 || ({http.status} == 4 && {http.status} == 5))",
+            "({http.status} == 1 || {http.status} == 2) && ({http.status} == 3 || {http.status} == 4 && {http.status} == 5)",
         ),
         (
-            "(({res.code} == 1 && {res.code} == 2) || {res.code} == 3) && {res.code} == 4",
-            "({res.code} == 1 && {res.code} == 2 || {res.code} == 3) && {res.code} == 4",
+            "(({http.status} == 1 && {http.status} == 2) || {http.status} == 3) && {http.status} == 4",
+            "({http.status} == 1 && {http.status} == 2 || {http.status} == 3) && {http.status} == 4",
         ),
     ] {
         let parsed = cond(text);
@@ -470,19 +548,19 @@ fn errors_with_positions() {
         ("({res.code}) == 1", "expected a comparison operator at 11, found \")\""),
         (
             "{req.code} == 1",
-            "unknown field {req.code} at 0: paths start with res.code, res.data or res.body",
+            "unknown field {req.code} at 0: a field is {res} or a path below it ({res.code}, {res.data.status}: the JSON answer), {http.status} or {http.body}",
         ),
         (
-            "{res.code} == 1 && {res} == 2",
-            "unknown field {res} at 19: paths start with res.code, res.data or res.body",
+            "{http.status} == 1 && {http} == 2",
+            "unknown field {http} at 22: a field is {res} or a path below it ({res.code}, {res.data.status}: the JSON answer), {http.status} or {http.body}",
         ),
         (
-            "{res.headers.x} == 1",
-            "unknown field {res.headers.x} at 0: paths start with res.code, res.data or res.body",
+            "{http.headers.x} == 1",
+            "unknown field {http.headers.x} at 0: a field is {res} or a path below it ({res.code}, {res.data.status}: the JSON answer), {http.status} or {http.body}",
         ),
         (
-            "{res.code.x} == 1",
-            "invalid field {res.code.x} at 0: res.code and res.body have no sub-fields",
+            "{http.status.x} == 1",
+            "invalid field {http.status.x} at 0: http.status and http.body have no sub-fields",
         ),
         ("{res.data..x} == 1", "invalid field {res.data..x} at 0: empty segment"),
         ("{res.data.} == 1", "invalid field {res.data.} at 0: empty segment"),
@@ -584,20 +662,20 @@ fn limits() {
 
 #[test]
 fn from_str_and_answer_copy() {
-    let c: Condition = "{res.code} >= 500".parse().unwrap();
+    let c: Condition = "{http.status} >= 500".parse().unwrap();
     let answer = Answer {
-        code: 503,
+        status: 503,
         body: "",
-        data: None,
+        json: None,
     };
     let copy = answer;
     assert!(c.eval(&answer) && c.eval(&copy));
-    assert!("{res.code} >".parse::<Condition>().is_err());
+    assert!("{http.status} >".parse::<Condition>().is_err());
     let data = json!({"a": [1, {"b": "2"}]});
     let answer = Answer {
-        code: 200,
+        status: 200,
         body: "",
-        data: Some(&data),
+        json: Some(&data),
     };
-    assert!(cond("{res.data.a.1.b} == 2").eval(&answer));
+    assert!(cond("{res.a.1.b} == 2").eval(&answer));
 }

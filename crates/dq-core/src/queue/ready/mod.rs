@@ -163,7 +163,11 @@ impl ReadyIndex {
             self.list(topic, p).notify_one();
             return;
         }
-        let listed = self.lock().by_topic.get(topic).is_some_and(|e| e.partitions.contains(p));
+        let listed = self
+            .lock()
+            .by_topic
+            .get(topic)
+            .is_some_and(|e| e.partitions.contains(p));
         if !listed {
             self.list(topic, p);
         }
