@@ -15,6 +15,12 @@ if [ -z "${DQ__AUTH__ADMIN_TOKEN:-}" ]; then
   DQ__AUTH__ADMIN_TOKEN=$(cat "$root/token")
 fi
 export DQ__AUTH__ADMIN_TOKEN
+# A key that seals callback secrets in Redis, made once and kept in .dq-local/secrets.key.
+if [ -z "${DQ__SECRETS__KEYS:-}" ]; then
+  [ -s "$root/secrets.key" ] || (umask 077; head -c 32 /dev/urandom | base64 >"$root/secrets.key")
+  DQ__SECRETS__KEYS=$(cat "$root/secrets.key")
+fi
+export DQ__SECRETS__KEYS
 
 echo "==> building dq (release)"
 cargo build --release --bins --locked
