@@ -16,12 +16,19 @@
 
 use std::sync::Arc;
 
+use std::convert::Infallible;
+use std::future::{Ready, ready};
+use std::task::{Context, Poll};
+
 use axum::body::HttpBody;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::uri::Authority;
 use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::FutureExt;
+use futures_util::future::{Either, Map};
+
+use tower::{Layer, Service};
 
 use crate::auth::Auth;
 use crate::error::ApiError;
@@ -56,41 +63,111 @@ impl Guard {
     }
 }
 
-/// Middleware, the only one: refuses requests to hosts not allowed, cross-site state changes and bodies
-/// over the limit, then admits the caller by its token ([`crate::auth::admit`]), and adds the frame
-/// headers to every answer. One layer, not one per concern: each layer costs every request a boxed
-/// future, and a waiting long poll keeps it.
-pub async fn guard(State(guard): State<Guard>, mut req: Request, next: Next) -> Response {
-    let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri().authority().map(|a| a.as_str()));
-    let mut answer = if !guard.allows(host) {
-        metrics::counter!("dq_auth_refusals_total", "reason" => "host").increment(1);
-        ApiError::forbidden(
-            "this server does not answer to that host name (server.allowed_hosts; an open API answers to IP addresses and localhost only)",
-        )
-        .into_response()
-    } else if !safe && cross_site(req.headers()) {
-        metrics::counter!("dq_auth_refusals_total", "reason" => "cross_site").increment(1);
-        ApiError::forbidden("a request from another site may not change anything (Origin, Sec-Fetch-Site)")
-            .into_response()
-    } else if !safe && has_body(req.headers()) && !is_json(req.headers()) && req.uri().path() != "/admin/login" {
-        ApiError::invalid("a request body must be sent with `Content-Type: application/json`").into_response()
-    } else if req.body().size_hint().lower() > guard.max_body as u64 {
-        // hyper's size hint is the `Content-Length`: the answer goes out before any of the body is read.
-        ApiError::too_large(format!(
-            "the request body is larger than the limit of {} bytes",
-            guard.max_body
-        ))
-        .into_response()
-    } else if let Some(refused) = crate::auth::admit(&guard.auth, &mut req) {
-        refused
-    } else {
-        next.run(req).await
-    };
+/// The one middleware every request goes through: refuses requests to hosts not allowed, cross-site
+/// state changes, bodies not declared JSON and bodies over the limit, then admits the caller by its
+/// token ([`crate::auth::admit`]), and adds the frame headers to every answer.
+///
+/// A tower layer rather than `axum::middleware::from_fn`: its checks need nothing asynchronous, and
+/// from_fn boxes a future and clones the routes' service for every request, which showed as a few
+/// percent of the push path.
+#[derive(Debug, Clone)]
+pub struct GuardLayer(pub Guard);
+
+impl<S> Layer<S> for GuardLayer {
+    type Service = Guarded<S>;
+
+    fn layer(&self, inner: S) -> Guarded<S> {
+        Guarded {
+            guard: self.0.clone(),
+            inner,
+        }
+    }
+}
+
+/// A route's service behind the [`GuardLayer`].
+#[derive(Debug, Clone)]
+pub struct Guarded<S> {
+    guard: Guard,
+    inner: S,
+}
+
+/// What a refused request gets at once, or the route's answer later; both with the frame headers.
+type Answer<F> = Either<
+    Ready<Result<Response, Infallible>>,
+    Map<F, fn(Result<Response, Infallible>) -> Result<Response, Infallible>>,
+>;
+
+impl<S> Service<Request> for Guarded<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Answer<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        match self.guard.refusal(&mut req) {
+            Some(refused) => Either::Left(ready(Ok(with_frame_headers(refused)))),
+            None => Either::Right(
+                self.inner
+                    .call(req)
+                    .map((|answer: Result<Response, Infallible>| answer.map(with_frame_headers)) as fn(_) -> _),
+            ),
+        }
+    }
+}
+
+impl Guard {
+    /// Why `req` may not reach its route, as the answer to send; `None` when it may (its [`crate::auth::Caller`]
+    /// then in its extensions).
+    fn refusal(&self, req: &mut Request) -> Option<Response> {
+        let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| req.uri().authority().map(|a| a.as_str()));
+        if !self.allows(host) {
+            metrics::counter!("dq_auth_refusals_total", "reason" => "host").increment(1);
+            return Some(
+                ApiError::forbidden(
+                    "this server does not answer to that host name (server.allowed_hosts; an open API answers to IP addresses and localhost only)",
+                )
+                .into_response(),
+            );
+        }
+        if !safe && cross_site(req.headers()) {
+            metrics::counter!("dq_auth_refusals_total", "reason" => "cross_site").increment(1);
+            return Some(
+                ApiError::forbidden("a request from another site may not change anything (Origin, Sec-Fetch-Site)")
+                    .into_response(),
+            );
+        }
+        if !safe && has_body(req.headers()) && !is_json(req.headers()) && req.uri().path() != "/admin/login" {
+            return Some(
+                ApiError::invalid("a request body must be sent with `Content-Type: application/json`").into_response(),
+            );
+        }
+        if req.body().size_hint().lower() > self.max_body as u64 {
+            // hyper's size hint is the `Content-Length`: the answer goes out before any of the body is read.
+            return Some(
+                ApiError::too_large(format!(
+                    "the request body is larger than the limit of {} bytes",
+                    self.max_body
+                ))
+                .into_response(),
+            );
+        }
+        crate::auth::admit(&self.auth, req)
+    }
+}
+
+/// Tells browsers not to show the answer in a frame, nor to guess its type.
+fn with_frame_headers(mut answer: Response) -> Response {
     let headers = answer.headers_mut();
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     // The admin pages set a stricter policy of their own.

@@ -160,9 +160,6 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(probes::metrics))
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::no_method)
-        .layer(axum::middleware::from_fn_with_state(
-            state.guard.clone(),
-            browser::guard,
-        ))
+        .layer(browser::GuardLayer(state.guard.clone()))
         .with_state(state)
 }
