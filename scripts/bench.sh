@@ -230,7 +230,14 @@ if want waiters; then
   until (exec 3<>"/dev/tcp/127.0.0.1/$ws") 2>/dev/null; do sleep 0.05; done
   # The load holds one connection per waiter.
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  echo "   HTTP/1.1, one connection per long poll:"
   $bin/dq-bench --url "http://127.0.0.1:$ws" waiters -w 10000 --server-pid "$wpid" --redis "redis://127.0.0.1:$wr" | sed -n 2p
+  kill "$wpid"; wait "$wpid" 2>/dev/null || true
+  DQ__REDIS__URLS="redis://127.0.0.1:$wr" DQ__SERVER__LISTEN="127.0.0.1:$ws" $bin/dq-server >"$work/waiters/server2.log" 2>&1 &
+  wpid=$!; pids+=($wpid)
+  until (exec 3<>"/dev/tcp/127.0.0.1/$ws") 2>/dev/null; do sleep 0.05; done
+  echo "   HTTP/2 (prior knowledge), the long polls as streams of 10 connections:"
+  $bin/dq-bench --url "http://127.0.0.1:$ws" waiters -w 10000 --http2-connections 10 --server-pid "$wpid" --redis "redis://127.0.0.1:$wr" | sed -n 2p
   kill "$wpid"; wait "$wpid" 2>/dev/null || true
 fi
 

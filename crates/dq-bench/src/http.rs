@@ -206,6 +206,59 @@ impl Conn {
     }
 }
 
+/// An HTTP/2 connection (prior knowledge, in clear text): requests on it run at once, each on a stream
+/// of its own. Only `waiters` uses it, to hold many long polls on few connections.
+#[derive(Clone)]
+pub struct H2Conn {
+    target: Arc<Target>,
+    sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+}
+
+impl H2Conn {
+    /// Opens a TCP connection and does the HTTP/2 handshake; the connection is driven by a spawned task.
+    pub async fn connect(target: Arc<Target>) -> Result<Self> {
+        let stream = TcpStream::connect(target.addr())
+            .await
+            .with_context(|| format!("cannot connect to {}", target.addr()))?;
+        stream.set_nodelay(true).context("setting TCP_NODELAY")?;
+        let (sender, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .context("HTTP/2 handshake failed")?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Self { target, sender })
+    }
+
+    /// Sends `POST uri` with a JSON body on a new stream and reads the whole answer.
+    pub async fn post_json(&mut self, uri: Uri, body: Bytes) -> Result<Reply> {
+        let len = body.len();
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = Method::POST;
+        // HTTP/2 carries the host in the URI's authority.
+        *req.uri_mut() = format!("http://{}{}", self.target.host.to_str().unwrap_or("localhost"), uri)
+            .parse()
+            .context("request URI")?;
+        let headers = req.headers_mut();
+        if let Some(auth) = &self.target.authorization {
+            headers.insert(hyper::header::AUTHORIZATION, auth.clone());
+        }
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
+        self.sender.ready().await.context("connection not ready")?;
+        let resp = self.sender.send_request(req).await.context("request failed")?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .context("reading the answer failed")?
+            .to_bytes();
+        Ok(Reply { status, body })
+    }
+}
+
 /// Connects and hands the connection's I/O to a background task.
 async fn handshake(target: &Target) -> Result<SendRequest<Full<Bytes>>> {
     let stream = TcpStream::connect(target.addr())

@@ -1,7 +1,7 @@
 //! `dq-bench waiters`: what W waiting long polls cost dq-server, and what one push then costs Redis.
 //!
 //! W connections each long-poll `POST /v1/reserve` on one topic (and poll again when theirs returns
-//! empty). Once all are sent and the server's memory has settled, the bench reads dq-server's resident
+//! empty); with `--http2-connections N`, W HTTP/2 streams spread over N connections instead. Once all are sent and the server's memory has settled, the bench reads dq-server's resident
 //! memory (`/proc/<pid>/status`, so the server must run on this machine: `--server-pid`) and reports
 //! the growth per waiter. Then it counts Redis commands (`INFO stats`, `total_commands_processed`) over
 //! two equal windows: one with nothing pushed (the server's own background calls), and one in which a
@@ -20,7 +20,7 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use crate::due;
-use crate::http::{Conn, Target};
+use crate::http::{Conn, H2Conn, Target};
 use crate::report::{self, Errors, Report};
 
 /// Options of `dq-bench waiters`.
@@ -41,6 +41,10 @@ pub struct WaitersArgs {
     /// Length of each command-counting window, in ms.
     #[arg(long, default_value_t = 1_000)]
     pub window_ms: u64,
+    /// Hold the long polls as HTTP/2 streams on this many connections (h2c, prior knowledge), instead
+    /// of one HTTP/1.1 connection each (0).
+    #[arg(long, default_value_t = 0)]
+    pub http2_connections: u64,
 }
 
 /// Runs the benchmark.
@@ -54,8 +58,15 @@ pub async fn run(target: &Arc<Target>, args: &WaitersArgs) -> Result<Report> {
     let reserve_uri = target.uri("/v1/reserve")?;
     let body = due::reserve_body(&topic, 1, args.timeout_ms);
     let started = Instant::now();
-    for _ in 0..args.waiters {
-        let conn = Conn::connect(Arc::clone(target)).await?;
+    let mut h2 = Vec::new();
+    for _ in 0..args.http2_connections {
+        h2.push(H2Conn::connect(Arc::clone(target)).await?);
+    }
+    for i in 0..args.waiters {
+        let conn = match h2.get(i as usize % h2.len().max(1)) {
+            Some(shared) => Line::H2(shared.clone()),
+            None => Line::H1(Conn::connect(Arc::clone(target)).await?),
+        };
         let (uri, body, stop) = (reserve_uri.clone(), body.clone(), stop.clone());
         let (sent, got, errors) = (sent.clone(), got.clone(), errors.clone());
         tokio::spawn(wait_in_line(conn, uri, body, stop, sent, got, errors));
@@ -103,6 +114,7 @@ pub async fn run(target: &Arc<Target>, args: &WaitersArgs) -> Result<Report> {
         &errors,
     )
     .with("waiters", args.waiters)
+    .with("http2_connections", args.http2_connections)
     .with("connect_s", connect_s)
     .with("server_rss_idle_kib", idle_kib)
     .with("server_rss_waiting_kib", waiting_kib)
@@ -114,9 +126,24 @@ pub async fn run(target: &Arc<Target>, args: &WaitersArgs) -> Result<Report> {
     .with("redis_script_calls_per_push", script_calls))
 }
 
+/// A waiter's way to the server: a connection of its own, or a stream of a shared HTTP/2 connection.
+enum Line {
+    H1(Conn),
+    H2(H2Conn),
+}
+
+impl Line {
+    async fn post_json(&mut self, uri: hyper::Uri, body: Bytes) -> Result<crate::http::Reply> {
+        match self {
+            Line::H1(c) => c.post_json(uri, body).await,
+            Line::H2(c) => c.post_json(uri, body).await,
+        }
+    }
+}
+
 /// One waiter: long-polls until `stop`, counting requests sent and jobs received.
 async fn wait_in_line(
-    mut conn: Conn,
+    mut conn: Line,
     uri: hyper::Uri,
     body: Bytes,
     stop: CancellationToken,

@@ -1,9 +1,16 @@
-//! The HTTP listener: hyper's HTTP/1.1 connections, under limits that axum's `serve` does not set.
+//! The HTTP listener: hyper's HTTP/1.1 and HTTP/2 connections, under limits that axum's `serve` does
+//! not set.
 //!
-//! - **Header timeout** (`server.header_timeout_ms`): a connection must send a complete request head
-//!   within this time of being opened or of its previous answer. hyper runs one timer for both, so it
-//!   closes idle keep-alive connections and slow senders (slowloris) alike; axum's `serve` sets no
-//!   timer, and without one hyper enforces neither.
+//! HTTP/2 is served in clear text to clients that start with its preface (prior knowledge, "h2c":
+//! `curl --http2-prior-knowledge`, Go's and reqwest's h2c clients); TLS in front (a proxy) serves it
+//! with ALPN. Its streams share one connection, so many long polls cost one connection's buffers, not
+//! one each.
+//!
+//! - **Header timeout** (`server.header_timeout_ms`): an HTTP/1.1 connection must send a complete request
+//!   head within this time of being opened or of its previous answer. hyper runs one timer for both, so
+//!   it closes idle keep-alive connections and slow senders (slowloris) alike; axum's `serve` sets no
+//!   timer, and without one hyper enforces neither. An HTTP/2 connection is pinged every 20 s and
+//!   closed when a ping goes unanswered for 20 s.
 //! - **Connection cap** (`server.max_connections`): beyond it a connection gets one 503 `overloaded`
 //!   answer and is closed, so the process never runs out of file descriptors or memory to clients that
 //!   only connect.
@@ -19,15 +26,21 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::response::IntoResponse;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
+
+/// How often an HTTP/2 connection is pinged, and how long a ping may go unanswered.
+const H2_PING: Duration = Duration::from_secs(20);
+
+/// Streams (requests, long polls included) at once on one HTTP/2 connection; more wait in the client.
+const H2_STREAMS: u32 = 1024;
 
 /// What the listener enforces.
 #[derive(Debug, Clone, Copy)]
@@ -50,10 +63,19 @@ pub async fn serve(
     raise_open_files(limits.max_connections);
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
-    let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
-    let mut refusing = http.clone();
-    refusing.keep_alive(false);
+    let mut h1 = http1::Builder::new();
+    h1.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
+    let mut h2 = http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
+        .keep_alive_interval(H2_PING)
+        .keep_alive_timeout(H2_PING)
+        .max_concurrent_streams(H2_STREAMS);
+    // A connection beyond the cap gets one HTTP/1.1 answer; an HTTP/2 one is closed unanswered.
+    let mut refusing = http1::Builder::new();
+    refusing
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(false);
     metrics::gauge!("dq_http_connections").set(0.0);
     metrics::counter!("dq_http_connections_refused_total").increment(0);
     loop {
@@ -70,13 +92,21 @@ pub async fn serve(
             _ = shutdown.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(stream);
         match permits.clone().try_acquire_owned() {
             Ok(permit) => {
-                let conn = graceful.watch(http.serve_connection(io, TowerToHyperService::new(app.clone())));
+                let (h1, h2, watcher) = (h1.clone(), h2.clone(), graceful.watcher());
+                let service = TowerToHyperService::new(app.clone());
+                let header_timeout = limits.header_timeout;
                 metrics::gauge!("dq_http_connections").increment(1.0);
                 tokio::spawn(async move {
-                    if let Err(e) = conn.await {
+                    // Each version's connection its own task type: one that could be either holds the
+                    // larger HTTP/2 state for every HTTP/1.1 connection too (about 9 KiB each).
+                    let served = match speaks_h2(&stream, header_timeout).await {
+                        Some(true) => watcher.watch(h2.serve_connection(TokioIo::new(stream), service)).await,
+                        Some(false) => watcher.watch(h1.serve_connection(TokioIo::new(stream), service)).await,
+                        None => Ok(()),
+                    };
+                    if let Err(e) = served {
                         tracing::debug!(cause = %e, "connection ended with an error");
                     }
                     metrics::gauge!("dq_http_connections").decrement(1.0);
@@ -95,7 +125,7 @@ pub async fn serve(
                         .into_response(),
                     )
                 });
-                let conn = graceful.watch(refusing.serve_connection(io, answer));
+                let conn = graceful.watch(refusing.serve_connection(TokioIo::new(stream), answer));
                 tokio::spawn(async move {
                     let _ = conn.await;
                 });
@@ -110,6 +140,30 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// Whether the client starts with HTTP/2's preface (prior knowledge), from the first bytes it sent,
+/// looked at without reading them; `None` when it closes, or sends nothing within `within` (an idle
+/// connection, closed as the header timeout would close it).
+async fn speaks_h2(stream: &TcpStream, within: Duration) -> Option<bool> {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut first = [0u8; 2];
+    tokio::time::timeout(within, async {
+        loop {
+            let n = stream.peek(&mut first).await.ok()?;
+            match n {
+                0 => return None,
+                // "PR" starts no method dq serves: only the preface.
+                2 => return Some(first == PREFACE[..2]),
+                // One byte: a P could still be POST, PUT or PATCH.
+                _ if first[0] != PREFACE[0] => return Some(false),
+                _ => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 /// Raises the soft limit on open files to the hard one (as Go's runtime does): the soft limit is often

@@ -243,3 +243,63 @@ async fn a_body_too_large_is_refused_by_its_content_length_before_it_is_sent() {
     assert_error(status, &body, 413, "payload_too_large");
     assert_eq!(s.snapshot(), before);
 }
+
+/// HTTP/2 in clear text (prior knowledge): many long polls share one connection, each a stream, and a
+/// push on the same connection serves one of them.
+#[tokio::test]
+async fn http2_carries_many_long_polls_on_one_connection() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    let s = server_with(|_| {}).await;
+    let host = s.base.trim_start_matches("http://").to_string();
+    let stream = TcpStream::connect(&host).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("an HTTP/2 handshake with prior knowledge");
+    tokio::spawn(conn);
+    let post = |path: &str, body: Value| {
+        let mut sender = sender.clone();
+        let req = hyper::Request::post(format!("http://{host}{path}"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        async move {
+            let resp = sender.send_request(req).await.unwrap();
+            assert_eq!(resp.version(), hyper::Version::HTTP_2);
+            let status = resp.status().as_u16();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, serde_json::from_slice::<Value>(&body).unwrap())
+        }
+    };
+    let polls: Vec<_> = (0..50)
+        .map(|_| tokio::spawn(post("/v1/reserve", json!({"topics": ["h2"], "timeout_ms": 20_000}))))
+        .collect();
+    dq_harness::eventually(Duration::from_secs(10), "the long polls wait", || async {
+        let metrics = s
+            .http
+            .get(s.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        metrics.lines().any(|l| l == "dq_long_polls_waiting 50")
+    })
+    .await;
+    for n in 0..50 {
+        let (status, out) = post("/v1/jobs", json!({"topic": "h2", "body": n})).await;
+        assert_eq!(status, 201, "{out}");
+    }
+    let mut bodies = Vec::new();
+    for p in polls {
+        let (status, out) = p.await.unwrap();
+        assert_eq!(status, 200, "{out}");
+        bodies.push(out["jobs"][0]["body"].as_i64().unwrap());
+    }
+    bodies.sort();
+    assert_eq!(bodies, (0..50).collect::<Vec<_>>(), "each job to exactly one long poll");
+}

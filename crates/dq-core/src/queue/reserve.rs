@@ -57,7 +57,11 @@ impl Queue {
         };
         let unsynced = self.ready.unsynced(topics);
         if !unsynced.is_empty() {
-            self.sync_ready(&unsynced).await;
+            let mut turns = self.ready.sync_turns(unsynced);
+            if !turns.mine.is_empty() {
+                self.sync_ready(&turns.mine).await;
+            }
+            turns.wait_for_others().await;
         }
         let mut out = Vec::new();
         let mut failed = None;

@@ -87,6 +87,9 @@ struct Entry {
     /// per partition: a claim's settle wakes the waiters of its own topics only, so a reserve must
     /// leave a partition only to a claim that covers its topic. Grown on demand.
     busy: Vec<u32>,
+    /// While a reserve reads the topic's counts: woken when it is done, for the reserves that wait for
+    /// that read instead of making their own (see [`ReadyIndex::sync_turns`]).
+    syncing: Option<Arc<Notify>>,
 }
 
 impl Default for Entry {
@@ -97,6 +100,7 @@ impl Default for Entry {
             waiters: Arc::new(Notify::new()),
             used: 0,
             busy: Vec::new(),
+            syncing: None,
         }
     }
 }
@@ -281,6 +285,48 @@ impl ReadyIndex {
         out
     }
 
+    /// Of `unsynced` (from [`ReadyIndex::unsynced`]), the topics whose counts this reserve reads, and the
+    /// reads already under way that it waits for instead. A burst of long polls on a topic the process
+    /// has not followed yet (10,000 arriving at once after a restart) so reads its counts once, not once
+    /// per reserve: each read asks every partition. Without a listener every reserve reads for itself.
+    pub fn sync_turns(&self, unsynced: Vec<String>) -> SyncTurns<'_> {
+        let mut turns = SyncTurns {
+            index: self,
+            mine: Vec::new(),
+            others: Vec::new(),
+        };
+        if !self.listening.load(Ordering::Relaxed) {
+            turns.mine = unsynced;
+            return turns;
+        }
+        let mut t = self.lock();
+        for topic in unsynced {
+            let entry = t.by_topic.entry(topic.clone()).or_default();
+            match &entry.syncing {
+                Some(done) => {
+                    let mut wait = Box::pin(done.clone().notified_owned());
+                    wait.as_mut().enable();
+                    turns.others.push(wait);
+                }
+                None => {
+                    entry.syncing = Some(Arc::new(Notify::new()));
+                    turns.mine.push(topic);
+                }
+            }
+        }
+        turns
+    }
+
+    /// Ends the reads of `topics`' counts this process made: the reserves waiting for them go on.
+    fn end_syncs(&self, topics: &[String]) {
+        let mut t = self.lock();
+        for topic in topics {
+            if let Some(done) = t.by_topic.get_mut(topic).and_then(|e| e.syncing.take()) {
+                done.notify_waiters();
+            }
+        }
+    }
+
     /// Records a read of the counts of `topic` begun at `epoch`: `ready` are its partitions with ready
     /// jobs. Partitions marked since stay.
     pub fn synced(&self, topic: &str, epoch: u64, ready: &[u16]) {
@@ -344,6 +390,34 @@ impl ReadyIndex {
     /// unless a wake-up marked it since.
     pub fn clear(&self, topics: &[String], p: u16, epoch: u64) {
         clear(&mut self.lock(), topics, p, epoch);
+    }
+}
+
+/// A reserve's part in reading counts ([`ReadyIndex::sync_turns`]): the topics it reads itself, and the
+/// reads of others it waits for. Dropped (the reserve done or cancelled), its own reads end.
+pub struct SyncTurns<'a> {
+    index: &'a ReadyIndex,
+    /// The topics whose counts this reserve reads.
+    pub mine: Vec<String>,
+    /// The reads under way by other reserves.
+    others: Vec<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
+}
+
+impl SyncTurns<'_> {
+    /// Ends this reserve's own reads, then waits for the others'.
+    pub async fn wait_for_others(&mut self) {
+        self.index.end_syncs(&std::mem::take(&mut self.mine));
+        for wait in self.others.drain(..) {
+            wait.await;
+        }
+    }
+}
+
+impl Drop for SyncTurns<'_> {
+    fn drop(&mut self) {
+        if !self.mine.is_empty() {
+            self.index.end_syncs(&self.mine);
+        }
     }
 }
 

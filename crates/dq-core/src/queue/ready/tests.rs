@@ -205,3 +205,36 @@ fn a_partition_is_left_only_to_a_claim_for_the_same_topic() {
     );
     assert!(ix.candidates(&a, &[], 10).list.is_empty());
 }
+
+/// Reserves arriving together on a topic not followed yet read its counts once: the first reads, the
+/// others wait for that read; a read abandoned (the reserve cancelled) lets the waiters go on too.
+#[tokio::test]
+async fn a_burst_of_reserves_reads_a_topic_s_counts_once() {
+    let ix = ReadyIndex::default();
+    ix.set_listening(true);
+    let mut first = ix.sync_turns(ix.unsynced(&t(&["a", "b"])));
+    assert_eq!(first.mine, t(&["a", "b"]));
+    let mut second = ix.sync_turns(ix.unsynced(&t(&["b", "c"])));
+    assert_eq!(second.mine, t(&["c"]), "b is being read already");
+    // The second waits for b until the first's read ends.
+    let mut waiting = Box::pin(second.wait_for_others());
+    let cx = &mut std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(waiting.as_mut().poll(cx).is_pending());
+    ix.synced("b", ix.epoch(), &[1]);
+    first.wait_for_others().await;
+    assert!(waiting.as_mut().poll(cx).is_ready());
+    drop(waiting);
+    drop(second);
+    // Cancelled half-way: dropped with its read unfinished, the next reserve reads for itself, and
+    // nobody waits for ever.
+    let abandoned = ix.sync_turns(ix.unsynced(&t(&["d"])));
+    assert_eq!(abandoned.mine, t(&["d"]));
+    let mut after = ix.sync_turns(ix.unsynced(&t(&["d"])));
+    assert!(after.mine.is_empty());
+    let mut waiting = Box::pin(after.wait_for_others());
+    assert!(waiting.as_mut().poll(cx).is_pending());
+    drop(abandoned);
+    assert!(waiting.as_mut().poll(cx).is_ready());
+    drop(waiting);
+    assert_eq!(ix.sync_turns(ix.unsynced(&t(&["d"]))).mine, t(&["d"]));
+}
