@@ -44,15 +44,7 @@ async fn overview_and_topic_pages_show_shards_topics_and_dead_letters() {
         assert!(html.contains(want), "overview lacks {want}: {html}");
     }
 
-    let html = s
-        .http
-        .get(s.url("/admin/topics/orders.close"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = s.text("/admin/topics/orders.close").await;
     assert!(html.contains("d1"), "{html}");
     assert!(
         html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
@@ -85,15 +77,7 @@ async fn the_pages_allow_only_their_own_files() {
         let html = resp.text().await.unwrap();
         assert!(!html.contains("onclick") && !html.contains("<style>"), "{path}: {html}");
     }
-    let html = s
-        .http
-        .get(s.url("/admin/topics/t"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = s.text("/admin/topics/t").await;
     assert!(html.contains(r#"data-call="POST /v1/topics/t/dead/requeue""#), "{html}");
     assert!(
         html.contains("data-body=\"{&quot;ids&quot;:[&quot;d1&quot;]}\""),

@@ -167,15 +167,7 @@ async fn probes_and_metrics() {
     assert_eq!(status, 200, "{body}");
     let (status, body) = s.call("GET", "/readyz", None).await;
     assert_eq!(status, 200, "{body}");
-    let text = s
-        .http
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.text("/metrics").await;
     assert!(text.contains("dq_jobs_pushed_total"), "{text}");
 }
 

@@ -170,19 +170,7 @@ async fn long_polls_beyond_the_cap_get_a_503_and_the_rest_still_get_jobs() {
             })
         })
         .collect();
-    dq_harness::eventually(Duration::from_secs(10), "both long polls wait", || async {
-        let metrics = s
-            .http
-            .get(s.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        metrics.lines().any(|l| l == "dq_long_polls_waiting 2")
-    })
-    .await;
+    s.wait_for_metric("dq_long_polls_waiting 2").await;
     let (status, body) = s
         .call(
             "POST",
@@ -277,19 +265,7 @@ async fn http2_carries_many_long_polls_on_one_connection() {
     let polls: Vec<_> = (0..50)
         .map(|_| tokio::spawn(post("/v1/reserve", json!({"topics": ["h2"], "timeout_ms": 20_000}))))
         .collect();
-    dq_harness::eventually(Duration::from_secs(10), "the long polls wait", || async {
-        let metrics = s
-            .http
-            .get(s.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        metrics.lines().any(|l| l == "dq_long_polls_waiting 50")
-    })
-    .await;
+    s.wait_for_metric("dq_long_polls_waiting 50").await;
     for n in 0..50 {
         let (status, out) = post("/v1/jobs", json!({"topic": "h2", "body": n})).await;
         assert_eq!(status, 201, "{out}");

@@ -283,16 +283,8 @@ async fn secrets_are_sealed_in_redis_and_masked_everywhere_they_are_shown() {
     assert_eq!(status, 200, "{out}");
     let (_, got) = s.call("GET", "/v1/topics/sealed", None).await;
     let (_, list) = s.call("GET", "/v1/topics", None).await;
-    let page = s.http.get(s.url("/admin")).send().await.unwrap().text().await.unwrap();
-    let topic_page = s
-        .http
-        .get(s.url("/admin/topics/sealed"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = s.text("/admin").await;
+    let topic_page = s.text("/admin/topics/sealed").await;
     let mut conn = s.redis[0].conn();
     let stored: String = redis::cmd("HGET")
         .arg("{dq}:topics")

@@ -5,8 +5,7 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{call, env_for, start_on};
@@ -21,26 +20,6 @@ fn documented_rule() -> Vec<String> {
         .find(|l| l.starts_with("ACL SETUSER dq "))
         .expect("docs/security.md gives an `ACL SETUSER dq …` line");
     line.split_whitespace().skip(1).map(str::to_string).collect()
-}
-
-/// A callback that answers 200 `{"ok":true}`, counting calls.
-async fn hook() -> (String, Arc<AtomicUsize>) {
-    let count = Arc::new(AtomicUsize::new(0));
-    let seen = count.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move || {
-            let seen = seen.clone();
-            async move {
-                seen.fetch_add(1, Ordering::SeqCst);
-                r#"{"ok":true}"#
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, count)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,7 +118,7 @@ async fn the_documented_acl_user_runs_every_process_and_verb() {
     assert_eq!(api("GET", "/v1/stats".into(), None).await.0, 200);
 
     // Push delivery through dq-consumer, with a sealed secret.
-    let (hook_url, delivered) = hook().await;
+    let (hook_url, delivered) = common::hook(Duration::ZERO).await;
     let (status, out) = api(
         "PUT",
         "/v1/topics/pushed".into(),

@@ -2,34 +2,12 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{env, start};
 use dq_harness::{DqProcess, RedisServer, eventually, free_port};
 use serde_json::{Value, json};
-
-/// A callback that takes `delay` to answer, counting requests.
-async fn slow_hook(delay: Duration) -> (String, Arc<AtomicUsize>) {
-    let count = Arc::new(AtomicUsize::new(0));
-    let seen = count.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move || {
-            let seen = seen.clone();
-            async move {
-                seen.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(delay).await;
-                r#"{"ok":true}"#
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, count)
-}
 
 // Multi-threaded: waiting for the process blocks a thread, and the callback server must keep answering.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,7 +17,7 @@ async fn consumer_finishes_in_flight_deliveries_and_exits_0_on_signals() {
     let _timer = start("dq-timer", &[&redis]).await;
     let base = format!("http://127.0.0.1:{}", server.port);
     let http = reqwest::Client::new();
-    let (url, count) = slow_hook(Duration::from_millis(1500)).await;
+    let (url, count) = common::hook(Duration::from_millis(1500)).await;
     let resp = http
         .put(format!("{base}/v1/topics/slow"))
         .json(&json!({"callback": {"url": url}}))

@@ -73,6 +73,26 @@ impl TestServer {
         format!("{}{path}", self.base)
     }
 
+    /// `GET path`'s body as text (an admin page, `/metrics`).
+    pub async fn text(&self, path: &str) -> String {
+        self.http
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Waits until `/metrics` has the line `line` (`name value`).
+    pub async fn wait_for_metric(&self, line: &str) {
+        dq_harness::eventually(Duration::from_secs(10), line, || async {
+            self.text("/metrics").await.lines().any(|l| l == line)
+        })
+        .await;
+    }
+
     /// Sends a request with a JSON (or raw) body; returns status and parsed JSON (Null when empty).
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
         let mut req = self.http.request(method.parse().unwrap(), self.url(path));

@@ -22,6 +22,28 @@ pub fn env(redis: &[&RedisServer], port: u16) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// A callback at the returned URL that answers 200 `{"ok":true}` after `delay`, counting the requests.
+pub async fn hook(delay: Duration) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                r#"{"ok":true}"#
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, count)
+}
+
 /// Starts `name` and waits until its HTTP port answers `/healthz`.
 pub async fn start(name: &str, redis: &[&RedisServer]) -> Running {
     let port = free_port();
