@@ -35,6 +35,7 @@ impl LongPolls {
     /// Room for `max` waiting long polls.
     pub fn new(max: usize) -> Self {
         metrics::gauge!("dq_long_polls_waiting").set(0.0);
+        metrics::counter!("dq_long_polls_refused_total").increment(0);
         LongPolls {
             permits: Arc::new(Semaphore::new(max)),
             max,

@@ -414,7 +414,8 @@ async fn resharding_under_load_loses_nothing() {
                     loop {
                         match q.ack(&r.id, &r.receipt).await {
                             Ok(()) | Err(dq_core::Error::StaleReceipt) => break,
-                            Err(dq_core::Error::Unavailable { .. }) => {
+                            // Not sent, or sent and unanswered in time: either way, send it again.
+                            Err(dq_core::Error::Unavailable { .. } | dq_core::Error::Indeterminate { .. }) => {
                                 eprintln!("ack during resharding: no answer, sent again");
                             }
                             Err(e) => panic!("{}: {e}", r.id),
