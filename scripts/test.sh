@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit, integration and end-to-end tests, each against a real
-# redis-server the tests start themselves (installed here when missing).
+# redis-server the tests start themselves (installed here when missing, with Chromium for the browser test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
+bash scripts/ensure-chromium.sh
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
