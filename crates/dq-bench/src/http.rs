@@ -187,15 +187,7 @@ impl Conn {
 
         let result = async {
             sender.ready().await.context("connection not ready")?;
-            let resp = sender.send_request(req).await.context("request failed")?;
-            let status = resp.status();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .context("reading the answer failed")?
-                .to_bytes();
-            Ok(Reply { status, body })
+            read_reply(sender.send_request(req).await.context("request failed")?).await
         }
         .await;
         if result.is_err() {
@@ -247,16 +239,20 @@ impl H2Conn {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
         self.sender.ready().await.context("connection not ready")?;
-        let resp = self.sender.send_request(req).await.context("request failed")?;
-        let status = resp.status();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .context("reading the answer failed")?
-            .to_bytes();
-        Ok(Reply { status, body })
+        read_reply(self.sender.send_request(req).await.context("request failed")?).await
     }
+}
+
+/// An answer's status and whole body.
+async fn read_reply(resp: hyper::Response<hyper::body::Incoming>) -> Result<Reply> {
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .context("reading the answer failed")?
+        .to_bytes();
+    Ok(Reply { status, body })
 }
 
 /// Connects and hands the connection's I/O to a background task.
