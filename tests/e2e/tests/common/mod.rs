@@ -77,7 +77,14 @@ pub async fn start_on(name: &str, port: u16, vars: Vec<(&'static str, String)>) 
 
 /// Scrapes `/metrics` into name{labels} → value.
 pub async fn metrics(port: u16) -> HashMap<String, f64> {
-    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+    metrics_with(&reqwest::Client::new(), port).await
+}
+
+/// Scrapes `/metrics` with `http` (which may carry a token) into name{labels} → value.
+pub async fn metrics_with(http: &reqwest::Client, port: u16) -> HashMap<String, f64> {
+    let text = http
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
         .await
         .unwrap()
         .text()
@@ -94,7 +101,12 @@ pub async fn metrics(port: u16) -> HashMap<String, f64> {
 
 /// Sum of a metric over its labels.
 pub async fn metric_sum(port: u16, name: &str) -> f64 {
-    metrics(port)
+    metric_sum_with(&reqwest::Client::new(), port, name).await
+}
+
+/// Sum of a metric over its labels, scraped with `http`.
+pub async fn metric_sum_with(http: &reqwest::Client, port: u16, name: &str) -> f64 {
+    metrics_with(http, port)
         .await
         .into_iter()
         .filter(|(k, _)| k == name || k.starts_with(&format!("{name}{{")))
