@@ -74,6 +74,13 @@ pub struct PushRequest {
     /// Deliveries before the job goes dead (0 = unlimited).
     #[serde(default)]
     pub max_attempts: Option<i64>,
+    /// Deduplication key: a second push to the topic with this key within `dedup_ms` answers with the
+    /// first job instead of making one.
+    #[serde(default)]
+    pub dedup_key: Option<String>,
+    /// The deduplication window in ms, counted from the push that made the job.
+    #[serde(default)]
+    pub dedup_ms: Option<i64>,
 }
 
 /// When a job becomes due.
@@ -100,6 +107,18 @@ pub struct NewJob {
     pub ttr_ms: u64,
     /// Deliveries before dead (0 = unlimited).
     pub max_attempts: u32,
+    /// The deduplication key and window, for a push that gives them.
+    pub dedup: Option<Dedup>,
+}
+
+/// A push's deduplication: within `window_ms` of the push that made a job with `key` (in its topic),
+/// another push with `key` answers with that job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dedup {
+    /// The producer's key, with a job id's syntax.
+    pub key: String,
+    /// The window in ms.
+    pub window_ms: u64,
 }
 
 impl NewJob {
@@ -163,6 +182,34 @@ impl NewJob {
             }
             Some(m) => m as u32,
         };
+        let dedup = match (req.dedup_key, req.dedup_ms) {
+            (None, None) => None,
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(Error::Invalid("`dedup_key` and `dedup_ms` go together".into()));
+            }
+            (Some(_), Some(_)) if req.id.is_some() => {
+                return Err(Error::Invalid(
+                    "give either `id` (itself the idempotency key) or `dedup_key`, not both".into(),
+                ));
+            }
+            (Some(key), Some(ms)) => {
+                validate_id(&key).map_err(|_| {
+                    Error::Invalid(format!(
+                        "dedup_key `{}` is not valid: 1 to 128 of A-Z a-z 0-9 _ . : -",
+                        shorten(&key)
+                    ))
+                })?;
+                if ms < 1 || ms as u64 > horizon {
+                    return Err(Error::Invalid(format!(
+                        "`dedup_ms` must be between 1 and {horizon} (limits.max_delay_ms), got {ms}"
+                    )));
+                }
+                Some(Dedup {
+                    key,
+                    window_ms: ms as u64,
+                })
+            }
+        };
         Ok(NewJob {
             id: req.id,
             topic: req.topic,
@@ -170,6 +217,7 @@ impl NewJob {
             schedule,
             ttr_ms,
             max_attempts,
+            dedup,
         })
     }
 }
@@ -278,6 +326,9 @@ pub struct Pushed {
     pub state: State,
     /// Due time, Unix ms.
     pub run_at: i64,
+    /// The push found a job with its deduplication key inside the window: this is that job, and
+    /// nothing was stored.
+    pub duplicate: bool,
 }
 
 #[cfg(test)]
@@ -327,6 +378,19 @@ mod tests {
     }
 
     #[test]
+    fn a_dedup_key_comes_with_its_window() {
+        let j = check(r#"{"topic":"t","body":1,"dedup_key":"order:42","dedup_ms":60000}"#).unwrap();
+        assert_eq!(
+            j.dedup,
+            Some(Dedup {
+                key: "order:42".into(),
+                window_ms: 60_000
+            })
+        );
+        assert_eq!(check(r#"{"topic":"t","body":1}"#).unwrap().dedup, None);
+    }
+
+    #[test]
     fn schedules() {
         assert_eq!(
             check(r#"{"topic":"t","body":1,"delay_ms":500}"#).unwrap().schedule,
@@ -352,6 +416,23 @@ mod tests {
             (r#"{"topic":"t","body":1,"max_attempts":100000}"#, "max_attempts"),
             (r#"{"topic":"bad topic","body":1}"#, "topic"),
             (r#"{"topic":"t","body":1,"id":"a b"}"#, "id"),
+            (r#"{"topic":"t","body":1,"dedup_key":"k"}"#, "go together"),
+            (r#"{"topic":"t","body":1,"dedup_ms":1000}"#, "go together"),
+            (
+                r#"{"topic":"t","body":1,"id":"i","dedup_key":"k","dedup_ms":1000}"#,
+                "not both",
+            ),
+            (
+                r#"{"topic":"t","body":1,"dedup_key":"a b","dedup_ms":1000}"#,
+                "dedup_key",
+            ),
+            (r#"{"topic":"t","body":1,"dedup_key":"","dedup_ms":1000}"#, "dedup_key"),
+            (r#"{"topic":"t","body":1,"dedup_key":"k","dedup_ms":0}"#, "dedup_ms"),
+            (r#"{"topic":"t","body":1,"dedup_key":"k","dedup_ms":-5}"#, "dedup_ms"),
+            (
+                r#"{"topic":"t","body":1,"dedup_key":"k","dedup_ms":99999999999999}"#,
+                "dedup_ms",
+            ),
         ] {
             let err = check(json).unwrap_err();
             assert!(matches!(err, Error::Invalid(_)), "{json}: {err:?}");

@@ -94,6 +94,12 @@ impl PartitionKeys {
         format!("{}:job:{id}", self.prefix)
     }
 
+    /// A deduplication key of a topic (`push.lua`): the id of the job first pushed with it, expiring at
+    /// the end of its window.
+    pub fn dedup(&self, topic: &str, key: &str) -> String {
+        format!("{}:dedup:{topic}:{key}", self.prefix)
+    }
+
     /// The delay set: job ids scored by due time (ms).
     pub fn delayed(&self) -> String {
         format!("{}:delayed", self.prefix)

@@ -27,9 +27,14 @@ pub struct PushAnswer {
     state: JobState,
     /// Due time, Unix ms.
     run_at: i64,
+    /// Present (true) when the push's deduplication key found a job inside its window: this is that
+    /// job, and nothing was stored.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    duplicate: bool,
 }
 
-/// `POST /v1/jobs`: 201 `{id, topic, state, run_at}`.
+/// `POST /v1/jobs`: 201 `{id, topic, state, run_at}`, or 200 with `"duplicate": true` and the first job
+/// when the push's `dedup_key` found one inside its window.
 pub async fn push(
     State(app): State<AppState>,
     caller: Caller,
@@ -41,13 +46,19 @@ pub async fn push(
     let job = app.queue.validate_for(req, config)?;
     let topic = job.topic.clone();
     let pushed = app.queue.push(job).await?;
+    let status = if pushed.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
     let body = PushAnswer {
         id: pushed.id,
         topic,
         state: pushed.state,
         run_at: pushed.run_at,
+        duplicate: pushed.duplicate,
     };
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    Ok((status, Json(body)).into_response())
 }
 
 /// `POST /v1/jobs/batch` body.
@@ -100,6 +111,7 @@ pub async fn push_many(
         .await
         .into_iter()
         .map(|r| match r {
+            Ok(p) if p.duplicate => json!({"id": p.id, "state": p.state, "run_at": p.run_at, "duplicate": true}),
             Ok(p) => json!({"id": p.id, "state": p.state, "run_at": p.run_at}),
             Err(e) => ApiError::from(e).body(),
         })

@@ -64,6 +64,44 @@ async fn given_id_is_an_idempotency_key() {
 }
 
 #[tokio::test]
+async fn a_push_inside_a_dedup_window_answers_200_with_the_first_job() {
+    let s = TestServer::start().await;
+    let push = json!({"topic": "t", "body": "first", "delay_ms": 60000, "dedup_key": "order:9", "dedup_ms": 60000});
+    let (status, first) = s.call("POST", "/v1/jobs", Some(push)).await;
+    assert_eq!(status, 201, "{first}");
+    assert!(first.get("duplicate").is_none(), "{first}");
+    let before = s.snapshot();
+    let again = json!({"topic": "t", "body": "second", "dedup_key": "order:9", "dedup_ms": 60000});
+    let (status, out) = s.call("POST", "/v1/jobs", Some(again.clone())).await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["duplicate"], true);
+    for field in ["id", "topic", "state", "run_at"] {
+        assert_eq!(out[field], first[field], "{field}: {out} vs {first}");
+    }
+    assert_eq!(s.snapshot(), before, "a duplicate writes nothing");
+    // In a batch, each entry answers for itself.
+    let batch = json!({"jobs": [again, {"topic": "t", "body": 3, "dedup_key": "other", "dedup_ms": 60000},
+                                {"topic": "t", "body": 4, "dedup_key": "other", "dedup_ms": 60000}]});
+    let (status, out) = s.call("POST", "/v1/jobs/batch", Some(batch)).await;
+    assert_eq!(status, 200, "{out}");
+    let r = out["results"].as_array().unwrap();
+    assert_eq!(
+        (r[0]["id"].clone(), r[0]["duplicate"].clone()),
+        (first["id"].clone(), json!(true))
+    );
+    assert!(r[1].get("duplicate").is_none(), "{out}");
+    assert_eq!(
+        (r[2]["id"].clone(), r[2]["duplicate"].clone()),
+        (r[1]["id"].clone(), json!(true))
+    );
+    let (_, job) = s
+        .call("GET", &format!("/v1/jobs/{}", first["id"].as_str().unwrap()), None)
+        .await;
+    assert_eq!(job["body"], "first");
+    s.wait_for_metric("dq_jobs_deduplicated_total{topic=\"t\"} 3").await;
+}
+
+#[tokio::test]
 async fn push_many_answers_in_order_with_per_job_conflicts() {
     let s = TestServer::start().await;
     s.push(json!({"id": "dup", "topic": "t", "body": 0})).await;

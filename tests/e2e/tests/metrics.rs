@@ -92,6 +92,16 @@ async fn every_binary_serves_the_documented_metrics() {
             .await
             .unwrap();
     }
+    // A push inside another's deduplication window.
+    for _ in 0..2 {
+        call(
+            "POST",
+            "/v1/jobs",
+            json!({"topic": "once", "body": 1, "delay_ms": 600000, "dedup_key": "k", "dedup_ms": 600000}),
+        )
+        .await
+        .unwrap();
+    }
     // Pull work: an ack, a nack to dead, and a reservation left to expire.
     for (verb, ttr) in [("ack", 30000), ("nack", 30000), ("expire", 10)] {
         call(
@@ -120,6 +130,7 @@ async fn every_binary_serves_the_documented_metrics() {
             server.port,
             &[
                 "dq_jobs_pushed_total",
+                "dq_jobs_deduplicated_total",
                 "dq_jobs_reserved_total",
                 "dq_jobs_acked_total",
                 "dq_jobs_nacked_total",

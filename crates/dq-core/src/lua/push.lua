@@ -3,14 +3,26 @@
 -- the sorted-set adds, counters and wake-ups gathered per delay set and per topic.
 --
 -- KEYS[1]: counts hash (<prefix>:counts)
--- KEYS[2 + 3*(i-1)]: job i's record      (<prefix>:job:<id>)
--- KEYS[3 + 3*(i-1)]: the partition's delay set (<prefix>:delayed)
--- KEYS[4 + 3*(i-1)]: job i's ready queue  (<prefix>:ready:<topic>)
+-- KEYS[2 + 4*(i-1)]: job i's record      (<prefix>:job:<id>)
+-- KEYS[3 + 4*(i-1)]: the partition's delay set (<prefix>:delayed)
+-- KEYS[4 + 4*(i-1)]: job i's ready queue  (<prefix>:ready:<topic>)
+-- KEYS[5 + 4*(i-1)]: job i's deduplication key (<prefix>:dedup:<topic>:<dedup_key>), or KEYS[1] when it
+--          has none
 -- ARGV[1]: ready wake channel    ARGV[2]: timer wake channel
--- ARGV[3 + 8*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
+-- ARGV[3 + 9*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
 --          delay_ms is given), ttr_ms, max_attempts, mode: "0" an id minted by dq for this push, "1" the
---          producer's id, "2" a retry of a write whose outcome is unknown (it may have run)
--- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken), state, run_at.
+--          producer's id, "2" a retry of a write whose outcome is unknown (it may have run), dedup_ms
+--          (the deduplication window, "" for none)
+-- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, 2 = duplicate: a
+--          live job pushed with the same deduplication key inside its window), state, run_at, and the id
+--          of that first job for a duplicate ("" otherwise).
+--
+-- Deduplication: the key holds the id of the job first pushed with it, for dedup_ms (PX). A push that
+-- finds the key naming another job whose record is still there answers with that job and writes
+-- nothing. A key whose job is gone (cancelled, or its done record expired) does not count: the push is
+-- stored and takes the key over. A key naming this push's own id is this push's own earlier attempt, so
+-- it goes on as a retry. The key is set as each job is stored, so two jobs with one key in one call are
+-- one job and one duplicate.
 --
 -- A record is written only where there is none (SET NX): a taken id is a conflict, and nothing else of
 -- that job is written. A retry ("2") that finds the id stored with the same topic and body answers as
@@ -29,47 +41,74 @@ local order = {}   -- sorted set keys in first-seen order
 local earliest = {} -- delay bucket key -> earliest run_at added
 local topic_of = {} -- ready queue key -> topic
 local tally = {}   -- "<topic>:<state>" -> jobs added
-local n = (#KEYS - 1) / 3
+local n = (#KEYS - 1) / 4
+-- The jobs that deduplication keys already name, read before the first write (a record is a key the
+-- script cannot declare; see "Scripts on a moving slot" in architecture.md): dedup key -> {id, s, r}.
+local holder = {}
 for i = 0, n - 1 do
-  local job = KEYS[2 + 3 * i]
-  local a = 3 + 8 * i
+  local dedup, id = KEYS[5 + 4 * i], ARGV[3 + 9 * i]
+  if ARGV[3 + 9 * i + 8] ~= '' and holder[dedup] == nil then
+    local first = redis.call('GET', dedup)
+    local job = KEYS[2 + 4 * i]
+    local r = first and first ~= id and rec_load(string.sub(job, 1, #job - #id) .. first)
+    holder[dedup] = r and {first, r.s, r.r} or false
+  end
+end
+for i = 0, n - 1 do
+  local job = KEYS[2 + 4 * i]
+  local a = 3 + 9 * i
   local id, topic = ARGV[a], ARGV[a + 1]
-  local run_at
-  if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
-  local state, zset = 'delayed', KEYS[3 + 3 * i]
-  if run_at <= now then state, zset = 'ready', KEYS[4 + 3 * i] end
-  local stored = rec_store(job, {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]),
-    m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0}, false, true)
-  if stored then
-    if state == 'ready' then
-      topic_of[zset] = topic
-    elseif earliest[zset] == nil or run_at < earliest[zset] then
-      earliest[zset] = run_at
-    end
-    if adds[zset] == nil then
-      adds[zset] = {}
-      order[#order + 1] = zset
-    end
-    local z = adds[zset]
-    -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3% of
-    -- a batch push's instructions).
-    z[#z + 1] = string.format('%d', run_at)
-    z[#z + 1] = id
-    local c = topic .. ':' .. state
-    tally[c] = (tally[c] or 0) + 1
-    out[#out + 1] = 1
-    out[#out + 1] = state
-    out[#out + 1] = run_at
+  local dedup, window = KEYS[5 + 4 * i], ARGV[a + 8]
+  local earlier = window ~= '' and holder[dedup]
+  if earlier and earlier[1] ~= id then
+    out[#out + 1] = 2
+    out[#out + 1] = earlier[2]
+    out[#out + 1] = earlier[3]
+    out[#out + 1] = earlier[1]
   else
-    local r = ARGV[a + 7] == '2' and rec_load(job)
-    if r and r.t == topic and r.b == ARGV[a + 2] then
+    local run_at
+    if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
+    local state, zset = 'delayed', KEYS[3 + 4 * i]
+    if run_at <= now then state, zset = 'ready', KEYS[4 + 4 * i] end
+    local stored = rec_store(job, {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]),
+      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0}, false, true)
+    if stored then
+      if state == 'ready' then
+        topic_of[zset] = topic
+      elseif earliest[zset] == nil or run_at < earliest[zset] then
+        earliest[zset] = run_at
+      end
+      if adds[zset] == nil then
+        adds[zset] = {}
+        order[#order + 1] = zset
+      end
+      local z = adds[zset]
+      -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3% of
+      -- a batch push's instructions).
+      z[#z + 1] = string.format('%d', run_at)
+      z[#z + 1] = id
+      local c = topic .. ':' .. state
+      tally[c] = (tally[c] or 0) + 1
+      if window ~= '' then
+        redis.call('SET', dedup, id, 'PX', window)
+        holder[dedup] = {id, state, run_at}
+      end
       out[#out + 1] = 1
-      out[#out + 1] = r.s
-      out[#out + 1] = r.r
-    else
-      out[#out + 1] = 0
+      out[#out + 1] = state
+      out[#out + 1] = run_at
       out[#out + 1] = ''
-      out[#out + 1] = 0
+    else
+      local r = ARGV[a + 7] == '2' and rec_load(job)
+      if r and r.t == topic and r.b == ARGV[a + 2] then
+        out[#out + 1] = 1
+        out[#out + 1] = r.s
+        out[#out + 1] = r.r
+      else
+        out[#out + 1] = 0
+        out[#out + 1] = ''
+        out[#out + 1] = 0
+      end
+      out[#out + 1] = ''
     end
   end
 end

@@ -5,6 +5,9 @@
 //! turn, that answers), so a crowd of pushes without ids shares one call; jobs with producer-given ids go
 //! to their own partitions, one call per partition touched.
 //!
+//! A job with a deduplication key goes to the partition its topic and key hash to (minted ids included),
+//! so that every push with that key meets the key in one place, atomically with the push.
+//!
 //! A call that fails is sent again by what its failure says (invariant 8). One that did not run
 //! ([`Error::did_not_run`]) may go elsewhere: its jobs without an id get fresh ids in another partition.
 //! One whose outcome is unknown ([`Error::Indeterminate`]: a timeout, a connection lost after sending)
@@ -130,8 +133,14 @@ impl Queue {
                             }));
                         }
                     }
-                    // It did not run: a job without an id may go to another partition.
-                    Err(e) if jobs[i].id.is_none() && e.did_not_run() && fresh_rounds[i] + 1 < FRESH_ROUNDS => {
+                    // It did not run: a job without an id (or a deduplication key, which has its
+                    // partition) may go to another partition.
+                    Err(e)
+                        if jobs[i].id.is_none()
+                            && jobs[i].dedup.is_none()
+                            && e.did_not_run()
+                            && fresh_rounds[i] + 1 < FRESH_ROUNDS =>
+                    {
                         fresh_rounds[i] += 1;
                         again.push((i, None));
                     }
@@ -144,8 +153,12 @@ impl Queue {
             pending = again;
         }
         for (r, job) in results.iter().zip(jobs.iter()) {
-            if let Some(Ok(_)) = r {
-                metrics::counter!("dq_jobs_pushed_total", "topic" => job.topic.clone()).increment(1);
+            match r {
+                Some(Ok(p)) if p.duplicate => {
+                    metrics::counter!("dq_jobs_deduplicated_total", "topic" => job.topic.clone()).increment(1)
+                }
+                Some(Ok(_)) => metrics::counter!("dq_jobs_pushed_total", "topic" => job.topic.clone()).increment(1),
+                _ => {}
             }
         }
         results
@@ -172,9 +185,14 @@ async fn send(queue: Queue, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
     for (g, group) in groups.iter().enumerate() {
         let mut ids = Vec::with_capacity(group.picks.len());
         for (k, (i, fixed)) in group.picks.iter().enumerate() {
-            let (id, p) = match fixed.as_ref().or(group.jobs[*i].id.as_ref()) {
-                Some(id) => (id.clone(), queue.partitions.of_id(id)),
-                None => (queue.partitions.fresh_in(fresh), fresh),
+            let job = &group.jobs[*i];
+            let (id, p) = match (fixed.as_ref().or(job.id.as_ref()), &job.dedup) {
+                (Some(id), _) => (id.clone(), queue.partitions.of_id(id)),
+                (None, Some(dedup)) => {
+                    let p = queue.partitions.of_id(&format!("{}:{}", job.topic, dedup.key));
+                    (queue.partitions.fresh_in(p), p)
+                }
+                (None, None) => (queue.partitions.fresh_in(fresh), fresh),
             };
             by_partition.entry(p).or_default().push((g, k));
             ids.push((id, p));
@@ -218,8 +236,9 @@ async fn send(queue: Queue, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
                 for ((g, k), r) in members.into_iter().zip(outs) {
                     let id = placed[g][k].0.clone();
                     answers[g][k] = Some(Attempt {
-                        result: r.map(|(state, run_at)| Pushed {
-                            id: id.clone(),
+                        result: r.map(|(state, run_at, first)| Pushed {
+                            duplicate: first.is_some(),
+                            id: first.unwrap_or_else(|| id.clone()),
                             state,
                             run_at,
                         }),
@@ -265,46 +284,64 @@ impl Mode {
     }
 }
 
+/// What push.lua made of one job: its state and due time, and for a duplicate the first job's id.
+type Stored = (State, i64, Option<String>);
+
 /// Runs push.lua once on partition `p` for `jobs` (id, job and mode each), answering per job.
-async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Result<Vec<Result<(State, i64)>>> {
+async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Result<Vec<Result<Stored>>> {
     let keys = queue.partition_keys(p);
     let mut inv = queue.script(&scripts::PUSH).prepare_invoke();
     inv.key(keys.counts());
     inv.arg(keys.ready_channel()).arg(keys.timer_channel());
     let delayed = keys.delayed();
+    let counts = keys.counts();
     for (id, job, mode) in jobs {
         inv.key(keys.job(id)).key(&delayed).key(keys.ready(&job.topic));
+        match &job.dedup {
+            Some(d) => inv.key(keys.dedup(&job.topic, &d.key)),
+            None => inv.key(&counts),
+        };
         inv.arg(*id).arg(&job.topic).arg(&job.body);
         match job.schedule {
             Schedule::Delay(d) => inv.arg(d).arg(""),
             Schedule::At(at) => inv.arg("").arg(at),
         };
         inv.arg(job.ttr_ms).arg(job.max_attempts).arg(mode.arg());
+        match &job.dedup {
+            Some(d) => inv.arg(d.window_ms),
+            None => inv.arg(""),
+        };
     }
     let out: Vec<Value> = queue.write(p, &inv).await?;
     let bad = |what: &str| Error::Redis {
         partition: Some(p),
         message: format!("push returned {what}"),
     };
-    if out.len() != 3 * jobs.len() {
+    if out.len() != 4 * jobs.len() {
         return Err(bad("the wrong number of values"));
     }
-    let answers: Vec<Result<(State, i64)>> = out
-        .chunks(3)
+    let answers: Vec<Result<Stored>> = out
+        .chunks(4)
         .map(|c| {
-            if int(&c[0]) == Some(0) {
+            let status = int(&c[0]);
+            if status == Some(0) {
                 return Ok(Err(Error::Conflict("a live job already has this id".into())));
             }
             let state = text(&c[1])
                 .and_then(|s| State::parse(&s))
                 .ok_or_else(|| bad("an unknown state"))?;
-            Ok(Ok((state, int(&c[2]).ok_or_else(|| bad("no run_at"))?)))
+            let run_at = int(&c[2]).ok_or_else(|| bad("no run_at"))?;
+            let first = match status {
+                Some(2) => Some(text(&c[3]).ok_or_else(|| bad("a duplicate without the first job's id"))?),
+                _ => None,
+            };
+            Ok(Ok((state, run_at, first)))
         })
         .collect::<Result<_>>()?;
     // This process's next reserve must see what it just made ready, without waiting for the wake-up.
     let mut marked = std::collections::HashSet::new();
     for ((_, job, _), answer) in jobs.iter().zip(&answers) {
-        if matches!(answer, Ok((State::Ready, _))) && marked.insert(job.topic.as_str()) {
+        if matches!(answer, Ok((State::Ready, _, None))) && marked.insert(job.topic.as_str()) {
             queue.ready.mark_own(&job.topic, p);
         }
     }
