@@ -100,7 +100,7 @@ elif want push; then
   sha=$(rcli script load "$(cat crates/dq-core/src/lua/record.lua; echo "local publish = 'PUBLISH'"; cat crates/dq-core/src/lua/push.lua)")
   body='"'$(printf 'x%.0s' $(seq 62))'"'
   rb=$(rbench -c 64 -n 200000 -r 1000000000 EVALSHA "$sha" 5 dq:counts dq:job:rb__rand_int__ \
-        dq:delayed:3 dq:ready:rb dq:counts dq:wake:ready dq:wake:timer rb__rand_int__ rb "$body" 3600000 "" 30000 10 0 "")
+        dq:delayed:3 dq:ready:rb dq:counts dq:wake:ready dq:wake:timer rb__rand_int__ rb "$body" 3600000 "" 30000 10 0 "" "" "")
   rcli flushall >/dev/null
   dq=$(bench --json push -n 200000 -c 64 | tail -1)
   echo "$dq"

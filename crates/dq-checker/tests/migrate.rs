@@ -20,6 +20,7 @@ impl Old {
             .key(format!("dq:job:{id}"))
             .key("dq:delayed:3")
             .key(format!("dq:ready:{topic}"))
+            .key("dq:counts")
             .arg("dq:wake:ready")
             .arg("dq:wake:timer")
             .arg(id)
@@ -29,7 +30,10 @@ impl Old {
             .arg("")
             .arg(30_000)
             .arg(max_attempts)
-            .arg("1");
+            .arg("1")
+            .arg("")
+            .arg("")
+            .arg("");
         let _: redis::Value = inv.invoke_async(&mut self.conn).await.unwrap();
     }
 

@@ -81,6 +81,12 @@ pub struct PushRequest {
     /// The deduplication window in ms, counted from the push that made the job.
     #[serde(default)]
     pub dedup_ms: Option<i64>,
+    /// Retries end this many ms after the job's first due time (else the topic's `retry.max_age_ms`).
+    #[serde(default)]
+    pub max_age_ms: Option<i64>,
+    /// The job's own backoff list, in ms (else the topic's, or `jobs.backoff_ms`, at each failure).
+    #[serde(default)]
+    pub backoff_ms: Option<Vec<u64>>,
 }
 
 /// When a job becomes due.
@@ -109,6 +115,10 @@ pub struct NewJob {
     pub max_attempts: u32,
     /// The deduplication key and window, for a push that gives them.
     pub dedup: Option<Dedup>,
+    /// Retries end this many ms after the first due time (none: they end by attempts only).
+    pub max_age_ms: Option<u64>,
+    /// The job's own backoff list, kept in its record.
+    pub backoff_ms: Option<Vec<u64>>,
 }
 
 /// A push's deduplication: within `window_ms` of the push that made a job with `key` (in its topic),
@@ -122,9 +132,16 @@ pub struct Dedup {
 }
 
 impl NewJob {
-    /// Checks a push against the limits and fills in defaults. `now_ms` (this machine's clock) is used
-    /// only to bound `run_at`; the due time itself is computed by Redis.
-    pub fn from_request(req: PushRequest, limits: &Limits, defaults: &JobDefaults, now_ms: i64) -> Result<Self> {
+    /// Checks a push against the limits and fills in defaults (`max_age_ms`, the topic's
+    /// `retry.max_age_ms`, for a push that gives none). `now_ms` (this machine's clock) is used only to
+    /// bound `run_at`; the due time itself is computed by Redis.
+    pub fn from_request(
+        req: PushRequest,
+        limits: &Limits,
+        defaults: &JobDefaults,
+        max_age_ms: Option<u64>,
+        now_ms: i64,
+    ) -> Result<Self> {
         validate_topic(&req.topic)?;
         if let Some(id) = &req.id {
             validate_id(id)?;
@@ -210,6 +227,13 @@ impl NewJob {
                 })
             }
         };
+        let max_age_ms = match req.max_age_ms {
+            None => max_age_ms,
+            Some(a) => Some(check_max_age(a, "max_age_ms", limits)?),
+        };
+        if let Some(b) = &req.backoff_ms {
+            check_backoff(b, "backoff_ms", limits)?;
+        }
         Ok(NewJob {
             id: req.id,
             topic: req.topic,
@@ -218,8 +242,36 @@ impl NewJob {
             ttr_ms,
             max_attempts,
             dedup,
+            max_age_ms,
+            backoff_ms: req.backoff_ms,
         })
     }
+}
+
+/// Checks a retry age (`field` names it in the message): 1 ..= `limits.max_delay_ms`.
+pub fn check_max_age(ms: i64, field: &str, limits: &Limits) -> Result<u64> {
+    if ms < 1 || ms as u64 > limits.max_delay_ms {
+        return Err(Error::Invalid(format!(
+            "`{field}` must be between 1 and {} (limits.max_delay_ms), got {ms}",
+            limits.max_delay_ms
+        )));
+    }
+    Ok(ms as u64)
+}
+
+/// Checks a backoff list (`field` names it in the message): 1 to 100 delays, each within
+/// `limits.max_delay_ms`.
+pub fn check_backoff(list: &[u64], field: &str, limits: &Limits) -> Result<()> {
+    if list.is_empty() || list.len() > 100 {
+        return Err(Error::Invalid(format!("`{field}` must hold 1 to 100 delays")));
+    }
+    if let Some(d) = list.iter().find(|d| **d > limits.max_delay_ms) {
+        return Err(Error::Invalid(format!(
+            "`{field}` has {d}, beyond the limit of {} ms",
+            limits.max_delay_ms
+        )));
+    }
+    Ok(())
 }
 
 /// Checks a topic name: `^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`.
@@ -296,6 +348,13 @@ pub struct Job {
     /// End of the current reservation, Unix ms, while reserved.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadline: Option<i64>,
+    /// When its retries end, Unix ms: its first due time plus the max age it was pushed with (from the
+    /// push's `max_age_ms` or its topic's `retry.max_age_ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_until: Option<i64>,
+    /// Its own backoff list, ms, when it was pushed with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff_ms: Option<Vec<u64>>,
 }
 
 /// A job handed out by reserve.
@@ -344,6 +403,7 @@ mod tests {
             req(json),
             &Limits::default(),
             &JobDefaults::default(),
+            None,
             1_700_000_000_000,
         )
     }
@@ -429,6 +489,10 @@ mod tests {
             (r#"{"topic":"t","body":1,"dedup_key":"","dedup_ms":1000}"#, "dedup_key"),
             (r#"{"topic":"t","body":1,"dedup_key":"k","dedup_ms":0}"#, "dedup_ms"),
             (r#"{"topic":"t","body":1,"dedup_key":"k","dedup_ms":-5}"#, "dedup_ms"),
+            (r#"{"topic":"t","body":1,"max_age_ms":0}"#, "max_age_ms"),
+            (r#"{"topic":"t","body":1,"max_age_ms":99999999999999}"#, "max_age_ms"),
+            (r#"{"topic":"t","body":1,"backoff_ms":[]}"#, "backoff_ms"),
+            (r#"{"topic":"t","body":1,"backoff_ms":[99999999999999]}"#, "backoff_ms"),
             (
                 r#"{"topic":"t","body":1,"dedup_key":"k","dedup_ms":99999999999999}"#,
                 "dedup_ms",

@@ -173,7 +173,8 @@ impl Queue {
                 req.delay_ms = Some(d as i64);
             }
         }
-        NewJob::from_request(req, self.limits(), &defaults, unix_ms())
+        let max_age_ms = topic.and_then(|t| t.retry.max_age_ms);
+        NewJob::from_request(req, self.limits(), &defaults, max_age_ms, unix_ms())
     }
 }
 

@@ -123,6 +123,10 @@ pub struct Retry {
     /// Delay after the i-th failed delivery, ms; the last repeats. Else `jobs.backoff_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_ms: Option<Vec<u64>>,
+    /// Retries end this many ms after a job's first due time, however many attempts remain: written
+    /// into each job at push, like `max_attempts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age_ms: Option<u64>,
     /// When true of a 2xx answer, the delivery failed, e.g. `{res.code} != 200 && {res.data.status} != 2`
     /// (`res` is the JSON answer; `{http.status}` and `{http.body}` the HTTP status and raw body).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -204,15 +208,10 @@ impl TopicConfig {
             ));
         }
         if let Some(b) = &self.retry.backoff_ms {
-            if b.is_empty() || b.len() > 100 {
-                return bad("`retry.backoff_ms` must hold 1 to 100 delays".into());
-            }
-            if let Some(d) = b.iter().find(|d| **d > limits.max_delay_ms) {
-                return bad(format!(
-                    "`retry.backoff_ms` has {d}, beyond the limit of {} ms",
-                    limits.max_delay_ms
-                ));
-            }
+            crate::job::check_backoff(b, "retry.backoff_ms", limits)?;
+        }
+        if let Some(a) = self.retry.max_age_ms {
+            crate::job::check_max_age(a.min(i64::MAX as u64) as i64, "retry.max_age_ms", limits)?;
         }
         if let Some(c) = &self.retry.condition {
             Condition::parse(c).map_err(|e| Error::Invalid(format!("`retry.condition`: {e}")))?;
@@ -348,6 +347,8 @@ mod tests {
             (r#"{"retry": {"max_attempts": 100000}}"#, "retry.max_attempts"),
             (r#"{"retry": {"backoff_ms": []}}"#, "retry.backoff_ms"),
             (r#"{"retry": {"backoff_ms": [99999999999999]}}"#, "retry.backoff_ms"),
+            (r#"{"retry": {"max_age_ms": 0}}"#, "retry.max_age_ms"),
+            (r#"{"retry": {"max_age_ms": 99999999999999}}"#, "retry.max_age_ms"),
             (r#"{"retry": {"condition": "{res.code} = 200"}}"#, "retry.condition"),
             (r#"{"defaults": {"ttr_ms": 1}}"#, "defaults.ttr_ms"),
             (r#"{"defaults": {"delay_ms": 99999999999999}}"#, "defaults.delay_ms"),

@@ -40,10 +40,14 @@ async fn a_poisoned_record_in_a_delay_set_is_quarantined_and_the_others_move() {
     poison(&redis, &q, "bad");
     // The jobs fall due one after the other: count what every promotion moved.
     let moved = std::sync::atomic::AtomicUsize::new(0);
-    eventually(Duration::from_secs(30), "the two good delayed jobs were promoted", || async {
-        let n = q.promote(0, 100).await.unwrap().moved;
-        moved.fetch_add(n as usize, std::sync::atomic::Ordering::SeqCst) + n as usize == 2
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the two good delayed jobs were promoted",
+        || async {
+            let n = q.promote(0, 100).await.unwrap().moved;
+            moved.fetch_add(n as usize, std::sync::atomic::Ordering::SeqCst) + n as usize == 2
+        },
+    )
     .await;
     let got: Vec<String> = q
         .reserve(&["t".into()], 10)

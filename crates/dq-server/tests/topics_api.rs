@@ -62,6 +62,8 @@ async fn bad_registrations_are_refused_and_write_nothing() {
             "retry.condition",
         ),
         (json!({"retry": {"backoff_ms": []}}), "retry.backoff_ms"),
+        (json!({"retry": {"max_age_ms": 0}}), "retry.max_age_ms"),
+        (json!({"retry": {"max_age_ms": -1}}), "max_age_ms"),
         (json!({"retry": {"max_attempts": -1}}), "max_attempts"),
         (json!({"defaults": {"ttr_ms": 1}}), "defaults.ttr_ms"),
         (json!({"callbak": {}}), "callbak"),

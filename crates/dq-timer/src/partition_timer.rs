@@ -35,6 +35,17 @@ struct Held {
     /// When expiry last ran here (Redis ms): it runs at most once per `renew_ms` per partition (unless a
     /// full batch left more behind), however many deadlines are announced.
     expired_at: i64,
+    /// Calls on this partition that failed in a row: the next is tried after [`retry_after`] of them.
+    failures: u32,
+}
+
+/// How long after its `failures`-th failure in a row a partition is tried again, in ms: 50, 100, 200,
+/// then 400 ms. Short at first, so a timer is back within about a tenth of a second of Redis answering
+/// again (a restart, a failover, a stall past the answer timeout); longer after that, so a Redis that
+/// stays away is not asked in a tight loop (each call already waits up to `redis.response_timeout_ms`,
+/// or fails at once when the connection is refused).
+fn retry_after(failures: u32) -> i64 {
+    50 << failures.clamp(1, 4).saturating_sub(1)
 }
 
 /// Serves this timer's share of the partitions.
@@ -177,12 +188,15 @@ impl PartitionTimer {
                     record(&x);
                     if let Some(h) = self.held.get_mut(&p) {
                         h.next_due = Some(x.next_due.unwrap_or(i64::MAX));
+                        h.failures = 0;
                     }
                 }
                 Err(e) => {
                     tracing::warn!(partition = p, cause = %e, "promotion failed; retrying");
+                    let now = self.clock.now();
                     if let Some(h) = self.held.get_mut(&p) {
-                        h.next_due = Some(self.clock.now() + 500);
+                        h.failures += 1;
+                        h.next_due = Some(now + retry_after(h.failures));
                     }
                     failed = true;
                 }
@@ -227,13 +241,16 @@ impl PartitionTimer {
                         // Soonest again: at once after a full batch, else one heartbeat period on.
                         let next = x.next_deadline.unwrap_or(i64::MAX);
                         h.expired_at = x.now;
+                        h.failures = 0;
                         h.next_deadline = Some(if next <= x.now { next } else { next.max(x.now + renew) });
                     }
                 }
                 Err(e) => {
                     tracing::warn!(partition = p, cause = %e, "expiry failed; retrying");
+                    let now = self.clock.now();
                     if let Some(h) = self.held.get_mut(&p) {
-                        h.next_deadline = Some(self.clock.now() + 500);
+                        h.failures += 1;
+                        h.next_deadline = Some(now + retry_after(h.failures));
                     }
                     failed = true;
                 }
@@ -309,4 +326,15 @@ where
         .buffer_unordered(CALLS_IN_FLIGHT)
         .collect()
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_after;
+
+    #[test]
+    fn a_failed_partition_is_tried_again_soon_then_less_often() {
+        let waits: Vec<i64> = (1..=6).map(retry_after).collect();
+        assert_eq!(waits, [50, 100, 200, 400, 400, 400]);
+    }
 }

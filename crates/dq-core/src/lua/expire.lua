@@ -1,5 +1,6 @@
 -- expire.lua: end the reservations whose deadline passed (the consumer died or hung): each job goes back
--- to the front of its ready queue at once, or to its dead list when it used all its attempts. The
+-- to the front of its ready queue at once, or to its dead list when it used all its attempts or the end
+-- of its retries (x) has passed. The
 -- receipt is cleared, so the old holder's ack, nack or touch is refused (invariant 3).
 --
 -- KEYS[1]: the reserved set (<prefix>:reserved)
@@ -38,13 +39,14 @@ for i, id in ipairs(expired) do
     r.e = 'reservation expired (ttr)'
     redis.call('HINCRBY', counts, topic .. ':reserved', -1)
     local attempts, max = r.a, r.m
-    if max > 0 and attempts >= max then
+    if r.x and now > r.x then r.e = r.e .. '; retries ended: max age reached' end
+    if (max > 0 and attempts >= max) or (r.x and now > r.x) then
       redis.call('ZADD', prefix .. ':dead:' .. topic, now, id)
       r.s = 'dead'
       rec_store(job, r)
       redis.call('HINCRBY', counts, topic .. ':dead', 1)
       redis.call('LPUSH', events, cjson.encode({kind = 'dead', topic = topic, id = id, attempts = attempts,
-        error = 'reservation expired (ttr)', at = now}))
+        error = r.e, at = now}))
       redis.call('LTRIM', events, 0, 9999)
       to_dead = to_dead + 1
     else

@@ -3,10 +3,10 @@
 -- KEYS[1], KEYS[2], ...: job records (<prefix>:job:<id>)
 -- ARGV[1], ARGV[2], ...: the fields wanted, by their names in record.lua (none: every field the record has)
 -- Returns: per key, a flat array of field, value pairs (like HGETALL; every value a string, `s` the
--- state's name), empty when there is no record.
+-- state's name, `bo` its delays comma-separated), empty when there is no record.
 
 local wanted = ARGV
-if #wanted == 0 then wanted = {'s', 't', 'b', 'r', 'ttr', 'm', 'c', 'a', 'd', 'rc', 'e'} end
+if #wanted == 0 then wanted = {'s', 't', 'b', 'r', 'ttr', 'm', 'c', 'a', 'd', 'rc', 'e', 'x', 'bo'} end
 local out = {}
 for k, key in ipairs(KEYS) do
   local pairs_out = {}
@@ -17,6 +17,12 @@ for k, key in ipairs(KEYS) do
       if type(x) == 'number' then
         pairs_out[#pairs_out + 1] = f
         pairs_out[#pairs_out + 1] = string.format('%d', x)
+      elseif type(x) == 'table' then
+        -- A list of numbers (bo), comma-separated.
+        local parts = {}
+        for i, n in ipairs(x) do parts[i] = string.format('%d', n) end
+        pairs_out[#pairs_out + 1] = f
+        pairs_out[#pairs_out + 1] = table.concat(parts, ',')
       elseif x ~= nil then
         pairs_out[#pairs_out + 1] = f
         pairs_out[#pairs_out + 1] = x

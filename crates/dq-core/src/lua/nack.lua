@@ -1,5 +1,6 @@
 -- nack.lua: a reserved job failed: it waits out its backoff in its delay set (or goes straight back to
--- ready when the delay is 0), or goes to its topic's dead list when it used all its attempts.
+-- ready when the delay is 0), or goes to its topic's dead list when it used all its attempts or when its
+-- retry would come after the end of its retries (x: its first due time plus its max age).
 --
 -- KEYS[1]: job record (<prefix>:job:<id>)
 -- KEYS[2]: the reserved set (<prefix>:reserved)
@@ -8,7 +9,8 @@
 -- KEYS[5]: events list (<prefix>:events), where a job's death is recorded for dq-checker's alerts
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: receipt   ARGV[4]: error text ("" for none)
 -- ARGV[5]: delay_ms chosen by the caller ("" to use the backoff list)   ARGV[6]: ready wake channel
--- ARGV[7]: timer wake channel   ARGV[8..]: backoff list in ms: the i-th after the i-th failure, the last repeats
+-- ARGV[7]: timer wake channel   ARGV[8..]: backoff list in ms: the i-th after the i-th failure, the last
+-- repeats; the job's own list (bo), when it was pushed with one, is used instead
 -- Returns: {1, state, run_at, topic} (state 'delayed', 'ready' or 'dead'), {0} no such job, {-1} stale
 -- receipt.
 
@@ -29,26 +31,33 @@ r.rc, r.d = nil, nil
 if ARGV[4] ~= '' then r.e = ARGV[4] end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 
-if max > 0 and attempts >= max then
-  redis.call('ZADD', prefix .. ':dead:' .. topic, now, id)
-  r.s = 'dead'
-  rec_store(job, r)
-  redis.call('HINCRBY', counts, topic .. ':dead', 1)
-  redis.call('LPUSH', events, cjson.encode({kind = 'dead', topic = topic, id = id, attempts = attempts,
-    error = ARGV[4], at = now}))
-  redis.call('LTRIM', events, 0, 9999)
-  return {1, 'dead', now, topic}
-end
-
 local delay
 if ARGV[5] ~= '' then
   delay = tonumber(ARGV[5])
+elseif r.bo then
+  delay = r.bo[math.min(attempts, #r.bo)]
 else
   local nb = #ARGV - 7
   local i = attempts
   if i > nb then i = nb end
   delay = tonumber(ARGV[7 + i])
 end
+local too_old = r.x and now + delay > r.x
+if too_old then
+  r.e = (ARGV[4] ~= '' and ARGV[4] .. '; ' or '') .. 'retries ended: max age reached'
+end
+
+if (max > 0 and attempts >= max) or too_old then
+  redis.call('ZADD', prefix .. ':dead:' .. topic, now, id)
+  r.s = 'dead'
+  rec_store(job, r)
+  redis.call('HINCRBY', counts, topic .. ':dead', 1)
+  redis.call('LPUSH', events, cjson.encode({kind = 'dead', topic = topic, id = id, attempts = attempts,
+    error = r.e or '', at = now}))
+  redis.call('LTRIM', events, 0, 9999)
+  return {1, 'dead', now, topic}
+end
+
 local run_at = now + delay
 if delay <= 0 then
   local ready = prefix .. ':ready:' .. topic

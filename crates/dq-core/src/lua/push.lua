@@ -9,10 +9,11 @@
 -- KEYS[5 + 4*(i-1)]: job i's deduplication key (<prefix>:dedup:<topic>:<dedup_key>), or KEYS[1] when it
 --          has none
 -- ARGV[1]: ready wake channel    ARGV[2]: timer wake channel
--- ARGV[3 + 9*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
+-- ARGV[3 + 11*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
 --          delay_ms is given), ttr_ms, max_attempts, mode: "0" an id minted by dq for this push, "1" the
 --          producer's id, "2" a retry of a write whose outcome is unknown (it may have run), dedup_ms
---          (the deduplication window, "" for none)
+--          (the deduplication window, "" for none), max_age_ms (retries end that long after the first
+--          due time, "" for no end), backoff list (ms, comma-separated, "" for the caller's at each nack)
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
 --          of that first job for a duplicate ("" otherwise).
@@ -46,8 +47,8 @@ local n = (#KEYS - 1) / 4
 -- script cannot declare; see "Scripts on a moving slot" in architecture.md): dedup key -> {id, s, r}.
 local holder = {}
 for i = 0, n - 1 do
-  local dedup, id = KEYS[5 + 4 * i], ARGV[3 + 9 * i]
-  if ARGV[3 + 9 * i + 8] ~= '' and holder[dedup] == nil then
+  local dedup, id = KEYS[5 + 4 * i], ARGV[3 + 11 * i]
+  if ARGV[3 + 11 * i + 8] ~= '' and holder[dedup] == nil then
     local first = redis.call('GET', dedup)
     local job = KEYS[2 + 4 * i]
     local r = first and first ~= id and rec_load(string.sub(job, 1, #job - #id) .. first)
@@ -56,7 +57,7 @@ for i = 0, n - 1 do
 end
 for i = 0, n - 1 do
   local job = KEYS[2 + 4 * i]
-  local a = 3 + 9 * i
+  local a = 3 + 11 * i
   local id, topic = ARGV[a], ARGV[a + 1]
   local dedup, window = KEYS[5 + 4 * i], ARGV[a + 8]
   local earlier = window ~= '' and holder[dedup]
@@ -70,8 +71,14 @@ for i = 0, n - 1 do
     if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
     local state, zset = 'delayed', KEYS[3 + 4 * i]
     if run_at <= now then state, zset = 'ready', KEYS[4 + 4 * i] end
+    local x, bo = nil, nil
+    if ARGV[a + 9] ~= '' then x = run_at + tonumber(ARGV[a + 9]) end
+    if ARGV[a + 10] ~= '' then
+      bo = {}
+      for d in string.gmatch(ARGV[a + 10], '%d+') do bo[#bo + 1] = tonumber(d) end
+    end
     local stored = rec_store(job, {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]),
-      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0}, false, true)
+      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0, x = x, bo = bo}, false, true)
     if stored then
       if state == 'ready' then
         topic_of[zset] = topic

@@ -62,5 +62,13 @@ pub(crate) fn parse_job(id: &str, mut f: HashMap<String, Vec<u8>>) -> Result<Job
         deadline: take("d")
             .and_then(|s| s.parse().ok())
             .filter(|_| state == State::Reserved),
+        retry_until: take("x").map(|x| num(Some(x), "bad retry end")).transpose()?,
+        backoff_ms: take("bo")
+            .map(|b| {
+                b.split(',')
+                    .map(|d| d.parse().map_err(|_| ParseJob::Bad("bad backoff list")))
+                    .collect::<Result<Vec<u64>, _>>()
+            })
+            .transpose()?,
     })
 }

@@ -174,7 +174,7 @@ impl Queue {
 
     /// Checks a push and fills in defaults; nothing touches Redis.
     pub fn validate(&self, req: PushRequest) -> Result<NewJob> {
-        NewJob::from_request(req, &self.limits, &self.defaults, unix_ms())
+        NewJob::from_request(req, &self.limits, &self.defaults, None, unix_ms())
     }
 
     /// Runs a script on partition `p`, noting whether the partition answered.

@@ -311,6 +311,14 @@ async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Resul
             Some(d) => inv.arg(d.window_ms),
             None => inv.arg(""),
         };
+        match job.max_age_ms {
+            Some(a) => inv.arg(a),
+            None => inv.arg(""),
+        };
+        match &job.backoff_ms {
+            Some(list) => inv.arg(list.iter().map(u64::to_string).collect::<Vec<_>>().join(",")),
+            None => inv.arg(""),
+        };
     }
     let out: Vec<Value> = queue.write(p, &inv).await?;
     let bad = |what: &str| Error::Redis {
