@@ -154,13 +154,16 @@ impl TopicWorker {
 }
 
 /// The wait after a failed reserve, doubled after each further failure up to [`RESERVE_RETRY_MAX`]:
-/// a worker is back within about 100 ms of Redis's return after a short outage.
+/// a worker is back within about 100 ms of Redis's return after a short outage, and within about half
+/// a second after a long one.
 const RESERVE_RETRY_FIRST: Duration = Duration::from_millis(100);
-const RESERVE_RETRY_MAX: Duration = Duration::from_millis(1000);
+const RESERVE_RETRY_MAX: Duration = Duration::from_millis(400);
 
 /// Waits before sending an ack or nack again that got no certain answer: a redelivery avoided is one
 /// duplicate less for the callback.
-const SETTLE_RETRY_WAITS_MS: [u64; 4] = [100, 200, 400, 800];
+/// Short at first and never longer than 400 ms, so an ack lands soon after Redis answers again; about
+/// 1.5 s in all, the length of a Redis restart or failover.
+const SETTLE_RETRY_WAITS_MS: [u64; 6] = [50, 100, 200, 400, 400, 400];
 
 /// Acks or nacks a delivered job by its outcome. One that failed on Redis (not reached, refused for now,
 /// no answer in time) is sent again with the same receipt; a stale receipt after such a retry means the
