@@ -328,36 +328,16 @@ async fn a_logged_in_operator_uses_the_admin_and_a_page_of_another_site_still_ca
 
     // The operator pauses and resumes the topic with the overview's buttons (the page's script calls the
     // API with the cookie), and the topic page renders with the dead job.
-    let pause = "button[data-call='POST /v1/topics/victim/pause']";
-    client
-        .wait()
-        .for_element(Locator::Css(pause))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    eventually(
-        Duration::from_secs(30),
-        "the operator's click paused the topic",
-        || async { paused().await == Some(true) },
-    )
-    .await;
-    let resume = "button[data-call='POST /v1/topics/victim/resume']";
-    client
-        .wait()
-        .for_element(Locator::Css(resume))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    eventually(
-        Duration::from_secs(30),
-        "the operator's click resumed the topic",
-        || async { paused().await == Some(false) },
-    )
-    .await;
+    for (verb, want) in [("pause", true), ("resume", false)] {
+        let button = format!("button[data-call='POST /v1/topics/victim/{verb}']");
+        let found = client.wait().for_element(Locator::Css(&button)).await.unwrap();
+        found.click().await.unwrap();
+        let what = format!("the operator's click on {verb} took effect");
+        eventually(Duration::from_secs(30), &what, || async {
+            paused().await == Some(want)
+        })
+        .await;
+    }
     client.goto(&format!("{dq}/admin/topics/victim")).await.unwrap();
     wait_for_text(&client, "dead-job").await;
     let shot = client.screenshot().await.unwrap();
