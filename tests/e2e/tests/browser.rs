@@ -11,6 +11,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -204,11 +205,15 @@ async fn a_page_of_another_site_changes_and_reads_nothing_and_the_admin_renders(
     assert_screenshot(&bytes, Some((1200, 800)), "the topic page");
 }
 
-/// chromedriver on a free port, killed on drop.
+/// chromedriver on a free port in a process group of its own, killed on drop with the Chromium it
+/// started (a test that fails before closing its session would otherwise leave Chromium running).
 struct Driver(Child);
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status();
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -219,6 +224,7 @@ async fn browser(profile: &std::path::Path) -> (Driver, fantoccini::Client) {
     let port = free_port();
     let child = Command::new("chromedriver")
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
