@@ -132,6 +132,14 @@ pub fn router(state: AppState) -> Router {
                 .delete(|st, c| jobs::cancel(st, c, Path("batch".into())))
                 .patch(|st, c, body| jobs::reschedule(st, c, Path("batch".into()), body)),
         )
+        // Likewise `ack`: POST acks many, the other verbs serve the job called `ack`.
+        .route(
+            "/v1/jobs/ack",
+            post(reserve::ack_many)
+                .get(|st, c| jobs::lookup(st, c, Path("ack".into())))
+                .delete(|st, c| jobs::cancel(st, c, Path("ack".into())))
+                .patch(|st, c, body| jobs::reschedule(st, c, Path("ack".into()), body)),
+        )
         .route(
             "/v1/jobs/{id}",
             get(jobs::lookup).delete(jobs::cancel).patch(jobs::reschedule),

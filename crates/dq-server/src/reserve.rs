@@ -1,4 +1,4 @@
-//! Pull consumers' verbs: reserve (with long poll), ack, nack, touch.
+//! Pull consumers' verbs: reserve (with long poll), ack, ack many, nack, touch.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -197,6 +197,64 @@ pub async fn ack(
     allow_job(&app, &caller, Scope::Consume, &id).await?;
     app.queue.ack(&id, &req.receipt).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/jobs/ack` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AckManyRequest {
+    /// The reservations to finish.
+    acks: Vec<AckEntry>,
+}
+
+/// One entry of `POST /v1/jobs/ack`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AckEntry {
+    /// The job's id.
+    id: String,
+    /// The receipt of its current reservation.
+    receipt: String,
+}
+
+/// `POST /v1/jobs/ack`: 200 `{results: [{} | {error}]}` in order. A malformed entry refuses the whole
+/// request (nothing is acked); a stale receipt, a job that is gone, a topic the token may not use or a
+/// partition that does not answer fails only its own entry. The acks run side by side, so they share
+/// the connection's pipeline: a worker that reserved a batch settles it in one request.
+pub async fn ack_many(
+    State(app): State<AppState>,
+    caller: Caller,
+    JsonBody(req): JsonBody<AckManyRequest>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    caller.allow_scope(Scope::Consume)?;
+    let max = app.queue.limits().max_batch;
+    if req.acks.is_empty() || req.acks.len() > max {
+        return Err(ApiError::invalid(format!(
+            "`acks` must hold 1 to {max} entries, got {}",
+            req.acks.len()
+        )));
+    }
+    for (i, a) in req.acks.iter().enumerate() {
+        check(&a.id, &a.receipt).map_err(|mut e| {
+            e.message = format!("acks[{i}]: {}", e.message);
+            e
+        })?;
+    }
+    let (app, caller) = (&app, &caller);
+    let acks = req.acks.iter().map(|a| async move {
+        allow_job(app, caller, Scope::Consume, &a.id).await?;
+        app.queue.ack(&a.id, &a.receipt).await?;
+        Ok::<(), ApiError>(())
+    });
+    let results: Vec<serde_json::Value> = futures_util::future::join_all(acks)
+        .await
+        .into_iter()
+        .map(|r| match r {
+            Ok(()) => json!({}),
+            Err(e) => e.body(),
+        })
+        .collect();
+    Ok(Json(json!({ "results": results })))
 }
 
 /// `POST /v1/jobs/{id}/nack` body.

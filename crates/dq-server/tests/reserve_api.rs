@@ -77,6 +77,71 @@ async fn ack_finishes_and_keeps_the_record_as_done() {
 }
 
 #[tokio::test]
+async fn ack_many_answers_per_entry_in_order() {
+    let s = TestServer::start().await;
+    for id in ["a", "b", "c"] {
+        s.push(json!({"id": id, "topic": "t", "body": 1})).await;
+    }
+    let jobs = s.reserve(&["t"], 3, 0).await;
+    let receipt = |id: &str| jobs.iter().find(|j| j["id"] == id).unwrap()["receipt"].clone();
+    let acks = json!({"acks": [
+        {"id": "a", "receipt": receipt("a")},
+        {"id": "b", "receipt": "not-the-receipt"},
+        {"id": "gone", "receipt": "r"},
+        {"id": "c", "receipt": receipt("c")},
+        {"id": "a", "receipt": receipt("a")},
+    ]});
+    let (status, out) = s.call("POST", "/v1/jobs/ack", Some(acks)).await;
+    assert_eq!(status, 200, "{out}");
+    let r = out["results"].as_array().unwrap();
+    assert_eq!(r.len(), 5);
+    assert_eq!(r[1]["error"]["code"], "stale_receipt");
+    assert_eq!(r[2]["error"]["code"], "not_found");
+    assert_eq!(r[3], json!({}));
+    // The same ack twice in one request: one of the two finished the job, the other is stale.
+    let mut twice = [&r[0], &r[4]].map(|e| e["error"]["code"].as_str().unwrap_or("ok").to_string());
+    twice.sort();
+    assert_eq!(twice, ["ok", "stale_receipt"], "{out}");
+    for (id, state) in [("a", "done"), ("b", "reserved"), ("c", "done")] {
+        let (_, job) = s.call("GET", &format!("/v1/jobs/{id}"), None).await;
+        assert_eq!(job["state"], state, "{id}: {job}");
+    }
+    // A malformed entry refuses the whole request: nothing acked.
+    let before = s.snapshot();
+    for bad in [
+        json!({"acks": []}),
+        json!({"acks": [{"id": "b", "receipt": receipt("b")}, {"id": "a b", "receipt": "r"}]}),
+        json!({"acks": [{"id": "b", "receipt": receipt("b")}, {"id": "c", "receipt": ""}]}),
+        json!({"acks": [{"id": "b", "receipt": receipt("b")}, {"id": "c"}]}),
+        json!({"acks": [{"id": "b", "receipt": receipt("b"), "extra": 1}]}),
+        json!({"acks": (0..1001).map(|i| json!({"id": format!("j{i}"), "receipt": "r"})).collect::<Vec<_>>()}),
+        json!({"ack": []}),
+    ] {
+        let (status, body) = s.call("POST", "/v1/jobs/ack", Some(bad.clone())).await;
+        assert_error(status, &body, 400, "invalid_argument");
+        assert_eq!(s.snapshot(), before, "{bad} wrote something");
+    }
+}
+
+#[tokio::test]
+async fn a_job_may_be_called_ack() {
+    let s = TestServer::start().await;
+    s.push(json!({"id": "ack", "topic": "t", "body": 1, "delay_ms": 60000}))
+        .await;
+    let (status, job) = s.call("GET", "/v1/jobs/ack", None).await;
+    assert_eq!((status.as_u16(), job["id"].clone()), (200, json!("ack")), "{job}");
+    let (status, job) = s.call("PATCH", "/v1/jobs/ack", Some(json!({"delay_ms": 0}))).await;
+    assert_eq!((status.as_u16(), job["state"].clone()), (200, json!("ready")), "{job}");
+    let job = &s.reserve(&["t"], 1, 0).await[0];
+    let (status, _) = s
+        .call("POST", "/v1/jobs/ack/ack", Some(json!({"receipt": job["receipt"]})))
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = s.call("DELETE", "/v1/jobs/ack", None).await;
+    assert_eq!(status, 204);
+}
+
+#[tokio::test]
 async fn wrong_receipt_is_refused_and_changes_nothing() {
     let s = TestServer::start().await;
     s.push(json!({"id": "j", "topic": "t", "body": 1})).await;
