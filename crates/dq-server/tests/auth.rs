@@ -221,6 +221,25 @@ async fn every_route_answers_by_token_scope_and_topic() {
         assert!(status != 401 && status != 403, "{route} with root: {status} {out}");
     }
 
+    // Ack many: the consume scope for the request, the topic for each entry (an entry of a topic the
+    // token may not use fails alone, with forbidden).
+    for (who, topic, whole, entry) in [
+        ("producer-secret", "orders.x", 403, None),
+        ("consumer-secret", "orders.x", 200, Some(json!({}))),
+        ("orders-secret", "orders.x", 200, Some(json!({}))),
+        ("orders-secret", "billing", 200, Some(json!("forbidden"))),
+    ] {
+        let (id, receipt) = job(&s, topic, true).await;
+        let body = json!({"acks": [{"id": id, "receipt": receipt}]});
+        let (status, out) = send(&s, Some(who), "POST", "/v1/jobs/ack", Some(&body)).await;
+        assert_eq!(status, whole, "ack many on {topic} with {who}: {out}");
+        match entry {
+            Some(Value::String(code)) => assert_eq!(out["results"][0]["error"]["code"], code.as_str(), "{out}"),
+            Some(v) => assert_eq!(out["results"][0], v, "{out}"),
+            None => assert_eq!(out["error"]["code"], "forbidden", "{out}"),
+        }
+    }
+
     // Routes over every topic.
     for (method, path, needs) in [
         ("GET", "/v1/topics", Scope::Read),
