@@ -164,8 +164,10 @@ PY
 fi
 
 if want reserve; then
-  echo; echo "== reserve + ack, 64 workers, one job per reserve"
+  echo; echo "== reserve + ack, 64 workers, one job per reserve; then 10 per reserve, acked in one ack-many request"
   bench reserve-ack -n 100000 -c 64 | head -1
+  rcli flushall >/dev/null
+  bench reserve-ack -n 100000 -c 64 --batch 10 --topic bench-ra10 | head -1
   rcli flushall >/dev/null
 fi
 

@@ -3,7 +3,8 @@
 //! First (untimed) the topic is filled with N ready jobs by batch pushes, so
 //! the timed phase measures only the consumer path. Then C workers, each on
 //! its own keep-alive connection, loop reserve-one → ack until N jobs are
-//! taken or the topic runs dry. Reserve, ack and the whole per-job cycle are
+//! taken or the topic runs dry; with `--batch B`, reserve up to B → ack them
+//! all in one `POST /v1/jobs/ack`. Reserve, ack and the whole per-job cycle are
 //! timed separately: the cycle is what a real consumer with no work to do
 //! would see, the two parts show where that time goes.
 
@@ -45,6 +46,9 @@ pub struct ReserveAckArgs {
     /// Don't push N jobs first: drain what the topic already holds.
     #[arg(long)]
     pub no_fill: bool,
+    /// Jobs per reserve (`count`); above 1 a worker acks what it reserved in one ack-many request.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub batch: u32,
 }
 
 /// Runs `dq-bench reserve-ack`.
@@ -56,12 +60,13 @@ pub async fn run(target: &Arc<Target>, args: &ReserveAckArgs) -> Result<Report> 
     };
 
     let reserve_uri = target.uri("/v1/reserve")?;
-    // One job per reserve, no long poll.
-    let reserve_body = crate::due::reserve_body(&args.topic, 1, 0);
+    // `batch` jobs per reserve, no long poll.
+    let reserve_body = crate::due::reserve_body(&args.topic, args.batch, 0);
     let conns = Conn::connect_many(target, args.connections as usize).await?;
     let shared = Arc::new(Shared {
         claimed: AtomicU64::new(0),
         total: args.jobs,
+        batch: args.batch as u64,
         errors: Errors::default(),
     });
 
@@ -93,6 +98,7 @@ pub async fn run(target: &Arc<Target>, args: &ReserveAckArgs) -> Result<Report> 
         .with_latency("reserve", &reserve)
         .with_latency("ack", &ack)
         .with("connections", args.connections)
+        .with("batch", args.batch)
         .with("body_bytes", args.body_bytes)
         .with("topic", args.topic.as_str())
         .with("reserves", reserve.len())
@@ -143,6 +149,36 @@ pub fn ack_body(receipt: &str) -> Bytes {
     Bytes::from(serde_json::to_vec(&AckJson { receipt }).expect("an ack always serializes"))
 }
 
+/// The ack-many request for reserved jobs: `{"acks":[{"id","receipt"}…]}`.
+fn ack_many_body(jobs: &[Reserved<'_>]) -> Bytes {
+    #[derive(Serialize)]
+    struct Entry<'a> {
+        id: &'a str,
+        receipt: &'a str,
+    }
+    #[derive(Serialize)]
+    struct AckMany<'a> {
+        acks: Vec<Entry<'a>>,
+    }
+    let acks = jobs
+        .iter()
+        .map(|j| Entry {
+            id: &j.id,
+            receipt: &j.receipt,
+        })
+        .collect();
+    Bytes::from(serde_json::to_vec(&AckMany { acks }).expect("an ack always serializes"))
+}
+
+/// How many entries of an ack-many answer finished their job (`{}`).
+fn count_acked(body: &[u8]) -> u64 {
+    #[derive(Deserialize)]
+    struct Answer {
+        results: Vec<serde_json::Map<String, serde_json::Value>>,
+    }
+    serde_json::from_slice::<Answer>(body).map_or(0, |a| a.results.iter().filter(|r| r.is_empty()).count() as u64)
+}
+
 /// A reserved job: what the ack needs.
 #[derive(Debug, Deserialize)]
 struct Reserved<'a> {
@@ -161,10 +197,12 @@ struct ReserveReply<'a> {
 
 /// State shared by the workers.
 struct Shared {
-    /// Jobs claimed so far; a worker claims one before each reserve.
+    /// Jobs claimed so far; a worker claims a batch before each reserve.
     claimed: AtomicU64,
     /// N.
     total: u64,
+    /// Jobs per reserve.
+    batch: u64,
     errors: Errors,
 }
 
@@ -198,7 +236,8 @@ async fn worker(
     };
     let errors = &shared.errors;
     let mut transport_failures = 0;
-    while shared.claimed.fetch_add(1, Ordering::Relaxed) < shared.total {
+    let ack_many_uri = target.uri("/v1/jobs/ack").ok();
+    while shared.claimed.fetch_add(shared.batch, Ordering::Relaxed) < shared.total {
         if transport_failures >= MAX_TRANSPORT_FAILURES {
             break;
         }
@@ -227,6 +266,32 @@ async fn worker(
         if jobs.is_empty() {
             t.empty_reserves += 1;
             break;
+        }
+        if shared.batch > 1 {
+            let Some(uri) = ack_many_uri.clone() else {
+                errors.add(1, || "ack many: no URI".to_string());
+                break;
+            };
+            let t1 = Instant::now();
+            match conn.post_json(uri, ack_many_body(&jobs)).await {
+                Ok(reply) if reply.is_success() => {
+                    report::record(&mut t.ack, t1.elapsed());
+                    let done = count_acked(&reply.body);
+                    for _ in 0..done {
+                        report::record(&mut t.cycle, t0.elapsed());
+                    }
+                    t.acked += done;
+                    if done < jobs.len() as u64 {
+                        errors.add(jobs.len() as u64 - done, || format!("ack many: {}", reply.describe()));
+                    }
+                }
+                Ok(reply) => errors.add(1, || format!("ack many: {}", reply.describe())),
+                Err(e) => {
+                    errors.add(1, || format!("ack many: {e:#}"));
+                    transport_failures += 1;
+                }
+            }
+            continue;
         }
         for job in &jobs {
             let uri = match target.uri(&format!("/v1/jobs/{}/ack", encode_segment(&job.id))) {
@@ -268,6 +333,24 @@ mod tests {
             Bytes::from_static(br#"{"topics":["bench-ra"],"count":1,"timeout_ms":0}"#)
         );
         assert_eq!(ack_body("r\"1"), Bytes::from_static(br#"{"receipt":"r\"1"}"#));
+        let jobs = [
+            Reserved {
+                id: "a".into(),
+                receipt: "r1".into(),
+            },
+            Reserved {
+                id: "b".into(),
+                receipt: "r\"2".into(),
+            },
+        ];
+        assert_eq!(
+            ack_many_body(&jobs),
+            Bytes::from_static(br#"{"acks":[{"id":"a","receipt":"r1"},{"id":"b","receipt":"r\"2"}]}"#)
+        );
+        assert_eq!(
+            count_acked(br#"{"results":[{},{"error":{"code":"stale_receipt"}},{}]}"#),
+            2
+        );
     }
 
     #[test]
