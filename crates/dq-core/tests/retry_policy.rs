@@ -97,6 +97,25 @@ async fn a_failure_whose_retry_would_come_after_the_max_age_is_dead() {
     let error = dead.last_error.unwrap();
     assert!(error.contains("failed") && error.contains("max age"), "{error}");
     assert_eq!(q.dead("t", 0, 10).await.unwrap().total, 1);
+    // Requeued, it starts its age again from the requeue: its retry is inside it once more.
+    let before = redis_now(&redis);
+    assert_eq!(q.requeue_dead("t", Some(&["past".to_string()])).await.unwrap(), 1);
+    let requeued = q.get("past").await.unwrap();
+    let until = requeued.retry_until.unwrap();
+    assert!(until >= before + 50000 && until <= redis_now(&redis) + 50000, "{until}");
+    let receipt = reserve_one(&q, "past").await;
+    let (state, _, _) = nack(&q, &redis, "past", &receipt).await;
+    assert_eq!(state, State::Dead, "60 s of backoff is still past a 50 s age");
+    // With a shorter retry the age allows it.
+    let job = q
+        .validate(request(
+            json!({"id": "short", "topic": "t", "body": 1, "max_attempts": 0,
+                                 "max_age_ms": 50000, "backoff_ms": [1000]}),
+        ))
+        .unwrap();
+    q.push(job).await.unwrap();
+    let receipt = reserve_one(&q, "short").await;
+    assert_eq!(nack(&q, &redis, "short", &receipt).await.0, State::Delayed);
 }
 
 #[tokio::test]

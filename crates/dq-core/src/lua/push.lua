@@ -71,14 +71,17 @@ for i = 0, n - 1 do
     if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
     local state, zset = 'delayed', KEYS[3 + 4 * i]
     if run_at <= now then state, zset = 'ready', KEYS[4 + 4 * i] end
-    local x, bo = nil, nil
-    if ARGV[a + 9] ~= '' then x = run_at + tonumber(ARGV[a + 9]) end
+    local x, g, bo = nil, nil, nil
+    if ARGV[a + 9] ~= '' then
+      g = tonumber(ARGV[a + 9])
+      x = run_at + g
+    end
     if ARGV[a + 10] ~= '' then
       bo = {}
       for d in string.gmatch(ARGV[a + 10], '%d+') do bo[#bo + 1] = tonumber(d) end
     end
     local stored = rec_store(job, {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]),
-      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0, x = x, bo = bo}, false, true)
+      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0, x = x, g = g, bo = bo}, false, true)
     if stored then
       if state == 'ready' then
         topic_of[zset] = topic

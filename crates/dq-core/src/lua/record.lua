@@ -2,7 +2,7 @@
 -- reads or writes a record (scripts.rs), so the format is defined once.
 --
 -- A record (<prefix>:job:<id>) is one string: a MessagePack array of its fields in the order
--- s, t, b, r, ttr, m, c, a, d, rc, e, x, bo (the names below), the state stored as a number (1 delayed,
+-- s, t, b, r, ttr, m, c, a, d, rc, e, x, g, bo (the names below), the state stored as a number (1 delayed,
 -- 2 ready, 3 reserved, 4 done, 5 dead).
 -- Absent fields are `false` in the array, and absent fields at its end are left out (and so are zero
 -- attempts when nothing follows them). created_at is stored as run_at minus created_at (the delay the
@@ -20,8 +20,9 @@
 -- In Lua a record is a table with the fields by name: s state (delayed, ready, reserved, done or dead),
 -- t topic, b body, r run_at (ms), ttr (ms), m max_attempts (0 = unlimited), c created_at (ms),
 -- a attempts, d reservation deadline (ms), rc receipt, e last error. Absent fields are nil; `a` reads
--- as 0. x: the end of the job's retries (Unix ms: its first due time plus the retry.max_age_ms it was
--- pushed with), bo: its own backoff list (ms), both only for jobs pushed with them.
+-- as 0. x: the end of the job's retries (Unix ms: its first due time plus the retry age it was pushed
+-- with), g: that age (ms; a requeue starts it again), bo: its own backoff list (ms); all three only for
+-- jobs pushed with them.
 --
 -- KEYS[1]: none of its own (the including script's)   ARGV[1]: none of its own
 -- Returns: nothing (defines local functions).
@@ -75,10 +76,11 @@ local function rec_load(key, soft, source, score)
   local r, c = v[4], v[7]
   if c < 1e12 then c = r - c end
   return {s = s, t = v[2], b = v[3], r = r, ttr = v[5], m = v[6], c = c, a = v[8] or 0,
-    d = v[9] or nil, rc = v[10] or nil, e = v[11] or nil, x = v[12] or nil, bo = v[13] or nil}
+    d = v[9] or nil, rc = v[10] or nil, e = v[11] or nil, x = v[12] or nil, g = v[13] or nil,
+    bo = v[14] or nil}
 end
 
--- Writes `r` at `key`. The fields up to `a` are always there; the optional ones (d, rc, e, x, bo) are
+-- Writes `r` at `key`. The fields up to `a` are always there; the optional ones (d, rc, e, x, g, bo) are
 -- `false` when absent, and left out at the end. A reservation's end is `r.rc, r.d = nil, nil`.
 --
 -- With `only_state`, the caller changed nothing but `r.s`. The state is the array's first element, one
@@ -100,8 +102,8 @@ local function rec_store(key, r, only_state, new)
     return
   end
   local v = {code, r.t, r.b, r.r, r.ttr, r.m, r.r - r.c, r.a, r.d or false, r.rc or false, r.e or false,
-    r.x or false, r.bo or false}
-  local n = 13
+    r.x or false, r.g or false, r.bo or false}
+  local n = 14
   while n > 8 and v[n] == false do
     v[n] = nil
     n = n - 1

@@ -1,5 +1,5 @@
 -- requeue.lua: give dead jobs of a topic a fresh start: back to the ready queue with their attempts
--- reset, as operators do once the cause is fixed.
+-- reset, and their retry age (g) counted again from now, as operators do once the cause is fixed.
 --
 -- KEYS[1]: the topic's dead list (<prefix>:dead:<topic>)
 -- KEYS[2]: the topic's ready queue (<prefix>:ready:<topic>)
@@ -37,6 +37,7 @@ for i, id in ipairs(ids) do
     local r = recs[i]
     if r then
       r.s, r.a, r.r = 'ready', 0, now
+      if r.g then r.x = now + r.g end
       rec_store(job, r)
       redis.call('ZADD', ready, now, id)
       n = n + 1
