@@ -250,6 +250,19 @@ async fn browser(profile: &std::path::Path) -> (Driver, fantoccini::Client) {
     (driver, client)
 }
 
+/// Types `token` into the admin login form `client` shows, and sends it.
+async fn submit_login(client: &fantoccini::Client, token: &str) {
+    use fantoccini::Locator;
+    let field = client
+        .wait()
+        .for_element(Locator::Css("input[name=token]"))
+        .await
+        .unwrap();
+    field.send_keys(token).await.unwrap();
+    let submit = client.find(Locator::Css("button[type=submit]")).await.unwrap();
+    submit.click().await.unwrap();
+}
+
 /// Waits until the page `client` shows has loaded and its text holds `text`.
 async fn wait_for_text(client: &fantoccini::Client, text: &str) {
     eventually(Duration::from_secs(30), &format!("the page shows {text:?}"), || async {
@@ -286,19 +299,7 @@ async fn a_logged_in_operator_uses_the_admin_and_a_page_of_another_site_still_ca
     // The admin without a session goes to the login form; a wrong token is refused there.
     client.goto(&format!("{dq}/admin")).await.unwrap();
     assert_eq!(client.current_url().await.unwrap().path(), "/admin/login");
-    let field = client
-        .wait()
-        .for_element(Locator::Css("input[name=token]"))
-        .await
-        .unwrap();
-    field.send_keys("not-the-token").await.unwrap();
-    client
-        .find(Locator::Css("button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    submit_login(&client, "not-the-token").await;
     wait_for_text(&client, "That is not an admin token.").await;
     assert!(
         client.get_all_cookies().await.unwrap().is_empty(),
@@ -306,19 +307,7 @@ async fn a_logged_in_operator_uses_the_admin_and_a_page_of_another_site_still_ca
     );
 
     // The right token logs in: the session cookie, HttpOnly, Secure and SameSite=Strict, and the overview.
-    let field = client
-        .wait()
-        .for_element(Locator::Css("input[name=token]"))
-        .await
-        .unwrap();
-    field.send_keys(TOKEN).await.unwrap();
-    client
-        .find(Locator::Css("button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    submit_login(&client, TOKEN).await;
     wait_for_text(&client, "Topics").await;
     assert_eq!(client.current_url().await.unwrap().path(), "/admin");
     let cookie = client.get_named_cookie("dq_token").await.expect("the session cookie");
