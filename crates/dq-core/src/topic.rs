@@ -211,7 +211,7 @@ impl TopicConfig {
             crate::job::check_backoff(b, "retry.backoff_ms", limits)?;
         }
         if let Some(a) = self.retry.max_age_ms {
-            crate::job::check_max_age(a.min(i64::MAX as u64) as i64, "retry.max_age_ms", limits)?;
+            crate::job::check_max_age(i64::try_from(a).unwrap_or(i64::MAX), "retry.max_age_ms", limits)?;
         }
         if let Some(c) = &self.retry.condition {
             Condition::parse(c).map_err(|e| Error::Invalid(format!("`retry.condition`: {e}")))?;

@@ -19,6 +19,12 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// The same error, its message naming the entry of a list request it is about (`jobs[3]: …`).
+    pub fn in_entry(mut self, list: &str, i: usize) -> Self {
+        self.message = format!("{list}[{i}]: {}", self.message);
+        self
+    }
+
     /// 400 `invalid_argument`.
     pub fn invalid(message: impl Into<String>) -> Self {
         ApiError {

@@ -93,16 +93,14 @@ pub async fn push_many(
         let parsed: PushRequest =
             serde_json::from_str(raw.get()).map_err(|e| ApiError::invalid(format!("jobs[{i}]: {e}")))?;
         // A topic the token may not use refuses the whole batch, before anything is written.
-        caller.allow(Scope::Produce, &parsed.topic).map_err(|mut e| {
-            e.message = format!("jobs[{i}]: {}", e.message);
-            e
-        })?;
+        caller
+            .allow(Scope::Produce, &parsed.topic)
+            .map_err(|e| e.in_entry("jobs", i))?;
         let config = registry.get(&parsed.topic);
-        let job = app.queue.validate_for(parsed, config).map_err(|e| {
-            let mut err = ApiError::from(e);
-            err.message = format!("jobs[{i}]: {}", err.message);
-            err
-        })?;
+        let job = app
+            .queue
+            .validate_for(parsed, config)
+            .map_err(|e| ApiError::from(e).in_entry("jobs", i))?;
         jobs.push(job);
     }
     let results: Vec<serde_json::Value> = app

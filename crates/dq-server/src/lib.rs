@@ -28,7 +28,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use dq_core::registry::TopicCache;
 use dq_core::{Queue, Settings};
 use tokio::net::TcpListener;
@@ -120,26 +120,21 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     Ok(())
 }
 
+/// A static route under `/v1/jobs/` whose last segment is also a valid job id (`batch`, `ack`): the
+/// static route wins over `/v1/jobs/{id}`, so besides its own POST it serves that job's other verbs.
+fn also_the_job(id: &'static str, route: MethodRouter<AppState>) -> MethodRouter<AppState> {
+    route
+        .get(move |st, c| jobs::lookup(st, c, Path(id.into())))
+        .delete(move |st, c| jobs::cancel(st, c, Path(id.into())))
+        .patch(move |st, c, body| jobs::reschedule(st, c, Path(id.into()), body))
+}
+
 /// All routes of API v1.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/jobs", post(jobs::push))
-        // `batch` is also a valid job id: the static route wins, so it serves that job's other verbs too.
-        .route(
-            "/v1/jobs/batch",
-            post(jobs::push_many)
-                .get(|st, c| jobs::lookup(st, c, Path("batch".into())))
-                .delete(|st, c| jobs::cancel(st, c, Path("batch".into())))
-                .patch(|st, c, body| jobs::reschedule(st, c, Path("batch".into()), body)),
-        )
-        // Likewise `ack`: POST acks many, the other verbs serve the job called `ack`.
-        .route(
-            "/v1/jobs/ack",
-            post(reserve::ack_many)
-                .get(|st, c| jobs::lookup(st, c, Path("ack".into())))
-                .delete(|st, c| jobs::cancel(st, c, Path("ack".into())))
-                .patch(|st, c, body| jobs::reschedule(st, c, Path("ack".into()), body)),
-        )
+        .route("/v1/jobs/batch", also_the_job("batch", post(jobs::push_many)))
+        .route("/v1/jobs/ack", also_the_job("ack", post(reserve::ack_many)))
         .route(
             "/v1/jobs/{id}",
             get(jobs::lookup).delete(jobs::cancel).patch(jobs::reschedule),

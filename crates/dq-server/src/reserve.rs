@@ -235,10 +235,7 @@ pub async fn ack_many(
         )));
     }
     for (i, a) in req.acks.iter().enumerate() {
-        check(&a.id, &a.receipt).map_err(|mut e| {
-            e.message = format!("acks[{i}]: {}", e.message);
-            e
-        })?;
+        check(&a.id, &a.receipt).map_err(|e| e.in_entry("acks", i))?;
     }
     let (app, caller) = (&app, &caller);
     let acks = req.acks.iter().map(|a| async move {
