@@ -2,15 +2,17 @@
 //!
 //! Split by role: [`push`] (storing jobs, with the group commit), [`jobs`] (look up, delete,
 //! reschedule), [`reserve`] (reserve, ack, nack, touch, release), [`timer`] (promote, expire, the
-//! timers' heartbeat), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition
-//! count stored in Redis), [`quarantine`] (records that could not be decoded), [`alerting`] (what
-//! dq-checker keeps to alert once) and [`decode`] (script answers into types).
+//! timers' heartbeat), [`limit`] (a topic's delivery limits across consumers), [`dead`] (dead lists),
+//! [`stats`] (counts and health), [`layout`] (the partition count stored in Redis), [`quarantine`]
+//! (records that could not be decoded), [`alerting`] (what dq-checker keeps to alert once) and
+//! [`decode`] (script answers into types).
 
 pub mod alerting;
 pub mod dead;
 mod decode;
 pub mod jobs;
 pub mod layout;
+pub mod limit;
 pub mod push;
 pub mod quarantine;
 pub mod ready;
@@ -33,6 +35,7 @@ use crate::keys::{Keys, PartitionKeys};
 use crate::partition::{Partitions, slot_of};
 use crate::sealed::Sealer;
 
+pub use self::limit::{LimitAsk, LimitGrant};
 pub use self::quarantine::Quarantined;
 pub use self::ready::ReadyIndex;
 pub use self::reserve::ReserveOptions;
