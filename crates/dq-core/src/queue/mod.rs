@@ -1,12 +1,13 @@
 //! The typed queue API: every operation on jobs, each one script on one partition.
 //!
-//! Split by role: [`push`] (storing jobs, with the group commit), [`jobs`] (look up, delete,
-//! reschedule), [`reserve`] (reserve, ack, nack, touch, release), [`timer`] (promote, expire, the
-//! timers' heartbeat), [`limit`] (a topic's delivery limits across consumers), [`dead`] (dead lists),
-//! [`stats`] (counts and health), [`layout`] (the partition count stored in Redis), [`quarantine`]
-//! (records that could not be decoded), [`alerting`] (what dq-checker keeps to alert once) and
-//! [`decode`] (script answers into types).
+//! Split by role: [`push`] (storing jobs, with the group commit), `ack` (acks, with the same group
+//! commit), [`jobs`] (look up, delete, reschedule), [`reserve`] (reserve, nack, touch, release),
+//! [`timer`] (promote, expire, the timers' heartbeat), [`limit`] (a topic's delivery limits across
+//! consumers), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition count
+//! stored in Redis), [`quarantine`] (records that could not be decoded), [`alerting`] (what dq-checker
+//! keeps to alert once) and [`decode`] (script answers into types).
 
+mod ack;
 pub mod alerting;
 pub mod dead;
 mod decode;
@@ -64,6 +65,8 @@ pub struct Queue {
     sealer: Arc<Sealer>,
     /// The group commit of pushes.
     pushes: Arc<Coalescer<push::PushGroup, push::PushOutcome>>,
+    /// The group commit of acks.
+    acks: Arc<Coalescer<ack::AckOp, Result<()>>>,
     /// Which partitions may hold ready jobs of which topics, so reserves go straight to them.
     ready: Arc<ReadyIndex>,
     /// On a cluster: wake-ups go over sharded pub/sub (see [`crate::scripts::Waking`]).
@@ -112,6 +115,7 @@ impl Queue {
             egress: settings.egress.clone(),
             sealer: Arc::new(settings.secrets.sealer()),
             pushes: Arc::new(Coalescer::new(push::PUSH_GROUP_JOBS, in_flight)),
+            acks: Arc::new(Coalescer::new(ack::ACK_GROUP, in_flight)),
             ready: Arc::new(ReadyIndex::default()),
             sharded: settings.redis.mode == RedisMode::Cluster,
         }
