@@ -4,7 +4,7 @@
 //! reschedule), [`reserve`] (reserve, ack, nack, touch, release), [`timer`] (promote, expire, the
 //! timers' heartbeat), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition
 //! count stored in Redis), [`quarantine`] (records that could not be decoded), [`alerting`] (what
-//! dq-checker keeps to alert once) and [`decode`] (script answers into types).
+//! dq-checker keeps to alert once), [`schedules`] (the schedules' registry) and [`decode`] (script answers into types).
 
 pub mod alerting;
 pub mod dead;
@@ -15,6 +15,7 @@ pub mod push;
 pub mod quarantine;
 pub mod ready;
 pub mod reserve;
+pub mod schedules;
 pub mod stats;
 pub mod timer;
 
