@@ -179,7 +179,8 @@ impl PartitionTimer {
                 metrics::gauge!("dq_timer_partitions_owned").set(self.held.len() as f64);
                 self.last_beat = Instant::now();
                 let leads = self.held.contains_key(&0);
-                self.schedule_lead.send_if_modified(|lead| std::mem::replace(lead, leads) != leads);
+                self.schedule_lead
+                    .send_if_modified(|lead| std::mem::replace(lead, leads) != leads);
                 metrics::gauge!("dq_timer_live_timers").set(b.timers as f64);
             }
             Err(e) => {
@@ -188,7 +189,8 @@ impl PartitionTimer {
                 tracing::warn!(cause = %e, "heartbeat failed");
                 if self.last_beat.elapsed() > Duration::from_millis(self.settings.lease_ms) {
                     // Another timer may hold partition 0 by now.
-                    self.schedule_lead.send_if_modified(|lead| std::mem::replace(lead, false));
+                    self.schedule_lead
+                        .send_if_modified(|lead| std::mem::replace(lead, false));
                 }
             }
         }
