@@ -82,7 +82,10 @@ async fn put_get_list_pause_resume_and_delete() {
     ] {
         let (status, body) = s.call(method, path, None).await;
         assert_error(status, &body, 404, "not_found");
-        assert_eq!(body["error"]["message"], "schedule `nightly` not found", "{method} {path}");
+        assert_eq!(
+            body["error"]["message"], "schedule `nightly` not found",
+            "{method} {path}"
+        );
     }
 }
 
@@ -170,7 +173,10 @@ async fn bad_schedules_are_refused_and_write_nothing() {
     ] {
         let (status, out) = s.call(method, path, None).await;
         assert_error(status, &out, 400, "invalid_argument");
-        assert!(out["error"]["message"].as_str().unwrap().contains("schedule name"), "{out}");
+        assert!(
+            out["error"]["message"].as_str().unwrap().contains("schedule name"),
+            "{out}"
+        );
     }
     assert!(s.snapshot() == before, "a refused request writes nothing");
 }
@@ -213,7 +219,12 @@ async fn schedules_need_the_topic_scope_and_topic_limits_apply() {
     for (token, method, path, body) in [
         ("orders-admin-secret", "PUT", "/v1/schedules/other", Some(on("billing"))),
         // Moving billing's schedule to an allowed topic is still touching billing's schedule.
-        ("orders-admin-secret", "PUT", "/v1/schedules/billing", Some(on("orders.x"))),
+        (
+            "orders-admin-secret",
+            "PUT",
+            "/v1/schedules/billing",
+            Some(on("orders.x")),
+        ),
         ("orders-admin-secret", "DELETE", "/v1/schedules/billing", None),
         ("orders-admin-secret", "POST", "/v1/schedules/billing/pause", None),
         ("orders-admin-secret", "GET", "/v1/schedules/billing", None),
@@ -227,10 +238,21 @@ async fn schedules_need_the_topic_scope_and_topic_limits_apply() {
         assert_eq!(out["error"]["code"], "forbidden");
     }
     assert!(s.snapshot() == before, "a refused request writes nothing");
-    let (status, out) = send(&s, "orders-admin-secret", "PUT", "/v1/schedules/o", Some(on("orders.close"))).await;
+    let (status, out) = send(
+        &s,
+        "orders-admin-secret",
+        "PUT",
+        "/v1/schedules/o",
+        Some(on("orders.close")),
+    )
+    .await;
     assert_eq!(status, 200, "{out}");
     let (_, list) = send(&s, "orders-admin-secret", "GET", "/v1/schedules", None).await;
-    assert_eq!(list["schedules"].as_array().unwrap().len(), 1, "only its topics: {list}");
+    assert_eq!(
+        list["schedules"].as_array().unwrap().len(),
+        1,
+        "only its topics: {list}"
+    );
     assert_eq!(list["schedules"][0]["name"], "o");
     let (status, got) = send(&s, "reader-secret", "GET", "/v1/schedules/billing", None).await;
     assert_eq!(status, 200, "{got}");
