@@ -178,6 +178,16 @@ async fn bad_schedules_are_refused_and_write_nothing() {
             "{out}"
         );
     }
+    // A body must say it is JSON.
+    let resp = s
+        .http
+        .put(s.url("/v1/schedules/kept"))
+        .header("content-type", "text/plain")
+        .body(nightly().to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
     assert!(s.snapshot() == before, "a refused request writes nothing");
 }
 
