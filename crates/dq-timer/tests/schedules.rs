@@ -1,9 +1,13 @@
-//! Schedule firing in-process on a real Redis: missed occurrences after downtime fire once.
+//! Schedule firing in-process on a real Redis: missed occurrences after downtime fire once; two firers
+//! at once make one job per occurrence.
 
 use std::time::Duration;
 
+use dq_core::registry::TopicCache;
 use dq_core::{Queue, Settings, State};
 use dq_harness::{RedisServer, eventually};
+use dq_timer::schedules::ScheduleFirer;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 fn settings(redis: &RedisServer) -> Settings {
@@ -78,4 +82,48 @@ async fn after_downtime_only_the_latest_missed_occurrence_fires() {
     assert!(mark >= latest);
     stop.cancel();
     timer.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn two_firers_at_once_make_one_job_per_occurrence() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    let config =
+        serde_json::from_value(serde_json::json!({"cron": "* * * * * *", "topic": "both", "body": 1})).unwrap();
+    let since = q.put_schedule("both", &config, true).await.unwrap();
+    // Both believe they lead, as two timers do for a moment during a takeover.
+    let stop = CancellationToken::new();
+    let mut tasks = Vec::new();
+    let mut leads = Vec::new();
+    for _ in 0..2 {
+        let topics = TopicCache::start(q.clone(), Duration::from_secs(1), stop.clone()).await;
+        let (lead, follows) = watch::channel(true);
+        leads.push(lead);
+        tasks.push(tokio::spawn(
+            ScheduleFirer::new(q.clone(), topics, follows).run(stop.clone()),
+        ));
+    }
+    eventually(Duration::from_secs(60), "6 occurrences fired", || async {
+        job_ids(&redis, "both").len() >= 6
+    })
+    .await;
+    stop.cancel();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let fired: Vec<i64> = job_ids(&redis, "both")
+        .iter()
+        .map(|id| id.rsplit_once(':').unwrap().1.parse().unwrap())
+        .collect();
+    assert!(fired[0] > since, "nothing before the schedule was made: {fired:?}");
+    assert!(
+        fired.windows(2).all(|w| w[1] - w[0] == 1000),
+        "every second, none twice: {fired:?}"
+    );
+    let counts = q.counts().await.counts;
+    let ready = counts.get("both").and_then(|c| c.get(&State::Ready)).copied();
+    assert_eq!(ready, Some(fired.len() as i64), "one ready job per occurrence");
+    let mark = q.schedule("both").await.unwrap().unwrap().last_fired.unwrap();
+    assert_eq!(mark, *fired.last().unwrap());
 }
