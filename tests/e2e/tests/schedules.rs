@@ -59,9 +59,11 @@ async fn every_second_one_job_per_occurrence_across_a_kill() {
         .position(|t| t.process.pid() == leader)
         .expect("the leader is one of ours");
     let mut killed = timers.remove(i);
+    // The kill lands between these two readings of Redis's clock.
     let killed_at = q.redis_now_ms().await.unwrap();
     killed.process.signal("KILL");
     killed.process.wait(Duration::from_secs(10)).expect("killed");
+    let dead_at = q.redis_now_ms().await.unwrap();
     let survivor = &timers[0];
     eventually(Duration::from_secs(60), "the survivor fires 5 occurrences", || async {
         occurrences(&redis, "every")
