@@ -87,8 +87,8 @@ async fn every_second_one_job_per_occurrence_across_a_kill() {
     assert!(gaps.len() <= 1, "gaps {gaps:?} in {seen:?}");
     for (from, to) in &gaps {
         assert!(
-            *from <= killed_at && killed_at < *to,
-            "the gap {from}..{to} spans the kill at {killed_at}"
+            *from <= dead_at && killed_at < *to,
+            "the gap {from}..{to} spans the kill ({killed_at}..{dead_at})"
         );
     }
     // Each occurrence is one job, due at the occurrence, with the schedule's topic and body.
