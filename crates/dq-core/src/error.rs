@@ -22,6 +22,9 @@ pub enum Error {
     /// No topic of this name is registered or has jobs (`not_found`, 404).
     #[error("topic `{0}` not found")]
     TopicNotFound(String),
+    /// No schedule of this name is registered (`not_found`, 404).
+    #[error("schedule `{0}` not found")]
+    ScheduleNotFound(String),
     /// The request conflicts with the job's state, e.g. a push of a live id (`conflict`, 409).
     #[error("{0}")]
     Conflict(String),

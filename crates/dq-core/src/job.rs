@@ -310,7 +310,7 @@ pub fn validate_id(id: &str) -> Result<()> {
 }
 
 /// Keeps error messages short when the offending input is huge.
-fn shorten(s: &str) -> String {
+pub(crate) fn shorten(s: &str) -> String {
     if s.len() <= 64 {
         return s.to_string();
     }

@@ -4,7 +4,7 @@
 //! partition in one Redis Cluster slot (see [`crate::partition`]). Names that a script can know only from
 //! a job's record (the ready queue and dead list of the job's topic) are built inside the scripts from the
 //! partition's prefix, the same way as here. The few keys that are not a job's (the layout, the topic
-//! registry, the timers' leases) share the tag `{<prefix>}`. `docs/redis-keys.md` documents the layout.
+//! registry, the schedules, the timers' leases) share the tag `{<prefix>}`. `docs/redis-keys.md` documents the layout.
 
 use std::sync::Arc;
 
@@ -53,6 +53,19 @@ impl Keys {
     /// The topic registry: a hash of topic → `<version> <config JSON>`.
     pub fn topics(&self) -> String {
         format!("{{{}}}:topics", self.prefix)
+    }
+
+    /// The schedules: a hash of schedule name → `<since ms> <config JSON>`, where `since` (Redis's clock)
+    /// is when the schedule started counting occurrences (its creation, a change of cron or zone, a
+    /// resume): no occurrence at or before it fires.
+    pub fn schedules(&self) -> String {
+        format!("{{{}}}:schedules", self.prefix)
+    }
+
+    /// The last occurrence each schedule fired: a hash of schedule name → occurrence (Unix ms), only ever
+    /// raised.
+    pub fn schedules_fired(&self) -> String {
+        format!("{{{}}}:schedules:fired", self.prefix)
     }
 
     /// Live timers: a sorted set of timer id → heartbeat expiry (ms).
@@ -237,6 +250,8 @@ mod tests {
         assert_eq!(k.layout(), "{dq}:layout");
         assert_eq!(k.topics(), "{dq}:topics");
         assert_eq!(k.timers(), "{dq}:timers");
+        assert_eq!(k.schedules(), "{dq}:schedules");
+        assert_eq!(k.schedules_fired(), "{dq}:schedules:fired");
         assert_eq!(k.leases(), "{dq}:leases");
         assert_eq!(p.ready_channel(), "dq:{17.403}:wake:ready");
         assert_eq!(p.timer_channel(), "dq:{17.403}:wake:timer");

@@ -10,6 +10,8 @@
 //!   cache.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks;
 //!   [`egress`]: which addresses its callback may reach.
+//! - [`schedule`]: schedules, a cron pattern that pushes one job per occurrence (stored by
+//!   [`queue::schedules`], fired by dq-timer).
 //! - [`wake`]: pub/sub wake-ups for long polls and timers; [`audit`]: the consistency audit and repair.
 //! - [`process`]: the start-up every binary shares.
 //! - [`config`], [`signals`], [`telemetry`], [`systemd`]: settings, drain on signals, logs and metrics,
@@ -28,6 +30,7 @@ pub mod partition;
 pub mod process;
 pub mod queue;
 pub mod registry;
+pub mod schedule;
 pub mod scripts;
 pub mod sealed;
 pub mod signals;

@@ -5,8 +5,9 @@
 //!
 //! Every script touches the keys of one partition only, so it runs in one Redis Cluster slot: in the
 //! headers, `<prefix>` of a job's keys is the partition's prefix `<prefix>:{<tag>}` (see [`crate::keys`]).
-//! The exceptions are `balance.lua`, whose keys are the timers' own (`{<prefix>}:…`, one slot too), and
-//! `limit.lua`, whose one key is a topic's (`<prefix>:{topic:<topic>}:limit`).
+//! The exceptions are `balance.lua`, whose keys are the timers' own, the schedules' scripts
+//! (`{<prefix>}:…`, one slot too), and `limit.lua`, whose one key is a topic's
+//! (`<prefix>:{topic:<topic>}:limit`).
 //!
 //! Scripts that wake processes over pub/sub call `redis.call(publish, channel, message)` and come in two
 //! builds ([`Waking`]): `publish` is `PUBLISH` for a standalone Redis and Sentinel, where one subscription
@@ -172,6 +173,16 @@ script!(
     "counts_prune.lua"
 );
 script!(
+    /// Write (or delete) a schedule, stamping when it starts counting occurrences.
+    SCHEDULE_SET,
+    "schedule_set.lua"
+);
+script!(
+    /// Note the last occurrence a schedule fired (only ever raised).
+    SCHEDULE_FIRED,
+    "schedule_fired.lua"
+);
+script!(
     /// Take or keep a lease (dq-checker's: who sends alerts).
     LEASE,
     "lease.lua"
@@ -196,7 +207,7 @@ script!(
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
 /// NOSCRIPT and send the script's text again.
 /// `sharded` picks the builds of the scripts that publish.
-pub fn all(sharded: bool) -> [&'static Script; 24] {
+pub fn all(sharded: bool) -> [&'static Script; 26] {
     [
         &GET,
         PUSH.get(sharded),
@@ -222,6 +233,8 @@ pub fn all(sharded: bool) -> [&'static Script; 24] {
         &EVENTS_TAKE,
         &EVENTS_DONE,
         &LIMIT,
+        &SCHEDULE_SET,
+        &SCHEDULE_FIRED,
     ]
 }
 
@@ -253,7 +266,7 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 25);
+        assert_eq!(n, 27);
         assert_eq!(super::all(false).len(), n - 1, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [

@@ -1,4 +1,4 @@
-//! The web admin pages: Redis nodes, topics with their counts, pause and resume, and dead letters with
+//! The web admin pages: Redis nodes, topics with their counts, pause and resume, schedules, and dead letters with
 //! requeue and delete. Server-rendered (maud escapes everything it prints), with a few lines of
 //! script that call the JSON API, so the pages can do nothing the API cannot. With tokens configured,
 //! the pages need the `admin` scope: the login form takes an admin token and keeps it in an
@@ -76,6 +76,7 @@ pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Res
     let nodes = app.queue.node_health(std::time::Duration::from_millis(1000)).await;
     let registry = app.queue.topics().await.unwrap_or_default();
     let counts = counts(&app).await;
+    let schedules = schedules_section(&app, &caller).await;
     let mut names: Vec<&String> = registry
         .keys()
         .chain(counts.keys())
@@ -126,8 +127,49 @@ pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Res
                     }
                 }
             }
+            (schedules)
         },
     )))
+}
+
+/// The overview's schedules: name, cron, zone, topic, next fire, last fired, paused, with pause and
+/// resume buttons. Times are UTC.
+async fn schedules_section(app: &AppState, caller: &Caller) -> Markup {
+    let listed = match (app.queue.schedules().await, app.queue.redis_now_ms().await) {
+        (Ok(all), Ok(now)) => Ok((all, now)),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    let time = |ms: Option<i64>| ms.map(dq_core::schedule::rfc3339).unwrap_or_default();
+    html! {
+        h2 { "Schedules" }
+        @match listed {
+            Err(e) => { p class="down" { "Cannot read the schedules: " (e) } }
+            Ok((all, now)) => {
+                table {
+                    tr { th { "schedule" } th { "cron" } th { "zone" } th { "topic" } th { "next fire (UTC)" } th { "last fired (UTC)" } th { "paused" } th {} }
+                    @for v in all.into_iter().filter(|s| caller.sees(&s.config.topic)).map(|s| crate::schedules::view(s, now)) {
+                        @let (name, c) = (&v.name, &v.config);
+                        tr {
+                            td { (name) }
+                            td { code { (c.cron) } }
+                            td { (c.timezone) }
+                            td { a href={ "/admin/topics/" (c.topic) } { (c.topic) } }
+                            td { (time(v.next_fire_at)) }
+                            td { (time(v.last_fired_at)) }
+                            td { @if c.paused { "paused" } @else { "no" } }
+                            td {
+                                @if c.paused {
+                                    button data-call={ "POST /v1/schedules/" (name) "/resume" } { "resume" }
+                                } @else {
+                                    button data-call={ "POST /v1/schedules/" (name) "/pause" } { "pause" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `GET /admin/topics/{topic}`: a topic's registration, counts and first dead letters.

@@ -91,7 +91,7 @@ impl From<dq_core::Error> for ApiError {
         let (status, code) = match &e {
             E::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
             E::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            E::NotFound(_) | E::TopicNotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            E::NotFound(_) | E::TopicNotFound(_) | E::ScheduleNotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             E::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             E::StaleReceipt => (StatusCode::CONFLICT, "stale_receipt"),
             E::Unavailable { .. } | E::OutOfMemory { .. } | E::Indeterminate { .. } | E::NotReplicated { .. } => {

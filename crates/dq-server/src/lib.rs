@@ -5,6 +5,7 @@
 //! - [`jobs`]: push, push many, look up, cancel, reschedule.
 //! - [`reserve`]: reserve (with long poll), ack, nack, touch.
 //! - [`topics`]: the topic registry, pause and resume, dead letters.
+//! - [`schedules`]: schedules (cron), pause and resume.
 //! - [`probes`]: stats, `/healthz`, `/readyz`, `/metrics`.
 //! - [`admin`]: the web admin pages over the same API.
 //! - [`auth`]: tokens, scopes and the admin login.
@@ -20,6 +21,7 @@ pub mod jobs;
 pub mod listener;
 pub mod probes;
 pub mod reserve;
+pub mod schedules;
 pub mod topics;
 
 use std::sync::Arc;
@@ -152,6 +154,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/topics/{topic}/resume", post(topics::resume))
         .route("/v1/topics/{topic}/dead", get(topics::dead).delete(topics::purge))
         .route("/v1/topics/{topic}/dead/requeue", post(topics::requeue))
+        .route("/v1/schedules", get(schedules::list))
+        .route(
+            "/v1/schedules/{name}",
+            get(schedules::get).put(schedules::put).delete(schedules::delete),
+        )
+        .route("/v1/schedules/{name}/pause", post(schedules::pause))
+        .route("/v1/schedules/{name}/resume", post(schedules::resume))
         .route("/v1/stats", get(probes::stats))
         .route("/admin", get(admin::overview))
         .route("/admin/login", get(admin::login_form).post(admin::login))

@@ -139,6 +139,24 @@ async fn request(s: &TestServer, route: &str, topic: &str) -> (&'static str, Str
         "requeue" => ("POST", format!("/v1/topics/{topic}/dead/requeue"), None),
         "purge" => ("DELETE", format!("/v1/topics/{topic}/dead"), None),
         "admin topic" => ("GET", format!("/admin/topics/{topic}"), None),
+        "register schedule" => (
+            "PUT",
+            format!("/v1/schedules/s-{topic}"),
+            Some(json!({"cron": "0 * * * *", "topic": topic, "body": 1})),
+        ),
+        "schedule" | "delete schedule" | "pause schedule" | "resume schedule" => {
+            // A schedule of the topic to act on, made by root.
+            let path = format!("/v1/schedules/s-{topic}");
+            let body = json!({"cron": "0 * * * *", "topic": topic, "body": 1});
+            let (status, out) = send(s, Some(ROOT), "PUT", &path, Some(&body)).await;
+            assert_eq!(status, 200, "{out}");
+            match route {
+                "schedule" => ("GET", path, None),
+                "delete schedule" => ("DELETE", path, None),
+                "pause schedule" => ("POST", format!("{path}/pause"), None),
+                _ => ("POST", format!("{path}/resume"), None),
+            }
+        }
         other => panic!("no route {other}"),
     }
 }
@@ -163,6 +181,11 @@ const TOPIC_ROUTES: &[(&str, Scope)] = &[
     ("requeue", Scope::Admin),
     ("purge", Scope::Admin),
     ("admin topic", Scope::Admin),
+    ("register schedule", Scope::Admin),
+    ("schedule", Scope::Read),
+    ("delete schedule", Scope::Admin),
+    ("pause schedule", Scope::Admin),
+    ("resume schedule", Scope::Admin),
 ];
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! dq-timer: moves due jobs from the delay sets to their ready queues, and ends expired reservations.
 //!
 //! - [`partition_timer`]: the loop that serves this timer's share of the partitions.
+//! - [`schedules`]: firing the schedules, by the timer that holds partition 0.
 //! - [`clock`]: the estimate of Redis's clock used to sleep until exactly the next due time.
 //!
 //! Timers coordinate only through Redis: a heartbeat script gives each live timer its fair share of the
@@ -9,18 +10,21 @@
 
 pub mod clock;
 pub mod partition_timer;
+pub mod schedules;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
+use dq_core::registry::TopicCache;
 use dq_core::wake::{self, Wake};
 use dq_core::{Queue, Settings};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::partition_timer::PartitionTimer;
+use crate::schedules::ScheduleFirer;
 
 /// Default `/metrics` address of dq-timer.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9791";
@@ -51,10 +55,19 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             }
         }),
     );
+    let topics = TopicCache::start(
+        queue.clone(),
+        Duration::from_millis(settings.topics.refresh_ms),
+        shutdown.clone(),
+    )
+    .await;
+    let firer = ScheduleFirer::new(queue.clone(), topics, timer.schedule_lead());
+    let schedules = tokio::spawn(firer.run(shutdown.clone()));
     let task = tokio::spawn(timer.run(shutdown.clone()));
     queue.spawn_health_probe(Duration::from_secs(5), shutdown.clone());
     dq_core::systemd::ready(&shutdown);
     task.await.context("partition timer panicked")?;
+    schedules.await.context("schedule firer panicked")?;
     listener.abort();
     let _ = metrics.await;
     tracing::info!(timer = %id, "dq-timer stopped");

@@ -9,7 +9,7 @@ use dq_core::config::TimerSettings;
 use dq_core::queue::{Promoted, Queue};
 use dq_core::wake::Wake;
 use futures_util::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -67,6 +67,11 @@ pub struct PartitionTimer {
     held: BTreeMap<u16, Held>,
     /// Redis's clock.
     clock: RedisClock,
+    /// Whether this timer holds partition 0, and with it the firing of schedules (see
+    /// [`crate::schedules`]).
+    schedule_lead: watch::Sender<bool>,
+    /// When a heartbeat last succeeded: past `lease_ms` without one, the leases may have gone to others.
+    last_beat: Instant,
 }
 
 impl PartitionTimer {
@@ -86,7 +91,14 @@ impl PartitionTimer {
             resync,
             held: BTreeMap::new(),
             clock: RedisClock::default(),
+            schedule_lead: watch::Sender::new(false),
+            last_beat: Instant::now(),
         }
+    }
+
+    /// Follows whether this timer fires the schedules: it does while it holds partition 0's lease.
+    pub fn schedule_lead(&self) -> watch::Receiver<bool> {
+        self.schedule_lead.subscribe()
     }
 
     /// Runs until `shutdown`; then finishes the batch in hand, gives up its partitions so the other
@@ -140,6 +152,7 @@ impl PartitionTimer {
                 _ = shutdown.cancelled() => {}
             }
         }
+        self.schedule_lead.send_replace(false);
         match self.queue.balance(&self.id, self.settings.lease_ms, true).await {
             Ok(_) => tracing::info!("released partitions"),
             Err(e) => tracing::warn!(cause = %e, "cannot release partitions; they lapse after timer.lease_ms"),
@@ -164,12 +177,21 @@ impl PartitionTimer {
                     );
                 }
                 metrics::gauge!("dq_timer_partitions_owned").set(self.held.len() as f64);
+                self.last_beat = Instant::now();
+                let leads = self.held.contains_key(&0);
+                self.schedule_lead
+                    .send_if_modified(|lead| std::mem::replace(lead, leads) != leads);
                 metrics::gauge!("dq_timer_live_timers").set(b.timers as f64);
             }
             Err(e) => {
                 // Without a heartbeat our leases may lapse; promotion stays exact either way, so keep
                 // going and let the next heartbeat sort the share out.
                 tracing::warn!(cause = %e, "heartbeat failed");
+                if self.last_beat.elapsed() > Duration::from_millis(self.settings.lease_ms) {
+                    // Another timer may hold partition 0 by now.
+                    self.schedule_lead
+                        .send_if_modified(|lead| std::mem::replace(lead, false));
+                }
             }
         }
     }

@@ -102,6 +102,14 @@ async fn every_binary_serves_the_documented_metrics() {
         .await
         .unwrap();
     }
+    // A schedule, every second: the timer fires it.
+    call(
+        "PUT",
+        "/v1/schedules/tick",
+        json!({"cron": "* * * * * *", "topic": "ticks", "body": 1}),
+    )
+    .await
+    .unwrap();
     // Pull work: an ack, a nack to dead, and a reservation left to expire.
     for (verb, ttr) in [("ack", 30000), ("nack", 30000), ("expire", 10)] {
         call(
@@ -152,6 +160,9 @@ async fn every_binary_serves_the_documented_metrics() {
                 "dq_timer_partitions_owned",
                 "dq_timer_live_timers",
                 "dq_timer_next_due_timestamp_seconds",
+                "dq_schedule_next_fire_timestamp_seconds",
+                "dq_schedule_fire_lateness_seconds",
+                "dq_schedule_occurrences_fired_total",
                 "dq_jobs_dead_total",
                 "dq_redis_up",
             ],

@@ -5,7 +5,8 @@
 //! [`timer`] (promote, expire, the timers' heartbeat), [`limit`] (a topic's delivery limits across
 //! consumers), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition count
 //! stored in Redis), [`quarantine`] (records that could not be decoded), [`alerting`] (what dq-checker
-//! keeps to alert once) and [`decode`] (script answers into types).
+//! keeps to alert once), [`schedules`] (the schedules' registry) and [`decode`] (script answers into
+//! types).
 
 mod ack;
 pub mod alerting;
@@ -18,6 +19,7 @@ pub mod push;
 pub mod quarantine;
 pub mod ready;
 pub mod reserve;
+pub mod schedules;
 pub mod stats;
 pub mod timer;
 

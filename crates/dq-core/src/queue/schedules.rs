@@ -1,0 +1,169 @@
+//! The schedules' registry: `{<prefix>}:schedules` (name → `<since ms> <config JSON>`) and the last
+//! occurrence each fired, `{<prefix>}:schedules:fired` (see `docs/redis-keys.md`). Both carry the
+//! installation's tag, so one script writes both atomically, in one slot on a cluster.
+
+use std::collections::HashMap;
+
+use redis::Value;
+
+use super::Queue;
+use super::decode::int;
+use crate::error::{Error, Result};
+use crate::schedule::ScheduleConfig;
+use crate::scripts;
+
+/// A schedule as the registry holds it.
+#[derive(Debug, Clone)]
+pub struct StoredSchedule {
+    /// Its name.
+    pub name: String,
+    /// Its registration.
+    pub config: ScheduleConfig,
+    /// When it started counting occurrences (Redis's clock, Unix ms): its creation, or the last change of
+    /// cron or zone, or the last resume. No occurrence at or before it fires.
+    pub since: i64,
+    /// The last occurrence it fired, Unix ms.
+    pub last_fired: Option<i64>,
+}
+
+impl StoredSchedule {
+    /// Every occurrence up to this (Unix ms) has fired or does not count: the later of `since` and the
+    /// last occurrence fired.
+    pub fn fired_through(&self) -> i64 {
+        self.last_fired.map_or(self.since, |f| f.max(self.since))
+    }
+}
+
+impl Queue {
+    /// Registers (or replaces) schedule `name`. With `restart`, or for a new schedule, it counts
+    /// occurrences from now (Redis's clock): a replaced schedule with a new cron or zone, and a resumed
+    /// one, fire from their next occurrence. Returns that start.
+    pub async fn put_schedule(&self, name: &str, config: &ScheduleConfig, restart: bool) -> Result<i64> {
+        let json = serde_json::to_string(config).map_err(|e| Error::Invalid(e.to_string()))?;
+        Ok(self.write_schedule(name, &json, restart).await?.0)
+    }
+
+    /// Deletes schedule `name` and its last occurrence fired (jobs it pushed stay). `ScheduleNotFound`
+    /// when there is none.
+    pub async fn delete_schedule(&self, name: &str) -> Result<()> {
+        match self.write_schedule(name, "", false).await? {
+            (_, true) => Ok(()),
+            (_, false) => Err(Error::ScheduleNotFound(name.to_string())),
+        }
+    }
+
+    /// Runs `schedule_set.lua`: returns the start stamped and whether the schedule existed.
+    async fn write_schedule(&self, name: &str, json: &str, restart: bool) -> Result<(i64, bool)> {
+        let mut inv = scripts::SCHEDULE_SET.prepare_invoke();
+        inv.key(self.keys().schedules())
+            .key(self.keys().schedules_fired())
+            .arg(name)
+            .arg(json)
+            .arg(if restart { "1" } else { "0" });
+        let out: Vec<i64> = self
+            .redis()
+            .invoke(&inv)
+            .await
+            .map_err(|e| Error::from_redis(None, e))?;
+        match out[..] {
+            [since, existed] => Ok((since, existed == 1)),
+            _ => Err(Error::Redis {
+                partition: None,
+                message: "schedule_set returned a malformed answer".into(),
+            }),
+        }
+    }
+
+    /// Every schedule, by name. A registration that does not parse is skipped, with a warning.
+    pub async fn schedules(&self) -> Result<Vec<StoredSchedule>> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL")
+            .arg(self.keys().schedules())
+            .cmd("HGETALL")
+            .arg(self.keys().schedules_fired());
+        let (raw, fired): (HashMap<String, String>, HashMap<String, i64>) =
+            self.redis().pipe(&pipe).await.map_err(|e| Error::from_redis(None, e))?;
+        let mut all: Vec<StoredSchedule> = raw
+            .into_iter()
+            .filter_map(|(name, value)| {
+                let last_fired = fired.get(&name).copied();
+                decode(name, &value, last_fired)
+            })
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    /// Schedule `name`, if registered.
+    pub async fn schedule(&self, name: &str) -> Result<Option<StoredSchedule>> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET")
+            .arg(self.keys().schedules())
+            .arg(name)
+            .cmd("HGET")
+            .arg(self.keys().schedules_fired())
+            .arg(name);
+        let (raw, fired): (Option<String>, Option<i64>) =
+            self.redis().pipe(&pipe).await.map_err(|e| Error::from_redis(None, e))?;
+        Ok(raw.and_then(|v| decode(name.to_string(), &v, fired)))
+    }
+
+    /// The last occurrence schedule `name` fired, as Redis holds it now.
+    pub async fn schedule_last_fired(&self, name: &str) -> Result<Option<i64>> {
+        self.redis()
+            .query(redis::cmd("HGET").arg(self.keys().schedules_fired()).arg(name))
+            .await
+            .map_err(|e| Error::from_redis(None, e))
+    }
+
+    /// Notes that schedule `name` fired its occurrence at `occurrence_ms` (the mark only rises). Returns
+    /// the last occurrence fired after the call, `None` when the schedule is gone.
+    pub async fn schedule_fired(&self, name: &str, occurrence_ms: i64) -> Result<Option<i64>> {
+        let mut inv = scripts::SCHEDULE_FIRED.prepare_invoke();
+        inv.key(self.keys().schedules())
+            .key(self.keys().schedules_fired())
+            .arg(name)
+            .arg(occurrence_ms);
+        let out: i64 = self
+            .redis()
+            .invoke(&inv)
+            .await
+            .map_err(|e| Error::from_redis(None, e))?;
+        Ok((out >= 0).then_some(out))
+    }
+
+    /// Redis's clock, Unix ms.
+    pub async fn redis_now_ms(&self) -> Result<i64> {
+        let t: Vec<Value> = self
+            .redis()
+            .query(&redis::cmd("TIME"))
+            .await
+            .map_err(|e| Error::from_redis(None, e))?;
+        match (t.first().and_then(int), t.get(1).and_then(int)) {
+            (Some(s), Some(us)) => Ok(s * 1000 + us / 1000),
+            _ => Err(Error::Redis {
+                partition: None,
+                message: "TIME returned a malformed answer".into(),
+            }),
+        }
+    }
+}
+
+/// A registry entry, `<since ms> <config JSON>`; `None` (with a warning) when it does not parse.
+fn decode(name: String, value: &str, last_fired: Option<i64>) -> Option<StoredSchedule> {
+    let parsed = value
+        .split_once(' ')
+        .and_then(|(since, json)| Some((since.parse().ok()?, serde_json::from_str(json).ok()?)));
+    match parsed {
+        Some((since, config)) => Some(StoredSchedule {
+            name,
+            config,
+            since,
+            last_fired,
+        }),
+        None => {
+            tracing::warn!(schedule = %name, "unreadable schedule skipped");
+            None
+        }
+    }
+}
