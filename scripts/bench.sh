@@ -5,7 +5,7 @@
 #
 #   scripts/bench.sh            all figures
 #   BENCH_ONLY=push scripts/bench.sh   one of: push auth batch reserve memory lateness cpu cpu-deliver burst kill deliver
-#                                      waiters
+#                                      waiters schedules
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
 #   DQ_REDIS_MODE=cluster scripts/bench.sh   the same on a local Redis Cluster of 3 primaries
@@ -234,6 +234,38 @@ PY
   rcli flushall >/dev/null
 fi
 
+if want schedules; then
+  echo; echo "== schedule firing lateness (the job's created_at - its occurrence): 20 schedules firing every second for 20 s"
+  python3 - "http://127.0.0.1:$sport" <<'PY'
+import json, sys, time, urllib.request
+base = sys.argv[1]
+def call(method, path, body=None):
+    req = urllib.request.Request(base + path, method=method, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        data = r.read()
+        return json.loads(data) if data else None
+names = [f"bench-sched-{i}" for i in range(20)]
+for n in names:
+    call("PUT", f"/v1/schedules/{n}", {"cron": "* * * * * *", "topic": "bench-sched", "body": {"s": n}})
+time.sleep(21)
+for n in names:
+    call("DELETE", f"/v1/schedules/{n}")
+late = []
+while True:
+    got = call("POST", "/v1/reserve", {"topics": ["bench-sched"], "count": 100})["jobs"]
+    if not got:
+        break
+    for j in got:
+        job = call("GET", f"/v1/jobs/{j['id']}")
+        late.append(job["created_at"] - job["run_at"])
+        call("POST", f"/v1/jobs/{j['id']}/ack", {"receipt": j["receipt"]})
+late.sort()
+q = lambda f: late[min(len(late) - 1, int(f * len(late)))]
+print(f"{len(late)} occurrences fired: lateness p50 {q(0.5)} ms, p99 {q(0.99)} ms, max {late[-1]} ms")
+PY
+fi
+
 if want burst; then
   echo; echo "== burst: 100,000 jobs due in the same millisecond"
   bench burst -n 100000 | head -8
@@ -244,6 +276,14 @@ if want deliver; then
   bench deliver -n 50000 --concurrency 64 | head -8
   echo; echo "== delivery lateness (callback received - due) at 1,000 jobs/s over 10 s"
   bench deliver -n 10000 --rate 1000 --concurrency 64 | head -8
+  echo; echo "== a rate-limited topic: callback.rate_per_s 1,000 (burst 10), 20,000 jobs ready at once, concurrency 64"
+  run=$(bench --json deliver -n 20000 --concurrency 64 --rate-limit 1000 --burst 10 | tail -1)
+  python3 - "$run" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+a, limit = r["achieved_per_s"], r["rate_limit"]
+print(f"achieved {a:.1f}/s against a limit of {limit:.0f}/s ({(a / limit - 1) * 100:+.2f}%), {r['unique']} delivered")
+PY
 fi
 
 if want waiters; then

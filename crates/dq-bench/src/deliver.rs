@@ -88,14 +88,26 @@ pub struct DeliverArgs {
     /// After the last job arrived, keep the topic and sink this long to count late duplicates, in ms.
     #[arg(long, default_value_t = 1000)]
     pub linger_ms: u64,
+    /// Write `callback.rate_per_s` into the topic, and report the rate achieved: (jobs − burst) over the
+    /// time from the first delivery to the last.
+    #[arg(long)]
+    pub rate_limit: Option<f64>,
+    /// With `--rate-limit`: `callback.burst`.
+    #[arg(long, default_value_t = 10, requires = "rate_limit")]
+    pub burst: u32,
 }
 
-/// The `PUT /v1/topics/{topic}` body: callback to `url` with `concurrency`.
-pub fn topic_config(url: &str, concurrency: u32) -> Bytes {
-    let config = json!({
+/// The `PUT /v1/topics/{topic}` body: callback to `url` with `concurrency`, and a rate limit (per
+/// second, and burst) if given.
+pub fn topic_config(url: &str, concurrency: u32, rate_limit: Option<(f64, u32)>) -> Bytes {
+    let mut config = json!({
         "callback": {"url": url, "timeout_ms": CALLBACK_TIMEOUT_MS, "concurrency": concurrency},
         "retry": {"max_attempts": RETRY_MAX_ATTEMPTS, "backoff_ms": [RETRY_BACKOFF_MS]},
     });
+    if let Some((rate, burst)) = rate_limit {
+        config["callback"]["rate_per_s"] = json!(rate);
+        config["callback"]["burst"] = json!(burst);
+    }
     Bytes::from(config.to_string())
 }
 
@@ -134,7 +146,10 @@ pub async fn run(target: &Arc<Target>, args: &DeliverArgs) -> Result<Report> {
         let uri = target.uri(&format!("/v1/topics/{}", encode_segment(&topic)))?;
         let mut conn = Conn::connect(Arc::clone(target)).await?;
         let reply = conn
-            .put_json(uri.clone(), topic_config(&callback, args.concurrency))
+            .put_json(
+                uri.clone(),
+                topic_config(&callback, args.concurrency, args.rate_limit.map(|r| (r, args.burst))),
+            )
             .await
             .context("registering the topic")?;
         if !reply.is_success() {
@@ -230,6 +245,14 @@ pub async fn run(target: &Arc<Target>, args: &DeliverArgs) -> Result<Report> {
         .with("concurrency", args.concurrency)
         .with("connections", args.connections)
         .with("rate", args.rate);
+    if let (Some(limit), Some(first)) = (args.rate_limit, l.first_us) {
+        let seconds = (l.last_new_us - first) as f64 / 1e6;
+        let achieved = (l.expected_unique.saturating_sub(u64::from(args.burst))) as f64 / seconds;
+        report = report
+            .with("rate_limit", limit)
+            .with("burst", args.burst)
+            .with("achieved_per_s", (achieved * 10.0).round() / 10.0);
+    }
     if outcome.schedule.is_some() {
         report = report
             .with("lead_ms", args.lead_ms)
@@ -398,12 +421,15 @@ mod tests {
 
     #[test]
     fn topic_config_has_callback_and_retry() {
-        let v: Value = serde_json::from_slice(&topic_config("http://127.0.0.1:9/hook", 64)).unwrap();
+        let v: Value = serde_json::from_slice(&topic_config("http://127.0.0.1:9/hook", 64, None)).unwrap();
         assert_eq!(
             v,
             json!({"callback":{"url":"http://127.0.0.1:9/hook","timeout_ms":5000,"concurrency":64},
                 "retry":{"max_attempts":10,"backoff_ms":[1000]}})
         );
+        let v: Value = serde_json::from_slice(&topic_config("http://x/", 8, Some((1000.0, 10)))).unwrap();
+        assert_eq!(v["callback"]["rate_per_s"], 1000.0);
+        assert_eq!(v["callback"]["burst"], 10);
     }
 
     #[test]
