@@ -185,12 +185,22 @@ script!(
     EVENTS_DONE,
     "events_done.lua"
 );
+script!(
+    /// Hand out due dead-job hooks, claimed while they are sent (dq-checker).
+    DEAD_HOOKS_TAKE,
+    "dead_hooks_take.lua"
+);
+script!(
+    /// A dead-job hook's try failed: schedule the next one (dq-checker).
+    DEAD_HOOKS_RETRY,
+    "dead_hooks_retry.lua"
+);
 
 /// Every script, to load them all when a process connects: without that, the first calls of a script
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
 /// NOSCRIPT and send the script's text again.
 /// `sharded` picks the builds of the scripts that publish.
-pub fn all(sharded: bool) -> [&'static Script; 23] {
+pub fn all(sharded: bool) -> [&'static Script; 25] {
     [
         &GET,
         PUSH.get(sharded),
@@ -215,6 +225,8 @@ pub fn all(sharded: bool) -> [&'static Script; 23] {
         &COUNTS_PRUNE,
         &EVENTS_TAKE,
         &EVENTS_DONE,
+        &DEAD_HOOKS_TAKE,
+        &DEAD_HOOKS_RETRY,
     ]
 }
 
@@ -246,7 +258,7 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 24);
+        assert_eq!(n, 26);
         assert_eq!(super::all(false).len(), n - 1, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [

@@ -4,10 +4,12 @@
 //! reschedule), [`reserve`] (reserve, ack, nack, touch, release), [`timer`] (promote, expire, the
 //! timers' heartbeat), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition
 //! count stored in Redis), [`quarantine`] (records that could not be decoded), [`alerting`] (what
-//! dq-checker keeps to alert once) and [`decode`] (script answers into types).
+//! dq-checker keeps to alert once), [`dead_hooks`] (the hooks of `callback.on_dead_url` waiting to be
+//! sent) and [`decode`] (script answers into types).
 
 pub mod alerting;
 pub mod dead;
+pub mod dead_hooks;
 mod decode;
 pub mod jobs;
 pub mod layout;
@@ -33,6 +35,7 @@ use crate::keys::{Keys, PartitionKeys};
 use crate::partition::{Partitions, slot_of};
 use crate::sealed::Sealer;
 
+pub use self::dead_hooks::DeadHook;
 pub use self::quarantine::Quarantined;
 pub use self::ready::ReadyIndex;
 pub use self::reserve::ReserveOptions;
