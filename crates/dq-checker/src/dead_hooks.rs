@@ -186,7 +186,9 @@ impl Sender {
 async fn post(egress: &Egress, url: &Url, callback: &Callback, hook: &DeadHook, body: Vec<u8>) -> Try {
     let http = match egress.client(url) {
         Ok(http) => http,
-        Err(e @ (CannotCall::Refused(_) | CannotCall::NameRefused(_))) => return Try::Failed("egress_refused", e.to_string()),
+        Err(e @ (CannotCall::Refused(_) | CannotCall::NameRefused(_))) => {
+            return Try::Failed("egress_refused", e.to_string());
+        }
         Err(e) => return Try::Failed("connect_error", e.to_string()),
     };
     let mut req = http

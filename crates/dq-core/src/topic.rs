@@ -300,7 +300,9 @@ fn check_url(field: &str, url: &str, egress: &Policy) -> Result<()> {
             Ok(()) => Ok(()),
             Err(refused) => Err(Error::Invalid(format!("`{field}` `{url}`: {refused}"))),
         },
-        Ok(_) => Err(Error::Invalid(format!("`{field}` must be an http or https URL, got `{url}`"))),
+        Ok(_) => Err(Error::Invalid(format!(
+            "`{field}` must be an http or https URL, got `{url}`"
+        ))),
         Err(e) => Err(Error::Invalid(format!("`{field}` `{url}` is not a URL: {e}"))),
     }
 }
@@ -395,7 +397,10 @@ mod tests {
             assert!(err.contains("callback.url") && err.contains(rule), "{url}: {err}");
             let json = format!(r#"{{"callback": {{"url": "http://10.0.0.5/", "on_dead_url": "{url}"}}}}"#);
             let err = check(&json).unwrap_err().to_string();
-            assert!(err.contains("callback.on_dead_url") && err.contains(rule), "{url}: {err}");
+            assert!(
+                err.contains("callback.on_dead_url") && err.contains(rule),
+                "{url}: {err}"
+            );
         }
         let config: TopicConfig = serde_json::from_str(r#"{"callback": {"url": "http://127.0.0.1:6379/"}}"#).unwrap();
         let settings = crate::config::EgressSettings::default();

@@ -420,7 +420,10 @@ impl Settings {
             return Err(invalid("checker.alert_timeout_ms", "must be at least 1"));
         }
         if self.checker.dead_hook_backoff_ms.is_empty() || self.checker.dead_hook_backoff_ms.len() > 100 {
-            return Err(invalid("checker.dead_hook_backoff_ms", "needs between 1 and 100 delays"));
+            return Err(invalid(
+                "checker.dead_hook_backoff_ms",
+                "needs between 1 and 100 delays",
+            ));
         }
         if let Some(url) = &self.checker.webhook_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
