@@ -13,7 +13,7 @@
 //! - takes the dead-job events the scripts recorded (each partition's `events`, moved to a pending list
 //!   and forgotten only once the alert went out, so a checker that dies meanwhile loses none) and raises
 //!   one alert per topic; taking an event queues the job's dead-job hook when its topic has a
-//!   `callback.on_dead_url`, which [`dead_hooks`] sends on a task of its own;
+//!   `callback.on_dead_url`, which `dead_hooks.rs` sends on a task of its own;
 //! - publishes job counts per topic and state and the age of each topic's oldest ready job, and raises a
 //!   backlog alert when a topic's ready jobs pass `checker.backlog_threshold` (and a clearing one after);
 //! - counts quarantined records, and alerts when there are more.

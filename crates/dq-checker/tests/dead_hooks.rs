@@ -221,3 +221,49 @@ async fn a_hook_to_a_refused_address_connects_nowhere_and_is_given_up() {
     stop.cancel();
     task.await.unwrap().unwrap();
 }
+
+/// A checker that took a death's event (queuing its hook) and then claimed the hook and died before
+/// sending it: the event handed out again does not queue a second hook, and the next checker sends the
+/// hook once the claim ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_taken_and_claimed_by_a_checker_that_died_is_sent_once_by_the_next() {
+    let redis = RedisServer::start();
+    let sink = HookSink::start_failing(0).await;
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    register(&q, "orders", &sink.url).await;
+    let id = push(&q, serde_json::json!({"topic": "orders", "body": 5, "max_attempts": 1})).await;
+    let r = q.reserve(&["orders".into()], 1).await.unwrap().remove(0);
+    q.nack(&r.id, &r.receipt, None, None, None).await.unwrap();
+
+    // What the checker that died did: took the event (twice: its alert never went out), then claimed
+    // the hook for a moment.
+    let p = q.partitions().of_id(&id);
+    let hooked = ["orders".to_string()];
+    assert_eq!(q.take_events(p, 1000, &hooked).await.unwrap().len(), 1);
+    assert_eq!(
+        q.take_events(p, 1000, &hooked).await.unwrap().len(),
+        1,
+        "pending, handed out again"
+    );
+    assert_eq!(waiting(&redis), 1, "one hook per death: {:?}", entries(&redis));
+    let claimed = q.take_dead_hooks(p, 10, 1500).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!((claimed[0].tries, claimed[0].id.as_str()), (0, id.as_str()));
+    assert!(q.take_dead_hooks(p, 10, 1500).await.unwrap().is_empty(), "claimed");
+
+    let (stop, task) = start(&s);
+    eventually(Duration::from_secs(30), "the hook sent after its claim", || async {
+        !sink.received().is_empty()
+    })
+    .await;
+    eventually(Duration::from_secs(10), "the hook forgotten", || async {
+        waiting(&redis) == 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(sink.received().len(), 1, "{:?}", sink.received());
+    assert_eq!(sink.received()[0].json()["id"], id.as_str());
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
