@@ -517,6 +517,19 @@ mod tests {
     }
 
     #[test]
+    fn dead_hook_waits_are_a_comma_separated_list_of_one_to_a_hundred() {
+        let s = Settings::load_from(None, env(&[])).unwrap();
+        assert_eq!(s.checker.dead_hook_backoff_ms.len(), 10, "11 tries");
+        let total: u64 = s.checker.dead_hook_backoff_ms.iter().sum();
+        assert!((3_000_000..=4_500_000).contains(&total), "about an hour: {total} ms");
+        let s = Settings::load_from(None, env(&[("DQ__CHECKER__DEAD_HOOK_BACKOFF_MS", "200,500")])).unwrap();
+        assert_eq!(s.checker.dead_hook_backoff_ms, [200, 500]);
+        let many = vec!["1"; 101].join(",");
+        let err = Settings::load_from(None, env(&[("DQ__CHECKER__DEAD_HOOK_BACKOFF_MS", &many)])).unwrap_err();
+        assert!(err.to_string().contains("checker.dead_hook_backoff_ms"), "{err}");
+    }
+
+    #[test]
     fn file_then_env() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dq.toml");
