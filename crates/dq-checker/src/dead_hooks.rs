@@ -103,7 +103,10 @@ impl Sender {
         let mut waiting = 0;
         for p in self.queue.partitions().all() {
             let hooks = match self.queue.take_dead_hooks(p, PER_ROUND, claim_ms).await {
-                Ok(h) => h,
+                Ok((hooks, held)) => {
+                    waiting += held;
+                    hooks
+                }
                 Err(e) => {
                     tracing::warn!(partition = p, cause = %e, "cannot take dead-job hooks");
                     continue;
@@ -112,7 +115,6 @@ impl Sender {
             futures_util::stream::iter(hooks)
                 .for_each_concurrent(CONCURRENCY, |hook| self.settle(p, hook, &topics))
                 .await;
-            waiting += self.queue.dead_hooks_waiting(p).await.unwrap_or(0);
         }
         metrics::gauge!("dq_dead_hooks_waiting").set(waiting as f64);
     }

@@ -5,7 +5,7 @@
 -- KEYS[1]: dead hooks (<prefix>:dead_hooks): `<failed tries> <died at ms> <topic> <id>` scored by the
 --          time of the next try (ms)
 -- ARGV[1]: most hooks to hand out   ARGV[2]: how long a claim lasts, ms
--- Returns: the due hooks, earliest first.
+-- Returns: {how many hooks the set holds, due hook, due hook, ...}, the due ones earliest first.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -14,4 +14,4 @@ local until_ms = now + tonumber(ARGV[2])
 for _, hook in ipairs(due) do
   redis.call('ZADD', KEYS[1], 'XX', until_ms, hook)
 end
-return due
+return {redis.call('ZCARD', KEYS[1]), unpack(due)}

@@ -3,7 +3,10 @@
 //! verbs of the checker that sends them: take the due ones (claimed while they are sent), count a failed
 //! try, forget a hook once it is sent or given up.
 
+use redis::Value;
+
 use super::Queue;
+use super::decode::{int, text};
 use crate::error::Result;
 use crate::scripts;
 
@@ -54,13 +57,15 @@ impl DeadHook {
 impl Queue {
     /// Up to `max` of partition `p`'s hooks whose next try is due, earliest first, each claimed for
     /// `claim_ms` (it is due again then, unless [`Queue::dead_hook_failed`] or [`Queue::dead_hook_done`]
-    /// came first). An entry that cannot be read is dropped with a warning.
-    pub async fn take_dead_hooks(&self, p: u16, max: usize, claim_ms: u64) -> Result<Vec<DeadHook>> {
+    /// came first), and how many hooks the partition holds (due or not). An entry that cannot be read is
+    /// dropped with a warning.
+    pub async fn take_dead_hooks(&self, p: u16, max: usize, claim_ms: u64) -> Result<(Vec<DeadHook>, u64)> {
         let mut inv = scripts::DEAD_HOOKS_TAKE.prepare_invoke();
         inv.key(self.partition_keys(p).dead_hooks()).arg(max).arg(claim_ms);
-        let entries: Vec<String> = self.run(p, &inv).await?;
-        let mut hooks = Vec::with_capacity(entries.len());
-        for entry in entries {
+        let reply: Vec<Value> = self.run(p, &inv).await?;
+        let held = reply.first().and_then(int).unwrap_or(0).max(0) as u64;
+        let mut hooks = Vec::with_capacity(reply.len().saturating_sub(1));
+        for entry in reply.iter().skip(1).filter_map(text) {
             match DeadHook::parse(&entry) {
                 Some(hook) => hooks.push(hook),
                 None => {
@@ -69,7 +74,7 @@ impl Queue {
                 }
             }
         }
-        Ok(hooks)
+        Ok((hooks, held))
     }
 
     /// A try of `hook` failed: it is tried again in `wait_ms`, one more failed try counted. False when
@@ -86,13 +91,6 @@ impl Queue {
     /// `hook` was sent, given up or is not to be sent: it goes.
     pub async fn dead_hook_done(&self, p: u16, hook: &DeadHook) -> Result<()> {
         self.forget_dead_hook(p, hook.entry()).await
-    }
-
-    /// How many hooks partition `p` holds (due or not).
-    pub async fn dead_hooks_waiting(&self, p: u16) -> Result<u64> {
-        let mut cmd = redis::cmd("ZCARD");
-        cmd.arg(self.partition_keys(p).dead_hooks());
-        self.query(p, &cmd).await
     }
 
     /// Removes one entry of partition `p`'s hooks (one command: atomic on its own).
