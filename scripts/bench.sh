@@ -4,7 +4,8 @@
 # figure is also given as a ratio to redis-benchmark running the same push script on the same Redis.
 #
 #   scripts/bench.sh            all figures
-#   BENCH_ONLY=push scripts/bench.sh   one of: push auth batch reserve memory lateness cpu burst kill deliver waiters
+#   BENCH_ONLY=push scripts/bench.sh   one of: push auth batch reserve memory lateness cpu cpu-deliver burst kill deliver
+#                                      waiters
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
 #   DQ_REDIS_MODE=cluster scripts/bench.sh   the same on a local Redis Cluster of 3 primaries
@@ -205,6 +206,31 @@ print(f"idle: {idle * 100:.2f}% of a core")
 print(f"per job: {(c2 - c1) / jobs * 1e6:.1f} us of Redis CPU ({jobs} jobs acked), "
       f"{((c2 - c1) - idle * 10) / jobs * 1e6:.1f} us without the idle share")
 PY
+  rcli flushall >/dev/null
+fi
+
+if want cpu-deliver; then
+  echo; echo "== Redis CPU per job over its whole life through push delivery: 30,000 jobs pushed over HTTP (batches of"
+  echo "   500) with a short delay, promoted, reserved by dq-consumer, POSTed to a sink that answers at once (concurrency"
+  echo "   64), acked. Due at 15,000/s (2 s after the push began), then at a steady 3,000/s."
+  cpu() { python3 -c "print($(info cpu used_cpu_user) + $(info cpu used_cpu_sys))"; }
+  for rate in 15000 3000; do
+    rcli flushall >/dev/null; rcli config resetstat >/dev/null
+    c0=$(cpu); sleep 5; c1=$(cpu); t1=$(date +%s.%N)
+    run=$(bench --json deliver -n 30000 --rate "$rate" --lead-ms 2000 --concurrency 64 --linger-ms 0 | tail -1)
+    c2=$(cpu); t2=$(date +%s.%N)
+    calls=$(rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '$1=="cmdstat_evalsha" {s += $3} END {print s+0}')
+    python3 - "$c0" "$c1" "$c2" "$run" "$calls" "$t1" "$t2" "$rate" <<'PY'
+import json, sys
+c0, c1, c2 = map(float, sys.argv[1:4]); run = json.loads(sys.argv[4]); calls = int(sys.argv[5])
+t1, t2, rate = float(sys.argv[6]), float(sys.argv[7]), sys.argv[8]
+idle = (c1 - c0) / 5
+jobs = run["unique"]
+print(f"due at {rate}/s: {(c2 - c1) / jobs * 1e6:.1f} us of Redis CPU per job, {((c2 - c1) - idle * (t2 - t1)) / jobs * 1e6:.1f} "
+      f"without the idle share ({idle * 100:.2f}% of a core); {calls / jobs:.2f} script calls per job; {jobs} delivered, "
+      f"{run['duplicates']} duplicates; lateness p99 {run['p99_ms']} ms")
+PY
+  done
   rcli flushall >/dev/null
 fi
 

@@ -75,9 +75,45 @@ enum Answer {
     TooLarge(StatusCode),
 }
 
+/// What one POST came to.
+#[derive(Debug)]
+pub struct Posted {
+    /// How the delivery ended.
+    pub outcome: Outcome,
+    /// How long the request took.
+    pub took: Duration,
+    /// A 429 or 503 answer's `Retry-After`: the callback asks for no deliveries of the topic until then.
+    pub retry_after: Option<Duration>,
+}
+
+/// The longest pause a `Retry-After` can ask for; a longer one is cut to this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+
+/// A 429 or 503 answer's `Retry-After` (seconds, or an HTTP date), capped at [`MAX_RETRY_AFTER`].
+fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
+    if !matches!(resp.status().as_u16(), 429 | 503) {
+        return None;
+    }
+    let value = resp.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let wait = match value.parse::<u64>() {
+        Ok(s) => Duration::from_secs(s),
+        Err(_) => httpdate::parse_http_date(value)
+            .ok()?
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
 /// Reads `resp` in chunks until its end or until it passes `cap` bytes; then it is dropped unread,
 /// which closes the connection, so memory stays flat whatever the callback sends.
-async fn read_capped(mut resp: reqwest::Response, cap: usize) -> reqwest::Result<Answer> {
+async fn read_capped(mut resp: reqwest::Response, cap: usize) -> reqwest::Result<(Answer, Option<Duration>)> {
+    let wait = retry_after(&resp);
+    Ok((read_answer(&mut resp, cap).await?, wait))
+}
+
+/// The body of [`read_capped`].
+async fn read_answer(resp: &mut reqwest::Response, cap: usize) -> reqwest::Result<Answer> {
     let status = resp.status();
     if resp.content_length().is_some_and(|n| n > cap as u64) {
         return Ok(Answer::TooLarge(status));
@@ -113,7 +149,7 @@ pub async fn post(
     url: &Url,
     callback: &Callback,
     condition: Option<&Condition>,
-) -> (Outcome, Duration) {
+) -> Posted {
     let http = match egress.client(url) {
         Ok(http) => http,
         Err(e) => {
@@ -122,7 +158,11 @@ pub async fn post(
                 CannotCall::Refused(_) | CannotCall::NameRefused(_) => "egress_refused",
             };
             let reason = e.to_string();
-            return (Outcome::Failed { kind, reason }, Duration::ZERO);
+            return Posted {
+                outcome: Outcome::Failed { kind, reason },
+                took: Duration::ZERO,
+                retry_after: None,
+            };
         }
     };
     let body = serde_json::to_vec(&Envelope {
@@ -154,7 +194,8 @@ pub async fn post(
     let started = Instant::now();
     let answer = async { read_capped(req.body(body).send().await?, egress.max_answer_bytes).await }.await;
     let took = started.elapsed();
-    let outcome = match answer {
+    let retry_after = answer.as_ref().ok().and_then(|(_, wait)| *wait);
+    let outcome = match answer.map(|(answer, _)| answer) {
         Err(e) if e.is_timeout() => Outcome::Failed {
             kind: "timeout",
             reason: format!("no answer within {} ms", callback.timeout_ms),
@@ -206,12 +247,43 @@ pub async fn post(
             }
         }
     };
-    (outcome, took)
+    Posted {
+        outcome,
+        took,
+        retry_after,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_is_read_from_429_and_503_in_seconds_or_as_a_date_and_capped() {
+        let answer = |status: u16, value: &str| {
+            let r = reqwest::Response::from(
+                axum::http::Response::builder()
+                    .status(status)
+                    .header("retry-after", value)
+                    .body("")
+                    .unwrap(),
+            );
+            retry_after(&r)
+        };
+        assert_eq!(answer(429, "3"), Some(Duration::from_secs(3)));
+        assert_eq!(answer(503, " 0 "), Some(Duration::ZERO));
+        assert_eq!(answer(500, "3"), None, "only 429 and 503 ask for a pause");
+        assert_eq!(answer(429, "soon"), None);
+        assert_eq!(answer(429, "999999"), Some(MAX_RETRY_AFTER));
+        let in_a_minute = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(62));
+        let wait = answer(503, &in_a_minute).unwrap();
+        assert!(
+            wait > Duration::from_secs(55) && wait <= Duration::from_secs(62),
+            "{wait:?}"
+        );
+        let past = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(60));
+        assert_eq!(answer(429, &past), Some(Duration::ZERO));
+    }
 
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -258,7 +330,7 @@ mod tests {
         let condition = Condition::parse("{http.body} == 'retry'").unwrap();
         post(&egress, &job(), &Url::parse(url).unwrap(), &callback, Some(&condition))
             .await
-            .0
+            .outcome
     }
 
     #[tokio::test]

@@ -3,8 +3,10 @@
 //! - [`deliver`]: one POST and what its answer means (2xx, a body, and the retry condition false).
 //! - [`egress`]: where callbacks may go: HTTP clients whose resolver applies the egress policy at
 //!   connect time, and the Redis nodes it keeps callbacks away from.
-//! - [`worker`]: one topic's loop: reserve as many jobs as there are free delivery slots, deliver each,
-//!   ack or nack it.
+//! - [`limiter`]: a worker's share of its topic's limits over every consumer (slots, rate, pauses asked
+//!   by the callback), kept in Redis.
+//! - [`worker`]: one topic's loop: reserve as many jobs as the limits and free delivery slots allow,
+//!   deliver each, ack or nack it.
 //!
 //! This module follows the topic registry and keeps one worker per deliverable topic. On SIGTERM,
 //! SIGINT or SIGUSR2 it stops reserving, lets deliveries in flight finish within `shutdown.grace_ms`
@@ -13,6 +15,7 @@
 
 pub mod deliver;
 pub mod egress;
+pub mod limiter;
 pub mod worker;
 
 use std::collections::HashMap;
@@ -64,6 +67,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         tracker: TaskTracker::new(),
         hand_back: CancellationToken::new(),
         backoff_default: settings.jobs.backoff_ms.clone(),
+        process_id: ulid::Ulid::new().to_string(),
     });
     tracing::info!(metrics = %listen, "dq-consumer starting");
 

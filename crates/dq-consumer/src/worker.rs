@@ -11,8 +11,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::deliver::{self, Outcome};
+use crate::deliver::{self, Outcome, Posted};
 use crate::egress::Egress;
+use crate::limiter::{Admit, Limiter};
 
 /// What every worker of this process shares.
 pub struct Shared {
@@ -27,6 +28,8 @@ pub struct Shared {
     pub hand_back: CancellationToken,
     /// `jobs.backoff_ms`, for topics without their own.
     pub backoff_default: Vec<u64>,
+    /// This process's name in the topics' limits (a fresh ULID per start).
+    pub process_id: String,
 }
 
 /// A topic's registration, prepared for delivery: the condition parsed once.
@@ -57,9 +60,15 @@ impl Plan {
             condition,
         })
     }
+
+    /// The callback.
+    pub fn callback(&self) -> &Callback {
+        &self.callback
+    }
 }
 
-/// Reserves and delivers one topic's jobs, at most `callback.concurrency` at a time.
+/// Reserves and delivers one topic's jobs, within the topic's limits over every consumer: at most
+/// `callback.concurrency` at a time and `callback.rate_per_s`.
 pub struct TopicWorker {
     /// The topic.
     topic: String,
@@ -85,10 +94,22 @@ impl TopicWorker {
         }
     }
 
-    /// Loops until stopped: waits for a free slot, reserves as many jobs as there are free slots (without
-    /// polling: an empty queue waits for its wake-up), and starts a delivery for each.
+    /// Loops until stopped: waits for a free slot, asks the topic's limits how many deliveries may start,
+    /// reserves that many jobs (without polling: an empty queue waits for its wake-up), and starts a
+    /// delivery for each.
     pub async fn run(mut self) {
         let topics = [self.topic.clone()];
+        let limiter = Arc::new(Limiter::new(
+            self.shared.queue.clone(),
+            self.topic.clone(),
+            &self.shared.process_id,
+        ));
+        // Tracked, so the drain waits for it to give the slots back after the last delivery.
+        let keep_stop = CancellationToken::new();
+        self.shared
+            .tracker
+            .spawn(limiter.clone().keep(self.plan.clone(), keep_stop.clone()));
+        let _stop_keeping = keep_stop.drop_guard();
         // Shown from the start, so a rate over it reads 0 rather than nothing.
         metrics::counter!("dq_consumer_settle_retries_total", "topic" => self.topic.clone()).increment(0);
         let mut slots_for = self.plan.borrow().callback.concurrency;
@@ -106,7 +127,31 @@ impl TopicWorker {
                 _ = self.stop.cancelled() => return,
                 _ = self.plan.changed() => continue,
             };
-            let want = (1 + slots.available_permits()).min(100);
+            let want = (1 + slots.available_permits()).min(100) as u32;
+            let admitted = match limiter.admit(&plan.callback, want).await {
+                Ok(Admit::Start(n)) => n,
+                Ok(Admit::Wait(wait, reason)) => {
+                    drop(first);
+                    metrics::counter!("dq_consumer_limit_waits_total", "topic" => self.topic.clone(), "reason" => reason)
+                        .increment(1);
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = self.plan.changed() => {}
+                        _ = self.stop.cancelled() => return,
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, cause = %e, retry_ms = retry.as_millis() as u64, "cannot read the topic's limits");
+                    drop(first);
+                    tokio::select! {
+                        _ = tokio::time::sleep(retry) => {}
+                        _ = self.stop.cancelled() => return,
+                    }
+                    retry = (retry * 2).min(RESERVE_RETRY_MAX);
+                    continue;
+                }
+            };
             // In line before looking, so a wake-up sent while this reserve runs is not missed.
             let mut waiter = self.shared.queue.ready_index().waiter(&topics);
             let least_ttr = plan.callback.timeout_ms + TTR_MARGIN_MS;
@@ -114,7 +159,14 @@ impl TopicWorker {
                 least_ttr_ms: Some(least_ttr),
                 waits: true,
             };
-            let jobs = match self.shared.queue.reserve_with(&topics, want, options).await {
+            let reserved = self
+                .shared
+                .queue
+                .reserve_with(&topics, admitted as usize, options)
+                .await;
+            let started = reserved.as_ref().map_or(0, |jobs| jobs.len() as u32);
+            limiter.started(&plan.callback, started, admitted).await;
+            let jobs = match reserved {
                 Ok(jobs) => {
                     retry = RESERVE_RETRY_FIRST;
                     jobs
@@ -146,8 +198,10 @@ impl TopicWorker {
                 permits.push(slots.clone().try_acquire_owned().expect("counted free slots"));
             }
             for (job, permit) in jobs.into_iter().zip(permits) {
-                let (shared, plan) = (self.shared.clone(), plan.clone());
-                self.shared.tracker.spawn(deliver_one(shared, plan, job, permit));
+                let (shared, plan, limiter) = (self.shared.clone(), plan.clone(), limiter.clone());
+                self.shared
+                    .tracker
+                    .spawn(deliver_one(shared, plan, limiter, job, permit));
             }
         }
     }
@@ -214,7 +268,13 @@ async fn settle(shared: &Shared, plan: &Plan, job: &Reservation, outcome: &Outco
 
 /// Delivers one reserved job and settles it: ack, nack (backoff or dead), or, when the drain's grace
 /// period ends first, release for immediate redelivery.
-async fn deliver_one(shared: Arc<Shared>, plan: Arc<Plan>, job: Reservation, _permit: OwnedSemaphorePermit) {
+async fn deliver_one(
+    shared: Arc<Shared>,
+    plan: Arc<Plan>,
+    limiter: Arc<Limiter>,
+    job: Reservation,
+    _permit: OwnedSemaphorePermit,
+) {
     let topic = job.topic.clone();
     let in_flight = metrics::gauge!("dq_consumer_in_flight", "topic" => topic.clone());
     in_flight.increment(1.0);
@@ -231,7 +291,13 @@ async fn deliver_one(shared: Arc<Shared>, plan: Arc<Plan>, job: Reservation, _pe
         _ = shared.hand_back.cancelled() => None,
     };
     in_flight.decrement(1.0);
-    let Some((outcome, took)) = posted else {
+    limiter.finished();
+    let Some(Posted {
+        outcome,
+        took,
+        retry_after,
+    }) = posted
+    else {
         match shared.queue.release(&job.id, &job.receipt).await {
             Ok(()) => tracing::info!(id = %job.id, %topic, "handed back unfinished"),
             Err(e) => tracing::warn!(id = %job.id, %topic, cause = %e, "cannot hand back; it returns after its TTR"),
@@ -239,6 +305,9 @@ async fn deliver_one(shared: Arc<Shared>, plan: Arc<Plan>, job: Reservation, _pe
         metrics::counter!("dq_deliveries_total", "topic" => topic, "outcome" => "handed_back").increment(1);
         return;
     };
+    if let Some(wait) = retry_after {
+        limiter.pause(&plan.callback, wait).await;
+    }
     metrics::histogram!("dq_callback_duration_seconds", "topic" => topic.clone()).record(took.as_secs_f64());
     metrics::counter!("dq_deliveries_total", "topic" => topic.clone(), "outcome" => outcome.label()).increment(1);
     let settled = settle(&shared, &plan, &job, &outcome).await;

@@ -77,6 +77,13 @@ impl Keys {
         format!("{{{}}}:alerts", self.prefix)
     }
 
+    /// A topic's delivery limits across every dq-consumer (`limit.lua`): slots held, the rate's token
+    /// bucket, a pause the callback asked for. Tagged by the topic, so on a cluster the topics' limits
+    /// spread over the nodes rather than all landing on the one that holds `{<prefix>}`.
+    pub fn limit(&self, topic: &str) -> String {
+        format!("{}:{{topic:{topic}}}:limit", self.prefix)
+    }
+
     /// The key of the layout dq used before partitions (`redis.shards`), looked for at start.
     pub fn old_layout(&self) -> String {
         format!("{}:meta", self.prefix)

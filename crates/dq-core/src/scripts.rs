@@ -5,7 +5,8 @@
 //!
 //! Every script touches the keys of one partition only, so it runs in one Redis Cluster slot: in the
 //! headers, `<prefix>` of a job's keys is the partition's prefix `<prefix>:{<tag>}` (see [`crate::keys`]).
-//! The exception is `balance.lua`, whose keys are the timers' own (`{<prefix>}:…`, one slot too).
+//! The exceptions are `balance.lua`, whose keys are the timers' own (`{<prefix>}:…`, one slot too), and
+//! `limit.lua`, whose one key is a topic's (`<prefix>:{topic:<topic>}:limit`).
 //!
 //! Scripts that wake processes over pub/sub call `redis.call(publish, channel, message)` and come in two
 //! builds ([`Waking`]): `publish` is `PUBLISH` for a standalone Redis and Sentinel, where one subscription
@@ -195,12 +196,17 @@ script!(
     DEAD_HOOKS_RETRY,
     "dead_hooks_retry.lua"
 );
+script!(
+    /// A topic's delivery limits across every dq-consumer: slots, rate, a pause asked by the callback.
+    LIMIT,
+    "limit.lua"
+);
 
 /// Every script, to load them all when a process connects: without that, the first calls of a script
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
 /// NOSCRIPT and send the script's text again.
 /// `sharded` picks the builds of the scripts that publish.
-pub fn all(sharded: bool) -> [&'static Script; 25] {
+pub fn all(sharded: bool) -> [&'static Script; 26] {
     [
         &GET,
         PUSH.get(sharded),
@@ -227,6 +233,7 @@ pub fn all(sharded: bool) -> [&'static Script; 25] {
         &EVENTS_DONE,
         &DEAD_HOOKS_TAKE,
         &DEAD_HOOKS_RETRY,
+        &LIMIT,
     ]
 }
 
@@ -258,7 +265,7 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 26);
+        assert_eq!(n, 27);
         assert_eq!(super::all(false).len(), n - 1, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [

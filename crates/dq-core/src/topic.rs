@@ -45,9 +45,18 @@ pub struct Callback {
     /// How long one delivery may take, in ms.
     #[serde(default = "default_timeout")]
     pub timeout_ms: u64,
-    /// Deliveries in flight at once, per dq-consumer process.
+    /// Deliveries in flight at once, over every dq-consumer (each worker holds slots on a lease in
+    /// Redis, see `limit.lua`).
     #[serde(default = "default_concurrency")]
     pub concurrency: u32,
+    /// Deliveries started per second at most, over every dq-consumer (a token bucket in Redis); none
+    /// for no rate limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_s: Option<f64>,
+    /// Deliveries that may start at once after a quiet spell under `rate_per_s` (the bucket's size);
+    /// else the rate rounded up (one second's worth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
     /// Extra request headers.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
@@ -103,6 +112,8 @@ impl std::fmt::Debug for Callback {
             .field("url", &masked_url(&self.url))
             .field("timeout_ms", &self.timeout_ms)
             .field("concurrency", &self.concurrency)
+            .field("rate_per_s", &self.rate_per_s)
+            .field("burst", &self.burst)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("secret", &self.secret.as_ref().map(|_| "***"))
             .field("previous_secret", &self.previous_secret.as_ref().map(|_| "***"))
@@ -117,6 +128,17 @@ fn default_timeout() -> u64 {
 
 fn default_concurrency() -> u32 {
     16
+}
+
+/// The highest `callback.rate_per_s` and `callback.burst` a topic may set.
+const MAX_RATE: f64 = 1_000_000.0;
+
+impl Callback {
+    /// The token bucket's size: `burst`, else one second's worth of `rate_per_s` (at least 1).
+    pub fn burst_or_default(&self) -> u32 {
+        self.burst
+            .unwrap_or_else(|| self.rate_per_s.map_or(1, |r| r.ceil().clamp(1.0, MAX_RATE) as u32))
+    }
 }
 
 /// Retry policy.
@@ -183,6 +205,21 @@ impl TopicConfig {
                     "`callback.concurrency` must be between 1 and 4096, got {}",
                     cb.concurrency
                 ));
+            }
+            if let Some(r) = cb.rate_per_s
+                && !(r > 0.0 && r <= MAX_RATE)
+            {
+                return bad(format!(
+                    "`callback.rate_per_s` must be above 0 and at most {MAX_RATE}, got {r}"
+                ));
+            }
+            if let Some(b) = cb.burst {
+                if cb.rate_per_s.is_none() {
+                    return bad("`callback.burst` needs `callback.rate_per_s`".into());
+                }
+                if !(1..=MAX_RATE as u32).contains(&b) {
+                    return bad(format!("`callback.burst` must be between 1 and {MAX_RATE}, got {b}"));
+                }
             }
             for (name, value) in &cb.headers {
                 let valid_name =
@@ -340,6 +377,25 @@ mod tests {
     }
 
     #[test]
+    fn the_burst_is_one_seconds_worth_of_the_rate_unless_given() {
+        let cb = |json: &str| check(json).unwrap().callback.unwrap();
+        assert_eq!(
+            cb(r#"{"callback": {"url": "http://x", "rate_per_s": 50}}"#).burst_or_default(),
+            50
+        );
+        assert_eq!(
+            cb(r#"{"callback": {"url": "http://x", "rate_per_s": 0.2}}"#).burst_or_default(),
+            1
+        );
+        assert_eq!(
+            cb(r#"{"callback": {"url": "http://x", "rate_per_s": 2.5}}"#).burst_or_default(),
+            3
+        );
+        let given = cb(r#"{"callback": {"url": "http://x", "rate_per_s": 50, "burst": 7}}"#);
+        assert_eq!(given.burst_or_default(), 7);
+    }
+
+    #[test]
     fn bad_configs_name_the_field() {
         for (json, field) in [
             (r#"{"callback": {"url": "ftp://x/y"}}"#, "callback.url"),
@@ -351,6 +407,23 @@ mod tests {
             (
                 r#"{"callback": {"url": "http://x", "concurrency": 0}}"#,
                 "callback.concurrency",
+            ),
+            (
+                r#"{"callback": {"url": "http://x", "rate_per_s": 0}}"#,
+                "callback.rate_per_s",
+            ),
+            (
+                r#"{"callback": {"url": "http://x", "rate_per_s": -1.5}}"#,
+                "callback.rate_per_s",
+            ),
+            (
+                r#"{"callback": {"url": "http://x", "rate_per_s": 1e9}}"#,
+                "callback.rate_per_s",
+            ),
+            (r#"{"callback": {"url": "http://x", "burst": 5}}"#, "callback.burst"),
+            (
+                r#"{"callback": {"url": "http://x", "rate_per_s": 5, "burst": 0}}"#,
+                "callback.burst",
             ),
             (
                 r#"{"callback": {"url": "http://x", "headers": {"X-DQ-Attempt": "1"}}}"#,

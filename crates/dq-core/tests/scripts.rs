@@ -551,6 +551,77 @@ async fn concurrent_pushes_each_get_their_own_answer() {
     assert_consistent(&redis);
 }
 
+/// Concurrent acks share script calls (group commit), yet each gets its own answer: the right receipt
+/// acks, a stale one or a second ack of the same job is refused, a job that is gone is not found, and the
+/// counts stay right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_acks_each_get_their_own_answer() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
+    let jobs: Vec<_> = (0..300)
+        .map(|i| job(&q, serde_json::json!({"topic": "t", "body": i})))
+        .collect();
+    for r in q.push_many(jobs).await {
+        r.unwrap();
+    }
+    let mut held = Vec::new();
+    while held.len() < 300 {
+        held.extend(q.reserve(&["t".into()], 100).await.unwrap());
+    }
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut redis.conn()).unwrap();
+    let mut tasks = Vec::new();
+    for (i, r) in held.iter().enumerate() {
+        let q = q.clone();
+        let (id, receipt) = (r.id.clone(), r.receipt.clone());
+        tasks.push(tokio::spawn(async move {
+            // Every third job: a wrong receipt first, then its own, then its own again.
+            let mut answers = Vec::new();
+            if i % 3 == 0 {
+                answers.push(q.ack(&id, "nonce.1").await.map_err(|e| e.to_string()));
+            }
+            answers.push(q.ack(&id, &receipt).await.map_err(|e| e.to_string()));
+            if i % 3 == 0 {
+                answers.push(q.ack(&id, &receipt).await.map_err(|e| e.to_string()));
+            }
+            (i, answers)
+        }));
+    }
+    let stale = Error::StaleReceipt.to_string();
+    for t in tasks {
+        let (i, answers) = t.await.unwrap();
+        if i % 3 == 0 {
+            assert_eq!(answers, [Err(stale.clone()), Ok(()), Err(stale.clone())], "job {i}");
+        } else {
+            assert_eq!(answers, [Ok(())], "job {i}");
+        }
+    }
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut redis.conn()).unwrap();
+    let calls: usize = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|l| l.split(',').next())
+        .map_or(0, |n| n.parse().unwrap());
+    assert!(calls < 500, "500 acks shared calls: {calls} calls");
+    for r in &held {
+        assert_eq!(q.get(&r.id).await.unwrap().state, State::Done);
+    }
+    assert!(matches!(q.ack("gone", "x.1").await, Err(Error::NotFound(_))));
+    // The same ack twice in one call: side by side, so they likely share one.
+    q.push(job(&q, serde_json::json!({"topic": "u", "body": 1, "id": "twice"})))
+        .await
+        .unwrap();
+    let r = q.reserve(&["u".into()], 1).await.unwrap().remove(0);
+    let (a, b) = tokio::join!(q.ack("twice", &r.receipt), q.ack("twice", &r.receipt));
+    let mut outcomes = [a.is_ok(), b.is_ok()];
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [false, true],
+        "one ack takes effect, the other finds the job done"
+    );
+    assert_consistent(&redis);
+}
+
 /// A record is one packed string (record.lua): every field survives each move the scripts make, and the
 /// body comes back byte for byte, whatever its size or content.
 #[tokio::test]

@@ -219,8 +219,9 @@ pub struct AckEntry {
 
 /// `POST /v1/jobs/ack`: 200 `{results: [{} | {error}]}` in order. A malformed entry refuses the whole
 /// request (nothing is acked); a stale receipt, a job that is gone, a topic the token may not use or a
-/// partition that does not answer fails only its own entry. The acks run side by side, so they share
-/// the connection's pipeline: a worker that reserved a batch settles it in one request.
+/// partition that does not answer fails only its own entry. The acks run side by side, so the group
+/// commit carries those of one partition in one script call: a worker that reserved a batch settles it
+/// in one request and few calls.
 pub async fn ack_many(
     State(app): State<AppState>,
     caller: Caller,

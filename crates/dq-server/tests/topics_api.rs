@@ -8,7 +8,7 @@ use serde_json::json;
 #[tokio::test]
 async fn register_look_up_list_and_delete() {
     let s = TestServer::start().await;
-    let config = json!({"callback": {"url": "http://127.0.0.1:9/hook", "timeout_ms": 2000, "concurrency": 4, "secret": "s3cr3t",
+    let config = json!({"callback": {"url": "http://127.0.0.1:9/hook", "timeout_ms": 2000, "concurrency": 4, "rate_per_s": 2.5, "burst": 5, "secret": "s3cr3t",
                                      "on_dead_url": "http://t0ken@127.0.0.1:9/dead"},
                         "retry": {"max_attempts": 3, "backoff_ms": [1000, 5000], "condition": "{res.code} != 200 && {res.data.status} != 2"},
                         "defaults": {"ttr_ms": 5000}});
@@ -21,6 +21,8 @@ async fn register_look_up_list_and_delete() {
         "credentials in the hook's URL are masked"
     );
     assert_eq!(out["config"]["retry"]["max_attempts"], 3);
+    assert_eq!(out["config"]["callback"]["rate_per_s"], 2.5);
+    assert_eq!(out["config"]["callback"]["burst"], 5);
     let (status, got) = s.call("GET", "/v1/topics/orders", None).await;
     assert_eq!(status, 200);
     assert_eq!(got["config"], out["config"]);
@@ -68,6 +70,19 @@ async fn bad_registrations_are_refused_and_write_nothing() {
         (
             json!({"callback": {"url": "http://x", "concurrency": 100000}}),
             "callback.concurrency",
+        ),
+        (
+            json!({"callback": {"url": "http://x", "rate_per_s": 0}}),
+            "callback.rate_per_s",
+        ),
+        (
+            json!({"callback": {"url": "http://x", "rate_per_s": "fast"}}),
+            "rate_per_s",
+        ),
+        (json!({"callback": {"url": "http://x", "burst": 10}}), "callback.burst"),
+        (
+            json!({"callback": {"url": "http://x", "rate_per_s": 5, "burst": 0}}),
+            "callback.burst",
         ),
         (json!({"retry": {"condition": "{res.code} = 200"}}), "retry.condition"),
         (

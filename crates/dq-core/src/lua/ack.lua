@@ -1,23 +1,46 @@
--- ack.lua: finish a reserved job: it is done, kept for lookups for the retention period.
+-- ack.lua: finish reserved jobs of one partition: each is done, kept for lookups for the retention period.
+-- One call carries the acks that dq's group commit gathered for the partition (one, or many at once).
 --
--- KEYS[1]: job record (<prefix>:job:<id>)
--- KEYS[2]: the reserved set (<prefix>:reserved)
--- KEYS[3]: counts hash (<prefix>:counts)
--- ARGV[1]: id   ARGV[2]: receipt   ARGV[3]: done retention in ms (0 = delete the record now)
--- Returns: 1 acked, 0 no such job, -1 stale receipt (the reservation it names is over; nothing changed).
+-- KEYS[1]: the reserved set (<prefix>:reserved)
+-- KEYS[2]: counts hash (<prefix>:counts)
+-- KEYS[3..]: the jobs' records (<prefix>:job:<id>), one per ack
+-- ARGV[1]: done retention in ms (0 = delete the record now)
+-- ARGV[2..]: per ack, its id and its receipt (ARGV[2k], ARGV[2k+1] go with KEYS[2+k])
+-- Returns: per ack, in order: 1 acked, 0 no such job, -1 stale receipt (the reservation it names is over;
+-- nothing changed).
 
-local job, reserved, counts = KEYS[1], KEYS[2], KEYS[3]
-local r = rec_load(job)
-if not r then return 0 end
-if r.s ~= 'reserved' or r.rc ~= ARGV[2] then return -1 end
-redis.call('ZREM', reserved, ARGV[1])
-redis.call('HINCRBY', counts, r.t .. ':reserved', -1)
-local retention = tonumber(ARGV[3])
-if retention > 0 then
-  r.s = 'done'
-  rec_store(job, r, true)
-  redis.call('PEXPIRE', job, retention)
-else
-  redis.call('DEL', job)
+local reserved, counts = KEYS[1], KEYS[2]
+local retention = tonumber(ARGV[1])
+-- Every record is read before the first write (see architecture.md, "Scripts on a moving slot").
+local recs = {}
+for k = 1, #KEYS - 2 do
+  recs[k] = rec_load(KEYS[2 + k]) or false
 end
-return 1
+local out, ended, acked = {}, {}, {}
+for k = 1, #KEYS - 2 do
+  local job, r = KEYS[2 + k], recs[k]
+  if acked[job] then
+    -- The same job twice in one call: the second finds what it would find alone after the first.
+    if retention > 0 then out[k] = -1 else out[k] = 0 end
+  elseif not r then
+    out[k] = 0
+  elseif r.s ~= 'reserved' or r.rc ~= ARGV[2 * k + 1] then
+    out[k] = -1
+  else
+    redis.call('ZREM', reserved, ARGV[2 * k])
+    ended[r.t] = (ended[r.t] or 0) + 1
+    if retention > 0 then
+      r.s = 'done'
+      rec_store(job, r, true)
+      redis.call('PEXPIRE', job, retention)
+    else
+      redis.call('DEL', job)
+    end
+    acked[job] = true
+    out[k] = 1
+  end
+end
+for topic, n in pairs(ended) do
+  redis.call('HINCRBY', counts, topic .. ':reserved', -n)
+end
+return out

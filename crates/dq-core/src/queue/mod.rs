@@ -1,18 +1,21 @@
 //! The typed queue API: every operation on jobs, each one script on one partition.
 //!
-//! Split by role: [`push`] (storing jobs, with the group commit), [`jobs`] (look up, delete,
-//! reschedule), [`reserve`] (reserve, ack, nack, touch, release), [`timer`] (promote, expire, the
-//! timers' heartbeat), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition
-//! count stored in Redis), [`quarantine`] (records that could not be decoded), [`alerting`] (what
-//! dq-checker keeps to alert once), [`dead_hooks`] (the hooks of `callback.on_dead_url` waiting to be
-//! sent) and [`decode`] (script answers into types).
+//! Split by role: [`push`] (storing jobs, with the group commit), `ack` (acks, with the same group
+//! commit), [`jobs`] (look up, delete, reschedule), [`reserve`] (reserve, nack, touch, release),
+//! [`timer`] (promote, expire, the timers' heartbeat), [`limit`] (a topic's delivery limits across
+//! consumers), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition count
+//! stored in Redis), [`quarantine`] (records that could not be decoded), [`alerting`] (what dq-checker
+//! keeps to alert once), [`dead_hooks`] (the hooks of `callback.on_dead_url` waiting to be sent) and
+//! [`decode`] (script answers into types).
 
+mod ack;
 pub mod alerting;
 pub mod dead;
 pub mod dead_hooks;
 mod decode;
 pub mod jobs;
 pub mod layout;
+pub mod limit;
 pub mod push;
 pub mod quarantine;
 pub mod ready;
@@ -36,6 +39,7 @@ use crate::partition::{Partitions, slot_of};
 use crate::sealed::Sealer;
 
 pub use self::dead_hooks::DeadHook;
+pub use self::limit::{LimitAsk, LimitGrant};
 pub use self::quarantine::Quarantined;
 pub use self::ready::ReadyIndex;
 pub use self::reserve::ReserveOptions;
@@ -64,6 +68,8 @@ pub struct Queue {
     sealer: Arc<Sealer>,
     /// The group commit of pushes.
     pushes: Arc<Coalescer<push::PushGroup, push::PushOutcome>>,
+    /// The group commit of acks.
+    acks: Arc<Coalescer<ack::AckOp, Result<()>>>,
     /// Which partitions may hold ready jobs of which topics, so reserves go straight to them.
     ready: Arc<ReadyIndex>,
     /// On a cluster: wake-ups go over sharded pub/sub (see [`crate::scripts::Waking`]).
@@ -112,6 +118,7 @@ impl Queue {
             egress: settings.egress.clone(),
             sealer: Arc::new(settings.secrets.sealer()),
             pushes: Arc::new(Coalescer::new(push::PUSH_GROUP_JOBS, in_flight)),
+            acks: Arc::new(Coalescer::new(ack::ACK_GROUP, in_flight)),
             ready: Arc::new(ReadyIndex::default()),
             sharded: settings.redis.mode == RedisMode::Cluster,
         }

@@ -198,27 +198,6 @@ impl Queue {
         Ok((jobs, int(more).ok_or_else(bad)? != 0))
     }
 
-    /// Finishes a reservation: the job is done.
-    pub async fn ack(&self, id: &str, receipt: &str) -> Result<()> {
-        let p = self.partitions.of_id(id);
-        let keys = self.partition_keys(p);
-        let mut inv = scripts::ACK.prepare_invoke();
-        inv.key(keys.job(id))
-            .key(keys.reserved())
-            .key(keys.counts())
-            .arg(id)
-            .arg(receipt)
-            .arg(self.defaults.done_retention_ms);
-        match self.write::<i64>(p, &inv).await? {
-            1 => {
-                metrics::counter!("dq_jobs_acked_total").increment(1);
-                Ok(())
-            }
-            0 => Err(Error::NotFound(id.to_string())),
-            _ => Err(Error::StaleReceipt),
-        }
-    }
-
     /// Fails a reservation: the job backs off (by `delay_ms`, else `backoff_ms`, else the default
     /// schedule) or goes dead after its last attempt. Returns its new state and due time.
     pub async fn nack(

@@ -1,0 +1,225 @@
+//! A topic's delivery limits hold across several dq-consumers (three in this process, each with its own
+//! connections and its own name in the limits), against a real Redis and a real local callback server.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use dq_core::{PushRequest, Queue, Settings, TopicConfig};
+use dq_harness::{RedisServer, eventually};
+use tokio_util::sync::CancellationToken;
+
+/// What the callback server saw.
+#[derive(Default)]
+struct Seen {
+    /// When each request arrived, and its job id.
+    arrivals: Mutex<Vec<(Instant, String)>>,
+    /// Requests being answered now.
+    in_flight: AtomicUsize,
+    /// The most ever answered at once.
+    most: AtomicUsize,
+}
+
+/// A callback server: each request is answered after `delay` with what `answer(n)` says (the n-th
+/// request): a status and an optional `Retry-After`.
+async fn sink(delay: Duration, answer: fn(usize) -> (u16, Option<&'static str>)) -> (String, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let state = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let seen = state.clone();
+            async move {
+                let id = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                let n = {
+                    let mut a = seen.arrivals.lock().unwrap();
+                    a.push((Instant::now(), id));
+                    a.len() - 1
+                };
+                let now = seen.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                seen.most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+                let (status, retry_after) = answer(n);
+                let mut headers = HeaderMap::new();
+                if let Some(r) = retry_after {
+                    headers.insert("retry-after", HeaderValue::from_static(r));
+                }
+                (StatusCode::from_u16(status).unwrap(), headers, r#"{"ok":true}"#)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
+}
+
+fn ok(_: usize) -> (u16, Option<&'static str>) {
+    (200, None)
+}
+
+fn settings(redis: &RedisServer) -> Settings {
+    let mut s = Settings::default();
+    s.redis.urls = vec![redis.url()];
+    s.redis.partitions = Some(8);
+    s.metrics.listen = Some("127.0.0.1:0".into());
+    s.topics.refresh_ms = 100;
+    s
+}
+
+/// `n` dq-consumers and one dq-timer; stopped (drained) on drop of the token.
+struct Consumers {
+    stop: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Consumers {
+    fn start(s: &Settings, n: usize) -> Self {
+        let stop = CancellationToken::new();
+        let mut tasks: Vec<_> = (0..n)
+            .map(|_| tokio::spawn(dq_consumer::run(s.clone(), stop.clone())))
+            .collect();
+        tasks.push(tokio::spawn(dq_timer::run(s.clone(), stop.clone())));
+        Consumers { stop, tasks }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        for t in self.tasks {
+            tokio::time::timeout(Duration::from_secs(30), t)
+                .await
+                .expect("drains")
+                .unwrap()
+                .unwrap();
+        }
+    }
+}
+
+async fn register(q: &Queue, topic: &str, json: serde_json::Value) {
+    let config: TopicConfig = serde_json::from_value(json).unwrap();
+    config.validate(q.limits(), &q.egress().await).unwrap();
+    q.put_topic(topic, &config).await.unwrap();
+}
+
+async fn push_ready(q: &Queue, topic: &str, n: usize) {
+    for i in 0..n {
+        let req: PushRequest = serde_json::from_value(serde_json::json!({"topic": topic, "body": i})).unwrap();
+        q.push(q.validate(req).unwrap()).await.unwrap();
+    }
+}
+
+/// Every job delivered exactly once (the sink answers 2xx).
+fn each_once(seen: &Seen, n: usize) {
+    let mut ids: Vec<String> = seen.arrivals.lock().unwrap().iter().map(|(_, id)| id.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "every job delivered");
+    assert_eq!(seen.arrivals.lock().unwrap().len(), n, "none twice");
+}
+
+#[tokio::test]
+async fn concurrency_counts_the_deliveries_of_every_consumer() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    let (url, seen) = sink(Duration::from_millis(150), ok).await;
+    register(&q, "c", serde_json::json!({"callback": {"url": url, "concurrency": 4}})).await;
+    push_ready(&q, "c", 60).await;
+    let consumers = Consumers::start(&s, 3);
+    eventually(Duration::from_secs(60), "60 deliveries", || async {
+        seen.arrivals.lock().unwrap().len() >= 60
+    })
+    .await;
+    consumers.stop().await;
+    each_once(&seen, 60);
+    let most = seen.most.load(Ordering::SeqCst);
+    assert!(most <= 4, "at most 4 in flight over 3 consumers, saw {most}");
+    assert!(most >= 2, "the consumers did deliver side by side ({most})");
+    let left: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("dq:{topic:c}:limit")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(
+        left.keys().all(|f| !f.starts_with("h:")),
+        "drained consumers give their slots back: {left:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_rate_limit_holds_over_every_consumer() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    let (url, seen) = sink(Duration::ZERO, ok).await;
+    let (rate, burst) = (50.0, 10u32);
+    register(
+        &q,
+        "r",
+        serde_json::json!({"callback": {"url": url, "concurrency": 64, "rate_per_s": rate, "burst": burst}}),
+    )
+    .await;
+    let burst = f64::from(burst);
+    push_ready(&q, "r", 150).await;
+    let consumers = Consumers::start(&s, 3);
+    eventually(Duration::from_secs(60), "150 deliveries", || async {
+        seen.arrivals.lock().unwrap().len() >= 150
+    })
+    .await;
+    consumers.stop().await;
+    each_once(&seen, 150);
+    // Every stretch of time sees at most rate × its length + burst arrivals. A token is taken in Redis a
+    // moment before its request arrives, and that moment varies: 250 ms of it is allowed for.
+    let times: Vec<Instant> = seen.arrivals.lock().unwrap().iter().map(|(t, _)| *t).collect();
+    for (i, from) in times.iter().enumerate() {
+        for (j, to) in times.iter().enumerate().skip(i) {
+            let window = to.duration_since(*from).as_secs_f64();
+            let count = (j - i + 1) as f64;
+            assert!(
+                count <= rate * (window + 0.25) + burst,
+                "{count} arrivals within {window:.3} s at {rate}/s with a burst of {burst}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_retry_after_answer_pauses_the_topic() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    // The first request is told to come back in 2 s; the rest succeed.
+    let (url, seen) = sink(Duration::ZERO, |n| if n == 0 { (429, Some("2")) } else { (200, None) }).await;
+    register(
+        &q,
+        "p",
+        serde_json::json!({"callback": {"url": url, "concurrency": 1},
+                           "retry": {"backoff_ms": [100]}}),
+    )
+    .await;
+    push_ready(&q, "p", 3).await;
+    let consumers = Consumers::start(&s, 1);
+    eventually(Duration::from_secs(60), "the 3 jobs, one of them twice", || async {
+        seen.arrivals.lock().unwrap().len() >= 4
+    })
+    .await;
+    consumers.stop().await;
+    let arrivals = seen.arrivals.lock().unwrap().clone();
+    let waited = arrivals[1].0.duration_since(arrivals[0].0);
+    assert!(
+        waited >= Duration::from_millis(1900),
+        "nothing is delivered within the 2 s asked for (the next came after {waited:?})"
+    );
+    let paused: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("dq:{topic:p}:limit")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(
+        paused.contains_key("until"),
+        "the pause is kept for the other consumers: {paused:?}"
+    );
+}

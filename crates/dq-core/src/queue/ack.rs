@@ -1,0 +1,109 @@
+//! Acks, in groups: the acks that arrive while calls are out travel together in the next one, one
+//! `ack.lua` call per partition, the group commit pushes use ([`crate::coalesce`]). A lone ack goes out
+//! at once; a worker that settles a crowd of deliveries shares calls. Each ack gets its own answer,
+//! exactly as if it had gone alone.
+
+use std::collections::HashMap;
+
+use super::Queue;
+use crate::error::{Error, Result};
+use crate::scripts;
+
+/// The most acks one call carries (its keys and arguments go onto Lua's stack).
+pub(crate) const ACK_GROUP: usize = 500;
+
+/// One ack waiting for its call.
+#[derive(Debug)]
+pub(crate) struct AckOp {
+    /// The job.
+    id: String,
+    /// The receipt of its reservation.
+    receipt: String,
+}
+
+impl Queue {
+    /// Finishes a reservation: the job is done. `NotFound` when the job is gone, `StaleReceipt` when
+    /// the reservation `receipt` names is over.
+    pub async fn ack(&self, id: &str, receipt: &str) -> Result<()> {
+        let op = AckOp {
+            id: id.to_string(),
+            receipt: receipt.to_string(),
+        };
+        let me = self.clone();
+        let flush = move |ops: Vec<AckOp>| send(me.clone(), ops);
+        let r = self.acks.submit(op, 1, flush).await.unwrap_or_else(|| {
+            Err(Error::Redis {
+                partition: None,
+                message: "the ack call ended without an answer".into(),
+            })
+        });
+        if r.is_ok() {
+            metrics::counter!("dq_jobs_acked_total").increment(1);
+        }
+        r
+    }
+}
+
+/// Sends gathered acks: one `ack.lua` call per partition (of at most [`ACK_GROUP`]), side by side.
+/// Answers per ack, in order.
+async fn send(queue: Queue, ops: Vec<AckOp>) -> Vec<Result<()>> {
+    let mut by_partition: HashMap<u16, Vec<usize>> = HashMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        by_partition.entry(queue.partitions.of_id(&op.id)).or_default().push(i);
+    }
+    let calls = by_partition
+        .into_iter()
+        .flat_map(|(p, members)| members.chunks(ACK_GROUP).map(|c| (p, c.to_vec())).collect::<Vec<_>>())
+        .map(|(p, members)| {
+            let (queue, ops) = (&queue, &ops);
+            async move {
+                let out = ack_on(queue, p, members.iter().map(|&i| &ops[i])).await;
+                (members, out)
+            }
+        });
+    let mut answers: Vec<Option<Result<()>>> = (0..ops.len()).map(|_| None).collect();
+    for (members, out) in futures_util::future::join_all(calls).await {
+        match out {
+            Ok(codes) => {
+                for (i, code) in members.into_iter().zip(codes) {
+                    answers[i] = Some(match code {
+                        1 => Ok(()),
+                        0 => Err(Error::NotFound(ops[i].id.clone())),
+                        _ => Err(Error::StaleReceipt),
+                    });
+                }
+            }
+            Err(e) => {
+                for i in members {
+                    answers[i] = Some(Err(e.duplicate()));
+                }
+            }
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| {
+            a.unwrap_or_else(|| {
+                Err(Error::Redis {
+                    partition: None,
+                    message: "ack returned too few answers".into(),
+                })
+            })
+        })
+        .collect()
+}
+
+/// One `ack.lua` call on partition `p`.
+async fn ack_on(queue: &Queue, p: u16, ops: impl Iterator<Item = &AckOp> + Clone) -> Result<Vec<i64>> {
+    let keys = queue.partition_keys(p);
+    let mut inv = scripts::ACK.prepare_invoke();
+    inv.key(keys.reserved()).key(keys.counts());
+    for op in ops.clone() {
+        inv.key(keys.job(&op.id));
+    }
+    inv.arg(queue.defaults.done_retention_ms);
+    for op in ops {
+        inv.arg(&op.id).arg(&op.receipt);
+    }
+    queue.write(p, &inv).await
+}
