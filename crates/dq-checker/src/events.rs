@@ -1,6 +1,8 @@
 //! The dead-job events the scripts record in each partition (`nack.lua`, `expire.lua`): read by the
 //! checker that holds the lease, one alert per topic, and forgotten only once the alert went out (they
-//! wait in the partition's pending list meanwhile, so a checker that dies loses none).
+//! wait in the partition's pending list meanwhile, so a checker that dies loses none). Taking an event
+//! also queues its dead-job hook when the job's topic has a `callback.on_dead_url` (see
+//! [`crate::dead_hooks`]), in the same script.
 
 use std::collections::HashMap;
 
@@ -14,8 +16,22 @@ const PER_ROUND: usize = 1000;
 /// Takes every partition's pending or new dead-job events and raises one alert per topic; forgets the
 /// events of the partitions whose alerts all went out.
 pub(crate) async fn alert_dead_jobs(queue: &Queue, notifier: &Notifier) {
+    // Which topics have hooks is known before any event is taken: an event taken without it would lose
+    // its hook.
+    let hooked: Vec<String> = match queue.topics().await {
+        Ok(topics) => topics
+            .into_iter()
+            .filter(|(_, c)| c.callback.as_ref().is_some_and(|cb| cb.on_dead_url.is_some()))
+            .map(|(topic, _)| topic)
+            .collect(),
+        Err(e) => {
+            tracing::warn!(cause = %e, "cannot read the topic registry; dead-job events wait");
+            return;
+        }
+    };
+    let hooked = &hooked;
     let takes = queue.partitions().all().map(|p| async move {
-        match queue.take_events(p, PER_ROUND).await {
+        match queue.take_events(p, PER_ROUND, hooked).await {
             Ok(events) => (p, events),
             Err(e) => {
                 tracing::warn!(partition = p, cause = %e, "cannot read dead-job events");

@@ -12,7 +12,8 @@
 //!   `maxmemory-policy` is not `noeviction` or persistence is off, since either can lose jobs;
 //! - takes the dead-job events the scripts recorded (each partition's `events`, moved to a pending list
 //!   and forgotten only once the alert went out, so a checker that dies meanwhile loses none) and raises
-//!   one alert per topic;
+//!   one alert per topic; taking an event queues the job's dead-job hook when its topic has a
+//!   `callback.on_dead_url`, which `dead_hooks.rs` sends on a task of its own;
 //! - publishes job counts per topic and state and the age of each topic's oldest ready job, and raises a
 //!   backlog alert when a topic's ready jobs pass `checker.backlog_threshold` (and a clearing one after);
 //! - counts quarantined records, and alerts when there are more.
@@ -24,16 +25,20 @@
 //! Every `checker.audit_interval_ms` it audits every partition and repairs what it finds.
 
 pub mod alert;
+mod dead_hooks;
 mod events;
 pub mod migrate;
 pub mod quarantine;
 mod retention;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dq_core::audit::AuditReport;
 use dq_core::connection::Node;
+use dq_core::egress::Egress;
 use dq_core::queue::{NodeWatch, Stats};
 use dq_core::{Queue, Settings, State};
 use tokio_util::sync::CancellationToken;
@@ -126,6 +131,17 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             }
         });
     }
+    // Dead-job hooks go out on a task of their own, sent while this checker holds the lease.
+    let leader = Arc::new(AtomicBool::new(false));
+    let egress = Arc::new(Egress::new(&settings.egress, queue.egress().await));
+    tokio::spawn(egress.clone().follow_nodes(queue.clone(), shutdown.clone()));
+    let hooks = dead_hooks::Sender::new(
+        queue.clone(),
+        egress,
+        settings.checker.dead_hook_backoff_ms.clone(),
+        leader.clone(),
+    );
+    let hooks = tokio::spawn(hooks.run(interval, shutdown.clone()));
     let mut memory = Memory::default();
     let mut watch = NodeWatch::default();
     let mut retention = retention::Retention::default();
@@ -164,6 +180,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             Err(e) => tracing::debug!(cause = %e, "cannot reach the checkers' lease; keeping the last answer"),
         }
         metrics::gauge!("dq_checker_leader").set(if memory.leader { 1.0 } else { 0.0 });
+        leader.store(memory.leader, Ordering::Relaxed);
         let primaries = queue.primaries().await;
         for node in &watch.nodes(primaries.clone()) {
             let former = !primaries.contains(node);
@@ -189,6 +206,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         }
         quarantine::check(&queue, &notifier, &mut memory).await;
     }
+    let _ = hooks.await;
     let _ = metrics.await;
     tracing::info!("dq-checker stopped");
     Ok(())

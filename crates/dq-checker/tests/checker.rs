@@ -265,7 +265,7 @@ async fn dead_job_events_outlive_a_checker_that_died_and_a_webhook_that_refused(
         .query(&mut redis.conn())
         .unwrap();
     // Taken, as by a checker that then died before sending.
-    assert_eq!(q.take_events(p, 1000).await.unwrap().len(), 1);
+    assert_eq!(q.take_events(p, 1000, &[]).await.unwrap().len(), 1);
     let (stop, task) = start(&s);
     eventually(Duration::from_secs(30), "the pending event alerted", || async {
         alerts

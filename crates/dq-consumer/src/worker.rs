@@ -112,6 +112,11 @@ impl TopicWorker {
         let _stop_keeping = keep_stop.drop_guard();
         // Shown from the start, so a rate over it reads 0 rather than nothing.
         metrics::counter!("dq_consumer_settle_retries_total", "topic" => self.topic.clone()).increment(0);
+        for reason in ["slots", "rate", "paused"] {
+            metrics::counter!("dq_consumer_limit_waits_total", "topic" => self.topic.clone(), "reason" => reason)
+                .increment(0);
+        }
+        metrics::counter!("dq_consumer_pauses_total", "topic" => self.topic.clone()).increment(0);
         let mut slots_for = self.plan.borrow().callback.concurrency;
         let mut slots = Arc::new(Semaphore::new(slots_for as usize));
         let mut retry = RESERVE_RETRY_FIRST;

@@ -167,6 +167,13 @@ impl PartitionKeys {
     pub fn events_pending(&self) -> String {
         format!("{}:events:pending", self.prefix)
     }
+
+    /// Dead-job hooks waiting to be sent (`callback.on_dead_url`): a sorted set of
+    /// `<failed tries> <died at ms> <topic> <id>` scored by the time of the next try (ms); queued by
+    /// `events_take.lua` when dq-checker takes the death's event, removed once sent or given up.
+    pub fn dead_hooks(&self) -> String {
+        format!("{}:dead_hooks", self.prefix)
+    }
 }
 
 /// Wake-up channels: `<prefix>:{<tag>}:wake:ready` and `<prefix>:{<tag>}:wake:timer`, one of each per
@@ -245,6 +252,7 @@ mod tests {
         assert_eq!(p.events(), "dq:{17.403}:events");
         assert_eq!(p.quarantine(), "dq:{17.403}:quarantine");
         assert_eq!(p.events_pending(), "dq:{17.403}:events:pending");
+        assert_eq!(p.dead_hooks(), "dq:{17.403}:dead_hooks");
         assert_eq!(k.checker_lease(), "{dq}:checker");
         assert_eq!(k.alerts_sent(), "{dq}:alerts");
         assert_eq!(k.layout(), "{dq}:layout");

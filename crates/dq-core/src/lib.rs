@@ -9,7 +9,8 @@
 //! - [`queue`]: the typed async API over the scripts, by role; [`registry`]: the topic registry and its
 //!   cache.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks;
-//!   [`egress`]: which addresses its callback may reach.
+//!   [`egress`]: which addresses its callback may reach, and the HTTP clients that apply that;
+//!   [`sign`]: the `X-DQ-Signature` of what dq POSTs.
 //! - [`schedule`]: schedules, a cron pattern that pushes one job per occurrence (stored by
 //!   [`queue::schedules`], fired by dq-timer).
 //! - [`wake`]: pub/sub wake-ups for long polls and timers; [`audit`]: the consistency audit and repair.
@@ -33,6 +34,7 @@ pub mod registry;
 pub mod schedule;
 pub mod scripts;
 pub mod sealed;
+pub mod sign;
 pub mod signals;
 pub mod systemd;
 pub mod telemetry;

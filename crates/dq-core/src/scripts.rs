@@ -198,6 +198,16 @@ script!(
     "events_done.lua"
 );
 script!(
+    /// Hand out due dead-job hooks, claimed while they are sent (dq-checker).
+    DEAD_HOOKS_TAKE,
+    "dead_hooks_take.lua"
+);
+script!(
+    /// A dead-job hook's try failed: schedule the next one (dq-checker).
+    DEAD_HOOKS_RETRY,
+    "dead_hooks_retry.lua"
+);
+script!(
     /// A topic's delivery limits across every dq-consumer: slots, rate, a pause asked by the callback.
     LIMIT,
     "limit.lua"
@@ -207,7 +217,7 @@ script!(
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
 /// NOSCRIPT and send the script's text again.
 /// `sharded` picks the builds of the scripts that publish.
-pub fn all(sharded: bool) -> [&'static Script; 26] {
+pub fn all(sharded: bool) -> [&'static Script; 28] {
     [
         &GET,
         PUSH.get(sharded),
@@ -232,6 +242,8 @@ pub fn all(sharded: bool) -> [&'static Script; 26] {
         &COUNTS_PRUNE,
         &EVENTS_TAKE,
         &EVENTS_DONE,
+        &DEAD_HOOKS_TAKE,
+        &DEAD_HOOKS_RETRY,
         &LIMIT,
         &SCHEDULE_SET,
         &SCHEDULE_FIRED,
@@ -266,7 +278,7 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 27);
+        assert_eq!(n, 29);
         assert_eq!(super::all(false).len(), n - 1, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [

@@ -1,7 +1,8 @@
 //! Topics: what a topic's registration says (callback, retry policy, defaults, paused), and its checks.
 //!
 //! A topic without a callback is pulled through the API; one with a callback is delivered by
-//! dq-consumer. Registration is optional: pushing to an unregistered topic uses the global defaults.
+//! dq-consumer, and may name a `callback.on_dead_url` that dq-checker POSTs each job that goes dead to.
+//! Registration is optional: pushing to an unregistered topic uses the global defaults.
 
 use std::collections::BTreeMap;
 
@@ -66,6 +67,10 @@ pub struct Callback {
     /// `X-DQ-Signature`), so receivers can switch to `secret` at their own pace. Masked like `secret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_secret: Option<String>,
+    /// `http` or `https` URL that dq-checker POSTs each job of the topic that goes dead to (the job as
+    /// looked up, signed like a delivery), retried with backoff; none for no hook. Checked like `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_dead_url: Option<String>,
 }
 
 impl Callback {
@@ -112,6 +117,7 @@ impl std::fmt::Debug for Callback {
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("secret", &self.secret.as_ref().map(|_| "***"))
             .field("previous_secret", &self.previous_secret.as_ref().map(|_| "***"))
+            .field("on_dead_url", &self.on_dead_url.as_deref().map(masked_url))
             .finish()
     }
 }
@@ -184,14 +190,9 @@ impl TopicConfig {
     pub fn validate(&self, limits: &Limits, egress: &Policy) -> Result<()> {
         let bad = |m: String| Err(Error::Invalid(m));
         if let Some(cb) = &self.callback {
-            match url::Url::parse(&cb.url) {
-                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
-                    if let Err(refused) = egress.check_url(&u) {
-                        return bad(format!("`callback.url` `{}`: {refused}", cb.url));
-                    }
-                }
-                Ok(_) => return bad(format!("`callback.url` must be an http or https URL, got `{}`", cb.url)),
-                Err(e) => return bad(format!("`callback.url` `{}` is not a URL: {e}", cb.url)),
+            check_url("callback.url", &cb.url, egress)?;
+            if let Some(url) = &cb.on_dead_url {
+                check_url("callback.on_dead_url", url, egress)?;
             }
             if !(1..=300_000).contains(&cb.timeout_ms) {
                 return bad(format!(
@@ -278,6 +279,7 @@ impl TopicConfig {
         let mut c = self.clone();
         if let Some(cb) = &mut c.callback {
             cb.url = masked_url(&cb.url);
+            cb.on_dead_url = cb.on_dead_url.as_deref().map(masked_url);
             for s in [&mut cb.secret, &mut cb.previous_secret].into_iter().flatten() {
                 *s = "***".into();
             }
@@ -324,6 +326,21 @@ impl TopicConfig {
     /// Backoff list: the topic's, else `default` (`jobs.backoff_ms`).
     pub fn backoff<'a>(&'a self, default: &'a [u64]) -> &'a [u64] {
         self.retry.backoff_ms.as_deref().unwrap_or(default)
+    }
+}
+
+/// Refuses `url` (the value of `field`) unless it is an `http` or `https` URL with a host, and, when the
+/// host is an IP address, one the egress policy allows.
+fn check_url(field: &str, url: &str, egress: &Policy) -> Result<()> {
+    match url::Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => match egress.check_url(&u) {
+            Ok(()) => Ok(()),
+            Err(refused) => Err(Error::Invalid(format!("`{field}` `{url}`: {refused}"))),
+        },
+        Ok(_) => Err(Error::Invalid(format!(
+            "`{field}` must be an http or https URL, got `{url}`"
+        ))),
+        Err(e) => Err(Error::Invalid(format!("`{field}` `{url}` is not a URL: {e}"))),
     }
 }
 
@@ -417,6 +434,14 @@ mod tests {
                 "callback.headers",
             ),
             (r#"{"callback": {"url": "http://x", "secret": ""}}"#, "callback.secret"),
+            (
+                r#"{"callback": {"url": "http://x", "on_dead_url": "ftp://x/y"}}"#,
+                "callback.on_dead_url",
+            ),
+            (
+                r#"{"callback": {"url": "http://x", "on_dead_url": "dead"}}"#,
+                "callback.on_dead_url",
+            ),
             (r#"{"retry": {"max_attempts": 100000}}"#, "retry.max_attempts"),
             (r#"{"retry": {"backoff_ms": []}}"#, "retry.backoff_ms"),
             (r#"{"retry": {"backoff_ms": [99999999999999]}}"#, "retry.backoff_ms"),
@@ -443,6 +468,12 @@ mod tests {
             let json = format!(r#"{{"callback": {{"url": "{url}"}}}}"#);
             let err = check(&json).unwrap_err().to_string();
             assert!(err.contains("callback.url") && err.contains(rule), "{url}: {err}");
+            let json = format!(r#"{{"callback": {{"url": "http://10.0.0.5/", "on_dead_url": "{url}"}}}}"#);
+            let err = check(&json).unwrap_err().to_string();
+            assert!(
+                err.contains("callback.on_dead_url") && err.contains(rule),
+                "{url}: {err}"
+            );
         }
         let config: TopicConfig = serde_json::from_str(r#"{"callback": {"url": "http://127.0.0.1:6379/"}}"#).unwrap();
         let settings = crate::config::EgressSettings::default();
@@ -465,7 +496,7 @@ mod tests {
         assert_eq!(masked_url("http://10.0.0.5:8080/hook"), "http://10.0.0.5:8080/hook");
         let c = check(
             r#"{"callback": {"url": "https://u:pw@h.example/", "secret": "a", "previous_secret": "b",
-                             "headers": {"X-Key": "k"}}}"#,
+                             "headers": {"X-Key": "k"}, "on_dead_url": "https://d:pw@h.example/dead"}}"#,
         )
         .unwrap();
         let shown = serde_json::to_string(&c.redacted()).unwrap();

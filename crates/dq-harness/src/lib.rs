@@ -7,11 +7,13 @@
 //! with TLS and/or an ACL user ([`RedisOptions`], `start_with()`), with certificates from [`TestCerts`].
 
 pub mod cluster;
+mod hook_sink;
 mod options;
 pub mod sentinel;
 pub mod tls;
 
 pub use cluster::RedisCluster;
+pub use hook_sink::{HookRequest, HookSink};
 pub use options::RedisOptions;
 pub use sentinel::RedisSentinelSet;
 pub use tls::TestCerts;

@@ -8,13 +8,18 @@ use serde_json::json;
 #[tokio::test]
 async fn register_look_up_list_and_delete() {
     let s = TestServer::start().await;
-    let config = json!({"callback": {"url": "http://127.0.0.1:9/hook", "timeout_ms": 2000, "concurrency": 4, "rate_per_s": 2.5, "burst": 5, "secret": "s3cr3t"},
+    let config = json!({"callback": {"url": "http://127.0.0.1:9/hook", "timeout_ms": 2000, "concurrency": 4, "rate_per_s": 2.5, "burst": 5, "secret": "s3cr3t",
+                                     "on_dead_url": "http://t0ken@127.0.0.1:9/dead"},
                         "retry": {"max_attempts": 3, "backoff_ms": [1000, 5000], "condition": "{res.code} != 200 && {res.data.status} != 2"},
                         "defaults": {"ttr_ms": 5000}});
     let (status, out) = s.call("PUT", "/v1/topics/orders", Some(config)).await;
     assert_eq!(status, 200, "{out}");
     assert_eq!(out["topic"], "orders");
     assert_eq!(out["config"]["callback"]["secret"], "***", "the secret is never shown");
+    assert_eq!(
+        out["config"]["callback"]["on_dead_url"], "http://***@127.0.0.1:9/dead",
+        "credentials in the hook's URL are masked"
+    );
     assert_eq!(out["config"]["retry"]["max_attempts"], 3);
     assert_eq!(out["config"]["callback"]["rate_per_s"], 2.5);
     assert_eq!(out["config"]["callback"]["burst"], 5);
@@ -50,6 +55,14 @@ async fn bad_registrations_are_refused_and_write_nothing() {
     let before = s.snapshot();
     for (body, says) in [
         (json!({"callback": {"url": "ftp://x"}}), "callback.url"),
+        (
+            json!({"callback": {"url": "http://x", "on_dead_url": "ftp://x/dead"}}),
+            "callback.on_dead_url",
+        ),
+        (
+            json!({"callback": {"url": "http://x", "on_dead_url": "/dead"}}),
+            "callback.on_dead_url",
+        ),
         (
             json!({"callback": {"url": "http://x", "timeout_ms": 0}}),
             "callback.timeout_ms",
@@ -129,6 +142,15 @@ async fn callbacks_the_egress_policy_refuses_are_400_naming_the_rule_and_write_n
         let message = out["error"]["message"].as_str().unwrap();
         assert!(
             message.contains("callback.url") && message.contains(&format!("({rule})")),
+            "{url}: {out}"
+        );
+        // The failure hook's URL goes through the same checks.
+        let config = json!({"callback": {"url": "http://192.168.1.5/hook", "on_dead_url": url}});
+        let (status, out) = s.call("PUT", "/v1/topics/t", Some(config)).await;
+        assert_error(status, &out, 400, "invalid_argument");
+        let message = out["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("callback.on_dead_url") && message.contains(&format!("({rule})")),
             "{url}: {out}"
         );
     }

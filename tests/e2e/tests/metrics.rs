@@ -68,7 +68,8 @@ async fn every_binary_serves_the_documented_metrics() {
             .send()
     };
 
-    // A callback that works, and one that does not (nothing listens on port 9): delivered and dead jobs.
+    // A callback that works, and one that does not (nothing listens on port 9): delivered and dead jobs,
+    // whose dead-job hooks go to the one that works.
     let app = axum::Router::new().route("/hook", axum::routing::post(|| async { r#"{"ok":true}"# }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hook = format!("http://{}/hook", listener.local_addr().unwrap());
@@ -79,7 +80,7 @@ async fn every_binary_serves_the_documented_metrics() {
     call(
         "PUT",
         "/v1/topics/bad",
-        json!({"callback": {"url": "http://127.0.0.1:9/x"}, "retry": {"max_attempts": 1}}),
+        json!({"callback": {"url": "http://127.0.0.1:9/x", "on_dead_url": hook}, "retry": {"max_attempts": 1}}),
     )
     .await
     .unwrap();
@@ -199,6 +200,8 @@ async fn every_binary_serves_the_documented_metrics() {
                 "dq_audit_repairs_total",
                 "dq_audit_last_run_timestamp_seconds",
                 "dq_dead_jobs_dropped_total",
+                "dq_dead_hooks_total",
+                "dq_dead_hooks_waiting",
             ],
         ),
     ];

@@ -275,6 +275,9 @@ pub struct CheckerSettings {
     pub housekeeping_interval_ms: u64,
     /// How long one alert delivery (webhook or mail) may take, in ms.
     pub alert_timeout_ms: u64,
+    /// Waits between the tries of a dead-job hook (`callback.on_dead_url`), in ms: the i-th after the
+    /// i-th failed try; after the last, the hook is given up. One try more than there are waits.
+    pub dead_hook_backoff_ms: Vec<u64>,
 }
 
 impl Default for CheckerSettings {
@@ -289,6 +292,10 @@ impl Default for CheckerSettings {
             audit_interval_ms: 600_000,
             housekeeping_interval_ms: 600_000,
             alert_timeout_ms: 5000,
+            // 11 tries over about an hour: 5 s, 15 s, 30 s, 1, 2, 5, 10 minutes, then every 15 minutes.
+            dead_hook_backoff_ms: vec![
+                5_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000, 900_000, 900_000, 900_000,
+            ],
         }
     }
 }
@@ -336,6 +343,7 @@ impl Settings {
                 .with_list_parse_key("redis.urls")
                 .with_list_parse_key("jobs.backoff_ms")
                 .with_list_parse_key("checker.mail_to")
+                .with_list_parse_key("checker.dead_hook_backoff_ms")
                 .with_list_parse_key("server.allowed_hosts")
                 .with_list_parse_key("egress.deny")
                 .with_list_parse_key("egress.allow")
@@ -410,6 +418,12 @@ impl Settings {
         }
         if self.checker.alert_timeout_ms == 0 {
             return Err(invalid("checker.alert_timeout_ms", "must be at least 1"));
+        }
+        if self.checker.dead_hook_backoff_ms.is_empty() || self.checker.dead_hook_backoff_ms.len() > 100 {
+            return Err(invalid(
+                "checker.dead_hook_backoff_ms",
+                "needs between 1 and 100 delays",
+            ));
         }
         if let Some(url) = &self.checker.webhook_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
@@ -500,6 +514,19 @@ mod tests {
         assert_eq!(s.egress.deny, ["10.0.0.0/8", "fd00::/8"]);
         assert_eq!(s.egress.allow, ["10.1.0.0/16"]);
         assert_eq!(s.egress.excerpt_bytes, 200);
+    }
+
+    #[test]
+    fn dead_hook_waits_are_a_comma_separated_list_of_one_to_a_hundred() {
+        let s = Settings::load_from(None, env(&[])).unwrap();
+        assert_eq!(s.checker.dead_hook_backoff_ms.len(), 10, "11 tries");
+        let total: u64 = s.checker.dead_hook_backoff_ms.iter().sum();
+        assert!((3_000_000..=4_500_000).contains(&total), "about an hour: {total} ms");
+        let s = Settings::load_from(None, env(&[("DQ__CHECKER__DEAD_HOOK_BACKOFF_MS", "200,500")])).unwrap();
+        assert_eq!(s.checker.dead_hook_backoff_ms, [200, 500]);
+        let many = vec!["1"; 101].join(",");
+        let err = Settings::load_from(None, env(&[("DQ__CHECKER__DEAD_HOOK_BACKOFF_MS", &many)])).unwrap_err();
+        assert!(err.to_string().contains("checker.dead_hook_backoff_ms"), "{err}");
     }
 
     #[test]

@@ -34,12 +34,18 @@ impl Queue {
             .map_err(|e| Error::from_redis(None, e))
     }
 
-    /// Up to `max` of partition `p`'s dead-job events, oldest first, moved to its pending list until
-    /// [`Queue::events_sent`]; the pending ones of a checker that died first.
-    pub async fn take_events(&self, p: u16, max: usize) -> Result<Vec<String>> {
+    /// Up to `max` of partition `p`'s dead-job events, oldest first, kept in its pending list until
+    /// [`Queue::events_sent`]; the pending ones of a checker that died first. New events moved to the
+    /// pending list whose topic is one of `hooked` (those with a `callback.on_dead_url`) have their
+    /// hook queued in the same step (see [`Queue::take_dead_hooks`]).
+    pub async fn take_events(&self, p: u16, max: usize, hooked: &[String]) -> Result<Vec<String>> {
         let keys = self.partition_keys(p);
         let mut inv = scripts::EVENTS_TAKE.prepare_invoke();
-        inv.key(keys.events()).key(keys.events_pending()).arg(max);
+        inv.key(keys.events())
+            .key(keys.events_pending())
+            .key(keys.dead_hooks())
+            .arg(max)
+            .arg(hooked);
         self.run(p, &inv).await
     }
 

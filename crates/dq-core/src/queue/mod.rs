@@ -5,12 +5,13 @@
 //! [`timer`] (promote, expire, the timers' heartbeat), [`limit`] (a topic's delivery limits across
 //! consumers), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition count
 //! stored in Redis), [`quarantine`] (records that could not be decoded), [`alerting`] (what dq-checker
-//! keeps to alert once), [`schedules`] (the schedules' registry) and [`decode`] (script answers into
-//! types).
+//! keeps to alert once), [`schedules`] (the schedules' registry), [`dead_hooks`] (the hooks of
+//! `callback.on_dead_url` waiting to be sent) and [`decode`] (script answers into types).
 
 mod ack;
 pub mod alerting;
 pub mod dead;
+pub mod dead_hooks;
 mod decode;
 pub mod jobs;
 pub mod layout;
@@ -38,6 +39,7 @@ use crate::keys::{Keys, PartitionKeys};
 use crate::partition::{Partitions, slot_of};
 use crate::sealed::Sealer;
 
+pub use self::dead_hooks::DeadHook;
 pub use self::limit::{LimitAsk, LimitGrant};
 pub use self::quarantine::Quarantined;
 pub use self::ready::ReadyIndex;

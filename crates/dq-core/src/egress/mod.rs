@@ -1,8 +1,10 @@
-//! The callback egress policy: which addresses a callback may reach.
+//! The callback egress policy: which addresses a callback (and a topic's `callback.on_dead_url`) may
+//! reach, and [`client`]: the HTTP clients that apply it.
 //!
 //! Checked on the address itself, after every spelling of it is normalised: dq-server checks a callback
-//! URL whose host is an IP literal at registration, and dq-consumer checks every address a name resolves
-//! to at connect time (so a name that later resolves elsewhere, DNS rebinding, is checked again).
+//! URL whose host is an IP literal at registration, and dq-consumer (deliveries) and dq-checker (dead-job
+//! hooks) check every address a name resolves to at connect time (so a name that later resolves
+//! elsewhere, DNS rebinding, is checked again).
 //!
 //! Refused, in this order: link-local addresses (169.254.0.0/16, fe80::/10: cloud metadata services),
 //! unspecified ones (0.0.0.0/8, `::`, which reach the host itself), multicast, the IPv4 broadcast address,
@@ -17,6 +19,9 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use url::{Host, Url};
 
 use crate::config::EgressSettings;
+
+pub mod client;
+pub use client::{CannotCall, Egress, NameRefused};
 
 /// The policy in force: the configured lists and the Redis nodes known when it was made.
 #[derive(Debug, Clone, Default)]

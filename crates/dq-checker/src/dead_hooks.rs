@@ -1,0 +1,234 @@
+//! Dead-job hooks: for each job of a topic with a `callback.on_dead_url` that went dead, one POST of the
+//! job as looked up, signed like a delivery, retried with backoff (`checker.dead_hook_backoff_ms`).
+//!
+//! The hooks wait in each partition's `dead_hooks` set, queued when the checker takes the death's event
+//! (see [`crate::events`]), so a checker that dies loses none: a hook leaves the set only once it was
+//! sent (a 2xx), given up after its last try, or is not to be sent any more (its job or its topic's
+//! `on_dead_url` is gone). While one is being sent it is claimed for as long as the send may take; a
+//! checker that dies mid-send leaves it to be tried again once the claim ends, so a hook arrives at least
+//! once, and twice only across such a crash. Only the checker that holds the lease sends, on its own
+//! task: a slow receiver never holds up alerts or health checks, and deliveries never wait for hooks.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use dq_core::egress::{CannotCall, Egress, NameRefused};
+use dq_core::queue::DeadHook;
+use dq_core::registry::Topics;
+use dq_core::topic::Callback;
+use dq_core::{Error, Queue};
+use futures_util::StreamExt;
+use reqwest::Url;
+use tokio_util::sync::CancellationToken;
+
+/// Hooks taken per partition and round.
+const PER_ROUND: usize = 100;
+
+/// Hooks sent at once.
+const CONCURRENCY: usize = 16;
+
+/// Added to the longest `callback.timeout_ms` of the hooked topics to make a claim: the time from the
+/// end of a send to its outcome being written.
+const CLAIM_MARGIN_MS: u64 = 10_000;
+
+/// The sender of dead-job hooks.
+pub(crate) struct Sender {
+    /// Where the hooks wait, and the jobs are looked up.
+    queue: Queue,
+    /// The HTTP clients that apply the egress policy at connect time, as dq-consumer's do.
+    egress: Arc<Egress>,
+    /// `checker.dead_hook_backoff_ms`: the wait after each failed try; one try more than waits.
+    backoff: Vec<u64>,
+    /// Whether this checker holds the lease (set by the main loop): only then does it send.
+    leader: Arc<AtomicBool>,
+}
+
+/// How one try of a hook ended.
+enum Try {
+    /// A 2xx answer.
+    Sent,
+    /// Not to be sent any more (the job or the topic's `on_dead_url` is gone): why, for the log.
+    Dropped(&'static str),
+    /// Failed: the metric label and what happened, for the log.
+    Failed(&'static str, String),
+}
+
+impl Sender {
+    /// A sender that sends while `leader` is true.
+    pub(crate) fn new(queue: Queue, egress: Arc<Egress>, backoff: Vec<u64>, leader: Arc<AtomicBool>) -> Sender {
+        Sender {
+            queue,
+            egress,
+            backoff,
+            leader,
+        }
+    }
+
+    /// Sends the due hooks every `interval` until `shutdown`. A send cut by the shutdown is tried again
+    /// once its claim ends.
+    pub(crate) async fn run(self, interval: Duration, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = shutdown.cancelled() => return,
+            }
+            if !self.leader.load(Ordering::Relaxed) {
+                continue;
+            }
+            tokio::select! {
+                _ = self.round() => {}
+                _ = shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// Takes every partition's due hooks and tries each once; publishes how many wait.
+    async fn round(&self) {
+        let topics = match self.queue.topics().await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(cause = %e, "cannot read the topic registry; dead-job hooks wait");
+                return;
+            }
+        };
+        let longest = topics
+            .values()
+            .filter_map(|c| c.callback.as_ref())
+            .filter(|cb| cb.on_dead_url.is_some())
+            .map(|cb| cb.timeout_ms)
+            .max()
+            .unwrap_or(0);
+        let claim_ms = longest + CLAIM_MARGIN_MS;
+        let mut waiting = 0;
+        for p in self.queue.partitions().all() {
+            let hooks = match self.queue.take_dead_hooks(p, PER_ROUND, claim_ms).await {
+                Ok((hooks, held)) => {
+                    waiting += held;
+                    hooks
+                }
+                Err(e) => {
+                    tracing::warn!(partition = p, cause = %e, "cannot take dead-job hooks");
+                    continue;
+                }
+            };
+            futures_util::stream::iter(hooks)
+                .for_each_concurrent(CONCURRENCY, |hook| self.settle(p, hook, &topics))
+                .await;
+        }
+        metrics::gauge!("dq_dead_hooks_waiting").set(waiting as f64);
+    }
+
+    /// Tries `hook` of partition `p` once and records the outcome: gone when sent, given up or dropped;
+    /// else due again after its wait.
+    async fn settle(&self, p: u16, hook: DeadHook, topics: &Topics) {
+        let outcome = self.try_once(&hook, topics).await;
+        let label = match &outcome {
+            Try::Sent => {
+                tracing::debug!(topic = %hook.topic, id = %hook.id, "dead-job hook sent");
+                "sent"
+            }
+            Try::Dropped(why) => {
+                tracing::info!(topic = %hook.topic, id = %hook.id, "dead-job hook not sent: {why}");
+                "dropped"
+            }
+            Try::Failed(kind, reason) => match self.backoff.get(hook.tries as usize) {
+                Some(&wait) => {
+                    tracing::debug!(topic = %hook.topic, id = %hook.id, kind, %reason, tries = hook.tries + 1,
+                        "dead-job hook failed; trying again in {wait} ms");
+                    if let Err(e) = self.queue.dead_hook_failed(p, &hook, wait).await {
+                        tracing::warn!(partition = p, cause = %e, "cannot reschedule a dead-job hook; it is tried again when its claim ends");
+                    }
+                    metrics::counter!("dq_dead_hooks_total", "topic" => hook.topic.clone(), "outcome" => "failed")
+                        .increment(1);
+                    return;
+                }
+                None => {
+                    tracing::warn!(topic = %hook.topic, id = %hook.id, kind, %reason, tries = hook.tries + 1,
+                        "dead-job hook given up after its last try");
+                    "given_up"
+                }
+            },
+        };
+        if let Err(e) = self.queue.dead_hook_done(p, &hook).await {
+            tracing::warn!(partition = p, cause = %e, "cannot forget a dead-job hook; it may be sent again");
+        }
+        metrics::counter!("dq_dead_hooks_total", "topic" => hook.topic.clone(), "outcome" => label).increment(1);
+    }
+
+    /// One try: looks the job up and POSTs it to its topic's `on_dead_url`.
+    async fn try_once(&self, hook: &DeadHook, topics: &Topics) -> Try {
+        // A topic missing from the registry may be one whose secrets this process cannot open: tried
+        // again (and given up in time) rather than dropped.
+        let Some(config) = topics.get(&hook.topic) else {
+            return Try::Failed("unregistered", "the topic is not in the registry".into());
+        };
+        let Some((callback, url)) = config
+            .callback
+            .as_ref()
+            .and_then(|cb| Some((cb, cb.on_dead_url.as_ref()?)))
+        else {
+            return Try::Dropped("the topic has no callback.on_dead_url any more");
+        };
+        let job = match self.queue.get(&hook.id).await {
+            Ok(job) => job,
+            Err(Error::NotFound(_)) => return Try::Dropped("the job is gone (deleted)"),
+            Err(e) => return Try::Failed("redis_error", format!("cannot look the job up: {e}")),
+        };
+        let Ok(url) = Url::parse(url) else {
+            return Try::Dropped("callback.on_dead_url is not a URL");
+        };
+        let body = serde_json::to_vec(&job).expect("a job always serializes");
+        post(&self.egress, &url, callback, hook, body).await
+    }
+}
+
+/// POSTs `body` (the job) for `hook` to `url` through `egress`, with the headers that name the job and
+/// the death, signed with `callback`'s secrets.
+async fn post(egress: &Egress, url: &Url, callback: &Callback, hook: &DeadHook, body: Vec<u8>) -> Try {
+    let http = match egress.client(url) {
+        Ok(http) => http,
+        Err(e @ (CannotCall::Refused(_) | CannotCall::NameRefused(_))) => {
+            return Try::Failed("egress_refused", e.to_string());
+        }
+        Err(e) => return Try::Failed("connect_error", e.to_string()),
+    };
+    let mut req = http
+        .post(url.clone())
+        .timeout(Duration::from_millis(callback.timeout_ms))
+        .header("content-type", "application/json")
+        .header("idempotency-key", format!("{}:dead:{}", hook.id, hook.died_at))
+        .header("x-dq-job-id", &hook.id)
+        .header("x-dq-event", "dead");
+    let secrets = dq_core::sign::secrets(callback);
+    if !secrets.is_empty() {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        req = req.header("x-dq-signature", dq_core::sign::signature(&secrets, now, &body));
+    }
+    match req.body(body).send().await {
+        Ok(resp) if resp.status().is_success() => Try::Sent,
+        Ok(resp) => Try::Failed("http_error", format!("HTTP {}", resp.status().as_u16())),
+        Err(e) if e.is_timeout() => Try::Failed("timeout", format!("no answer within {} ms", callback.timeout_ms)),
+        Err(e) => match refusal(&e) {
+            Some(refused) => Try::Failed("egress_refused", refused.to_string()),
+            // Without the URL: it may carry credentials.
+            None => Try::Failed("connect_error", format!("request failed: {}", e.without_url())),
+        },
+    }
+}
+
+/// The egress refusal somewhere in `err`'s chain of causes (the resolver's error, wrapped by the
+/// connector and by reqwest).
+fn refusal<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a NameRefused> {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if let Some(r) = e.downcast_ref::<NameRefused>() {
+            return Some(r);
+        }
+        cause = e.source();
+    }
+    None
+}
