@@ -74,13 +74,14 @@ impl Old {
 
     async fn ack(&mut self, id: &str, receipt: &str) {
         let mut inv = scripts::ACK.prepare_invoke();
-        inv.key(format!("dq:job:{id}"))
-            .key("dq:reserved")
+        inv.key("dq:reserved")
             .key("dq:counts")
+            .key(format!("dq:job:{id}"))
+            .arg(3_600_000)
             .arg(id)
-            .arg(receipt)
-            .arg(3_600_000);
-        let _: i64 = inv.invoke_async(&mut self.conn).await.unwrap();
+            .arg(receipt);
+        let acked: Vec<i64> = inv.invoke_async(&mut self.conn).await.unwrap();
+        assert_eq!(acked, [1]);
     }
 }
 
