@@ -216,20 +216,58 @@ if want cpu-deliver; then
   cpu() { python3 -c "print($(info cpu used_cpu_user) + $(info cpu used_cpu_sys))"; }
   for rate in 15000 3000; do
     rcli flushall >/dev/null; rcli config resetstat >/dev/null
-    c0=$(cpu); sleep 5; c1=$(cpu); t1=$(date +%s.%N)
+    [ -n "${BENCH_SLOWLOG:-}" ] && rcli config set slowlog-log-slower-than 0 >/dev/null && rcli config set slowlog-max-len 1000000 >/dev/null && rcli slowlog reset >/dev/null
+    c0=$(cpu); sleep 5; c1=$(cpu); t1=$(date +%s.%N); u1=$(info cpu used_cpu_user)
     run=$(bench --json deliver -n 30000 --rate "$rate" --lead-ms 2000 --concurrency 64 --linger-ms 0 | tail -1)
-    c2=$(cpu); t2=$(date +%s.%N)
+    c2=$(cpu); t2=$(date +%s.%N); u2=$(info cpu used_cpu_user)
     calls=$(rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '$1=="cmdstat_evalsha" {s += $3} END {print s+0}')
-    python3 - "$c0" "$c1" "$c2" "$run" "$calls" "$t1" "$t2" "$rate" <<'PY'
+    python3 - "$c0" "$c1" "$c2" "$run" "$calls" "$t1" "$t2" "$rate" "$u1" "$u2" <<'PY'
 import json, sys
 c0, c1, c2 = map(float, sys.argv[1:4]); run = json.loads(sys.argv[4]); calls = int(sys.argv[5])
 t1, t2, rate = float(sys.argv[6]), float(sys.argv[7]), sys.argv[8]
+user = (float(sys.argv[10]) - float(sys.argv[9]))
 idle = (c1 - c0) / 5
 jobs = run["unique"]
 print(f"due at {rate}/s: {(c2 - c1) / jobs * 1e6:.1f} us of Redis CPU per job, {((c2 - c1) - idle * (t2 - t1)) / jobs * 1e6:.1f} "
       f"without the idle share ({idle * 100:.2f}% of a core); {calls / jobs:.2f} script calls per job; {jobs} delivered, "
-      f"{run['duplicates']} duplicates; lateness p99 {run['p99_ms']} ms")
+      f"{run['duplicates']} duplicates; lateness p99 {run['p99_ms']} ms; user CPU {user / jobs * 1e6:.1f} us per job")
 PY
+    # BENCH_SLOWLOG=1: Redis's time per script (every call logged; the names from the scripts' SHA1s).
+    if [ -n "${BENCH_SLOWLOG:-}" ]; then
+      rcli slowlog get 1000000 > "$work/slowlog.txt"
+      python3 - "$work/slowlog.txt" crates/dq-core/src/lua <<'PY'
+import hashlib, os, sys, collections
+lua = sys.argv[2]
+rec = open(os.path.join(lua, "record.lua")).read()
+names = {}
+for f in os.listdir(lua):
+    body = open(os.path.join(lua, f)).read()
+    for text in (body, rec + body, rec + "local publish = 'PUBLISH'\n" + body, rec + "local publish = 'SPUBLISH'\n" + body):
+        names[hashlib.sha1(text.encode()).hexdigest()] = f
+lines = open(sys.argv[1], errors="replace").read().split("\n")
+# redis-cli prints each entry as: id, time, duration, then the command's words, then client, name.
+tot, cnt = collections.Counter(), collections.Counter()
+i = 0
+while i < len(lines) - 3:
+    if lines[i + 3].lower() == "evalsha" and i + 4 < len(lines):
+        try:
+            d = int(lines[i + 2])
+        except ValueError:
+            i += 1; continue
+        n = names.get(lines[i + 4], lines[i + 4][:8])
+        tot[n] += d; cnt[n] += 1
+        i += 5
+    else:
+        i += 1
+for n, t in tot.most_common(12):
+    print(f"   {n:24} {cnt[n]:8d} calls {t:10d} us {t / cnt[n]:8.1f} us/call")
+PY
+    fi
+    # BENCH_COMMANDSTATS=1: where Redis's time went (commands run inside scripts are counted too).
+    if [ -n "${BENCH_COMMANDSTATS:-}" ]; then
+      rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_/ {print $5, $3, $7, $1}' | sort -rn | head -15 |
+        awk '{printf "   %-28s %9d calls %10.0f us in all %7.2f us/call\n", $4, $2, $1, $3}'
+    fi
   done
   rcli flushall >/dev/null
 fi
