@@ -289,18 +289,25 @@ for n in names:
 time.sleep(21)
 for n in names:
     call("DELETE", f"/v1/schedules/{n}")
-late = []
+fires = []
 while True:
     got = call("POST", "/v1/reserve", {"topics": ["bench-sched"], "count": 100})["jobs"]
     if not got:
         break
     for j in got:
         job = call("GET", f"/v1/jobs/{j['id']}")
-        late.append(job["created_at"] - job["run_at"])
+        fires.append((job["body"]["s"], job["run_at"], job["created_at"] - job["run_at"]))
         call("POST", f"/v1/jobs/{j['id']}/ack", {"receipt": j["receipt"]})
-late.sort()
-q = lambda f: late[min(len(late) - 1, int(f * len(late)))]
-print(f"{len(late)} occurrences fired: lateness p50 {q(0.5)} ms, p99 {q(0.99)} ms, max {late[-1]} ms")
+firsts = {}
+for name, run_at, _ in fires:
+    firsts[name] = min(firsts.get(name, run_at), run_at)
+def summary(late):
+    late = sorted(late)
+    q = lambda f: late[min(len(late) - 1, int(f * len(late)))]
+    return f"{len(late)} occurrences: lateness p50 {q(0.5)} ms, p99 {q(0.99)} ms, max {late[-1]} ms"
+print("all:", summary([l for _, _, l in fires]))
+print("each schedule's first occurrence left out (the one a change may reach up to 100 ms late):",
+      summary([l for n, r, l in fires if r != firsts[n]]))
 PY
 fi
 

@@ -68,6 +68,12 @@ impl Keys {
         format!("{{{}}}:schedules:fired", self.prefix)
     }
 
+    /// A counter raised by every change of a schedule, which the firing timer reads every 100 ms, so a
+    /// change reaches it without reading every schedule that often.
+    pub fn schedules_version(&self) -> String {
+        format!("{{{}}}:schedules:version", self.prefix)
+    }
+
     /// Live timers: a sorted set of timer id → heartbeat expiry (ms).
     pub fn timers(&self) -> String {
         format!("{{{}}}:timers", self.prefix)
@@ -260,6 +266,7 @@ mod tests {
         assert_eq!(k.timers(), "{dq}:timers");
         assert_eq!(k.schedules(), "{dq}:schedules");
         assert_eq!(k.schedules_fired(), "{dq}:schedules:fired");
+        assert_eq!(k.schedules_version(), "{dq}:schedules:version");
         assert_eq!(k.leases(), "{dq}:leases");
         assert_eq!(p.ready_channel(), "dq:{17.403}:wake:ready");
         assert_eq!(p.timer_channel(), "dq:{17.403}:wake:timer");

@@ -7,12 +7,13 @@
 //! `lease_ms`); that costs nothing, because an occurrence's job id carries the occurrence
 //! ([`dq_core::schedule::job_id`]) and a second push of a live id is a conflict.
 //!
-//! The firing timer reads the schedules every second (a change applies within that), and otherwise
-//! sleeps until the next occurrence on Redis's clock ([`RedisClock`]). After each push it raises the
-//! schedule's last-fired mark in Redis; before each push it reads the mark, so a timer that takes over
-//! late does not push again what the other already fired, and a schedule deleted or paused since the
-//! last read fires nothing. Missed occurrences (no timer ran, or all
-//! lagged) fire once, the latest of them, due at once: see [`Cadence::next_fire`].
+//! The firing timer reads the schedules every second, and at once when their version (raised by every
+//! change) moved, which it checks every 100 ms; otherwise it sleeps until the next occurrence on
+//! Redis's clock ([`RedisClock`]). After each push it raises the schedule's last-fired mark in Redis;
+//! before each push it reads the mark, so a timer that takes over late does not push again what the
+//! other already fired, and a schedule deleted or paused since the last read fires nothing. Missed
+//! occurrences (no timer ran, or all lagged) fire once, the latest of them, due at once: see
+//! [`Cadence::next_fire`].
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -30,6 +31,9 @@ use crate::clock::RedisClock;
 
 /// How often the firing timer reads the schedules again.
 const REFRESH: Duration = Duration::from_secs(1);
+
+/// How often the firing timer reads the schedules' version, to read them again at once after a change.
+const CHECK: Duration = Duration::from_millis(100);
 
 /// How long after a failed push (Redis did not answer) the occurrence is tried again, in ms.
 const RETRY_MS: i64 = 100;
@@ -76,6 +80,10 @@ pub struct ScheduleFirer {
     entries: Vec<Entry>,
     /// When the schedules were last read (none: read them now).
     refreshed_at: Option<Instant>,
+    /// The schedules' version when they were last read.
+    version: Option<i64>,
+    /// When the version was last read.
+    checked_at: Instant,
     /// Schedules whose next-fire gauge this process set, to zero it when they go.
     gauged: HashSet<String>,
 }
@@ -90,6 +98,8 @@ impl ScheduleFirer {
             clock: RedisClock::default(),
             entries: Vec::new(),
             refreshed_at: None,
+            version: None,
+            checked_at: Instant::now(),
             gauged: HashSet::new(),
         }
     }
@@ -107,11 +117,17 @@ impl ScheduleFirer {
                 }
                 continue;
             }
+            if self.checked_at.elapsed() >= CHECK {
+                self.check_version().await;
+            }
             if self.refreshed_at.is_none_or(|t| t.elapsed() >= REFRESH) {
                 self.refresh().await;
             }
             self.fire_due().await;
-            let mut wake_at = self.refreshed_at.map_or_else(Instant::now, |t| t + REFRESH);
+            let mut wake_at = self
+                .refreshed_at
+                .map_or_else(Instant::now, |t| t + REFRESH)
+                .min(self.checked_at + CHECK);
             for e in &self.entries {
                 if let Some(next) = e.next {
                     wake_at = wake_at.min(self.clock.instant_of(next.max(e.retry_at)));
@@ -125,9 +141,21 @@ impl ScheduleFirer {
         }
     }
 
+    /// Reads the schedules' version; a change since the last read makes the next step read them again.
+    async fn check_version(&mut self) {
+        self.checked_at = Instant::now();
+        match self.queue.schedules_version().await {
+            Ok(v) if Some(v) != self.version => self.refreshed_at = None,
+            Ok(_) => {}
+            Err(e) => tracing::debug!(cause = %e, "cannot read the schedules' version"),
+        }
+    }
+
     /// Reads the schedules and Redis's clock; keeps what it had when Redis does not answer.
     async fn refresh(&mut self) {
         self.refreshed_at = Some(Instant::now());
+        // Read first: a change made while the schedules are read is seen at the next check.
+        self.version = self.queue.schedules_version().await.ok();
         let read = async { Ok::<_, Error>((self.queue.redis_now_ms().await?, self.queue.schedules().await?)) };
         let (now, all) = match read.await {
             Ok(x) => x,

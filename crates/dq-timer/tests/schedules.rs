@@ -127,3 +127,34 @@ async fn two_firers_at_once_make_one_job_per_occurrence() {
     let mark = q.schedule("both").await.unwrap().unwrap().last_fired.unwrap();
     assert_eq!(mark, *fired.last().unwrap());
 }
+
+/// Every change of a schedule raises the version the firing timer checks every 100 ms; reads do not.
+#[tokio::test]
+async fn every_change_raises_the_schedules_version() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
+    assert_eq!(q.schedules_version().await.unwrap(), 0);
+    let config: dq_core::schedule::ScheduleConfig =
+        serde_json::from_value(serde_json::json!({"cron": "* * * * *", "topic": "v", "body": 1})).unwrap();
+    q.put_schedule("v", &config, false).await.unwrap();
+    assert_eq!(q.schedules_version().await.unwrap(), 1);
+    let paused = dq_core::schedule::ScheduleConfig {
+        paused: true,
+        ..config.clone()
+    };
+    q.put_schedule("v", &paused, false).await.unwrap();
+    q.schedules().await.unwrap();
+    assert_eq!(
+        q.schedules_version().await.unwrap(),
+        2,
+        "a write counts, a read does not"
+    );
+    q.delete_schedule("v").await.unwrap();
+    assert_eq!(q.schedules_version().await.unwrap(), 3);
+    assert!(q.delete_schedule("v").await.is_err());
+    assert_eq!(
+        q.schedules_version().await.unwrap(),
+        3,
+        "deleting nothing changes nothing"
+    );
+}

@@ -52,11 +52,22 @@ impl Queue {
         }
     }
 
+    /// The schedules' version: raised by every change of a schedule (0 before the first).
+    pub async fn schedules_version(&self) -> Result<i64> {
+        let v: Option<i64> = self
+            .redis()
+            .query(redis::cmd("GET").arg(self.keys().schedules_version()))
+            .await
+            .map_err(|e| Error::from_redis(None, e))?;
+        Ok(v.unwrap_or(0))
+    }
+
     /// Runs `schedule_set.lua`: returns the start stamped and whether the schedule existed.
     async fn write_schedule(&self, name: &str, json: &str, restart: bool) -> Result<(i64, bool)> {
         let mut inv = scripts::SCHEDULE_SET.prepare_invoke();
         inv.key(self.keys().schedules())
             .key(self.keys().schedules_fired())
+            .key(self.keys().schedules_version())
             .arg(name)
             .arg(json)
             .arg(if restart { "1" } else { "0" });
