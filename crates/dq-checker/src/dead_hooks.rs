@@ -212,23 +212,10 @@ async fn post(egress: &Egress, url: &Url, callback: &Callback, hook: &DeadHook, 
         Ok(resp) if resp.status().is_success() => Try::Sent,
         Ok(resp) => Try::Failed("http_error", format!("HTTP {}", resp.status().as_u16())),
         Err(e) if e.is_timeout() => Try::Failed("timeout", format!("no answer within {} ms", callback.timeout_ms)),
-        Err(e) => match refusal(&e) {
+        Err(e) => match NameRefused::in_chain(&e) {
             Some(refused) => Try::Failed("egress_refused", refused.to_string()),
             // Without the URL: it may carry credentials.
             None => Try::Failed("connect_error", format!("request failed: {}", e.without_url())),
         },
     }
-}
-
-/// The egress refusal somewhere in `err`'s chain of causes (the resolver's error, wrapped by the
-/// connector and by reqwest).
-fn refusal<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a NameRefused> {
-    let mut cause = Some(err);
-    while let Some(e) = cause {
-        if let Some(r) = e.downcast_ref::<NameRefused>() {
-            return Some(r);
-        }
-        cause = e.source();
-    }
-    None
 }

@@ -128,19 +128,6 @@ async fn read_answer(resp: &mut reqwest::Response, cap: usize) -> reqwest::Resul
     Ok(Answer::Whole(status, body))
 }
 
-/// The egress refusal somewhere in `err`'s chain of causes (the resolver's error, wrapped by the
-/// connector and by reqwest).
-fn refusal<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a NameRefused> {
-    let mut cause = Some(err);
-    while let Some(e) = cause {
-        if let Some(r) = e.downcast_ref::<NameRefused>() {
-            return Some(r);
-        }
-        cause = e.source();
-    }
-    None
-}
-
 /// POSTs `job` to `url` (`callback.url`, parsed) through `egress` and judges the answer. Never fails:
 /// every error is a failed delivery.
 pub async fn post(
@@ -200,7 +187,7 @@ pub async fn post(
             kind: "timeout",
             reason: format!("no answer within {} ms", callback.timeout_ms),
         },
-        Err(e) => match refusal(&e) {
+        Err(e) => match NameRefused::in_chain(&e) {
             Some(refused) => Outcome::Failed {
                 kind: "egress_refused",
                 reason: refused.to_string(),

@@ -149,11 +149,9 @@ impl TopicWorker {
                 Err(e) => {
                     tracing::warn!(topic = %self.topic, cause = %e, retry_ms = retry.as_millis() as u64, "cannot read the topic's limits");
                     drop(first);
-                    tokio::select! {
-                        _ = tokio::time::sleep(retry) => {}
-                        _ = self.stop.cancelled() => return,
+                    if !self.back_off(&mut retry).await {
+                        return;
                     }
-                    retry = (retry * 2).min(RESERVE_RETRY_MAX);
                     continue;
                 }
             };
@@ -179,12 +177,9 @@ impl TopicWorker {
                 Err(e) => {
                     tracing::warn!(topic = %self.topic, cause = %e, retry_ms = retry.as_millis() as u64, "reserve failed");
                     drop(first);
-                    tokio::select! {
-                        _ = tokio::time::sleep(retry) => {}
-                        _ = self.stop.cancelled() => return,
+                    if !self.back_off(&mut retry).await {
+                        return;
                     }
-                    // Soon after a short outage, seldom during a long one.
-                    retry = (retry * 2).min(RESERVE_RETRY_MAX);
                     continue;
                 }
             };
@@ -209,6 +204,17 @@ impl TopicWorker {
                     .spawn(deliver_one(shared, plan, limiter, job, permit));
             }
         }
+    }
+
+    /// Waits `retry` after a failed call to Redis, then doubles it up to [`RESERVE_RETRY_MAX`] (soon
+    /// after a short outage, seldom during a long one). False when the worker was stopped meanwhile.
+    async fn back_off(&self, retry: &mut Duration) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(*retry) => {}
+            _ = self.stop.cancelled() => return false,
+        }
+        *retry = (*retry * 2).min(RESERVE_RETRY_MAX);
+        true
     }
 }
 

@@ -57,6 +57,21 @@ pub struct NameRefused {
     pub refused: Vec<Refused>,
 }
 
+impl NameRefused {
+    /// The refusal somewhere in `err`'s chain of causes (the resolver's error, wrapped by the connector
+    /// and by reqwest), if it is there.
+    pub fn in_chain<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a NameRefused> {
+        let mut cause = Some(err);
+        while let Some(e) = cause {
+            if let Some(r) = e.downcast_ref::<NameRefused>() {
+                return Some(r);
+            }
+            cause = e.source();
+        }
+        None
+    }
+}
+
 fn list(refused: &[Refused]) -> String {
     refused
         .iter()
