@@ -5,9 +5,7 @@
 use std::time::Duration;
 
 use dq_core::{PushRequest, Queue, Settings, TopicConfig};
-use dq_harness::{HookRequest, HookSink, RedisServer, eventually};
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use dq_harness::{HookSink, RedisServer, dead_hooks_waiting, eventually};
 use tokio_util::sync::CancellationToken;
 
 const SECRET: &str = "hook-s3cret";
@@ -42,40 +40,8 @@ async fn push(q: &Queue, json: serde_json::Value) -> String {
     q.push(q.validate(req).unwrap()).await.unwrap().id
 }
 
-/// Whether `hook` carries a valid `X-DQ-Signature` over its raw body made with `secret`.
-fn signed_with(hook: &HookRequest, secret: &str) -> bool {
-    let header = hook.header("x-dq-signature");
-    let mut parts = header.split(',');
-    let Some(t) = parts.next().and_then(|p| p.strip_prefix("t=")) else {
-        return false;
-    };
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("{t}.").as_bytes());
-    mac.update(&hook.body);
-    let expected = hex::encode(mac.finalize().into_bytes());
-    parts.any(|v| v.strip_prefix("v1=") == Some(expected.as_str()))
-}
-
-/// The hooks waiting in every partition: `<failed tries> <died at> <topic> <id>`.
-fn entries(redis: &RedisServer) -> Vec<String> {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("dq:{*}:dead_hooks")
-        .query(&mut redis.conn())
-        .unwrap();
-    keys.iter()
-        .flat_map(|k| {
-            redis::cmd("ZRANGE")
-                .arg(k)
-                .arg(0)
-                .arg(-1)
-                .query::<Vec<String>>(&mut redis.conn())
-                .unwrap()
-        })
-        .collect()
-}
-
 fn waiting(redis: &RedisServer) -> usize {
-    entries(redis).len()
+    dead_hooks_waiting(redis).len()
 }
 
 /// A job nacked to death gives one POST of the job as looked up (dead, with its last error), signed
@@ -110,8 +76,8 @@ async fn a_nacked_job_hooks_once_signed_and_retried_past_failures() {
     let received = sink.received();
     assert_eq!(received.len(), 3, "two 500s, then the one accepted: {received:?}");
     let hook = &sink.accepted()[0];
-    assert!(signed_with(hook, SECRET), "{hook:?}");
-    assert!(!signed_with(hook, "another"), "{hook:?}");
+    assert!(hook.signed_with(SECRET), "{hook:?}");
+    assert!(!hook.signed_with("another"), "{hook:?}");
     let job = hook.json();
     assert_eq!(job["id"], id.as_str());
     assert_eq!(job["topic"], "orders");
@@ -183,7 +149,7 @@ async fn a_job_expired_at_its_last_attempt_hooks_and_topics_without_a_hook_do_no
     assert_eq!(job["id"], id.as_str());
     assert_eq!(job["state"], "dead");
     assert_eq!(job["last_error"], "reservation expired (ttr)");
-    assert!(signed_with(&received[0], SECRET));
+    assert!(received[0].signed_with(SECRET));
     stop.cancel();
     task.await.unwrap().unwrap();
 }
@@ -208,7 +174,7 @@ async fn a_hook_to_a_refused_address_connects_nowhere_and_is_given_up() {
 
     let (stop, task) = start(&s);
     eventually(Duration::from_secs(10), "the first try failed", || async {
-        entries(&redis)
+        dead_hooks_waiting(&redis)
             .iter()
             .any(|e| e.starts_with("1 ") && e.ends_with(&format!(" walled {}", r.id)))
     })
@@ -246,7 +212,12 @@ async fn a_hook_taken_and_claimed_by_a_checker_that_died_is_sent_once_by_the_nex
         1,
         "pending, handed out again"
     );
-    assert_eq!(waiting(&redis), 1, "one hook per death: {:?}", entries(&redis));
+    assert_eq!(
+        waiting(&redis),
+        1,
+        "one hook per death: {:?}",
+        dead_hooks_waiting(&redis)
+    );
     let (claimed, held) = q.take_dead_hooks(p, 10, 1500).await.unwrap();
     assert_eq!((claimed.len(), held), (1, 1));
     assert_eq!((claimed[0].tries, claimed[0].id.as_str()), (0, id.as_str()));

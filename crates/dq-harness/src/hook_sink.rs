@@ -21,6 +21,22 @@ pub struct HookRequest {
 }
 
 impl HookRequest {
+    /// Whether it carries a valid `X-DQ-Signature` over its raw body made with `secret` (any of its
+    /// `v1=` values).
+    pub fn signed_with(&self, secret: &str) -> bool {
+        use hmac::{Hmac, Mac};
+        let header = self.header("x-dq-signature");
+        let mut parts = header.split(',');
+        let Some(t) = parts.next().and_then(|p| p.strip_prefix("t=")) else {
+            return false;
+        };
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
+        mac.update(format!("{t}.").as_bytes());
+        mac.update(&self.body);
+        let expected = hex::encode(mac.finalize().into_bytes());
+        parts.any(|v| v.strip_prefix("v1=") == Some(expected.as_str()))
+    }
+
     /// The body as JSON (`null` when it is not).
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
@@ -90,4 +106,23 @@ impl HookSink {
     pub fn accepted(&self) -> Vec<HookRequest> {
         self.received().into_iter().filter(|r| r.status == 200).collect()
     }
+}
+
+/// The dead-job hooks waiting in every partition of the installation with prefix `dq` on `redis`:
+/// `<failed tries> <died at> <topic> <id>`.
+pub fn dead_hooks_waiting(redis: &crate::RedisServer) -> Vec<String> {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("dq:{*}:dead_hooks")
+        .query(&mut redis.conn())
+        .unwrap();
+    keys.iter()
+        .flat_map(|k| {
+            redis::cmd("ZRANGE")
+                .arg(k)
+                .arg(0)
+                .arg(-1)
+                .query::<Vec<String>>(&mut redis.conn())
+                .unwrap()
+        })
+        .collect()
 }

@@ -13,7 +13,7 @@ pub mod sentinel;
 pub mod tls;
 
 pub use cluster::RedisCluster;
-pub use hook_sink::{HookRequest, HookSink};
+pub use hook_sink::{HookRequest, HookSink, dead_hooks_waiting};
 pub use options::RedisOptions;
 pub use sentinel::RedisSentinelSet;
 pub use tls::TestCerts;

@@ -7,44 +7,10 @@ mod common;
 use std::time::Duration;
 
 use common::{env, start};
-use dq_harness::{DqProcess, HookRequest, HookSink, RedisServer, eventually, free_port};
-use hmac::{Hmac, Mac};
+use dq_harness::{DqProcess, HookSink, RedisServer, dead_hooks_waiting, eventually, free_port};
 use serde_json::{Value, json};
-use sha2::Sha256;
 
 const SECRET: &str = "e2e-s3cret";
-
-/// Whether `hook` carries a valid `X-DQ-Signature` over its raw body made with `secret`.
-fn signed_with(hook: &HookRequest, secret: &str) -> bool {
-    let header = hook.header("x-dq-signature");
-    let mut parts = header.split(',');
-    let Some(t) = parts.next().and_then(|p| p.strip_prefix("t=")) else {
-        return false;
-    };
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("{t}.").as_bytes());
-    mac.update(&hook.body);
-    let expected = hex::encode(mac.finalize().into_bytes());
-    parts.any(|v| v.strip_prefix("v1=") == Some(expected.as_str()))
-}
-
-/// The hooks waiting in every partition: `<failed tries> <died at> <topic> <id>`.
-fn waiting(redis: &RedisServer) -> Vec<String> {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("dq:{*}:dead_hooks")
-        .query(&mut redis.conn())
-        .unwrap();
-    keys.iter()
-        .flat_map(|k| {
-            redis::cmd("ZRANGE")
-                .arg(k)
-                .arg(0)
-                .arg(-1)
-                .query::<Vec<String>>(&mut redis.conn())
-                .unwrap()
-        })
-        .collect()
-}
 
 fn checker_env(redis: &RedisServer) -> Vec<(&'static str, String)> {
     let mut vars = env(&[redis], free_port());
@@ -105,7 +71,7 @@ async fn jobs_a_failing_callback_drives_dead_each_hook_once_signed() {
     ids.sort();
     assert_eq!(hooked, ids);
     for hook in &hooks {
-        assert!(signed_with(hook, SECRET), "{hook:?}");
+        assert!(hook.signed_with(SECRET), "{hook:?}");
         let job = hook.json();
         assert_eq!(job["id"], hook.header("x-dq-job-id"));
         assert_eq!(job["state"], "dead");
@@ -121,7 +87,7 @@ async fn jobs_a_failing_callback_drives_dead_each_hook_once_signed() {
             2
         );
     }
-    assert!(waiting(&redis).is_empty(), "sent hooks are forgotten");
+    assert!(dead_hooks_waiting(&redis).is_empty(), "sent hooks are forgotten");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,7 +115,7 @@ async fn a_checker_killed_with_a_hook_unsent_loses_nothing() {
 
     let mut checker = DqProcess::spawn("dq-checker", &checker_env(&redis), &[]);
     eventually(Duration::from_secs(30), "the hook queued and a try failed", || async {
-        waiting(&redis)
+        dead_hooks_waiting(&redis)
             .iter()
             .any(|h| !h.starts_with("0 ") && h.ends_with(&format!(" orders {id}")))
     })
@@ -166,8 +132,8 @@ async fn a_checker_killed_with_a_hook_unsent_loses_nothing() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let hooks = sink.received();
     assert_eq!(hooks.len(), 1, "{hooks:?}");
-    assert!(signed_with(&hooks[0], SECRET));
+    assert!(hooks[0].signed_with(SECRET));
     assert_eq!(hooks[0].json()["id"], id.as_str());
     assert_eq!(hooks[0].json()["last_error"], "gave up");
-    assert!(waiting(&redis).is_empty());
+    assert!(dead_hooks_waiting(&redis).is_empty());
 }
