@@ -242,3 +242,38 @@ async fn a_hook_taken_and_claimed_by_a_checker_that_died_is_sent_once_by_the_nex
     stop.cancel();
     task.await.unwrap().unwrap();
 }
+
+/// While a secret is being rotated out (`callback.previous_secret`), a hook is signed with both, as a
+/// delivery is: a receiver holding either key accepts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_a_key_rotation_hooks_are_signed_with_both_secrets() {
+    let redis = RedisServer::start();
+    let sink = HookSink::start_failing(0).await;
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    let config: TopicConfig = serde_json::from_value(serde_json::json!({
+        "callback": {"url": "http://127.0.0.1:9/unused", "secret": "new-key", "previous_secret": "old-key",
+                     "on_dead_url": sink.url, "timeout_ms": 2000}
+    }))
+    .unwrap();
+    q.put_topic("rotating", &config).await.unwrap();
+    push(
+        &q,
+        serde_json::json!({"topic": "rotating", "body": 1, "max_attempts": 1}),
+    )
+    .await;
+    let r = q.reserve(&["rotating".into()], 1).await.unwrap().remove(0);
+    q.nack(&r.id, &r.receipt, None, Some("boom"), None).await.unwrap();
+    let (stop, task) = start(&s);
+    eventually(Duration::from_secs(30), "the hook accepted", || async {
+        !sink.accepted().is_empty()
+    })
+    .await;
+    let hook = &sink.accepted()[0];
+    assert!(hook.signed_with("new-key"), "{hook:?}");
+    assert!(hook.signed_with("old-key"), "{hook:?}");
+    assert!(!hook.signed_with("another"), "{hook:?}");
+    assert_eq!(hook.header("x-dq-signature").matches("v1=").count(), 2);
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
