@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use dq_core::egress::{CannotCall, Egress, NameRefused};
 use dq_core::queue::DeadHook;
@@ -200,13 +200,8 @@ async fn post(egress: &Egress, url: &Url, callback: &Callback, hook: &DeadHook, 
         .header("idempotency-key", format!("{}:dead:{}", hook.id, hook.died_at))
         .header("x-dq-job-id", &hook.id)
         .header("x-dq-event", "dead");
-    let secrets = dq_core::sign::secrets(callback);
-    if !secrets.is_empty() {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        req = req.header("x-dq-signature", dq_core::sign::signature(&secrets, now, &body));
+    if let Some(signature) = dq_core::sign::header_now(callback, &body) {
+        req = req.header("x-dq-signature", signature);
     }
     match req.body(body).send().await {
         Ok(resp) if resp.status().is_success() => Try::Sent,

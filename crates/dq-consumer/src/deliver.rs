@@ -1,6 +1,6 @@
 //! One delivery: the POST of a job to its topic's callback, and what the answer means.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use dq_core::Reservation;
 use dq_core::condition::Condition;
@@ -170,13 +170,8 @@ pub async fn post(
     for (k, v) in &callback.headers {
         req = req.header(k, v);
     }
-    let secrets = dq_core::sign::secrets(callback);
-    if !secrets.is_empty() {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        req = req.header("x-dq-signature", signature(&secrets, now, &body));
+    if let Some(signature) = dq_core::sign::header_now(callback, &body) {
+        req = req.header("x-dq-signature", signature);
     }
     let started = Instant::now();
     let answer = async { read_capped(req.body(body).send().await?, egress.max_answer_bytes).await }.await;

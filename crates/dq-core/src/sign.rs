@@ -22,6 +22,20 @@ pub fn signature(secrets: &[&str], unix_s: u64, body: &[u8]) -> String {
     header
 }
 
+/// The `X-DQ-Signature` value for `body` POSTed for a topic with `callback`, signed now; none when the
+/// topic has no secret.
+pub fn header_now(callback: &Callback, body: &[u8]) -> Option<String> {
+    let secrets = secrets(callback);
+    if secrets.is_empty() {
+        return None;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    Some(signature(&secrets, now, body))
+}
+
 /// The secrets `callback` signs with, the current one first; empty when it has none (nothing is signed).
 pub fn secrets(callback: &Callback) -> Vec<&str> {
     [&callback.secret, &callback.previous_secret]
