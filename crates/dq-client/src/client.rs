@@ -1,0 +1,501 @@
+//! The client: its settings, how a request is sent and tried again, and the job verbs.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use url::Url;
+
+use crate::error::{ApiError, Error, ErrorBody};
+use crate::jobs::{Job, Nack, NewJob, Pushed, Reserve, Reserved, When};
+use crate::retry::{Idempotence, RetryPolicy};
+
+/// How long a request may take, unless it is a long poll (which gets its wait on top).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// What a long poll may take beyond its wait before the client gives up on the answer.
+const LONG_POLL_SLACK: Duration = Duration::from_secs(10);
+
+/// A client of one dq-server (or of a load balancer in front of several). Cheap to clone: clones share
+/// one connection pool.
+#[derive(Debug, Clone)]
+pub struct Client {
+    /// The pooled HTTP client.
+    http: reqwest::Client,
+    /// The server's base URL, e.g. `http://127.0.0.1:6789/`.
+    base: Url,
+    /// The bearer token, if the server has tokens configured.
+    token: Option<String>,
+    /// When a failed call is sent again.
+    retry: RetryPolicy,
+    /// How long one request may take.
+    timeout: Duration,
+}
+
+/// Builds a [`Client`].
+#[derive(Debug)]
+pub struct ClientBuilder {
+    base: String,
+    token: Option<String>,
+    retry: RetryPolicy,
+    timeout: Duration,
+}
+
+impl ClientBuilder {
+    /// Sends `Authorization: Bearer <token>` with every request (`None`: no token).
+    pub fn token(mut self, token: Option<String>) -> Self {
+        self.token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    /// Sets when failed calls are tried again (default: [`RetryPolicy::default`]).
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets how long one request may take (default 30 s; a long poll gets its wait on top).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Builds the client.
+    pub fn build(self) -> Result<Client, Error> {
+        let mut base = Url::parse(&self.base).map_err(|e| Error::Usage(format!("bad dq URL `{}`: {e}", self.base)))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(Error::Usage(format!(
+                "bad dq URL `{}`: not an http or https URL",
+                self.base
+            )));
+        }
+        if !base.path().ends_with('/') {
+            let path = format!("{}/", base.path());
+            base.set_path(&path);
+        }
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("dq-client/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Error::Usage(e.to_string()))?;
+        Ok(Client {
+            http,
+            base,
+            token: self.token,
+            retry: self.retry,
+            timeout: self.timeout,
+        })
+    }
+}
+
+/// What came back from a call that dq answered with a success.
+pub(crate) struct Sent {
+    /// The status.
+    status: StatusCode,
+    /// The body.
+    body: Vec<u8>,
+}
+
+/// The outcome of a call with its tries: the answer or the last error, and whether an earlier try's
+/// outcome was unknown (so a conflict or a stale receipt may be the earlier try's doing).
+pub(crate) struct Tried {
+    pub result: Result<Sent, Error>,
+    pub after_unknown: bool,
+}
+
+impl Client {
+    /// A client of the server at `base` (e.g. `http://127.0.0.1:6789`), without a token.
+    pub fn new(base: &str) -> Result<Client, Error> {
+        Client::builder(base).build()
+    }
+
+    /// A builder for a client of the server at `base`.
+    pub fn builder(base: &str) -> ClientBuilder {
+        ClientBuilder {
+            base: base.to_string(),
+            token: None,
+            retry: RetryPolicy::default(),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// The server's base URL.
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    /// The URL of `segments` below the base, each segment percent-encoded as needed.
+    fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
+        let mut url = self.base.clone();
+        {
+            let mut path = url.path_segments_mut().expect("checked in build");
+            path.pop_if_empty();
+            path.extend(segments);
+        }
+        if !query.is_empty() {
+            url.query_pairs_mut()
+                .extend_pairs(query.iter().map(|(k, v)| (k, v.as_str())));
+        }
+        url
+    }
+
+    /// Sends one request once.
+    async fn send_once(
+        &self,
+        method: &Method,
+        url: &Url,
+        body: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<Sent, Error> {
+        let mut request = self.http.request(method.clone(), url.clone()).timeout(timeout);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.to_vec());
+        }
+        let answer = request.send().await.map_err(Error::from_reqwest)?;
+        let status = answer.status();
+        let body = answer.bytes().await.map_err(Error::from_reqwest)?.to_vec();
+        if status.is_success() {
+            return Ok(Sent { status, body });
+        }
+        match serde_json::from_slice::<ErrorBody>(&body) {
+            Ok(e) => Err(Error::Api(e.error.with_status(status.as_u16()))),
+            Err(_) => Err(Error::Decode {
+                status: status.as_u16(),
+                detail: format!(
+                    "not dq's error shape: {}",
+                    String::from_utf8_lossy(&body[..body.len().min(200)])
+                ),
+            }),
+        }
+    }
+
+    /// Sends a request, trying again by the retry policy and the verb's idempotence.
+    pub(crate) async fn send<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+        idempotence: Idempotence,
+        timeout: Option<Duration>,
+    ) -> Tried {
+        let body = match body.map(serde_json::to_vec).transpose() {
+            Ok(b) => b,
+            Err(e) => {
+                return Tried {
+                    result: Err(Error::Usage(format!("cannot encode the request: {e}"))),
+                    after_unknown: false,
+                };
+            }
+        };
+        let timeout = timeout.unwrap_or(self.timeout);
+        let mut after_unknown = false;
+        let mut try_no = 1;
+        loop {
+            let result = self.send_once(&method, &url, body.as_deref(), timeout).await;
+            let again = match &result {
+                Ok(_) => false,
+                Err(e) => {
+                    try_no < self.retry.tries
+                        && (e.nothing_done() || (idempotence == Idempotence::Safe && e.is_transient()))
+                }
+            };
+            if !again {
+                return Tried { result, after_unknown };
+            }
+            let e = result.err().expect("an error is tried again");
+            after_unknown |= !e.nothing_done();
+            tracing::debug!(%url, try_no, cause = %e, "dq call failed; trying again");
+            tokio::time::sleep(self.retry.backoff(try_no)).await;
+            try_no += 1;
+        }
+    }
+
+    /// Sends a request and decodes its JSON answer.
+    pub(crate) async fn json<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+        idempotence: Idempotence,
+    ) -> Result<T, Error> {
+        decode(self.send(method, url, body, idempotence, None).await.result?)
+    }
+
+    /// Sends a request whose answer has no body (204), or whose body the caller does not need.
+    pub(crate) async fn no_content<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+        idempotence: Idempotence,
+    ) -> Tried {
+        self.send(method, url, body, idempotence, None).await
+    }
+
+    pub(crate) fn at(&self, segments: &[&str]) -> Url {
+        self.url(segments, &[])
+    }
+
+    pub(crate) fn at_query(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
+        self.url(segments, query)
+    }
+
+    /// `POST /v1/jobs`. A job without an id (and without a `dedup_key`, which excludes one) gets a ULID
+    /// here, so that trying again after a time-out cannot make a second job: a try that finds the id
+    /// stored answers with the stored job.
+    pub async fn push(&self, job: &NewJob) -> Result<Pushed, Error> {
+        let job = with_id(job);
+        let tried = self
+            .send(
+                Method::POST,
+                self.at(&["v1", "jobs"]),
+                Some(&job),
+                Idempotence::Safe,
+                None,
+            )
+            .await;
+        match tried.result {
+            Ok(sent) => decode(sent),
+            Err(e) if tried.after_unknown && e.is_code("conflict") => self.stored_as(&job).await.ok_or(e),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The answer for a job that a push tried again found stored: the stored job, if it is this push's.
+    async fn stored_as(&self, job: &NewJob) -> Option<Pushed> {
+        let stored = self.get(job.id.as_deref()?).await.ok()?;
+        (stored.topic == job.topic && stored.body == job.body).then_some(Pushed {
+            id: stored.id,
+            state: stored.state,
+            run_at: stored.run_at,
+            topic: Some(stored.topic),
+            duplicate: false,
+        })
+    }
+
+    /// `POST /v1/jobs/batch`: one result per job, in order. Jobs without an id get one, as for
+    /// [`Client::push`].
+    pub async fn push_many(&self, jobs: &[NewJob]) -> Result<Vec<Result<Pushed, ApiError>>, Error> {
+        #[derive(Serialize)]
+        struct Batch<'a> {
+            jobs: &'a [NewJob],
+        }
+        let jobs: Vec<NewJob> = jobs.iter().map(with_id).collect();
+        let tried = self
+            .send(
+                Method::POST,
+                self.at(&["v1", "jobs", "batch"]),
+                Some(&Batch { jobs: &jobs }),
+                Idempotence::Safe,
+                None,
+            )
+            .await;
+        let results: Vec<Value> = decode::<Results>(tried.result?)?.results;
+        let mut out = Vec::with_capacity(results.len());
+        for (entry, job) in results.into_iter().zip(&jobs) {
+            out.push(match entry_result::<Pushed>(entry)? {
+                Err(e) if tried.after_unknown && e.code == "conflict" => self.stored_as(job).await.ok_or(e),
+                other => other,
+            });
+        }
+        Ok(out)
+    }
+
+    /// `GET /v1/jobs/{id}`.
+    pub async fn get(&self, id: &str) -> Result<Job, Error> {
+        self.json::<(), _>(Method::GET, self.at(&["v1", "jobs", id]), None, Idempotence::Safe)
+            .await
+    }
+
+    /// `DELETE /v1/jobs/{id}`: removes the job in any state. A try again that finds it gone counts as
+    /// done.
+    pub async fn cancel(&self, id: &str) -> Result<(), Error> {
+        let tried = self
+            .no_content::<()>(Method::DELETE, self.at(&["v1", "jobs", id]), None, Idempotence::Safe)
+            .await;
+        gone_is_done(tried)
+    }
+
+    /// `PATCH /v1/jobs/{id}`: a delayed or ready job is due again at `when`.
+    pub async fn reschedule(&self, id: &str, when: When) -> Result<Job, Error> {
+        self.json(
+            Method::PATCH,
+            self.at(&["v1", "jobs", id]),
+            Some(&when),
+            Idempotence::Safe,
+        )
+        .await
+    }
+
+    /// `POST /v1/reserve`. Sent again only when the first try surely reserved nothing: a reserve whose
+    /// answer was lost holds its jobs until their TTR ends, and they are then handed out again.
+    pub async fn reserve(&self, request: &Reserve) -> Result<Vec<Reserved>, Error> {
+        #[derive(serde::Deserialize)]
+        struct Jobs {
+            jobs: Vec<Reserved>,
+        }
+        let timeout = self
+            .timeout
+            .max(Duration::from_millis(request.timeout_ms) + LONG_POLL_SLACK);
+        let tried = self
+            .send(
+                Method::POST,
+                self.at(&["v1", "reserve"]),
+                Some(request),
+                Idempotence::Unsafe,
+                Some(timeout),
+            )
+            .await;
+        Ok(decode::<Jobs>(tried.result?)?.jobs)
+    }
+
+    /// `POST /v1/jobs/{id}/ack`: the job is done.
+    pub async fn ack(&self, id: &str, receipt: &str) -> Result<(), Error> {
+        let tried = self
+            .no_content(
+                Method::POST,
+                self.at(&["v1", "jobs", id, "ack"]),
+                Some(&serde_json::json!({ "receipt": receipt })),
+                Idempotence::Safe,
+            )
+            .await;
+        match tried.result {
+            Ok(_) => Ok(()),
+            Err(e) if tried.after_unknown && e.is_code("stale_receipt") => {
+                self.acked_before(id).await.then_some(()).ok_or(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the job is done or gone: what an ack tried again after an unknown outcome, that found
+    /// its receipt stale, learns from a look-up.
+    async fn acked_before(&self, id: &str) -> bool {
+        match self.get(id).await {
+            Ok(job) => job.state == "done",
+            Err(e) => e.is_code("not_found"),
+        }
+    }
+
+    /// `POST /v1/jobs/ack`: settles many reservations in one request; one result per entry, in order.
+    pub async fn ack_many<S: AsRef<str>>(&self, acks: &[(S, S)]) -> Result<Vec<Result<(), ApiError>>, Error> {
+        let body = serde_json::json!({
+            "acks": acks.iter().map(|(id, receipt)| serde_json::json!({"id": id.as_ref(), "receipt": receipt.as_ref()})).collect::<Vec<_>>()
+        });
+        let tried = self
+            .send(
+                Method::POST,
+                self.at(&["v1", "jobs", "ack"]),
+                Some(&body),
+                Idempotence::Safe,
+                None,
+            )
+            .await;
+        let results = decode::<Results>(tried.result?)?.results;
+        let mut out = Vec::with_capacity(results.len());
+        for (entry, (id, _)) in results.into_iter().zip(acks) {
+            out.push(match entry_result::<Value>(entry)? {
+                Ok(_) => Ok(()),
+                Err(e) if tried.after_unknown && e.code == "stale_receipt" && self.acked_before(id.as_ref()).await => {
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            });
+        }
+        Ok(out)
+    }
+
+    /// `POST /v1/jobs/{id}/nack`: the delivery failed; the job is retried (or goes dead). Sent again only
+    /// when the first try surely did nothing.
+    pub async fn nack(&self, id: &str, receipt: &str, nack: &Nack) -> Result<(), Error> {
+        #[derive(Serialize)]
+        struct Body<'a> {
+            receipt: &'a str,
+            #[serde(flatten)]
+            nack: &'a Nack,
+        }
+        self.no_content(
+            Method::POST,
+            self.at(&["v1", "jobs", id, "nack"]),
+            Some(&Body { receipt, nack }),
+            Idempotence::Unsafe,
+        )
+        .await
+        .result
+        .map(drop)
+    }
+
+    /// `POST /v1/jobs/{id}/touch`: the reservation lasts `ttr_ms` (or the job's TTR) from now; answers
+    /// the new deadline.
+    pub async fn touch(&self, id: &str, receipt: &str, ttr_ms: Option<u64>) -> Result<u64, Error> {
+        #[derive(serde::Deserialize)]
+        struct Deadline {
+            deadline: u64,
+        }
+        let mut body = serde_json::json!({ "receipt": receipt });
+        if let Some(ttr) = ttr_ms {
+            body["ttr_ms"] = ttr.into();
+        }
+        let d: Deadline = self
+            .json(
+                Method::POST,
+                self.at(&["v1", "jobs", id, "touch"]),
+                Some(&body),
+                Idempotence::Safe,
+            )
+            .await?;
+        Ok(d.deadline)
+    }
+}
+
+/// The job with an id: its own, or a fresh ULID (unless it deduplicates by key, which excludes an id).
+fn with_id(job: &NewJob) -> NewJob {
+    let mut job = job.clone();
+    if job.id.is_none() && job.dedup_key.is_none() {
+        job.id = Some(ulid::Ulid::new().to_string());
+    }
+    job
+}
+
+/// A batch's answer: one entry per request entry.
+#[derive(serde::Deserialize)]
+struct Results {
+    results: Vec<Value>,
+}
+
+/// One entry of a batch's answer: `{"error": …}` or the entry's value.
+fn entry_result<T: DeserializeOwned>(entry: Value) -> Result<Result<T, ApiError>, Error> {
+    if let Some(error) = entry.get("error") {
+        let fields: crate::error::ErrorFields = serde_json::from_value(error.clone()).map_err(|e| Error::Decode {
+            status: 200,
+            detail: format!("a batch entry's error: {e}"),
+        })?;
+        return Ok(Err(fields.with_status(200)));
+    }
+    serde_json::from_value(entry).map(Ok).map_err(|e| Error::Decode {
+        status: 200,
+        detail: format!("a batch entry: {e}"),
+    })
+}
+
+/// Decodes a success's JSON body.
+pub(crate) fn decode<T: DeserializeOwned>(sent: Sent) -> Result<T, Error> {
+    serde_json::from_slice(&sent.body).map_err(|e| Error::Decode {
+        status: sent.status.as_u16(),
+        detail: e.to_string(),
+    })
+}
+
+/// The outcome of a delete: a try again after an unknown outcome that finds nothing counts as done.
+pub(crate) fn gone_is_done(tried: Tried) -> Result<(), Error> {
+    match tried.result {
+        Ok(_) => Ok(()),
+        Err(e) if tried.after_unknown && e.is_code("not_found") => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,127 @@
+//! What a call can fail with, keeping the kind: an answer of dq's (its status, code and message), a
+//! request that never reached dq, one whose outcome is unknown, or an answer the client cannot read.
+
+use serde::Deserialize;
+
+/// An error answer of dq's: `{"error": {"code", "message", "id"?}}` with its HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{status} {code}: {message}")]
+pub struct ApiError {
+    /// The HTTP status (400, 401, 403, 404, 409, 413, 429, 503, 500), or 200 for one entry of a batch.
+    pub status: u16,
+    /// dq's error code: `invalid_argument`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
+    /// `stale_receipt`, `payload_too_large`, `overloaded`, `unavailable`, `internal`.
+    pub code: String,
+    /// The message, written for people.
+    pub message: String,
+    /// For a push whose outcome dq could not learn: the id to push again with.
+    pub id: Option<String>,
+}
+
+impl ApiError {
+    /// Whether dq says nothing was done and the same request may simply be sent again later: the
+    /// server was full (`overloaded`).
+    pub fn nothing_done(&self) -> bool {
+        self.code == "overloaded"
+    }
+
+    /// Whether another try may succeed: the server was full or a Redis partition did not answer.
+    pub fn is_transient(&self) -> bool {
+        self.status == 503 || self.status == 429
+    }
+}
+
+/// The error of a client call.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// dq answered with an error.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// The request never reached dq (no connection could be made): nothing was done.
+    #[error("could not connect to dq: {0}")]
+    Connect(#[source] reqwest::Error),
+    /// The request was sent but no answer came back (a time-out, a connection that broke): it may or may
+    /// not have been carried out.
+    #[error("no answer from dq, the outcome is unknown: {0}")]
+    Unknown(#[source] reqwest::Error),
+    /// dq answered something this client cannot read.
+    #[error("unexpected answer from dq (HTTP {status}): {detail}")]
+    Decode {
+        /// The HTTP status of the answer.
+        status: u16,
+        /// What was wrong with it.
+        detail: String,
+    },
+    /// The client was built with a bad base URL, or a bad argument was given to a call.
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl Error {
+    /// The API error, if dq answered with one.
+    pub fn api(&self) -> Option<&ApiError> {
+        match self {
+            Error::Api(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Whether dq answered with this error code.
+    pub fn is_code(&self, code: &str) -> bool {
+        self.api().is_some_and(|e| e.code == code)
+    }
+
+    /// Whether the request surely did nothing, so that any request may be sent again.
+    pub(crate) fn nothing_done(&self) -> bool {
+        match self {
+            Error::Connect(_) => true,
+            Error::Api(e) => e.nothing_done(),
+            _ => false,
+        }
+    }
+
+    /// Whether another try may succeed, though the first may have been carried out.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            Error::Connect(_) | Error::Unknown(_) => true,
+            Error::Api(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn from_reqwest(e: reqwest::Error) -> Error {
+        if e.is_connect() {
+            Error::Connect(e)
+        } else if e.is_builder() {
+            Error::Usage(e.to_string())
+        } else {
+            Error::Unknown(e)
+        }
+    }
+}
+
+/// The wire shape of an error answer.
+#[derive(Deserialize)]
+pub(crate) struct ErrorBody {
+    pub error: ErrorFields,
+}
+
+/// The fields of an error answer.
+#[derive(Deserialize)]
+pub(crate) struct ErrorFields {
+    pub code: String,
+    pub message: String,
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+impl ErrorFields {
+    pub(crate) fn with_status(self, status: u16) -> ApiError {
+        ApiError {
+            status,
+            code: self.code,
+            message: self.message,
+            id: self.id,
+        }
+    }
+}

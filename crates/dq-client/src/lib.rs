@@ -1,0 +1,37 @@
+//! A typed async client for dq's HTTP API (`docs/api.md`).
+//!
+//! - [`Client`] has one method per verb: jobs (push, push many, look up, cancel, reschedule), pull
+//!   consumption (reserve with long poll, ack, ack many, nack, touch), topics, dead letters, schedules
+//!   and stats. Errors keep their kind ([`Error`]): dq's own answer, a request that never got through,
+//!   or one whose outcome is unknown.
+//! - Retries are safe: a push always carries an id (the client makes a ULID when the job has none), so a
+//!   push sent again after a time-out finds the first one instead of making a second job; verbs that
+//!   are not idempotent are sent again only when the first try surely did nothing ([`RetryPolicy`]).
+//! - [`Worker`] is the pull consumer's loop: reserve a batch (long poll), run a handler per job, ack the
+//!   successes in one request, nack the failures, touch jobs that run long, and stop cleanly.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), dq_client::Error> {
+//! use dq_client::{Client, NewJob};
+//! let client = Client::builder("http://127.0.0.1:6789").token(std::env::var("DQ_TOKEN").ok()).build()?;
+//! let pushed = client.push(&NewJob::new("orders.close", serde_json::json!({"order": 42})).delay_ms(30_000)).await?;
+//! println!("{} due at {}", pushed.id, pushed.run_at);
+//! # Ok(()) }
+//! ```
+
+mod admin;
+mod client;
+mod error;
+mod jobs;
+mod manage;
+mod retry;
+mod worker;
+
+pub use admin::{
+    Callback, Counts, DeadPage, Defaults, Node, RedisStats, Retry, Schedule, ScheduleConfig, Stats, Topic, TopicConfig,
+};
+pub use client::{Client, ClientBuilder};
+pub use error::{ApiError, Error};
+pub use jobs::{Job, Nack, NewJob, Pushed, Reserve, Reserved, When};
+pub use retry::RetryPolicy;
+pub use worker::{Failed, Worker, WorkerStats};

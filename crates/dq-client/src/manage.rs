@@ -1,0 +1,199 @@
+//! The verbs on topics, dead letters, schedules and stats.
+
+use reqwest::Method;
+use serde::Deserialize;
+
+use crate::admin::{DeadPage, Schedule, ScheduleConfig, Stats, Topic, TopicConfig};
+use crate::client::{Client, gone_is_done};
+use crate::error::Error;
+use crate::retry::Idempotence;
+
+impl Client {
+    /// `GET /v1/topics`: every registered topic and every topic with jobs.
+    pub async fn topics(&self) -> Result<Vec<Topic>, Error> {
+        #[derive(Deserialize)]
+        struct List {
+            topics: Vec<Topic>,
+        }
+        let list: List = self
+            .json::<(), _>(Method::GET, self.at(&["v1", "topics"]), None, Idempotence::Safe)
+            .await?;
+        Ok(list.topics)
+    }
+
+    /// `GET /v1/topics/{topic}`.
+    pub async fn topic(&self, topic: &str) -> Result<Topic, Error> {
+        self.json::<(), _>(Method::GET, self.at(&["v1", "topics", topic]), None, Idempotence::Safe)
+            .await
+    }
+
+    /// `PUT /v1/topics/{topic}`: registers the topic, or replaces its registration whole.
+    pub async fn put_topic(&self, topic: &str, config: &TopicConfig) -> Result<Topic, Error> {
+        self.json(
+            Method::PUT,
+            self.at(&["v1", "topics", topic]),
+            Some(config),
+            Idempotence::Safe,
+        )
+        .await
+    }
+
+    /// `DELETE /v1/topics/{topic}`: removes the registration; the jobs stay.
+    pub async fn delete_topic(&self, topic: &str) -> Result<(), Error> {
+        gone_is_done(
+            self.no_content::<()>(
+                Method::DELETE,
+                self.at(&["v1", "topics", topic]),
+                None,
+                Idempotence::Safe,
+            )
+            .await,
+        )
+    }
+
+    /// `POST /v1/topics/{topic}/pause`.
+    pub async fn pause_topic(&self, topic: &str) -> Result<Topic, Error> {
+        self.json::<(), _>(
+            Method::POST,
+            self.at(&["v1", "topics", topic, "pause"]),
+            None,
+            Idempotence::Safe,
+        )
+        .await
+    }
+
+    /// `POST /v1/topics/{topic}/resume`.
+    pub async fn resume_topic(&self, topic: &str) -> Result<Topic, Error> {
+        self.json::<(), _>(
+            Method::POST,
+            self.at(&["v1", "topics", topic, "resume"]),
+            None,
+            Idempotence::Safe,
+        )
+        .await
+    }
+
+    /// `GET /v1/topics/{topic}/dead`: a page of the dead list, oldest death first.
+    pub async fn dead(&self, topic: &str, offset: u64, limit: u64) -> Result<DeadPage, Error> {
+        let url = self.at_query(
+            &["v1", "topics", topic, "dead"],
+            &[("offset", offset.to_string()), ("limit", limit.to_string())],
+        );
+        self.json::<(), _>(Method::GET, url, None, Idempotence::Safe).await
+    }
+
+    /// `POST /v1/topics/{topic}/dead/requeue`: the given dead jobs (`None`: all of them) are ready again
+    /// with their attempts reset; answers how many moved.
+    pub async fn requeue_dead(&self, topic: &str, ids: Option<&[String]>) -> Result<u64, Error> {
+        #[derive(Deserialize)]
+        struct Requeued {
+            requeued: u64,
+        }
+        let body = serde_json::json!({ "ids": ids });
+        let body = ids.map(|_| &body);
+        let r: Requeued = self
+            .json(
+                Method::POST,
+                self.at(&["v1", "topics", topic, "dead", "requeue"]),
+                body,
+                Idempotence::Safe,
+            )
+            .await?;
+        Ok(r.requeued)
+    }
+
+    /// `DELETE /v1/topics/{topic}/dead`: deletes the given dead jobs (`None`: all of them); answers how
+    /// many went.
+    pub async fn delete_dead(&self, topic: &str, ids: Option<&[String]>) -> Result<u64, Error> {
+        #[derive(Deserialize)]
+        struct Deleted {
+            deleted: u64,
+        }
+        let body = serde_json::json!({ "ids": ids });
+        let body = ids.map(|_| &body);
+        let r: Deleted = self
+            .json(
+                Method::DELETE,
+                self.at(&["v1", "topics", topic, "dead"]),
+                body,
+                Idempotence::Safe,
+            )
+            .await?;
+        Ok(r.deleted)
+    }
+
+    /// `GET /v1/schedules`.
+    pub async fn schedules(&self) -> Result<Vec<Schedule>, Error> {
+        #[derive(Deserialize)]
+        struct List {
+            schedules: Vec<Schedule>,
+        }
+        let list: List = self
+            .json::<(), _>(Method::GET, self.at(&["v1", "schedules"]), None, Idempotence::Safe)
+            .await?;
+        Ok(list.schedules)
+    }
+
+    /// `GET /v1/schedules/{name}`.
+    pub async fn schedule(&self, name: &str) -> Result<Schedule, Error> {
+        self.json::<(), _>(
+            Method::GET,
+            self.at(&["v1", "schedules", name]),
+            None,
+            Idempotence::Safe,
+        )
+        .await
+    }
+
+    /// `PUT /v1/schedules/{name}`: registers or replaces a schedule.
+    pub async fn put_schedule(&self, name: &str, config: &ScheduleConfig) -> Result<Schedule, Error> {
+        self.json(
+            Method::PUT,
+            self.at(&["v1", "schedules", name]),
+            Some(config),
+            Idempotence::Safe,
+        )
+        .await
+    }
+
+    /// `DELETE /v1/schedules/{name}`.
+    pub async fn delete_schedule(&self, name: &str) -> Result<(), Error> {
+        gone_is_done(
+            self.no_content::<()>(
+                Method::DELETE,
+                self.at(&["v1", "schedules", name]),
+                None,
+                Idempotence::Safe,
+            )
+            .await,
+        )
+    }
+
+    /// `POST /v1/schedules/{name}/pause`.
+    pub async fn pause_schedule(&self, name: &str) -> Result<Schedule, Error> {
+        self.json::<(), _>(
+            Method::POST,
+            self.at(&["v1", "schedules", name, "pause"]),
+            None,
+            Idempotence::Safe,
+        )
+        .await
+    }
+
+    /// `POST /v1/schedules/{name}/resume`.
+    pub async fn resume_schedule(&self, name: &str) -> Result<Schedule, Error> {
+        self.json::<(), _>(
+            Method::POST,
+            self.at(&["v1", "schedules", name, "resume"]),
+            None,
+            Idempotence::Safe,
+        )
+        .await
+    }
+
+    /// `GET /v1/stats`: counts per topic and state, Redis's shape and health.
+    pub async fn stats(&self) -> Result<Stats, Error> {
+        self.json::<(), _>(Method::GET, self.at(&["v1", "stats"]), None, Idempotence::Safe)
+            .await
+    }
+}

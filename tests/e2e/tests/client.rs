@@ -1,0 +1,376 @@
+//! dq-client against a real dq-server, dq-timer and Redis: every verb, retries after a lost answer that
+//! neither duplicate a push nor fail an ack that went through, token auth, and the worker loop.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Running, env, start, start_on};
+use dq_client::{
+    Callback, Client, Failed, Nack, NewJob, Reserve, RetryPolicy, ScheduleConfig, TopicConfig, When, Worker,
+};
+use dq_harness::{RedisServer, eventually, free_port};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+fn client(server: &Running) -> Client {
+    Client::new(&format!("http://127.0.0.1:{}", server.port)).unwrap()
+}
+
+#[tokio::test]
+async fn every_job_verb() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let _timer = start("dq-timer", &[&redis]).await;
+    let c = client(&server);
+
+    // Push without an id: the client makes one, a ULID.
+    let pushed = c
+        .push(&NewJob::new("orders", json!({"n": 1})).delay_ms(60_000))
+        .await
+        .unwrap();
+    assert_eq!(pushed.id.len(), 26);
+    assert_eq!(pushed.state, "delayed");
+    assert_eq!(pushed.topic.as_deref(), Some("orders"));
+    let job = c.get(&pushed.id).await.unwrap();
+    assert_eq!(
+        (job.topic.as_str(), job.body.clone(), job.state.as_str()),
+        ("orders", json!({"n": 1}), "delayed")
+    );
+
+    // Reschedule to now; reserve; touch; ack.
+    let job = c.reschedule(&pushed.id, When::DelayMs(0)).await.unwrap();
+    assert_eq!(job.state, "ready");
+    let reserved = c.reserve(&Reserve::new(["orders"]).count(5)).await.unwrap();
+    assert_eq!(reserved.len(), 1);
+    assert_eq!((reserved[0].id.as_str(), reserved[0].attempt), (pushed.id.as_str(), 1));
+    let deadline = c
+        .touch(&reserved[0].id, &reserved[0].receipt, Some(120_000))
+        .await
+        .unwrap();
+    assert!(deadline > reserved[0].deadline, "touch extends the reservation");
+    c.ack(&reserved[0].id, &reserved[0].receipt).await.unwrap();
+    assert_eq!(c.get(&pushed.id).await.unwrap().state, "done");
+    // A second ack is stale: dq's error keeps its kind.
+    let stale = c.ack(&reserved[0].id, &reserved[0].receipt).await.unwrap_err();
+    assert!(stale.is_code("stale_receipt"), "{stale}");
+    assert_eq!(stale.api().unwrap().status, 409);
+
+    // Push many, one entry a conflict; ack many with one stale receipt.
+    let results = c
+        .push_many(&[
+            NewJob::new("orders", json!(2)).id("b-1"),
+            NewJob::new("orders", json!(3)),
+            NewJob::new("orders", json!(4)).id(&pushed.id),
+        ])
+        .await
+        .unwrap();
+    assert!(results[0].is_ok() && results[1].is_ok(), "{results:?}");
+    assert_eq!(results[2].as_ref().unwrap_err().code, "conflict");
+    let two = c.reserve(&Reserve::new(["orders"]).count(10)).await.unwrap();
+    assert_eq!(two.len(), 2);
+    let acks = vec![
+        (two[0].id.clone(), two[0].receipt.clone()),
+        (two[1].id.clone(), "0000000000000000.9".to_string()),
+    ];
+    let acked = c.ack_many(&acks).await.unwrap();
+    assert!(acked[0].is_ok());
+    assert_eq!(acked[1].as_ref().unwrap_err().code, "stale_receipt");
+
+    // Nack with a delay and an error; the job is delayed with its last error.
+    c.nack(
+        &two[1].id,
+        &two[1].receipt,
+        &Nack {
+            delay_ms: Some(60_000),
+            error: Some("boom".into()),
+        },
+    )
+    .await
+    .unwrap();
+    let nacked = c.get(&two[1].id).await.unwrap();
+    assert_eq!(
+        (nacked.state.as_str(), nacked.last_error.as_deref(), nacked.attempts),
+        ("delayed", Some("boom"), 1)
+    );
+
+    // Cancel; a second cancel is a 404.
+    c.cancel(&two[1].id).await.unwrap();
+    assert!(c.cancel(&two[1].id).await.unwrap_err().is_code("not_found"));
+    assert!(c.get(&two[1].id).await.unwrap_err().is_code("not_found"));
+
+    // A bad input is dq's 400, nothing written.
+    let bad = c.push(&NewJob::new("no spaces allowed", json!(1))).await.unwrap_err();
+    assert!(bad.is_code("invalid_argument"), "{bad}");
+
+    // A long poll answers as soon as a job is pushed.
+    let waiting = {
+        let c = c.clone();
+        tokio::spawn(async move { c.reserve(&Reserve::new(["later"]).wait_ms(20_000)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let p = c.push(&NewJob::new("later", json!("x"))).await.unwrap();
+    let got = waiting.await.unwrap().unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].id, p.id);
+}
+
+#[tokio::test]
+async fn topics_dead_letters_schedules_and_stats() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let c = client(&server);
+
+    let config = TopicConfig {
+        callback: Some(Callback {
+            url: "http://127.0.0.1:9/hook".into(),
+            concurrency: Some(4),
+            secret: Some("s3cr3t".into()),
+            ..Callback::default()
+        }),
+        ..TopicConfig::default()
+    };
+    let t = c.put_topic("mail", &config).await.unwrap();
+    let cb = t.config.as_ref().unwrap().callback.as_ref().unwrap();
+    assert_eq!((cb.concurrency, cb.secret.as_deref()), (Some(4), Some("***")));
+    assert!(c.pause_topic("mail").await.unwrap().config.unwrap().paused);
+    assert!(!c.resume_topic("mail").await.unwrap().config.unwrap().paused);
+    assert!(c.topics().await.unwrap().iter().any(|t| t.topic == "mail"));
+    c.delete_topic("mail").await.unwrap();
+    assert!(c.delete_topic("mail").await.unwrap_err().is_code("not_found"));
+
+    // Two jobs go dead (one attempt each); list, requeue one, delete the other.
+    for i in 0..2 {
+        c.push(&NewJob::new("pull", json!(i)).id(format!("d-{i}")).max_attempts(1))
+            .await
+            .unwrap();
+    }
+    for job in c.reserve(&Reserve::new(["pull"]).count(2)).await.unwrap() {
+        c.nack(&job.id, &job.receipt, &Nack::default()).await.unwrap();
+    }
+    let page = c.dead("pull", 0, 10).await.unwrap();
+    assert_eq!(page.total, 2);
+    assert_eq!(page.jobs.len(), 2);
+    assert_eq!(c.requeue_dead("pull", Some(&["d-0".to_string()])).await.unwrap(), 1);
+    assert_eq!(c.get("d-0").await.unwrap().state, "ready");
+    assert_eq!(c.delete_dead("pull", None).await.unwrap(), 1);
+    assert!(c.get("d-1").await.unwrap_err().is_code("not_found"));
+
+    let s = ScheduleConfig {
+        cron: "0 9 * * MON".into(),
+        timezone: Some("Europe/Berlin".into()),
+        topic: "reports".into(),
+        body: json!({"report": "weekly"}),
+        ttr_ms: None,
+        max_attempts: None,
+        paused: None,
+    };
+    let made = c.put_schedule("weekly", &s).await.unwrap();
+    assert!(made.next_fire_at.is_some());
+    assert_eq!(c.pause_schedule("weekly").await.unwrap().next_fire_at, None);
+    assert!(c.resume_schedule("weekly").await.unwrap().next_fire_at.is_some());
+    assert_eq!(c.schedules().await.unwrap().len(), 1);
+    assert_eq!(c.schedule("weekly").await.unwrap().config.cron, "0 9 * * MON");
+    c.delete_schedule("weekly").await.unwrap();
+    assert!(c.schedule("weekly").await.unwrap_err().is_code("not_found"));
+    let bad = c
+        .put_schedule(
+            "bad",
+            &ScheduleConfig {
+                cron: "61 * * * *".into(),
+                ..s
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(bad.is_code("invalid_argument"), "{bad}");
+
+    let stats = c.stats().await.unwrap();
+    assert_eq!(stats.redis.mode, "standalone");
+    assert_eq!(stats.topics["pull"].ready, 1);
+}
+
+#[tokio::test]
+async fn a_token_is_sent_and_its_absence_is_a_401() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let mut vars = env(&[&redis], port);
+    vars.push(("DQ__AUTH__ADMIN_TOKEN", "let-me-in".into()));
+    let server = start_on("dq-server", port, vars).await;
+    let without = client(&server);
+    let e = without.stats().await.unwrap_err();
+    assert_eq!(
+        e.api().map(|e| (e.status, e.code.as_str())),
+        Some((401, "unauthorized"))
+    );
+    let with = Client::builder(&format!("http://127.0.0.1:{port}"))
+        .token(Some("let-me-in".into()))
+        .build()
+        .unwrap();
+    with.stats().await.unwrap();
+}
+
+/// A proxy in front of dq-server that forwards every request but, while `drop_answers` is above 0,
+/// swallows the answer and closes the connection: the request ran, the client cannot know it.
+async fn lossy_proxy(upstream: u16, drop_answers: Arc<AtomicUsize>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (mut down, _) = listener.accept().await.unwrap();
+            let drop_answers = drop_answers.clone();
+            tokio::spawn(async move {
+                let mut up = TcpStream::connect(("127.0.0.1", upstream)).await.unwrap();
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match down.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    up.write_all(&buf[..n]).await.unwrap();
+                    let m = match up.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(m) => m,
+                    };
+                    if drop_answers.load(Ordering::SeqCst) > 0 {
+                        drop_answers.fetch_sub(1, Ordering::SeqCst);
+                        return; // the answer is lost with the connection
+                    }
+                    if down.write_all(&buf[..m]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn a_lost_answer_neither_duplicates_a_push_nor_fails_an_ack() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let drop_answers = Arc::new(AtomicUsize::new(0));
+    let port = lossy_proxy(server.port, drop_answers.clone()).await;
+    let c = Client::new(&format!("http://127.0.0.1:{port}")).unwrap();
+    let direct = client(&server);
+
+    // The push's answer is lost: the client pushes again with the same id, meets its first push (409),
+    // and answers with it. One job, not two.
+    drop_answers.store(1, Ordering::SeqCst);
+    let pushed = c.push(&NewJob::new("once", json!({"k": 1}))).await.unwrap();
+    assert_eq!(drop_answers.load(Ordering::SeqCst), 0, "the first answer was dropped");
+    assert_eq!(direct.get(&pushed.id).await.unwrap().body, json!({"k": 1}));
+    assert_eq!(direct.stats().await.unwrap().topics["once"].ready, 1, "exactly one job");
+
+    // The same in a batch.
+    drop_answers.store(1, Ordering::SeqCst);
+    let results = c
+        .push_many(&[NewJob::new("once", json!(2)), NewJob::new("once", json!(3))])
+        .await
+        .unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(direct.stats().await.unwrap().topics["once"].ready, 3);
+
+    // An ack whose answer is lost: the retry finds the receipt stale, looks the job up, sees it done.
+    let job = direct.reserve(&Reserve::new(["once"])).await.unwrap().remove(0);
+    drop_answers.store(1, Ordering::SeqCst);
+    c.ack(&job.id, &job.receipt).await.unwrap();
+    assert_eq!(
+        drop_answers.load(Ordering::SeqCst),
+        0,
+        "the ack's first answer was dropped"
+    );
+    assert_eq!(direct.get(&job.id).await.unwrap().state, "done");
+
+    // Without retries, the lost answer is an unknown outcome, said as such.
+    let once = Client::builder(&format!("http://127.0.0.1:{port}"))
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    drop_answers.store(1, Ordering::SeqCst);
+    let e = once.push(&NewJob::new("once", json!(4))).await.unwrap_err();
+    assert!(matches!(e, dq_client::Error::Unknown(_)), "{e:?}");
+}
+
+#[tokio::test]
+async fn the_worker_acks_successes_nacks_failures_touches_long_jobs_and_stops() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let _timer = start("dq-timer", &[&redis]).await;
+    let c = client(&server);
+    let jobs: Vec<NewJob> = (0..200)
+        .map(|i| NewJob::new("work", json!({"n": i})).id(format!("w-{i}")))
+        .collect();
+    for r in c.push_many(&jobs).await.unwrap() {
+        r.unwrap();
+    }
+    // One job runs longer than its TTR (300 ms): touched every 100 ms, it keeps its reservation.
+    c.push(&NewJob::new("work", json!({"n": "slow"})).id("slow").ttr_ms(300))
+        .await
+        .unwrap();
+
+    let failed_once = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let stop = CancellationToken::new();
+    let worker = Worker::new(c.clone(), ["work"])
+        .batch(10)
+        .loops(4)
+        .wait_ms(1000)
+        .touch_every(Duration::from_millis(100));
+    let handler = {
+        let failed_once = failed_once.clone();
+        move |job: dq_client::Reserved| {
+            let failed_once = failed_once.clone();
+            async move {
+                if job.body["n"] == "slow" {
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    return Ok(());
+                }
+                // Every tenth job fails its first attempt.
+                let n = job.body["n"].as_u64().unwrap();
+                if n % 10 == 0 && failed_once.lock().unwrap().insert(n) {
+                    return Err(Failed::new("first try fails").retry_after_ms(0));
+                }
+                Ok(())
+            }
+        }
+    };
+    let running = tokio::spawn(worker.run(handler, stop.clone()));
+    let all_done = Arc::new(AtomicBool::new(false));
+    eventually(Duration::from_secs(60), "every job done", || {
+        let c = c.clone();
+        let all_done = all_done.clone();
+        async move {
+            let stats = c.stats().await.unwrap();
+            // A topic without a registration leaves the stats with its last job.
+            let counts = stats.topics.get("work").copied().unwrap_or_default();
+            let done = counts.ready + counts.reserved + counts.delayed + counts.dead == 0;
+            all_done.store(done, Ordering::SeqCst);
+            done
+        }
+    })
+    .await;
+    stop.cancel();
+    let stats = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the worker stops")
+        .unwrap();
+    assert_eq!(stats.acked.load(Ordering::SeqCst), 201);
+    assert_eq!(stats.nacked.load(Ordering::SeqCst), 20);
+    assert_eq!(
+        stats.unsettled.load(Ordering::SeqCst),
+        0,
+        "the slow job kept its reservation"
+    );
+    for i in [0, 10, 199] {
+        let job = c.get(&format!("w-{i}")).await.unwrap();
+        assert_eq!(job.state, "done");
+        assert_eq!(job.attempts, if i % 10 == 0 { 2 } else { 1 });
+    }
+    let slow = c.get("slow").await.unwrap();
+    assert_eq!((slow.state.as_str(), slow.attempts), ("done", 1));
+}
