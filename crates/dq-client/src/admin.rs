@@ -14,13 +14,13 @@ pub struct TopicConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<Callback>,
     /// The retry policy.
-    #[serde(default, skip_serializing_if = "Retry::is_empty")]
+    #[serde(default)]
     pub retry: Retry,
     /// Defaults of pushes that leave them out.
-    #[serde(default, skip_serializing_if = "Defaults::is_empty")]
+    #[serde(default)]
     pub defaults: Defaults,
     /// Whether the topic is paused.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default)]
     pub paused: bool,
     /// Ready jobs above which dq-checker raises a backlog alert.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,12 +75,6 @@ pub struct Retry {
     pub condition: Option<String>,
 }
 
-impl Retry {
-    fn is_empty(&self) -> bool {
-        *self == Retry::default()
-    }
-}
-
 /// Defaults of the topic's pushes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Defaults {
@@ -90,12 +84,6 @@ pub struct Defaults {
     /// Delay of a push that gives neither `delay_ms` nor `run_at`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<u64>,
-}
-
-impl Defaults {
-    fn is_empty(&self) -> bool {
-        *self == Defaults::default()
-    }
 }
 
 /// Jobs by state.

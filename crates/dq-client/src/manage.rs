@@ -38,6 +38,19 @@ impl Client {
         .await
     }
 
+    /// `PUT /v1/topics/{topic}` with a registration as JSON, sent as it is, so that dq itself checks it
+    /// (it refuses unknown fields, where [`TopicConfig`] would drop them): for tools that take a
+    /// registration from their user.
+    pub async fn put_topic_json(&self, topic: &str, config: &serde_json::Value) -> Result<Topic, Error> {
+        self.json(
+            Method::PUT,
+            self.at(&["v1", "topics", topic]),
+            Some(config),
+            Idempotence::Safe,
+        )
+        .await
+    }
+
     /// `DELETE /v1/topics/{topic}`: removes the registration; the jobs stay.
     pub async fn delete_topic(&self, topic: &str) -> Result<(), Error> {
         gone_is_done(
@@ -147,6 +160,18 @@ impl Client {
 
     /// `PUT /v1/schedules/{name}`: registers or replaces a schedule.
     pub async fn put_schedule(&self, name: &str, config: &ScheduleConfig) -> Result<Schedule, Error> {
+        self.json(
+            Method::PUT,
+            self.at(&["v1", "schedules", name]),
+            Some(config),
+            Idempotence::Safe,
+        )
+        .await
+    }
+
+    /// `PUT /v1/schedules/{name}` with a registration as JSON, sent as it is (see
+    /// [`Client::put_topic_json`]).
+    pub async fn put_schedule_json(&self, name: &str, config: &serde_json::Value) -> Result<Schedule, Error> {
         self.json(
             Method::PUT,
             self.at(&["v1", "schedules", name]),

@@ -1,0 +1,161 @@
+//! The job verbs: push, get, cancel, reschedule, reserve, ack, nack, touch.
+
+use std::io::Read;
+
+use anyhow::{Context, Result, bail};
+use dq_client::{Client, Job, Nack, NewJob, Reserve, When};
+use serde_json::Value;
+
+use crate::cli::Command;
+use crate::output::{Output, fields, maybe_time, short, table, time};
+
+/// Runs a job verb.
+pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> {
+    match command {
+        Command::Push(a) => {
+            let mut job = NewJob::new(a.topic, read_json(&a.body, "the body")?);
+            job.id = a.id;
+            job.delay_ms = a.when.delay;
+            job.run_at = a.when.at;
+            job.ttr_ms = a.ttr;
+            job.max_attempts = a.max_attempts;
+            job.dedup_key = a.dedup_key;
+            job.dedup_ms = a.dedup_window;
+            let pushed = client.push(&job).await?;
+            out.either(&pushed, || {
+                let dup = if pushed.duplicate {
+                    " (a duplicate: the job pushed first)"
+                } else {
+                    ""
+                };
+                println!("{} {} due {}{dup}", pushed.id, pushed.state, time(pushed.run_at));
+            });
+        }
+        Command::Get { id } => {
+            let job = client.get(&id).await?;
+            out.either(&job, || println!("{}", job_fields(&job)));
+        }
+        Command::Cancel { id } => {
+            client.cancel(&id).await?;
+            if !out.json {
+                println!("{id} deleted");
+            }
+        }
+        Command::Reschedule { id, when } => {
+            let when = match (when.delay, when.at) {
+                (Some(ms), _) => When::DelayMs(ms),
+                (_, Some(at)) => When::RunAt(at),
+                _ => bail!("give --delay or --at"),
+            };
+            let job = client.reschedule(&id, when).await?;
+            out.either(&job, || println!("{} {} due {}", job.id, job.state, time(job.run_at)));
+        }
+        Command::Reserve { topics, count, wait } => {
+            let jobs = client.reserve(&Reserve::new(topics).count(count).wait_ms(wait)).await?;
+            out.either(&serde_json::json!({ "jobs": jobs }), || {
+                if jobs.is_empty() {
+                    println!("no job");
+                    return;
+                }
+                let rows = jobs
+                    .iter()
+                    .map(|j| {
+                        vec![
+                            j.id.clone(),
+                            j.topic.clone(),
+                            j.attempt.to_string(),
+                            j.receipt.clone(),
+                            time(j.deadline),
+                            short(&j.body, 60),
+                        ]
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    table(
+                        &["id", "topic", "attempt", "receipt", "deadline", "body"],
+                        &["attempt"],
+                        rows
+                    )
+                );
+            });
+        }
+        Command::Ack { id, receipt } => {
+            client.ack(&id, &receipt).await?;
+            if !out.json {
+                println!("{id} done");
+            }
+        }
+        Command::Nack {
+            id,
+            receipt,
+            delay,
+            error,
+        } => {
+            client.nack(&id, &receipt, &Nack { delay_ms: delay, error }).await?;
+            if !out.json {
+                println!("{id} failed (see `dq get {id}` for what comes next)");
+            }
+        }
+        Command::Touch { id, receipt, ttr } => {
+            let deadline = client.touch(&id, &receipt, ttr).await?;
+            out.either(&serde_json::json!({ "deadline": deadline }), || {
+                println!("{id} reserved until {}", time(deadline))
+            });
+        }
+        other => unreachable!("not a job verb: {other:?}"),
+    }
+    Ok(())
+}
+
+/// A job as `name value` lines.
+pub fn job_fields(job: &Job) -> String {
+    let mut pairs = vec![
+        ("id", job.id.clone()),
+        ("topic", job.topic.clone()),
+        ("state", job.state.clone()),
+        ("run_at", time(job.run_at)),
+        (
+            "attempts",
+            format!("{} of {}", job.attempts, attempts_cap(job.max_attempts)),
+        ),
+        ("ttr_ms", job.ttr_ms.to_string()),
+        ("created_at", time(job.created_at)),
+    ];
+    if job.deadline.is_some() {
+        pairs.push(("deadline", maybe_time(job.deadline)));
+    }
+    if job.retry_until.is_some() {
+        pairs.push(("retry_until", maybe_time(job.retry_until)));
+    }
+    if let Some(e) = &job.last_error {
+        pairs.push(("last_error", e.clone()));
+    }
+    pairs.push(("body", job.body.to_string()));
+    fields(&pairs)
+}
+
+/// `max_attempts` for people: 0 is unlimited.
+pub fn attempts_cap(max: u32) -> String {
+    if max == 0 { "unlimited".into() } else { max.to_string() }
+}
+
+/// JSON from an argument: the text itself, `@file` for a file's, `-` for standard input's.
+pub fn read_json(arg: &str, what: &str) -> Result<Value> {
+    let text = if arg == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("cannot read standard input")?;
+        s
+    } else if let Some(path) = arg.strip_prefix('@') {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?
+    } else {
+        arg.to_string()
+    };
+    serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{what} is not JSON (a string must be quoted, e.g. '\"hello\"'; `@file` reads a file, `-` standard input)"
+        )
+    })
+}

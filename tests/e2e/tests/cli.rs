@@ -1,0 +1,279 @@
+//! The `dq` command line as a user runs it, against a real dq-server and Redis: each command, its JSON
+//! and its tables, errors with a non-zero exit, completions, and `dq tail` following a death.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::start;
+use dq_harness::{RedisServer, bin_dir, eventually};
+use serde_json::{Value, json};
+
+/// Runs `dq args…` against the server on `port`.
+fn dq(port: u16, args: &[&str]) -> Output {
+    Command::new(bin_dir().join("dq"))
+        .args(args)
+        .env("DQ_URL", format!("http://127.0.0.1:{port}"))
+        .env_remove("DQ_TOKEN")
+        .output()
+        .expect("dq runs")
+}
+
+/// Runs a command that must succeed; its standard output.
+fn ok(port: u16, args: &[&str]) -> String {
+    let out = dq(port, args);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "dq {args:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Runs a command with `--json`; its answer.
+fn json_of(port: u16, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let text = ok(port, &all);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("dq {args:?} printed no JSON ({e}): {text}"))
+}
+
+/// Runs a command that must fail; its standard error.
+fn fails(port: u16, args: &[&str]) -> String {
+    let out = dq(port, args);
+    assert!(!out.status.success(), "dq {args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[tokio::test]
+async fn jobs_from_push_to_ack() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let p = server.port;
+
+    let pushed = json_of(
+        p,
+        &[
+            "push",
+            "orders",
+            r#"{"order":42}"#,
+            "--delay",
+            "1h",
+            "--max-attempts",
+            "3",
+        ],
+    );
+    let id = pushed["id"].as_str().unwrap().to_string();
+    assert_eq!(pushed["state"], "delayed");
+    let job = json_of(p, &["get", &id]);
+    assert_eq!(
+        (job["body"].clone(), job["max_attempts"].clone()),
+        (json!({"order": 42}), json!(3))
+    );
+    // The human form names the fields.
+    let text = ok(p, &["get", &id]);
+    assert!(text.contains("state") && text.contains("delayed"), "{text}");
+    assert!(text.contains("0 of 3"), "{text}");
+
+    assert_eq!(json_of(p, &["reschedule", &id, "--delay", "0"])["state"], "ready");
+    let reserved = json_of(p, &["reserve", "orders", "--count", "5"]);
+    let job = &reserved["jobs"][0];
+    assert_eq!(job["id"], id.as_str());
+    let receipt = job["receipt"].as_str().unwrap();
+    assert!(
+        json_of(p, &["touch", &id, receipt, "--ttr", "2m"])["deadline"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(ok(p, &["ack", &id, receipt]).contains("done"));
+    assert_eq!(json_of(p, &["get", &id])["state"], "done");
+    // A second ack: dq's error, non-zero exit.
+    let e = fails(p, &["ack", &id, receipt]);
+    assert!(e.contains("409 stale_receipt"), "{e}");
+
+    // Body from a file, and a nack.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("body.json");
+    std::fs::write(&file, r#"{"from":"file"}"#).unwrap();
+    let id2 = json_of(
+        p,
+        &["push", "orders", &format!("@{}", file.display()), "--id", "from-file"],
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(json_of(p, &["get", &id2])["body"], json!({"from": "file"}));
+    let r = json_of(p, &["reserve", "orders"]);
+    let receipt = r["jobs"][0]["receipt"].as_str().unwrap();
+    ok(p, &["nack", &id2, receipt, "--delay", "1h", "--error", "no stock"]);
+    let job = json_of(p, &["get", &id2]);
+    assert_eq!(
+        (job["state"].clone(), job["last_error"].clone()),
+        (json!("delayed"), json!("no stock"))
+    );
+    ok(p, &["cancel", &id2]);
+    assert!(fails(p, &["get", &id2]).contains("404 not_found"));
+
+    // The reserve table; an empty reserve says so.
+    ok(p, &["push", "orders", "1"]);
+    let table = ok(p, &["reserve", "orders"]);
+    assert!(table.contains("receipt") && table.contains("orders"), "{table}");
+    assert!(ok(p, &["reserve", "orders"]).contains("no job"));
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_with_a_message() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let p = server.port;
+    // Not JSON: the CLI says how to quote a string; nothing is sent.
+    assert!(fails(p, &["push", "t", "hello"]).contains("not JSON"));
+    // dq's own 400, with its message.
+    let e = fails(p, &["push", "bad topic", "1"]);
+    assert!(e.contains("400 invalid_argument"), "{e}");
+    // clap refuses a bad duration and a missing choice.
+    assert!(fails(p, &["push", "t", "1", "--delay", "5 weeks"]).contains("unknown unit"));
+    assert!(fails(p, &["reschedule", "x"]).contains("--delay"));
+    // Deleting needs ids or `--all`: never all by accident.
+    assert!(fails(p, &["dead", "rm", "t"]).contains("<IDS>"));
+    assert_eq!(json_of(p, &["stats"])["topics"], json!({}), "nothing was written");
+    // No server: a connection error, not a panic.
+    let out = Command::new(bin_dir().join("dq"))
+        .args(["--url", "http://127.0.0.1:1", "stats"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("could not connect"));
+}
+
+#[tokio::test]
+async fn topics_dead_schedules_stats_and_completions() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let p = server.port;
+
+    let t = json_of(
+        p,
+        &[
+            "topics",
+            "put",
+            "mail",
+            r#"{"retry":{"max_attempts":1},"defaults":{"ttr_ms":60000}}"#,
+        ],
+    );
+    assert_eq!(t["config"]["retry"]["max_attempts"], 1);
+    assert_eq!(json_of(p, &["topics", "pause", "mail"])["config"]["paused"], true);
+    assert!(ok(p, &["topics", "ls"]).contains("paused"));
+    assert_eq!(json_of(p, &["topics", "resume", "mail"])["config"]["paused"], false);
+    assert!(fails(p, &["topics", "put", "mail", r#"{"retry":{"max_attempt":1}}"#]).contains("max_attempt"));
+
+    for i in 0..3 {
+        ok(p, &["push", "mail", &i.to_string(), "--id", &format!("m-{i}")]);
+    }
+    let r = json_of(p, &["reserve", "mail", "-n", "3"]);
+    for job in r["jobs"].as_array().unwrap() {
+        ok(
+            p,
+            &[
+                "nack",
+                job["id"].as_str().unwrap(),
+                job["receipt"].as_str().unwrap(),
+                "--error",
+                "smtp down",
+            ],
+        );
+    }
+    let dead = ok(p, &["dead", "ls", "mail"]);
+    assert!(
+        dead.contains("smtp down") && dead.contains("3 of 3 dead jobs"),
+        "{dead}"
+    );
+    assert_eq!(json_of(p, &["dead", "requeue", "mail", "m-0"])["requeued"], 1);
+    assert_eq!(json_of(p, &["dead", "rm", "mail", "--all"])["deleted"], 2);
+    let stats = ok(p, &["stats"]);
+    assert!(stats.contains("standalone") && stats.contains("mail"), "{stats}");
+    ok(p, &["topics", "rm", "mail"]);
+
+    let s = json_of(
+        p,
+        &[
+            "schedules",
+            "put",
+            "nightly",
+            r#"{"cron":"0 3 * * *","timezone":"Asia/Tokyo","topic":"mail","body":{"k":1}}"#,
+        ],
+    );
+    assert!(s["next_fire_at"].as_u64().is_some());
+    assert!(ok(p, &["schedules", "ls"]).contains("Asia/Tokyo"));
+    assert!(json_of(p, &["schedules", "pause", "nightly"])["next_fire_at"].is_null());
+    ok(p, &["schedules", "resume", "nightly"]);
+    ok(p, &["schedules", "rm", "nightly"]);
+    assert!(fails(p, &["schedules", "get", "nightly"]).contains("404"));
+
+    for shell in ["bash", "zsh"] {
+        let script = ok(p, &["completions", shell]);
+        assert!(
+            script.contains("dq") && script.contains("reschedule"),
+            "{shell} completion"
+        );
+    }
+}
+
+#[tokio::test]
+async fn tail_follows_counts_and_deaths() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let p = server.port;
+    let mut tail = Command::new(bin_dir().join("dq"))
+        .args(["tail", "--every", "200ms", "watched"])
+        .env("DQ_URL", format!("http://127.0.0.1:{p}"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+    let stdout = tail.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    ok(p, &["push", "watched", "1", "--id", "doomed", "--max-attempts", "1"]);
+    let mut seen = Vec::new();
+    let read = |seen: &mut Vec<String>| {
+        while let Ok(line) = lines_rx.try_recv() {
+            seen.push(line);
+        }
+    };
+    eventually(Duration::from_secs(20), "tail shows the ready job", || {
+        read(&mut seen);
+        let found = seen.iter().any(|l| l.contains("watched:") && l.contains("ready 1"));
+        async move { found }
+    })
+    .await;
+    let r = json_of(p, &["reserve", "watched"]);
+    ok(
+        p,
+        &[
+            "nack",
+            "doomed",
+            r["jobs"][0]["receipt"].as_str().unwrap(),
+            "--error",
+            "gave up",
+        ],
+    );
+    eventually(Duration::from_secs(20), "tail shows the death", || {
+        read(&mut seen);
+        let found = seen.iter().any(|l| l.contains("DEAD doomed") && l.contains("gave up"));
+        async move { found }
+    })
+    .await;
+    tail.kill().unwrap();
+    let _ = tail.wait();
+    assert!(seen.iter().any(|l| l.contains("dead 1 (+1)")), "{seen:?}");
+}
