@@ -332,7 +332,7 @@ async fn the_worker_acks_successes_nacks_failures_touches_long_jobs_and_stops() 
                 }
                 // Every tenth job fails its first attempt.
                 let n = job.body["n"].as_u64().unwrap();
-                if n % 10 == 0 && failed_once.lock().unwrap().insert(n) {
+                if n.is_multiple_of(10) && failed_once.lock().unwrap().insert(n) {
                     return Err(Failed::new("first try fails").retry_after_ms(0));
                 }
                 Ok(())
@@ -366,10 +366,10 @@ async fn the_worker_acks_successes_nacks_failures_touches_long_jobs_and_stops() 
         0,
         "the slow job kept its reservation"
     );
-    for i in [0, 10, 199] {
+    for i in [0u64, 10, 199] {
         let job = c.get(&format!("w-{i}")).await.unwrap();
         assert_eq!(job.state, "done");
-        assert_eq!(job.attempts, if i % 10 == 0 { 2 } else { 1 });
+        assert_eq!(job.attempts, if i.is_multiple_of(10) { 2 } else { 1 });
     }
     let slow = c.get("slow").await.unwrap();
     assert_eq!((slow.state.as_str(), slow.attempts), ("done", 1));
