@@ -30,6 +30,8 @@ pub struct Target {
     prefix: String,
     /// `Bearer <token>` sent with every request, when a token is given (`--token`).
     authorization: Option<HeaderValue>,
+    /// The base URL and token as given, for a [`dq_client::Client`] of the same server.
+    client: (String, Option<String>),
 }
 
 impl Target {
@@ -74,6 +76,7 @@ impl Target {
             host: HeaderValue::from_str(authority.as_str()).context("the URL's host is not a valid Host header")?,
             prefix,
             authorization,
+            client: (url.to_string(), token.map(str::to_string)),
         }))
     }
 
@@ -82,6 +85,12 @@ impl Target {
         let full = format!("{}{}", self.prefix, path);
         full.parse()
             .with_context(|| format!("`{full}` is not a valid request path"))
+    }
+
+    /// A dq-client of the same server, with the same token.
+    pub fn client(&self) -> Result<dq_client::Client> {
+        let (url, token) = &self.client;
+        Ok(dq_client::Client::builder(url).token(token.clone()).build()?)
     }
 
     /// The `host:port` this target connects to.

@@ -49,6 +49,10 @@ pub struct ReserveAckArgs {
     /// Jobs per reserve (`count`); above 1 a worker acks what it reserved in one ack-many request.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub batch: u32,
+    /// Drain with dq-client's worker loop (`dq_client::Worker`: C loops, `--batch` jobs per reserve,
+    /// acks in one request, a handler that does nothing) instead of the bare HTTP loops.
+    #[arg(long)]
+    pub worker: bool,
 }
 
 /// Runs `dq-bench reserve-ack`.
@@ -59,6 +63,9 @@ pub async fn run(target: &Arc<Target>, args: &ReserveAckArgs) -> Result<Report> 
         Some(fill(target, args).await?)
     };
 
+    if args.worker {
+        return client_worker(target, args, fill_seconds).await;
+    }
     let reserve_uri = target.uri("/v1/reserve")?;
     // `batch` jobs per reserve, no long poll.
     let reserve_body = crate::due::reserve_body(&args.topic, args.batch, 0);
@@ -108,6 +115,43 @@ pub async fn run(target: &Arc<Target>, args: &ReserveAckArgs) -> Result<Report> 
     }
     if acked < args.jobs && shared.errors.count() == 0 {
         eprintln!("note: the topic ran dry after {acked} of {} jobs", args.jobs);
+    }
+    Ok(report)
+}
+
+/// Drains the topic with dq-client's worker loop: stops it once N jobs were handled, and counts the ones
+/// it acked.
+async fn client_worker(target: &Arc<Target>, args: &ReserveAckArgs, fill_seconds: Option<f64>) -> Result<Report> {
+    let client = target.client()?;
+    let handled = Arc::new(AtomicU64::new(0));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let handler = {
+        let (handled, stop, total) = (handled.clone(), stop.clone(), args.jobs);
+        move |_job: dq_client::Reserved| {
+            if handled.fetch_add(1, Ordering::Relaxed) + 1 >= total {
+                stop.cancel();
+            }
+            std::future::ready(Ok(()))
+        }
+    };
+    let worker = dq_client::Worker::new(client, [args.topic.clone()])
+        .batch(args.batch)
+        .loops(args.connections as usize)
+        .wait_ms(200);
+    let start = Instant::now();
+    let stats = worker.run(handler, stop).await;
+    let elapsed = start.elapsed();
+    let errors = Errors::default();
+    let unsettled = stats.unsettled.load(Ordering::Relaxed) + stats.reserve_errors.load(Ordering::Relaxed);
+    errors.add(unsettled, || "acks, nacks or reserves that failed (see the log)".into());
+    let acked = stats.acked.load(Ordering::Relaxed);
+    let mut report = Report::new("reserve-ack", acked, elapsed, "cycle", &report::new_hist(), &errors)
+        .with("client", "dq_client::Worker")
+        .with("connections", args.connections)
+        .with("batch", args.batch)
+        .with("topic", args.topic.as_str());
+    if let Some(s) = fill_seconds {
+        report = report.with("fill_seconds", (s * 1000.0).round() / 1000.0);
     }
     Ok(report)
 }
