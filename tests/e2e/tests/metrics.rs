@@ -1,9 +1,10 @@
 //! Every binary serves `/metrics`, and every metric `docs/metrics.md` documents is really there, on the
-//! binaries the doc names, once the system has done some work.
+//! binaries the doc names, once the system has done some work; so is every series the Grafana dashboard
+//! (`deploy/grafana/dq.json`) queries.
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use common::{env, metrics, start};
@@ -206,20 +207,29 @@ async fn every_binary_serves_the_documented_metrics() {
         ),
     ];
     let mut seen_anywhere: Vec<String> = Vec::new();
+    // Series names as served (a histogram's `_bucket`, `_sum` and `_count`), for the dashboard's queries.
+    let mut series_anywhere: BTreeSet<String> = BTreeSet::new();
     for (binary, port, expected) in want {
         let seen = std::sync::Mutex::new(Vec::new());
+        let series = std::sync::Mutex::new(BTreeSet::new());
         eventually(
             Duration::from_secs(60),
             &format!("{binary} serves {expected:?}"),
             || async {
-                let got = names(&metrics(*port).await);
+                let scrape = metrics(*port).await;
+                let got = names(&scrape);
                 let ok = expected.iter().all(|m| got.iter().any(|g| g == m));
                 *seen.lock().unwrap() = got;
+                *series.lock().unwrap() = scrape
+                    .keys()
+                    .map(|k| k.split('{').next().unwrap().to_string())
+                    .collect();
                 ok
             },
         )
         .await;
         seen_anywhere.extend(seen.into_inner().unwrap());
+        series_anywhere.extend(series.into_inner().unwrap());
     }
     let documented = documented();
     for name in &documented {
@@ -232,6 +242,13 @@ async fn every_binary_serves_the_documented_metrics() {
         assert!(
             documented.contains(name),
             "{name} is served but not documented in docs/metrics.md"
+        );
+    }
+    // Every series the Grafana dashboard queries is served by some binary (`up` is Prometheus's own).
+    for name in common::dashboard::metric_names(&common::dashboard::load()) {
+        assert!(
+            name == "up" || series_anywhere.contains(&name),
+            "deploy/grafana/dq.json queries {name}, which no binary serves"
         );
     }
 }

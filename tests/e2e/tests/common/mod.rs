@@ -1,6 +1,8 @@
 //! Starting dq binaries against a test Redis, and reading what they expose.
 #![allow(dead_code, missing_docs)]
 
+pub mod dashboard;
+
 use std::collections::HashMap;
 use std::time::Duration;
 

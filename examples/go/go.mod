@@ -1,0 +1,3 @@
+module dq.example/examples
+
+go 1.19
