@@ -80,5 +80,13 @@ if (!SECRETS.length) {
   console.error("set DQ_SECRETS to the topic's secret (comma-separated during a rotation)");
   process.exit(2);
 }
-for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => server.close());
+// Stop: take no new connection, close the idle keep-alive ones (dq-consumer keeps its connections open),
+// let requests in progress finish, and close whatever is still open after 5 s.
+for (const sig of ["SIGINT", "SIGTERM"]) {
+  process.on(sig, () => {
+    server.close();
+    server.closeIdleConnections();
+    setTimeout(() => server.closeAllConnections(), 5000).unref();
+  });
+}
 server.listen(PORT, HOST, () => console.error(`listening on http://${HOST}:${server.address().port}`));

@@ -49,12 +49,17 @@ def verify(header, body, keys, now=None):
 
 
 seen_lock = threading.Lock()
+print_lock = threading.Lock()
 seen = set()
 
 
 def handle(job):
     """Your work goes here (raise to have dq retry the job). This one prints the job."""
-    print(json.dumps({"id": job["id"], "topic": job["topic"], "attempt": job["attempt"], "body": job["body"]}), flush=True)
+    line = json.dumps({"id": job["id"], "topic": job["topic"], "attempt": job["attempt"], "body": job["body"]})
+    # The server answers on several threads: one write per line, under a lock, keeps lines whole.
+    with print_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 class Receiver(BaseHTTPRequestHandler):
