@@ -14,7 +14,7 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-binaries=(dq-server dq-timer dq-consumer dq-checker dq-bench)
+binaries=(dq-server dq-timer dq-consumer dq-checker dq-bench dq)
 units=(dq-server.service dq-checker.service dq-timer@.service dq-consumer@.service)
 
 usage() {

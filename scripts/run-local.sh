@@ -75,6 +75,8 @@ dq is running (logs in $root/):
   Redis     redis://127.0.0.1:$port
 
 Try:  export DQ_TOKEN=\$(cat $root/token)
+      target/release/dq push hello '{"n":1}' --delay 2s && target/release/dq stats   # the dq command line
+  or
       curl -s -XPOST http://$listen/v1/jobs -H "authorization: Bearer \$DQ_TOKEN" \\
            -H 'content-type: application/json' -d '{"topic":"hello","body":{"n":1},"delay_ms":2000}'
 Ctrl-C stops everything.

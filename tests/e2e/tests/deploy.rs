@@ -18,7 +18,7 @@ const UNITS: [(&str, &str); 4] = [
 ];
 
 /// The binaries `deploy/install.sh` installs.
-const BINARIES: [&str; 5] = ["dq-server", "dq-timer", "dq-consumer", "dq-checker", "dq-bench"];
+const BINARIES: [&str; 6] = ["dq-server", "dq-timer", "dq-consumer", "dq-checker", "dq-bench", "dq"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
