@@ -1,0 +1,114 @@
+//! The overview: Redis's primaries, the topics with their counts, the schedules.
+
+use axum::extract::State;
+use axum::response::Response;
+use dq_core::config::Scope;
+use maud::{Markup, html};
+
+use super::{html_page, page};
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::topics::counts;
+
+/// `GET /admin`: Redis nodes and topics.
+pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+    caller.allow_scope(Scope::Admin)?;
+    let nodes = app.queue.node_health(std::time::Duration::from_millis(1000)).await;
+    let registry = app.queue.topics().await.unwrap_or_default();
+    let counts = counts(&app).await;
+    let schedules = schedules_section(&app, &caller).await;
+    let mut names: Vec<&String> = registry
+        .keys()
+        .chain(counts.keys())
+        .filter(|t| caller.sees(t))
+        .collect();
+    names.sort();
+    names.dedup();
+    Ok(html_page(page(
+        "Overview",
+        html! {
+            h2 { "Redis" }
+            p { (format!("{:?}", app.queue.redis().mode()).to_lowercase()) ", " (app.queue.partitions().count()) " partitions" }
+            table {
+                tr { th { "primary" } th { "state" } th { "PING" } }
+                @for s in &nodes {
+                    tr {
+                        td { (s.name) }
+                        @if s.up { td { "up" } } @else { td class="down" { "down" } }
+                        td class="num" { @if let Some(l) = s.latency { (format!("{:.2} ms", l.as_secs_f64() * 1000.0)) } }
+                    }
+                }
+            }
+            h2 { "Topics" }
+            table {
+                tr { th { "topic" } th { "delivery" } th { "delayed" } th { "ready" } th { "reserved" } th { "dead" } th {} }
+                @for name in &names {
+                    @let config = registry.get(*name);
+                    @let c = counts.get(*name);
+                    @let n = |state: &str| c.and_then(|c| c.get(state)).copied().unwrap_or(0);
+                    tr {
+                        td { a href={ "/admin/topics/" (name) } { (name) } }
+                        td {
+                            @match config.and_then(|c| c.callback.as_ref()) {
+                                Some(cb) => { "POST " (dq_core::topic::masked_url(&cb.url)) }
+                                None => { "pull" }
+                            }
+                            @if config.is_some_and(|c| c.paused) { " (paused)" }
+                        }
+                        td class="num" { (n("delayed")) } td class="num" { (n("ready")) }
+                        td class="num" { (n("reserved")) } td class="num" { (n("dead")) }
+                        td {
+                            @if config.is_some_and(|c| c.paused) {
+                                button data-call={ "POST /v1/topics/" (name) "/resume" } { "resume" }
+                            } @else {
+                                button data-call={ "POST /v1/topics/" (name) "/pause" } { "pause" }
+                            }
+                        }
+                    }
+                }
+            }
+            (schedules)
+        },
+    )))
+}
+
+/// The overview's schedules: name, cron, zone, topic, next fire, last fired, paused, with pause and
+/// resume buttons. Times are UTC.
+async fn schedules_section(app: &AppState, caller: &Caller) -> Markup {
+    let listed = match (app.queue.schedules().await, app.queue.redis_now_ms().await) {
+        (Ok(all), Ok(now)) => Ok((all, now)),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    let time = |ms: Option<i64>| ms.map(dq_core::schedule::rfc3339).unwrap_or_default();
+    html! {
+        h2 { "Schedules" }
+        @match listed {
+            Err(e) => { p class="down" { "Cannot read the schedules: " (e) } }
+            Ok((all, now)) => {
+                table {
+                    tr { th { "schedule" } th { "cron" } th { "zone" } th { "topic" } th { "next fire (UTC)" } th { "last fired (UTC)" } th { "paused" } th {} }
+                    @for v in all.into_iter().filter(|s| caller.sees(&s.config.topic)).map(|s| crate::schedules::view(s, now)) {
+                        @let (name, c) = (&v.name, &v.config);
+                        tr {
+                            td { (name) }
+                            td { code { (c.cron) } }
+                            td { (c.timezone) }
+                            td { a href={ "/admin/topics/" (c.topic) } { (c.topic) } }
+                            td { (time(v.next_fire_at)) }
+                            td { (time(v.last_fired_at)) }
+                            td { @if c.paused { "paused" } @else { "no" } }
+                            td {
+                                @if c.paused {
+                                    button data-call={ "POST /v1/schedules/" (name) "/resume" } { "resume" }
+                                } @else {
+                                    button data-call={ "POST /v1/schedules/" (name) "/pause" } { "pause" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
