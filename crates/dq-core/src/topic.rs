@@ -16,6 +16,7 @@ use crate::sealed::{SealError, Sealer};
 
 /// A topic's registration, as `PUT /v1/topics/{topic}` takes it and `GET` returns it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TopicConfig {
     /// Where dq-consumer POSTs the topic's jobs; none for pull topics.
@@ -38,6 +39,7 @@ pub struct TopicConfig {
 
 /// The callback of a push topic.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Callback {
     /// `http` or `https` URL to POST each job to.
@@ -143,6 +145,7 @@ impl Callback {
 
 /// Retry policy.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Retry {
     /// Deliveries before a job goes dead (0 = unlimited); else `jobs.max_attempts`.
@@ -163,6 +166,7 @@ pub struct Retry {
 
 /// Push defaults of a topic.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TopicDefaults {
     /// TTR of a push that gives none.
