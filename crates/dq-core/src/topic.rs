@@ -20,13 +20,17 @@ use crate::sealed::{SealError, Sealer};
 #[serde(deny_unknown_fields)]
 pub struct TopicConfig {
     /// Where dq-consumer POSTs the topic's jobs; none for pull topics.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::strict::option_object"
+    )]
     pub callback: Option<Callback>,
     /// Attempts, backoff and the retry condition.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::strict::object")]
     pub retry: Retry,
     /// Values for what a push of this topic leaves out.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::strict::object")]
     pub defaults: TopicDefaults,
     /// A paused topic is neither delivered nor handed out by reserve; pushes still go in.
     #[serde(default)]

@@ -137,6 +137,10 @@ pub async fn push_many(
     let registry = app.topics.snapshot();
     let mut jobs: Vec<NewJob> = Vec::with_capacity(req.jobs.len());
     for (i, raw) in req.jobs.iter().enumerate() {
+        // serde would fill a push from an array too (`[topic, body]`); an entry is an object.
+        if !raw.get().starts_with('{') {
+            return Err(ApiError::invalid(format!("jobs[{i}]: each job must be a JSON object")));
+        }
         let parsed: PushRequest =
             serde_json::from_str(raw.get()).map_err(|e| ApiError::invalid(format!("jobs[{i}]: {e}")))?;
         // A topic the token may not use refuses the whole batch, before anything is written.

@@ -220,6 +220,7 @@ pub async fn ack(
 #[serde(deny_unknown_fields)]
 pub struct AckManyRequest {
     /// The reservations to finish.
+    #[serde(deserialize_with = "dq_core::strict::objects")]
     acks: Vec<AckEntry>,
 }
 

@@ -5,8 +5,14 @@ valid ones, so a request valid by the document is valid for the server. Invalid 
 own tests (tests/bad_input.rs, tests/topics_api.rs, tests/schedules_api.rs).
 """
 
+import os
+import time
+
 import schemathesis
 from hypothesis import strategies as st
+
+# The server's `limits.max_delay_ms` (schemathesis.rs passes it).
+MAX_DELAY_MS = int(os.environ["DQ_MAX_DELAY_MS"])
 
 # An http(s) URL whose host is a name (checked at connect) or an address the egress policy allows.
 schemathesis.openapi.format(
@@ -43,7 +49,7 @@ schemathesis.openapi.format(
 )
 
 
-def _integers_as_written(value, inside_job_body=False):
+def _integers_as_written(value):
     """`84365.0` as `84365`, but inside a job's `body` (any JSON, kept as sent)."""
     if isinstance(value, dict):
         return {k: v if k == "body" else _integers_as_written(v) for k, v in value.items()}
@@ -54,9 +60,24 @@ def _integers_as_written(value, inside_job_body=False):
     return value
 
 
+def _run_at_within_the_horizon(value):
+    """A `run_at` past now + `limits.max_delay_ms` as that bound (as the document says in words)."""
+    if isinstance(value, dict):
+        latest = int(time.time() * 1000) + MAX_DELAY_MS
+        run_at = value.get("run_at")
+        if isinstance(run_at, int) and not isinstance(run_at, bool) and run_at > latest:
+            value = {**value, "run_at": latest}
+        if isinstance(value.get("jobs"), list):
+            value = {**value, "jobs": [_run_at_within_the_horizon(j) for j in value["jobs"]]}
+    return value
+
+
 @schemathesis.hook
 def map_body(context, body):
     # JSON Schema counts 84365.0 as an integer; dq (serde) reads an integer field only as written
     # without a fraction (the document says so in its description). Python's json writes a float with
     # `.0`, so drawn integers that hypothesis made floats are sent as integers.
-    return _integers_as_written(body)
+    #
+    # `run_at`'s upper bound moves with the clock, so the document gives it in words, not as a
+    # `maximum`: a drawn `run_at` beyond it is sent as the bound.
+    return _run_at_within_the_horizon(_integers_as_written(body))

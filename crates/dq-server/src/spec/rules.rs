@@ -22,7 +22,7 @@ const PATH_ID: &str = "^(?!\\.\\.?$)[A-Za-z0-9_.:-]{1,128}$";
 pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     let max_delay = limits.max_delay_ms;
     let ttr = (limits.min_ttr_ms, limits.max_ttr_ms);
-    let latest_run_at = now_ms.saturating_add(max_delay as i64);
+    let _ = now_ms;
     let schemas = &mut doc["components"]["schemas"];
 
     let job_fields = |s: &mut Value| {
@@ -35,7 +35,7 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     string(push, "id", ID);
     string(push, "dedup_key", ID);
     int(push, "delay_ms", 0, max_delay);
-    int(push, "run_at", 0, latest_run_at as u64);
+    run_at(push, max_delay);
     job_fields(push);
     int(push, "dedup_ms", 1, max_delay);
     int(push, "max_age_ms", 1, max_delay);
@@ -53,7 +53,7 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
 
     let reschedule = schema(schemas, "RescheduleRequest");
     int(reschedule, "delay_ms", 0, max_delay);
-    int(reschedule, "run_at", 0, latest_run_at as u64);
+    run_at(reschedule, max_delay);
     reschedule["oneOf"] = json!([given(&["delay_ms"]), given(&["run_at"])]);
 
     let reserve = schema(schemas, "ReserveRequest");
@@ -86,7 +86,8 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     callback["properties"]["rate_per_s"]["exclusiveMinimum"] = 0.into();
     callback["properties"]["rate_per_s"]["maximum"] = 1_000_000.into();
     int(callback, "burst", 1, 1_000_000);
-    callback["dependentRequired"] = json!({"burst": ["rate_per_s"]});
+    callback["anyOf"] = json!([{"not": given(&["burst"])}, given(&["rate_per_s"])]);
+    callback["description"] = json!("Where and how dq-consumer POSTs the topic's jobs. `burst` needs `rate_per_s`.");
     callback["properties"]["headers"]["propertyNames"] = json!({
         "pattern": "^[A-Za-z0-9_-]+$",
         "not": {"pattern": "^([Cc][Oo][Nn][Tt][Ee][Nn][Tt]-([Tt][Yy][Pp][Ee]|[Ll][Ee][Nn][Gg][Tt][Hh])|[Hh][Oo][Ss][Tt]|[Ii][Dd][Ee][Mm][Pp][Oo][Tt][Ee][Nn][Cc][Yy]-[Kk][Ee][Yy]|[Xx]-[Dd][Qq]-.*)$"},
@@ -112,6 +113,9 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     job_fields(sched);
     any_json(sched, "body", limits.max_body_bytes, "400 `invalid_argument`");
 
+    // `{}`, and nothing else: an ack many entry that is not an error.
+    schema(schemas, "Acked")["maxProperties"] = 0.into();
+
     let query_limits: [(&str, u64, u64); 2] = [("offset", 0, 1_000_000), ("limit", 1, 1000)];
     for_each_operation(doc, |path, _, op| {
         for p in op.get_mut("parameters").and_then(Value::as_array_mut).into_iter().flatten() {
@@ -127,6 +131,11 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
                 }
                 None => {}
             }
+        }
+        if matches!(op["operationId"].as_str(), Some("requeue_dead" | "delete_dead")) {
+            let body = &mut op["requestBody"];
+            body["required"] = false.into();
+            body["content"]["application/json"]["schema"] = json!({"$ref": "#/components/schemas/DeadIds"});
         }
         shared_errors(path, op);
     });
@@ -194,6 +203,22 @@ fn int(schema: &mut Value, name: &str, min: u64, max: u64) {
     let f = field(schema, name);
     f["minimum"] = min.into();
     f["maximum"] = max.into();
+    // utoipa writes `int32` for a u32 and `int64` for a u64, whose ranges differ; the bounds say it.
+    if let Some(m) = f.as_object_mut() {
+        m.remove("format");
+    }
+}
+
+/// A due time: Unix ms, at most the server's now plus `limits.max_delay_ms` when the request comes. The
+/// bound moves with the clock, so the document states it in words, not as a `maximum`.
+fn run_at(schema: &mut Value, max_delay: u64) {
+    let f = field(schema, "run_at");
+    f["minimum"] = 0.into();
+    note(
+        schema,
+        "run_at",
+        &format!("At most the server's now + {max_delay} ms (`limits.max_delay_ms`); a past time means due now."),
+    );
 }
 
 fn string(schema: &mut Value, name: &str, pattern: &str) {
