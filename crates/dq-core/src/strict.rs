@@ -99,7 +99,10 @@ mod tests {
         assert_eq!(none.one, None);
         for bad in [r#"{"one": [1]}"#, r#"{"many": [[2]]}"#, r#"{"one": [null]}"#] {
             let err = serde_json::from_str::<Outer>(bad).unwrap_err().to_string();
-            assert!(err.contains("expected a map") || err.contains("expected struct"), "{bad}: {err}");
+            assert!(
+                err.contains("expected a map") || err.contains("expected struct"),
+                "{bad}: {err}"
+            );
         }
         assert!(serde_json::from_str::<Outer>(r#"{"one": {"a": 1, "b": 2}}"#).is_err());
     }

@@ -244,8 +244,10 @@ fn token(headers: &HeaderMap) -> Option<&str> {
 /// Whether `path` is served without a token: the probes, the admin login and its files, and the API's
 /// description (`/openapi.json`, Swagger UI at `/docs`), which holds no data.
 pub(crate) fn public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/admin/login" | "/openapi.json" | "/docs")
-        || path.starts_with("/admin/static/")
+    matches!(
+        path,
+        "/healthz" | "/readyz" | "/admin/login" | "/openapi.json" | "/docs"
+    ) || path.starts_with("/admin/static/")
         || path.starts_with("/docs/")
 }
 

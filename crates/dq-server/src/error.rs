@@ -140,7 +140,9 @@ impl From<dq_core::Error> for ApiError {
         let (status, code) = match &e {
             E::Invalid(_) => (StatusCode::BAD_REQUEST, ErrorCode::InvalidArgument),
             E::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge),
-            E::NotFound(_) | E::TopicNotFound(_) | E::ScheduleNotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+            E::NotFound(_) | E::TopicNotFound(_) | E::ScheduleNotFound(_) => {
+                (StatusCode::NOT_FOUND, ErrorCode::NotFound)
+            }
             E::Conflict(_) => (StatusCode::CONFLICT, ErrorCode::Conflict),
             E::StaleReceipt => (StatusCode::CONFLICT, ErrorCode::StaleReceipt),
             E::Unavailable { .. } | E::OutOfMemory { .. } | E::Indeterminate { .. } | E::NotReplicated { .. } => {

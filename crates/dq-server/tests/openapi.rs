@@ -57,7 +57,11 @@ async fn the_document_is_served_without_a_token_and_is_well_formed() {
     assert_eq!(doc["openapi"], "3.1.0", "{}", doc["openapi"]);
     assert_eq!(doc["info"]["title"], "dq");
     let bearer = &doc["components"]["securitySchemes"]["bearer"];
-    assert_eq!((&bearer["type"], &bearer["scheme"]), (&json!("http"), &json!("bearer")), "{bearer}");
+    assert_eq!(
+        (&bearer["type"], &bearer["scheme"]),
+        (&json!("http"), &json!("bearer")),
+        "{bearer}"
+    );
     assert_eq!(doc["security"], json!([{"bearer": []}]));
     let (status, _) = s.call("GET", "/v1/stats", None).await;
     assert_eq!(status, 401, "the API itself still needs the token");
@@ -73,10 +77,15 @@ async fn the_document_is_served_without_a_token_and_is_well_formed() {
     let mut ids = BTreeSet::new();
     for (method, path) in operations(&doc) {
         let op = &doc["paths"][&path][method.to_lowercase()];
-        let id = op["operationId"].as_str().unwrap_or_else(|| panic!("{method} {path} has an operationId"));
+        let id = op["operationId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} {path} has an operationId"));
         assert!(ids.insert(id.to_string()), "{id} is unique");
         let answers = op["responses"].as_object().unwrap();
-        assert!(answers.keys().any(|s| s.starts_with('2')), "{method} {path}: a success answer");
+        assert!(
+            answers.keys().any(|s| s.starts_with('2')),
+            "{method} {path}: a success answer"
+        );
         let public = ["/healthz", "/readyz", "/openapi.json"].contains(&path.as_str());
         assert_eq!(op["security"] == json!([]), public, "{method} {path}: security");
         if !public {
@@ -182,7 +191,9 @@ async fn every_integer_a_request_takes_is_bounded() {
     fn walk(name: &str, v: &Value, unbounded: &mut Vec<String>) {
         let Some(m) = v.as_object() else { return };
         let is_int = m.get("type") == Some(&json!("integer"))
-            || m.get("type").and_then(Value::as_array).is_some_and(|t| t.contains(&json!("integer")));
+            || m.get("type")
+                .and_then(Value::as_array)
+                .is_some_and(|t| t.contains(&json!("integer")));
         // `run_at`'s upper bound moves with the clock: its description states it.
         let moving = name.ends_with(".run_at");
         if is_int && !(m.contains_key("minimum") && (m.contains_key("maximum") || moving)) {
@@ -218,7 +229,10 @@ async fn every_integer_a_request_takes_is_bounded() {
         walk(name, schema, &mut unbounded);
     }
     // What the server checks by hand is in the document: no request integer is left without its limits.
-    assert!(unbounded.is_empty(), "integers without minimum and maximum: {unbounded:?}");
+    assert!(
+        unbounded.is_empty(),
+        "integers without minimum and maximum: {unbounded:?}"
+    );
     let push = &doc["components"]["schemas"]["PushRequest"];
     assert_eq!(push["properties"]["ttr_ms"]["minimum"], 1000);
     assert_eq!(push["properties"]["topic"]["pattern"], dq_server::spec::TOPIC);
@@ -237,7 +251,10 @@ async fn swagger_ui_is_served_from_the_binary_without_a_token() {
 
     let page = s.text("/docs/").await;
     assert!(page.contains("swagger-ui"), "{page}");
-    assert!(!page.contains("http://") && !page.contains("https://"), "nothing from elsewhere: {page}");
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "nothing from elsewhere: {page}"
+    );
     // Every file the page loads is served here.
     let linked: Vec<&str> = page
         .split(['"', '\''])

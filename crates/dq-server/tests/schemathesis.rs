@@ -68,6 +68,10 @@ async fn every_route_holds_to_the_document_under_fuzzing() {
     let out = String::from_utf8_lossy(&run.stdout);
     let err = String::from_utf8_lossy(&run.stderr);
     println!("{out}\n{err}");
-    assert!(run.status.success(), "schemathesis found failures (above): {}", run.status);
+    assert!(
+        run.status.success(),
+        "schemathesis found failures (above): {}",
+        run.status
+    );
     assert!(out.contains("passed"), "schemathesis ran tests: {out}");
 }

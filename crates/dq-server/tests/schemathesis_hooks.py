@@ -65,7 +65,8 @@ def _run_at_within_the_horizon(value):
     if isinstance(value, dict):
         latest = int(time.time() * 1000) + MAX_DELAY_MS
         run_at = value.get("run_at")
-        if isinstance(run_at, int) and not isinstance(run_at, bool) and run_at > latest:
+        # Only values the document allows (int64): one past that is a drawn invalid value, kept.
+        if isinstance(run_at, int) and not isinstance(run_at, bool) and latest < run_at < 2**63:
             value = {**value, "run_at": latest}
         if isinstance(value.get("jobs"), list):
             value = {**value, "jobs": [_run_at_within_the_horizon(j) for j in value["jobs"]]}

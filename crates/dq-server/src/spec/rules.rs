@@ -71,7 +71,11 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     int(nack, "delay_ms", 0, max_delay);
     // `limits.max_error_bytes` counts bytes; a schema counts characters, of up to 4 bytes each.
     length(nack, "error", 0, (limits.max_error_bytes / 4) as u64);
-    note(nack, "error", &format!("At most {} bytes of UTF-8.", limits.max_error_bytes));
+    note(
+        nack,
+        "error",
+        &format!("At most {} bytes of UTF-8.", limits.max_error_bytes),
+    );
     int(schema(schemas, "TouchRequest"), "ttr_ms", ttr.0, ttr.1);
 
     let dead = schema(schemas, "DeadIds");
@@ -93,7 +97,8 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
         "not": {"pattern": "^([Cc][Oo][Nn][Tt][Ee][Nn][Tt]-([Tt][Yy][Pp][Ee]|[Ll][Ee][Nn][Gg][Tt][Hh])|[Hh][Oo][Ss][Tt]|[Ii][Dd][Ee][Mm][Pp][Oo][Tt][Ee][Nn][Cc][Yy]-[Kk][Ee][Yy]|[Xx]-[Dd][Qq]-.*)$"},
         "description": "dq sets Content-Type, Content-Length, Host, Idempotency-Key and X-DQ-* itself"
     });
-    callback["properties"]["headers"]["additionalProperties"] = json!({"type": "string", "pattern": "^[^\\u0000-\\u0008\\u000a-\\u001f\\u007f]*$"});
+    callback["properties"]["headers"]["additionalProperties"] =
+        json!({"type": "string", "pattern": "^[^\\u0000-\\u0008\\u000a-\\u001f\\u007f]*$"});
     length(callback, "secret", 1, u64::MAX);
 
     let retry = schema(schemas, "Retry");
@@ -118,7 +123,12 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
 
     let query_limits: [(&str, u64, u64); 2] = [("offset", 0, 1_000_000), ("limit", 1, 1000)];
     for_each_operation(doc, |path, _, op| {
-        for p in op.get_mut("parameters").and_then(Value::as_array_mut).into_iter().flatten() {
+        for p in op
+            .get_mut("parameters")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
             let name = p["name"].as_str().map(str::to_string);
             let s = &mut p["schema"];
             match name.as_deref() {
@@ -169,7 +179,10 @@ fn shared_errors(path: &str, op: &mut Value) {
             "400",
             "`invalid_argument`: the body is not a JSON object of this shape, or a value breaks a rule or limit.",
         );
-        add("413", "`payload_too_large`: the request body (or a job body) is over its limit.");
+        add(
+            "413",
+            "`payload_too_large`: the request body (or a job body) is over its limit.",
+        );
     }
     if path.starts_with("/v1/") {
         add(
@@ -260,20 +273,26 @@ fn any_json(schema: &mut Value, name: &str, max_bytes: usize, over: &str) {
     note(
         schema,
         name,
-        &format!("Any JSON value, kept as sent; its JSON text at most {max_bytes} bytes (else {over}), nested at most 128 deep."),
+        &format!(
+            "Any JSON value, kept as sent; its JSON text at most {max_bytes} bytes (else {over}), nested at most 128 deep."
+        ),
     );
 }
 
 /// Each of `fields` is present and not `null` (a `null` counts as absent).
 fn given(fields: &[&str]) -> Value {
-    let properties: serde_json::Map<String, Value> =
-        fields.iter().map(|f| (f.to_string(), json!({"not": {"type": "null"}}))).collect();
+    let properties: serde_json::Map<String, Value> = fields
+        .iter()
+        .map(|f| (f.to_string(), json!({"not": {"type": "null"}})))
+        .collect();
     json!({"required": fields, "properties": properties})
 }
 
 /// None of `fields` is present but as `null`.
 fn absent(fields: &[&str]) -> Value {
-    let properties: serde_json::Map<String, Value> =
-        fields.iter().map(|f| (f.to_string(), json!({"type": "null"}))).collect();
+    let properties: serde_json::Map<String, Value> = fields
+        .iter()
+        .map(|f| (f.to_string(), json!({"type": "null"})))
+        .collect();
     json!({"properties": properties})
 }
