@@ -3,7 +3,7 @@
 //! - [`error`]: the JSON error answer every failure turns into.
 //! - [`body`]: the JSON body extractor that refuses bad input with those errors.
 //! - [`jobs`]: push, push many, look up, cancel, reschedule.
-//! - [`reserve`]: reserve (with long poll), ack, nack, touch.
+//! - [`reserve`]: reserve (with long poll), ack, nack, touch; [`long_polls`]: the cap on waiting ones.
 //! - [`topics`]: the topic registry, pause and resume, dead letters.
 //! - [`schedules`]: schedules (cron), pause and resume.
 //! - [`probes`]: stats, `/healthz`, `/readyz`, `/metrics`.
@@ -21,6 +21,7 @@ pub mod browser;
 pub mod error;
 pub mod jobs;
 pub mod listener;
+pub mod long_polls;
 pub mod probes;
 pub mod reserve;
 pub mod routes;
@@ -54,7 +55,7 @@ pub struct AppState {
     /// Allowed hosts and cross-site refusal.
     pub guard: browser::Guard,
     /// One permit per long poll allowed to wait at once (`server.max_long_polls`).
-    pub long_polls: Arc<reserve::LongPolls>,
+    pub long_polls: Arc<long_polls::LongPolls>,
     /// The OpenAPI document, made at start for this server's limits (`GET /openapi.json`).
     pub openapi: Bytes,
 }
@@ -108,7 +109,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
             max_body: settings.limits.max_request_bytes(),
         },
         auth,
-        long_polls: Arc::new(reserve::LongPolls::new(settings.server.max_long_polls)),
+        long_polls: Arc::new(long_polls::LongPolls::new(settings.server.max_long_polls)),
         openapi: Bytes::from(
             serde_json::to_vec(&spec::document(&settings.limits, dq_core::queue::unix_ms()))
                 .expect("the OpenAPI document serializes"),

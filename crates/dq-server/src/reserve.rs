@@ -1,6 +1,5 @@
 //! Pull consumers' verbs: reserve (with long poll), ack, ack many, nack, touch.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -11,7 +10,6 @@ use dq_core::config::Scope;
 use dq_core::job::{validate_id, validate_topic};
 use dq_core::queue::ReserveOptions;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use utoipa::ToSchema;
 
 use crate::AppState;
@@ -19,48 +17,6 @@ use crate::auth::Caller;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ErrorBody};
 use crate::jobs::allow_job;
-
-/// The long polls allowed to wait at once (`server.max_long_polls`). A long poll takes its place only
-/// when its first look found nothing, and leaves it with its answer.
-#[derive(Debug)]
-pub struct LongPolls {
-    permits: Arc<Semaphore>,
-    max: usize,
-}
-
-/// A long poll's place; exported as `dq_long_polls_waiting` while held.
-pub struct Waiting(#[allow(dead_code)] OwnedSemaphorePermit);
-
-impl LongPolls {
-    /// Room for `max` waiting long polls.
-    pub fn new(max: usize) -> Self {
-        metrics::gauge!("dq_long_polls_waiting").set(0.0);
-        metrics::counter!("dq_long_polls_refused_total").increment(0);
-        LongPolls {
-            permits: Arc::new(Semaphore::new(max)),
-            max,
-        }
-    }
-
-    /// A place to wait in, or 503 `overloaded` when all are taken.
-    fn enter(&self) -> Result<Waiting, ApiError> {
-        let permit = self.permits.clone().try_acquire_owned().map_err(|_| {
-            metrics::counter!("dq_long_polls_refused_total").increment(1);
-            ApiError::overloaded(format!(
-                "as many long polls wait as the server allows (server.max_long_polls = {})",
-                self.max
-            ))
-        })?;
-        metrics::gauge!("dq_long_polls_waiting").increment(1.0);
-        Ok(Waiting(permit))
-    }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        metrics::gauge!("dq_long_polls_waiting").decrement(1.0);
-    }
-}
 
 /// `POST /v1/reserve` answer. A typed struct, not `json!`: that would turn each job's raw body into a
 /// `serde_json::Value`, parsing it again on every reserve.
