@@ -69,6 +69,7 @@ dq is running (logs in $root/):
   stats     http://$listen/v1/stats
   metrics   http://$listen/metrics
   ready     http://$listen/readyz
+  API docs  http://$listen/docs   (Swagger UI over http://$listen/openapi.json)
   admin     http://$listen/admin   (log in with the token below)
   token     $DQ__AUTH__ADMIN_TOKEN   (in $root/token; every scope)
   timer     http://127.0.0.1:9791/metrics   consumer http://127.0.0.1:9792/metrics   checker http://127.0.0.1:9793/metrics

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum State {
     /// Waiting in a delay bucket for its due time.
@@ -53,11 +54,13 @@ impl fmt::Display for State {
 
 /// A push as the API receives it (`POST /v1/jobs`, and each entry of a batch).
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PushRequest {
     /// The job's kind.
     pub topic: String,
     /// Any JSON value, kept as the producer wrote it.
+    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
     pub body: Box<RawValue>,
     /// Producer-chosen id: the idempotency key.
     #[serde(default)]
@@ -323,12 +326,14 @@ pub(crate) fn shorten(s: &str) -> String {
 
 /// A stored job, as a lookup returns it.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Job {
     /// Unique id.
     pub id: String,
     /// The job's kind.
     pub topic: String,
     /// The body as the producer wrote it.
+    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
     pub body: Box<RawValue>,
     /// Where the job is.
     pub state: State,
@@ -359,12 +364,14 @@ pub struct Job {
 
 /// A job handed out by reserve.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Reservation {
     /// The job's id.
     pub id: String,
     /// The job's kind.
     pub topic: String,
     /// The body as the producer wrote it.
+    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
     pub body: Box<RawValue>,
     /// Which delivery this is (1 for the first).
     pub attempt: u32,

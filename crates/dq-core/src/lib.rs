@@ -1,6 +1,7 @@
 //! dq-core: what every dq process shares.
 //!
-//! - [`job`]: the job model and the checks on what producers send.
+//! - [`job`]: the job model and the checks on what producers send; [`strict`]: nested request objects
+//!   read from JSON objects only.
 //! - [`condition`]: retry conditions on a callback's answer, parsed once and evaluated safely.
 //! - [`keys`]: the Redis key layout; [`scripts`]: the Lua scripts, one per atomic operation.
 //! - [`connection`]: Redis in its three shapes (standalone, Sentinel, Cluster) behind one type;
@@ -36,6 +37,7 @@ pub mod scripts;
 pub mod sealed;
 pub mod sign;
 pub mod signals;
+pub mod strict;
 pub mod systemd;
 pub mod telemetry;
 pub mod topic;

@@ -16,16 +16,21 @@ use crate::sealed::{SealError, Sealer};
 
 /// A topic's registration, as `PUT /v1/topics/{topic}` takes it and `GET` returns it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TopicConfig {
     /// Where dq-consumer POSTs the topic's jobs; none for pull topics.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::strict::option_object"
+    )]
     pub callback: Option<Callback>,
     /// Attempts, backoff and the retry condition.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::strict::object")]
     pub retry: Retry,
     /// Values for what a push of this topic leaves out.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::strict::object")]
     pub defaults: TopicDefaults,
     /// A paused topic is neither delivered nor handed out by reserve; pushes still go in.
     #[serde(default)]
@@ -38,6 +43,7 @@ pub struct TopicConfig {
 
 /// The callback of a push topic.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Callback {
     /// `http` or `https` URL to POST each job to.
@@ -143,6 +149,7 @@ impl Callback {
 
 /// Retry policy.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Retry {
     /// Deliveries before a job goes dead (0 = unlimited); else `jobs.max_attempts`.
@@ -163,6 +170,7 @@ pub struct Retry {
 
 /// Push defaults of a topic.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TopicDefaults {
     /// TTR of a push that gives none.

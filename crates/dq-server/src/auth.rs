@@ -1,7 +1,8 @@
 //! Who may call the API: bearer tokens with scopes (`produce`, `consume`, `read`, `admin`), optionally
 //! limited to topic patterns (`[auth]` in the settings).
 //!
-//! [`admit`] runs (from the guard middleware) before every route but `/healthz`, `/readyz` and the admin login: it finds the
+//! [`admit`] runs (from the guard middleware) before every route but `/healthz`, `/readyz`, the admin login,
+//! `/openapi.json` and `/docs`: it finds the
 //! token among the configured ones (by its SHA-256, compared in constant time with every key, so the
 //! time taken tells nothing about which key came close) and hands the handler a [`Caller`]; each handler
 //! asks the caller for the scope and topic it needs. Without any token configured the API is open, and
@@ -240,9 +241,14 @@ fn token(headers: &HeaderMap) -> Option<&str> {
         .map(|(_, v)| v)
 }
 
-/// Whether `path` is served without a token.
-fn public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/admin/login") || path.starts_with("/admin/static/")
+/// Whether `path` is served without a token: the probes, the admin login and its files, and the API's
+/// description (`/openapi.json`, Swagger UI at `/docs`), which holds no data.
+pub(crate) fn public(path: &str) -> bool {
+    matches!(
+        path,
+        "/healthz" | "/readyz" | "/admin/login" | "/openapi.json" | "/docs"
+    ) || path.starts_with("/admin/static/")
+        || path.starts_with("/docs/")
 }
 
 /// Puts the [`Caller`] of a request's token in its extensions, or answers the refusal: 401, or for the

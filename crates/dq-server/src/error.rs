@@ -3,7 +3,53 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// The stable, machine-readable kind of a failure: `error.code` in every error answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400 (or 405 for a known path with the wrong method): bad input; nothing was written.
+    InvalidArgument,
+    /// 401: no token, or not a valid one.
+    Unauthorized,
+    /// 403: the token lacks the scope or the topic; a cross-site state change; a host not allowed.
+    Forbidden,
+    /// 404: no such job, topic, schedule or route.
+    NotFound,
+    /// 409: the id already has a record; a reschedule of a job that is not delayed or ready.
+    Conflict,
+    /// 409: the receipt is not the job's current reservation.
+    StaleReceipt,
+    /// 413: a job body or a request body over its limit.
+    PayloadTooLarge,
+    /// 503 with `Retry-After: 1`: too many connections or waiting long polls.
+    Overloaded,
+    /// 503: Redis does not answer, refuses writes, or the outcome of a write is unknown.
+    Unavailable,
+    /// 500: Redis answered something unexpected (a bug); the server's log has the details.
+    Internal,
+}
+
+/// Every error answer: `{"error": {"code", "message", "id"?}}`; also one failed entry of a batch.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// What failed.
+    pub error: ErrorDetail,
+}
+
+/// The inside of an error answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// The kind of failure.
+    pub code: ErrorCode,
+    /// What was wrong, written for people.
+    pub message: String,
+    /// Only on a push whose outcome is unknown (503): the id it went out as; push again with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
 
 /// A failed request, as the client sees it.
 #[derive(Debug)]
@@ -11,7 +57,7 @@ pub struct ApiError {
     /// HTTP status.
     pub status: StatusCode,
     /// Stable machine-readable code.
-    pub code: &'static str,
+    pub code: ErrorCode,
     /// What was wrong, for people.
     pub message: String,
     /// The job a push with an unknown outcome went out as: push again with this id.
@@ -29,7 +75,7 @@ impl ApiError {
     pub fn invalid(message: impl Into<String>) -> Self {
         ApiError {
             status: StatusCode::BAD_REQUEST,
-            code: "invalid_argument",
+            code: ErrorCode::InvalidArgument,
             message: message.into(),
             id: None,
         }
@@ -39,7 +85,7 @@ impl ApiError {
     pub fn unauthorized(message: impl Into<String>) -> Self {
         ApiError {
             status: StatusCode::UNAUTHORIZED,
-            code: "unauthorized",
+            code: ErrorCode::Unauthorized,
             message: message.into(),
             id: None,
         }
@@ -49,7 +95,7 @@ impl ApiError {
     pub fn forbidden(message: impl Into<String>) -> Self {
         ApiError {
             status: StatusCode::FORBIDDEN,
-            code: "forbidden",
+            code: ErrorCode::Forbidden,
             message: message.into(),
             id: None,
         }
@@ -59,7 +105,7 @@ impl ApiError {
     pub fn overloaded(message: impl Into<String>) -> Self {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
-            code: "overloaded",
+            code: ErrorCode::Overloaded,
             message: message.into(),
             id: None,
         }
@@ -69,7 +115,7 @@ impl ApiError {
     pub fn too_large(message: impl Into<String>) -> Self {
         ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
-            code: "payload_too_large",
+            code: ErrorCode::PayloadTooLarge,
             message: message.into(),
             id: None,
         }
@@ -77,10 +123,13 @@ impl ApiError {
 
     /// The `{"error":{…}}` object, also used for per-item errors of a batch. A push whose outcome is
     /// unknown carries `"id"`, to push again with.
-    pub fn body(&self) -> serde_json::Value {
-        match &self.id {
-            Some(id) => json!({"error": {"code": self.code, "message": self.message, "id": id}}),
-            None => json!({"error": {"code": self.code, "message": self.message}}),
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message.clone(),
+                id: self.id.clone(),
+            },
         }
     }
 }
@@ -89,15 +138,17 @@ impl From<dq_core::Error> for ApiError {
     fn from(e: dq_core::Error) -> Self {
         use dq_core::Error as E;
         let (status, code) = match &e {
-            E::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
-            E::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            E::NotFound(_) | E::TopicNotFound(_) | E::ScheduleNotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            E::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
-            E::StaleReceipt => (StatusCode::CONFLICT, "stale_receipt"),
-            E::Unavailable { .. } | E::OutOfMemory { .. } | E::Indeterminate { .. } | E::NotReplicated { .. } => {
-                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            E::Invalid(_) => (StatusCode::BAD_REQUEST, ErrorCode::InvalidArgument),
+            E::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge),
+            E::NotFound(_) | E::TopicNotFound(_) | E::ScheduleNotFound(_) => {
+                (StatusCode::NOT_FOUND, ErrorCode::NotFound)
             }
-            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            E::Conflict(_) => (StatusCode::CONFLICT, ErrorCode::Conflict),
+            E::StaleReceipt => (StatusCode::CONFLICT, ErrorCode::StaleReceipt),
+            E::Unavailable { .. } | E::OutOfMemory { .. } | E::Indeterminate { .. } | E::NotReplicated { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable)
+            }
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
         };
         if status.is_server_error() {
             log_failure(&e);
@@ -152,7 +203,7 @@ fn log_failure(e: &dq_core::Error) {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(self.body())).into_response();
-        if self.code == "overloaded" {
+        if self.code == ErrorCode::Overloaded {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from_static("1"),
@@ -166,7 +217,7 @@ impl IntoResponse for ApiError {
 pub async fn no_route() -> ApiError {
     ApiError {
         status: StatusCode::NOT_FOUND,
-        code: "not_found",
+        code: ErrorCode::NotFound,
         message: "no such route".into(),
         id: None,
     }
@@ -176,7 +227,7 @@ pub async fn no_route() -> ApiError {
 pub async fn no_method() -> ApiError {
     ApiError {
         status: StatusCode::METHOD_NOT_ALLOWED,
-        code: "invalid_argument",
+        code: ErrorCode::InvalidArgument,
         message: "method not allowed on this route".into(),
         id: None,
     }

@@ -8,16 +8,16 @@ use dq_core::config::Scope;
 use dq_core::job::validate_id;
 use dq_core::{Job, NewJob, PushRequest, Schedule, State as JobState};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use serde_json::value::RawValue;
+use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::body::JsonBody;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 
 /// `POST /v1/jobs` answer.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct PushAnswer {
     /// Given or generated id.
     id: String,
@@ -33,8 +33,48 @@ pub struct PushAnswer {
     duplicate: bool,
 }
 
+/// One entry of the `POST /v1/jobs/batch` answer, in the order of the request: the job stored (or found
+/// by its deduplication key), or why this entry failed.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum PushResult {
+    /// Stored, or a duplicate.
+    Pushed(BatchPushed),
+    /// This entry failed (`conflict`, `unavailable`, `internal`); the others stand.
+    Failed(ErrorBody),
+}
+
+/// A stored entry of a batch.
+#[derive(Serialize, ToSchema)]
+pub struct BatchPushed {
+    /// Given or generated id.
+    id: String,
+    /// `delayed` or `ready`.
+    state: JobState,
+    /// Due time, Unix ms.
+    run_at: i64,
+    /// Present (true) when the entry's deduplication key found a job: this is that job.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    duplicate: bool,
+}
+
+/// `POST /v1/jobs/batch` answer.
+#[derive(Serialize, ToSchema)]
+pub struct BatchAnswer {
+    /// One result per entry, in order.
+    results: Vec<PushResult>,
+}
+
 /// `POST /v1/jobs`: 201 `{id, topic, state, run_at}`, or 200 with `"duplicate": true` and the first job
 /// when the push's `dedup_key` found one inside its window.
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", operation_id = "push",
+    summary = "Push a job",
+    request_body = PushRequest,
+    responses(
+        (status = 201, description = "Stored: `delayed`, or `ready` when already due.", body = PushAnswer),
+        (status = 200, description = "A job with this `dedup_key` exists inside its window: that job, with `\"duplicate\": true`; nothing was stored.", body = PushAnswer),
+        (status = 409, description = "`conflict`: the id already has a record (live, `done` or `dead`); nothing is overwritten.", body = ErrorBody),
+    ))]
 pub async fn push(
     State(app): State<AppState>,
     caller: Caller,
@@ -62,20 +102,27 @@ pub async fn push(
 }
 
 /// `POST /v1/jobs/batch` body.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
     /// Each entry a push; parsed one by one so an error can name its index.
+    #[schema(value_type = Vec<PushRequest>)]
     jobs: Vec<Box<RawValue>>,
 }
 
 /// `POST /v1/jobs/batch`: 200 `{results: [...]}` in order. Any malformed entry refuses the whole batch
 /// (nothing is written); a live id or an unavailable partition fails only its own entry.
+#[utoipa::path(post, path = "/v1/jobs/batch", tag = "jobs", operation_id = "push_many",
+    summary = "Push many jobs",
+    request_body = BatchRequest,
+    responses(
+        (status = 200, description = "One result per entry, in order (even when every entry failed).", body = BatchAnswer),
+    ))]
 pub async fn push_many(
     State(app): State<AppState>,
     caller: Caller,
     JsonBody(req): JsonBody<BatchRequest>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<BatchAnswer>, ApiError> {
     caller.allow_scope(Scope::Produce)?;
     let max = app.queue.limits().max_batch;
     if req.jobs.is_empty() {
@@ -90,6 +137,10 @@ pub async fn push_many(
     let registry = app.topics.snapshot();
     let mut jobs: Vec<NewJob> = Vec::with_capacity(req.jobs.len());
     for (i, raw) in req.jobs.iter().enumerate() {
+        // serde would fill a push from an array too (`[topic, body]`); an entry is an object.
+        if !raw.get().starts_with('{') {
+            return Err(ApiError::invalid(format!("jobs[{i}]: each job must be a JSON object")));
+        }
         let parsed: PushRequest =
             serde_json::from_str(raw.get()).map_err(|e| ApiError::invalid(format!("jobs[{i}]: {e}")))?;
         // A topic the token may not use refuses the whole batch, before anything is written.
@@ -103,18 +154,22 @@ pub async fn push_many(
             .map_err(|e| ApiError::from(e).in_entry("jobs", i))?;
         jobs.push(job);
     }
-    let results: Vec<serde_json::Value> = app
+    let results = app
         .queue
         .push_many(jobs)
         .await
         .into_iter()
         .map(|r| match r {
-            Ok(p) if p.duplicate => json!({"id": p.id, "state": p.state, "run_at": p.run_at, "duplicate": true}),
-            Ok(p) => json!({"id": p.id, "state": p.state, "run_at": p.run_at}),
-            Err(e) => ApiError::from(e).body(),
+            Ok(p) => PushResult::Pushed(BatchPushed {
+                id: p.id,
+                state: p.state,
+                run_at: p.run_at,
+                duplicate: p.duplicate,
+            }),
+            Err(e) => PushResult::Failed(ApiError::from(e).body()),
         })
         .collect();
-    Ok(Json(json!({ "results": results })))
+    Ok(Json(BatchAnswer { results }))
 }
 
 fn checked_id(id: &str) -> Result<(), ApiError> {
@@ -122,6 +177,14 @@ fn checked_id(id: &str) -> Result<(), ApiError> {
 }
 
 /// `GET /v1/jobs/{id}`: the job.
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", operation_id = "lookup",
+    summary = "Look up a job",
+    params(("id" = String, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The job.", body = Job),
+        (status = 400, description = "`invalid_argument`: not a valid job id.", body = ErrorBody),
+        (status = 404, description = "`not_found`: no job with this id (or its `done` record expired).", body = ErrorBody),
+    ))]
 pub async fn lookup(
     State(app): State<AppState>,
     caller: Caller,
@@ -146,6 +209,14 @@ pub async fn allow_job(app: &AppState, caller: &Caller, scope: Scope, id: &str) 
 }
 
 /// `DELETE /v1/jobs/{id}`: 204, or 404.
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", operation_id = "cancel",
+    summary = "Cancel a job (in any state)",
+    params(("id" = String, Path, description = "The job's id.")),
+    responses(
+        (status = 204, description = "The job and its record are gone."),
+        (status = 400, description = "`invalid_argument`: not a valid job id.", body = ErrorBody),
+        (status = 404, description = "`not_found`: no job with this id.", body = ErrorBody),
+    ))]
 pub async fn cancel(
     State(app): State<AppState>,
     caller: Caller,
@@ -158,8 +229,8 @@ pub async fn cancel(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `PATCH /v1/jobs/{id}` body.
-#[derive(Deserialize)]
+/// `PATCH /v1/jobs/{id}` body: exactly one of `delay_ms` and `run_at` (a `null` counts as absent).
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RescheduleRequest {
     /// New due time relative to now (Redis's now).
@@ -171,6 +242,15 @@ pub struct RescheduleRequest {
 }
 
 /// `PATCH /v1/jobs/{id}`: 200 job, only while delayed or ready (else 409).
+#[utoipa::path(patch, path = "/v1/jobs/{id}", tag = "jobs", operation_id = "reschedule",
+    summary = "Reschedule a delayed or ready job",
+    params(("id" = String, Path, description = "The job's id.")),
+    request_body = RescheduleRequest,
+    responses(
+        (status = 200, description = "The job with its new `state` and `run_at`.", body = Job),
+        (status = 404, description = "`not_found`: no job with this id.", body = ErrorBody),
+        (status = 409, description = "`conflict`: the job is `reserved`, `done` or `dead`.", body = ErrorBody),
+    ))]
 pub async fn reschedule(
     State(app): State<AppState>,
     caller: Caller,

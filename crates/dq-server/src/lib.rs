@@ -3,7 +3,7 @@
 //! - [`error`]: the JSON error answer every failure turns into.
 //! - [`body`]: the JSON body extractor that refuses bad input with those errors.
 //! - [`jobs`]: push, push many, look up, cancel, reschedule.
-//! - [`reserve`]: reserve (with long poll), ack, nack, touch.
+//! - [`reserve`]: reserve (with long poll), ack, nack, touch; [`long_polls`]: the cap on waiting ones.
 //! - [`topics`]: the topic registry, pause and resume, dead letters.
 //! - [`schedules`]: schedules (cron), pause and resume.
 //! - [`probes`]: stats, `/healthz`, `/readyz`, `/metrics`.
@@ -11,6 +11,8 @@
 //! - [`auth`]: tokens, scopes and the admin login.
 //! - [`browser`]: cross-site state changes refused, frame headers.
 //! - [`listener`]: connections under a header timeout and a cap.
+//! - [`routes`]: the router, from the documented API routes and the pages for people.
+//! - [`spec`]: the OpenAPI document (`/openapi.json`) and Swagger UI (`/docs`).
 
 pub mod admin;
 pub mod auth;
@@ -19,9 +21,12 @@ pub mod browser;
 pub mod error;
 pub mod jobs;
 pub mod listener;
+pub mod long_polls;
 pub mod probes;
 pub mod reserve;
+pub mod routes;
 pub mod schedules;
+pub mod spec;
 pub mod topics;
 
 use std::sync::Arc;
@@ -29,8 +34,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Path};
-use axum::routing::{MethodRouter, get, post};
+use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use dq_core::registry::TopicCache;
 use dq_core::{Queue, Settings};
 use tokio::net::TcpListener;
@@ -50,7 +55,9 @@ pub struct AppState {
     /// Allowed hosts and cross-site refusal.
     pub guard: browser::Guard,
     /// One permit per long poll allowed to wait at once (`server.max_long_polls`).
-    pub long_polls: Arc<reserve::LongPolls>,
+    pub long_polls: Arc<long_polls::LongPolls>,
+    /// The OpenAPI document, made at start for this server's limits (`GET /openapi.json`).
+    pub openapi: Bytes,
 }
 
 /// Binds `server.listen` and serves until `shutdown`.
@@ -102,7 +109,11 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
             max_body: settings.limits.max_request_bytes(),
         },
         auth,
-        long_polls: Arc::new(reserve::LongPolls::new(settings.server.max_long_polls)),
+        long_polls: Arc::new(long_polls::LongPolls::new(settings.server.max_long_polls)),
+        openapi: Bytes::from(
+            serde_json::to_vec(&spec::document(&settings.limits, dq_core::queue::unix_ms()))
+                .expect("the OpenAPI document serializes"),
+        ),
     };
     let max_request = settings.limits.max_request_bytes();
     state.queue.spawn_health_probe(Duration::from_secs(5), shutdown.clone());
@@ -122,56 +133,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     Ok(())
 }
 
-/// A static route under `/v1/jobs/` whose last segment is also a valid job id (`batch`, `ack`): the
-/// static route wins over `/v1/jobs/{id}`, so besides its own POST it serves that job's other verbs.
-fn also_the_job(id: &'static str, route: MethodRouter<AppState>) -> MethodRouter<AppState> {
-    route
-        .get(move |st, c| jobs::lookup(st, c, Path(id.into())))
-        .delete(move |st, c| jobs::cancel(st, c, Path(id.into())))
-        .patch(move |st, c, body| jobs::reschedule(st, c, Path(id.into()), body))
-}
-
-/// All routes of API v1.
+/// All routes: the API v1 (see [`routes`]) and the pages for people.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/jobs", post(jobs::push))
-        .route("/v1/jobs/batch", also_the_job("batch", post(jobs::push_many)))
-        .route("/v1/jobs/ack", also_the_job("ack", post(reserve::ack_many)))
-        .route(
-            "/v1/jobs/{id}",
-            get(jobs::lookup).delete(jobs::cancel).patch(jobs::reschedule),
-        )
-        .route("/v1/jobs/{id}/ack", post(reserve::ack))
-        .route("/v1/jobs/{id}/nack", post(reserve::nack))
-        .route("/v1/jobs/{id}/touch", post(reserve::touch))
-        .route("/v1/reserve", post(reserve::reserve))
-        .route("/v1/topics", get(topics::list))
-        .route(
-            "/v1/topics/{topic}",
-            get(topics::get).put(topics::put).delete(topics::delete),
-        )
-        .route("/v1/topics/{topic}/pause", post(topics::pause))
-        .route("/v1/topics/{topic}/resume", post(topics::resume))
-        .route("/v1/topics/{topic}/dead", get(topics::dead).delete(topics::purge))
-        .route("/v1/topics/{topic}/dead/requeue", post(topics::requeue))
-        .route("/v1/schedules", get(schedules::list))
-        .route(
-            "/v1/schedules/{name}",
-            get(schedules::get).put(schedules::put).delete(schedules::delete),
-        )
-        .route("/v1/schedules/{name}/pause", post(schedules::pause))
-        .route("/v1/schedules/{name}/resume", post(schedules::resume))
-        .route("/v1/stats", get(probes::stats))
-        .route("/admin", get(admin::overview))
-        .route("/admin/login", get(admin::login_form).post(admin::login))
-        .route("/admin/static/admin.js", get(admin::script))
-        .route("/admin/static/admin.css", get(admin::style))
-        .route("/admin/topics/{topic}", get(admin::topic))
-        .route("/healthz", get(probes::healthz))
-        .route("/readyz", get(probes::readyz))
-        .route("/metrics", get(probes::metrics))
-        .fallback(error::no_route)
-        .method_not_allowed_fallback(error::no_method)
-        .layer(browser::GuardLayer(state.guard.clone()))
-        .with_state(state)
+    routes::router(state)
 }

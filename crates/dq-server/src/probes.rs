@@ -7,18 +7,57 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
+use dq_core::config::RedisMode;
 use dq_core::config::Scope;
 use dq_core::queue::NodeStats;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode, ErrorDetail};
 use crate::topics::zero_counts;
+
+/// `GET /v1/stats` answer.
+#[derive(Serialize, ToSchema)]
+pub struct Stats {
+    /// Job counts per topic (that the token may see) and state, summed over the partitions that answered.
+    #[schema(value_type = BTreeMap<String, BTreeMap<String, i64>>)]
+    topics: BTreeMap<String, BTreeMap<&'static str, i64>>,
+    /// The shape and health of Redis.
+    redis: RedisStats,
+}
+
+/// Redis as `GET /v1/stats` shows it.
+#[derive(Serialize, ToSchema)]
+pub struct RedisStats {
+    /// `redis.mode`.
+    mode: RedisMode,
+    /// The installation's partition count.
+    partitions: u16,
+    /// The partitions whose counts did not answer (left out of `topics`).
+    partitions_down: Vec<u16>,
+    /// Every Redis primary.
+    nodes: Vec<Node>,
+}
+
+/// One Redis primary's health.
+#[derive(Serialize, ToSchema)]
+pub struct Node {
+    /// `host:port` (cluster), the URL with its password masked (standalone), `sentinel/<URLs>` (sentinel).
+    name: String,
+    /// Whether it answered PING in time.
+    up: bool,
+    /// The PING's round trip in ms; `null` when it did not answer.
+    latency_ms: Option<f64>,
+}
 
 /// `GET /v1/stats`: job counts per topic and state over every partition, the partitions that did not
 /// answer, and each Redis primary's health.
-pub async fn stats(State(app): State<AppState>, caller: Caller) -> Result<Json<serde_json::Value>, ApiError> {
+#[utoipa::path(get, path = "/v1/stats", tag = "operations", operation_id = "stats",
+    summary = "Job counts per topic and state, and Redis's health",
+    responses((status = 200, description = "Counts and health.", body = Stats)))]
+pub async fn stats(State(app): State<AppState>, caller: Caller) -> Result<Json<Stats>, ApiError> {
     caller.allow_scope(Scope::Read)?;
     let stats = app.queue.stats().await;
     let mut topics: BTreeMap<String, BTreeMap<&'static str, i64>> = BTreeMap::new();
@@ -28,52 +67,97 @@ pub async fn stats(State(app): State<AppState>, caller: Caller) -> Result<Json<s
             *t.entry(state.as_str()).or_default() += n;
         }
     }
-    Ok(Json(json!({
-        "topics": topics,
-        "redis": {
-            "mode": app.queue.redis().mode(),
-            "partitions": app.queue.partitions().count(),
-            "partitions_down": stats.partitions_down,
-            "nodes": nodes_json(&stats.nodes),
+    Ok(Json(Stats {
+        topics,
+        redis: RedisStats {
+            mode: app.queue.redis().mode(),
+            partitions: app.queue.partitions().count(),
+            partitions_down: stats.partitions_down,
+            nodes: nodes(&stats.nodes),
         },
-    })))
+    }))
 }
 
-fn nodes_json(nodes: &[NodeStats]) -> Vec<serde_json::Value> {
+fn nodes(nodes: &[NodeStats]) -> Vec<Node> {
     nodes
         .iter()
-        .map(|n| json!({"name": n.name, "up": n.up, "latency_ms": n.latency.map(|l| l.as_secs_f64() * 1000.0)}))
+        .map(|n| Node {
+            name: n.name.clone(),
+            up: n.up,
+            latency_ms: n.latency.map(|l| l.as_secs_f64() * 1000.0),
+        })
         .collect()
 }
 
+/// `GET /healthz` answer.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    /// Always `ok`.
+    #[schema(value_type = String, pattern = "^ok$")]
+    status: &'static str,
+}
+
 /// `GET /healthz`: the process is alive (says nothing of Redis).
-pub async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+#[utoipa::path(get, path = "/healthz", tag = "operations", operation_id = "healthz",
+    summary = "Liveness: the process serves HTTP (says nothing of Redis)",
+    responses((status = 200, description = "Alive.", body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// `GET /readyz` answer when ready.
+#[derive(Serialize, ToSchema)]
+pub struct Ready {
+    /// Always `ready`.
+    #[schema(value_type = String, pattern = "^ready$")]
+    status: &'static str,
+    /// Every Redis primary, PINGed with a 500 ms deadline.
+    nodes: Vec<Node>,
+}
+
+/// `GET /readyz` answer when not ready: the error, and the primaries.
+#[derive(Serialize, ToSchema)]
+pub struct NotReady {
+    /// `unavailable`: `no Redis primary answers`, or `draining`.
+    error: ErrorDetail,
+    /// Every Redis primary, PINGed with a 500 ms deadline.
+    nodes: Vec<Node>,
 }
 
 /// `GET /readyz`: 200 when at least one Redis primary answers PING (pushes then have somewhere to go),
 /// else 503.
-pub async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
+#[utoipa::path(get, path = "/readyz", tag = "operations", operation_id = "readyz",
+    summary = "Readiness: at least one Redis primary answers",
+    responses(
+        (status = 200, description = "Ready.", body = Ready),
+        (status = 503, description = "No Redis primary answers, or the server is draining.", body = NotReady),
+    ))]
+pub async fn readyz(State(app): State<AppState>) -> axum::response::Response {
     let nodes = app.queue.node_health(Duration::from_millis(500)).await;
     let up = nodes.iter().any(|n| n.up);
-    let nodes = nodes_json(&nodes);
+    let nodes = self::nodes(&nodes);
+    let not_ready = |message: &str, nodes| {
+        let error = ErrorDetail {
+            code: ErrorCode::Unavailable,
+            message: message.into(),
+            id: None,
+        };
+        (StatusCode::SERVICE_UNAVAILABLE, Json(NotReady { error, nodes })).into_response()
+    };
     if app.shutdown.is_cancelled() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"error": {"code": "unavailable", "message": "draining"}, "nodes": nodes})),
-        );
+        return not_ready("draining", nodes);
     }
     if up {
-        (StatusCode::OK, Json(json!({"status": "ready", "nodes": nodes})))
+        Json(Ready { status: "ready", nodes }).into_response()
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"error": {"code": "unavailable", "message": "no Redis primary answers"}, "nodes": nodes})),
-        )
+        not_ready("no Redis primary answers", nodes)
     }
 }
 
 /// `GET /metrics`: Prometheus text.
+#[utoipa::path(get, path = "/metrics", tag = "operations", operation_id = "metrics",
+    summary = "Prometheus metrics (needs `read` for every topic)",
+    responses((status = 200, description = "Prometheus text format 0.0.4.", body = String, content_type = "text/plain")))]
 pub async fn metrics(caller: Caller) -> Result<impl IntoResponse, ApiError> {
     caller.allow_everywhere(Scope::Read)?;
     let body = dq_core::telemetry::prometheus().render();

@@ -1,6 +1,5 @@
 //! Pull consumers' verbs: reserve (with long poll), ack, ack many, nack, touch.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -11,67 +10,24 @@ use dq_core::config::Scope;
 use dq_core::job::{validate_id, validate_topic};
 use dq_core::queue::ReserveOptions;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::body::JsonBody;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::jobs::allow_job;
-
-/// The long polls allowed to wait at once (`server.max_long_polls`). A long poll takes its place only
-/// when its first look found nothing, and leaves it with its answer.
-#[derive(Debug)]
-pub struct LongPolls {
-    permits: Arc<Semaphore>,
-    max: usize,
-}
-
-/// A long poll's place; exported as `dq_long_polls_waiting` while held.
-pub struct Waiting(#[allow(dead_code)] OwnedSemaphorePermit);
-
-impl LongPolls {
-    /// Room for `max` waiting long polls.
-    pub fn new(max: usize) -> Self {
-        metrics::gauge!("dq_long_polls_waiting").set(0.0);
-        metrics::counter!("dq_long_polls_refused_total").increment(0);
-        LongPolls {
-            permits: Arc::new(Semaphore::new(max)),
-            max,
-        }
-    }
-
-    /// A place to wait in, or 503 `overloaded` when all are taken.
-    fn enter(&self) -> Result<Waiting, ApiError> {
-        let permit = self.permits.clone().try_acquire_owned().map_err(|_| {
-            metrics::counter!("dq_long_polls_refused_total").increment(1);
-            ApiError::overloaded(format!(
-                "as many long polls wait as the server allows (server.max_long_polls = {})",
-                self.max
-            ))
-        })?;
-        metrics::gauge!("dq_long_polls_waiting").increment(1.0);
-        Ok(Waiting(permit))
-    }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        metrics::gauge!("dq_long_polls_waiting").decrement(1.0);
-    }
-}
 
 /// `POST /v1/reserve` answer. A typed struct, not `json!`: that would turn each job's raw body into a
 /// `serde_json::Value`, parsing it again on every reserve.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct Reserved {
     /// The reserved jobs; empty when none became ready in time.
     jobs: Vec<Reservation>,
 }
 
 /// `POST /v1/reserve` body.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReserveRequest {
     /// Topics, highest priority first.
@@ -89,6 +45,12 @@ pub struct ReserveRequest {
 /// Waiting costs Redis nothing: the reserver takes its place in line for its topics, tries once, and
 /// sleeps until a script publishes that one of its topics' queues stopped being empty (which wakes one
 /// waiter of the topic in this process, not all).
+#[utoipa::path(post, path = "/v1/reserve", tag = "consume", operation_id = "reserve",
+    summary = "Reserve jobs (with a long poll)",
+    request_body = ReserveRequest,
+    responses(
+        (status = 200, description = "Up to `count` jobs, each now `reserved` with a fresh receipt; an empty list when none became ready within `timeout_ms`.", body = Reserved),
+    ))]
 pub async fn reserve(
     State(app): State<AppState>,
     caller: Caller,
@@ -171,14 +133,15 @@ pub async fn reserve(
 
 fn check(id: &str, receipt: &str) -> Result<(), ApiError> {
     validate_id(id)?;
-    if receipt.is_empty() || receipt.len() > 128 {
+    // Characters, not bytes: the limit the OpenAPI document can state (`maxLength`).
+    if receipt.is_empty() || receipt.chars().count() > 128 {
         return Err(ApiError::invalid("`receipt` must be the receipt reserve returned"));
     }
     Ok(())
 }
 
 /// `POST /v1/jobs/{id}/ack` body.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AckRequest {
     /// The receipt of the current reservation.
@@ -186,6 +149,15 @@ pub struct AckRequest {
 }
 
 /// `POST /v1/jobs/{id}/ack`: 204; 409 `stale_receipt` when the reservation is over.
+#[utoipa::path(post, path = "/v1/jobs/{id}/ack", tag = "consume", operation_id = "ack",
+    summary = "Ack a reserved job: it is done",
+    params(("id" = String, Path, description = "The job's id.")),
+    request_body = AckRequest,
+    responses(
+        (status = 204, description = "The job is `done`."),
+        (status = 404, description = "`not_found`: the job does not exist (any more).", body = ErrorBody),
+        (status = 409, description = "`stale_receipt`: the receipt is not the job's current reservation; nothing changed.", body = ErrorBody),
+    ))]
 pub async fn ack(
     State(app): State<AppState>,
     caller: Caller,
@@ -200,15 +172,16 @@ pub async fn ack(
 }
 
 /// `POST /v1/jobs/ack` body.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AckManyRequest {
     /// The reservations to finish.
+    #[serde(deserialize_with = "dq_core::strict::objects")]
     acks: Vec<AckEntry>,
 }
 
 /// One entry of `POST /v1/jobs/ack`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AckEntry {
     /// The job's id.
@@ -222,11 +195,17 @@ pub struct AckEntry {
 /// partition that does not answer fails only its own entry. The acks run side by side, so the group
 /// commit carries those of one partition in one script call: a worker that reserved a batch settles it
 /// in one request and few calls.
+#[utoipa::path(post, path = "/v1/jobs/ack", tag = "consume", operation_id = "ack_many",
+    summary = "Ack many reserved jobs",
+    request_body = AckManyRequest,
+    responses(
+        (status = 200, description = "One result per entry, in order: `{}` for a job now done, or the error the single ack would answer.", body = AckManyAnswer),
+    ))]
 pub async fn ack_many(
     State(app): State<AppState>,
     caller: Caller,
     JsonBody(req): JsonBody<AckManyRequest>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<AckManyAnswer>, ApiError> {
     caller.allow_scope(Scope::Consume)?;
     let max = app.queue.limits().max_batch;
     if req.acks.is_empty() || req.acks.len() > max {
@@ -244,19 +223,40 @@ pub async fn ack_many(
         app.queue.ack(&a.id, &a.receipt).await?;
         Ok::<(), ApiError>(())
     });
-    let results: Vec<serde_json::Value> = futures_util::future::join_all(acks)
+    let results = futures_util::future::join_all(acks)
         .await
         .into_iter()
         .map(|r| match r {
-            Ok(()) => json!({}),
-            Err(e) => e.body(),
+            Ok(()) => AckResult::Acked(Acked {}),
+            Err(e) => AckResult::Failed(e.body()),
         })
         .collect();
-    Ok(Json(json!({ "results": results })))
+    Ok(Json(AckManyAnswer { results }))
 }
 
+/// `POST /v1/jobs/ack` answer.
+#[derive(Serialize, ToSchema)]
+pub struct AckManyAnswer {
+    /// One result per entry, in order.
+    results: Vec<AckResult>,
+}
+
+/// One entry of the `POST /v1/jobs/ack` answer.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum AckResult {
+    /// The job is done: `{}`.
+    Acked(Acked),
+    /// This ack failed (`stale_receipt`, `not_found`, `forbidden`, `unavailable`, `internal`); the others stand.
+    Failed(ErrorBody),
+}
+
+/// An ack that finished its job: an empty object.
+#[derive(Serialize, ToSchema)]
+pub struct Acked {}
+
 /// `POST /v1/jobs/{id}/nack` body.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NackRequest {
     /// The receipt of the current reservation.
@@ -270,6 +270,15 @@ pub struct NackRequest {
 }
 
 /// `POST /v1/jobs/{id}/nack`: 204; the job backs off, or goes dead after its last attempt.
+#[utoipa::path(post, path = "/v1/jobs/{id}/nack", tag = "consume", operation_id = "nack",
+    summary = "Nack a reserved job: retry it later, or dead after its last attempt",
+    params(("id" = String, Path, description = "The job's id.")),
+    request_body = NackRequest,
+    responses(
+        (status = 204, description = "The job is `delayed`, `ready` (delay 0) or `dead`."),
+        (status = 404, description = "`not_found`: the job does not exist (any more).", body = ErrorBody),
+        (status = 409, description = "`stale_receipt`: the receipt is not the job's current reservation; nothing changed.", body = ErrorBody),
+    ))]
 pub async fn nack(
     State(app): State<AppState>,
     caller: Caller,
@@ -306,7 +315,7 @@ pub async fn nack(
 }
 
 /// `POST /v1/jobs/{id}/touch` body.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TouchRequest {
     /// The receipt of the current reservation.
@@ -316,13 +325,29 @@ pub struct TouchRequest {
     ttr_ms: Option<i64>,
 }
 
+/// `POST /v1/jobs/{id}/touch` answer.
+#[derive(Serialize, ToSchema)]
+pub struct Touched {
+    /// The reservation's new end, Unix ms (Redis's clock).
+    deadline: i64,
+}
+
 /// `POST /v1/jobs/{id}/touch`: 200 `{deadline}`.
+#[utoipa::path(post, path = "/v1/jobs/{id}/touch", tag = "consume", operation_id = "touch",
+    summary = "Extend a reservation",
+    params(("id" = String, Path, description = "The job's id.")),
+    request_body = TouchRequest,
+    responses(
+        (status = 200, description = "The reservation's new deadline.", body = Touched),
+        (status = 404, description = "`not_found`: the job does not exist (any more).", body = ErrorBody),
+        (status = 409, description = "`stale_receipt`: the receipt is not the job's current reservation; nothing changed.", body = ErrorBody),
+    ))]
 pub async fn touch(
     State(app): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<TouchRequest>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Touched>, ApiError> {
     caller.allow_scope(Scope::Consume)?;
     check(&id, &req.receipt)?;
     allow_job(&app, &caller, Scope::Consume, &id).await?;
@@ -338,5 +363,5 @@ pub async fn touch(
         }
     };
     let deadline = app.queue.touch(&id, &req.receipt, ttr).await?;
-    Ok(Json(json!({ "deadline": deadline })))
+    Ok(Json(Touched { deadline }))
 }

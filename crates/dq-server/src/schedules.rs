@@ -11,14 +11,15 @@ use dq_core::config::Scope;
 use dq_core::queue::schedules::StoredSchedule;
 use dq_core::schedule::{Cadence, ScheduleConfig, validate_name};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::body::JsonBody;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 
 /// A schedule as the API shows it.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct ScheduleView {
     /// Its name.
     pub(crate) name: String,
@@ -71,6 +72,13 @@ async fn store(app: &AppState, name: &str, config: ScheduleConfig, restart: bool
 
 /// `PUT /v1/schedules/{name}`: registers or replaces a schedule; 400 names what is wrong, and writes
 /// nothing. A new schedule, or one whose cron or zone changes, fires from its next occurrence.
+#[utoipa::path(put, path = "/v1/schedules/{name}", tag = "schedules", operation_id = "put_schedule",
+    summary = "Register or replace a schedule",
+    params(("name" = String, Path, description = "The schedule's name.")),
+    request_body = ScheduleConfig,
+    responses(
+        (status = 200, description = "The schedule as stored, with its next and last firing.", body = ScheduleView),
+    ))]
 pub async fn put(
     State(app): State<AppState>,
     caller: Caller,
@@ -90,6 +98,14 @@ pub async fn put(
 }
 
 /// `GET /v1/schedules/{name}`: the registration, next fire and last fired; 404 when there is none.
+#[utoipa::path(get, path = "/v1/schedules/{name}", tag = "schedules", operation_id = "get_schedule",
+    summary = "Look up a schedule",
+    params(("name" = String, Path, description = "The schedule's name.")),
+    responses(
+        (status = 200, description = "The schedule.", body = ScheduleView),
+        (status = 400, description = "`invalid_argument`: not a valid schedule name.", body = ErrorBody),
+        (status = 404, description = "`not_found`: no schedule of this name.", body = ErrorBody),
+    ))]
 pub async fn get(
     State(app): State<AppState>,
     caller: Caller,
@@ -100,6 +116,14 @@ pub async fn get(
 }
 
 /// `DELETE /v1/schedules/{name}`: 204, or 404. The jobs it pushed stay.
+#[utoipa::path(delete, path = "/v1/schedules/{name}", tag = "schedules", operation_id = "delete_schedule",
+    summary = "Delete a schedule (the jobs it pushed stay)",
+    params(("name" = String, Path, description = "The schedule's name.")),
+    responses(
+        (status = 204, description = "The schedule is gone."),
+        (status = 400, description = "`invalid_argument`: not a valid schedule name.", body = ErrorBody),
+        (status = 404, description = "`not_found`: no schedule of this name.", body = ErrorBody),
+    ))]
 pub async fn delete(
     State(app): State<AppState>,
     caller: Caller,
@@ -111,13 +135,18 @@ pub async fn delete(
 }
 
 /// `GET /v1/schedules` answer.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct ScheduleList {
     /// The schedules the caller may see, by name.
     schedules: Vec<ScheduleView>,
 }
 
 /// `GET /v1/schedules`: every schedule of a topic the caller may see.
+#[utoipa::path(get, path = "/v1/schedules", tag = "schedules", operation_id = "list_schedules",
+    summary = "List schedules",
+    responses(
+        (status = 200, description = "Every schedule of a topic the token may see, by name.", body = ScheduleList),
+    ))]
 pub async fn list(State(app): State<AppState>, caller: Caller) -> Result<Json<ScheduleList>, ApiError> {
     caller.allow_scope(Scope::Read)?;
     let now = app.queue.redis_now_ms().await?;
@@ -141,6 +170,14 @@ async fn set_paused(app: AppState, caller: Caller, name: String, paused: bool) -
 }
 
 /// `POST /v1/schedules/{name}/pause`: fires nothing until resumed.
+#[utoipa::path(post, path = "/v1/schedules/{name}/pause", tag = "schedules", operation_id = "pause_schedule",
+    summary = "Pause a schedule",
+    params(("name" = String, Path, description = "The schedule's name.")),
+    responses(
+        (status = 200, description = "The schedule, now paused.", body = ScheduleView),
+        (status = 400, description = "`invalid_argument`: not a valid schedule name.", body = ErrorBody),
+        (status = 404, description = "`not_found`: no schedule of this name.", body = ErrorBody),
+    ))]
 pub async fn pause(
     State(app): State<AppState>,
     caller: Caller,
@@ -151,6 +188,14 @@ pub async fn pause(
 
 /// `POST /v1/schedules/{name}/resume`: fires again from the next occurrence (none of those that fell
 /// while paused).
+#[utoipa::path(post, path = "/v1/schedules/{name}/resume", tag = "schedules", operation_id = "resume_schedule",
+    summary = "Resume a schedule from its next occurrence",
+    params(("name" = String, Path, description = "The schedule's name.")),
+    responses(
+        (status = 200, description = "The schedule, no longer paused.", body = ScheduleView),
+        (status = 400, description = "`invalid_argument`: not a valid schedule name.", body = ErrorBody),
+        (status = 404, description = "`not_found`: no schedule of this name.", body = ErrorBody),
+    ))]
 pub async fn resume(
     State(app): State<AppState>,
     caller: Caller,

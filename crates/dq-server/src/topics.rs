@@ -11,21 +11,24 @@ use dq_core::job::{validate_id, validate_topic};
 use dq_core::queue::dead::DeadPage;
 use dq_core::{State as JobState, TopicConfig};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::body::JsonBody;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 
 /// A topic as the API shows it: its registration (`null` for an unregistered topic that has jobs) and
 /// its job counts.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct TopicView {
     /// The topic's name.
     topic: String,
-    /// Its registration, secret masked.
+    /// Its registration, secrets, header values and credentials in URLs masked (`***`); `null` for a
+    /// topic that is not registered but has jobs.
     config: Option<TopicConfig>,
-    /// Jobs by state.
+    /// Jobs by state (`delayed`, `ready`, `reserved`, `dead`; `done` jobs are not counted).
+    #[schema(value_type = BTreeMap<String, i64>)]
     counts: BTreeMap<&'static str, i64>,
 }
 
@@ -71,6 +74,13 @@ async fn store(app: &AppState, topic: &str, config: &TopicConfig) -> Result<(), 
 }
 
 /// `PUT /v1/topics/{topic}`: registers or replaces a topic; 400 names what is wrong.
+#[utoipa::path(put, path = "/v1/topics/{topic}", tag = "topics", operation_id = "put_topic",
+    summary = "Register or replace a topic",
+    params(("topic" = String, Path, description = "The topic's name.")),
+    request_body = TopicConfig,
+    responses(
+        (status = 200, description = "The registration as stored (masked) and the topic's counts.", body = TopicView),
+    ))]
 pub async fn put(
     State(app): State<AppState>,
     caller: Caller,
@@ -86,6 +96,14 @@ pub async fn put(
 }
 
 /// `GET /v1/topics/{topic}`: the registration and counts; 404 when neither exists.
+#[utoipa::path(get, path = "/v1/topics/{topic}", tag = "topics", operation_id = "get_topic",
+    summary = "Look up a topic",
+    params(("topic" = String, Path, description = "The topic's name.")),
+    responses(
+        (status = 200, description = "The registration (masked; `null` when not registered) and counts.", body = TopicView),
+        (status = 400, description = "`invalid_argument`: not a valid topic name.", body = ErrorBody),
+        (status = 404, description = "`not_found`: neither registered nor ever had jobs.", body = ErrorBody),
+    ))]
 pub async fn get(
     State(app): State<AppState>,
     caller: Caller,
@@ -102,6 +120,14 @@ pub async fn get(
 }
 
 /// `DELETE /v1/topics/{topic}`: removes the registration (its jobs stay): 204, or 404.
+#[utoipa::path(delete, path = "/v1/topics/{topic}", tag = "topics", operation_id = "delete_topic",
+    summary = "Delete a topic's registration (its jobs stay)",
+    params(("topic" = String, Path, description = "The topic's name.")),
+    responses(
+        (status = 204, description = "The registration is gone."),
+        (status = 400, description = "`invalid_argument`: not a valid topic name.", body = ErrorBody),
+        (status = 404, description = "`not_found`: the topic is not registered.", body = ErrorBody),
+    ))]
 pub async fn delete(
     State(app): State<AppState>,
     caller: Caller,
@@ -117,13 +143,18 @@ pub async fn delete(
 }
 
 /// `GET /v1/topics` answer.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct TopicList {
     /// Registered topics and topics with jobs, by name.
     topics: Vec<TopicView>,
 }
 
 /// `GET /v1/topics`: every registered topic and every topic with jobs, with counts per state.
+#[utoipa::path(get, path = "/v1/topics", tag = "topics", operation_id = "list_topics",
+    summary = "List topics",
+    responses(
+        (status = 200, description = "Every registered topic and every topic with jobs that the token may see, by name.", body = TopicList),
+    ))]
 pub async fn list(State(app): State<AppState>, caller: Caller) -> Result<Json<TopicList>, ApiError> {
     caller.allow_scope(Scope::Read)?;
     let mut configs = app.queue.topics().await?;
@@ -156,6 +187,13 @@ async fn set_paused(app: AppState, topic: String, paused: bool) -> Result<Json<T
 }
 
 /// `POST /v1/topics/{topic}/pause`: stops delivery and reserve of the topic (pushes still go in).
+#[utoipa::path(post, path = "/v1/topics/{topic}/pause", tag = "topics", operation_id = "pause_topic",
+    summary = "Pause a topic: no delivery, no reserve (pushes still go in)",
+    params(("topic" = String, Path, description = "The topic's name.")),
+    responses(
+        (status = 200, description = "The topic, now paused (registered with the defaults if it was not).", body = TopicView),
+        (status = 400, description = "`invalid_argument`: not a valid topic name.", body = ErrorBody),
+    ))]
 pub async fn pause(
     State(app): State<AppState>,
     caller: Caller,
@@ -166,6 +204,13 @@ pub async fn pause(
 }
 
 /// `POST /v1/topics/{topic}/resume`: undoes pause.
+#[utoipa::path(post, path = "/v1/topics/{topic}/resume", tag = "topics", operation_id = "resume_topic",
+    summary = "Resume a paused topic",
+    params(("topic" = String, Path, description = "The topic's name.")),
+    responses(
+        (status = 200, description = "The topic, no longer paused (registered with the defaults if it was not).", body = TopicView),
+        (status = 400, description = "`invalid_argument`: not a valid topic name.", body = ErrorBody),
+    ))]
 pub async fn resume(
     State(app): State<AppState>,
     caller: Caller,
@@ -176,7 +221,8 @@ pub async fn resume(
 }
 
 /// `GET /v1/topics/{topic}/dead` query.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct DeadQuery {
     /// Jobs to skip.
@@ -188,6 +234,13 @@ pub struct DeadQuery {
 }
 
 /// `GET /v1/topics/{topic}/dead?offset=&limit=`: a page of dead jobs, oldest death first, and the total.
+#[utoipa::path(get, path = "/v1/topics/{topic}/dead", tag = "dead", operation_id = "list_dead",
+    summary = "List a page of a topic's dead jobs",
+    params(("topic" = String, Path, description = "The topic's name."), DeadQuery),
+    responses(
+        (status = 200, description = "A page of dead jobs, oldest death first, and the topic's total.", body = DeadPage),
+        (status = 400, description = "`invalid_argument`: a bad topic name, an unknown query parameter, or a value out of range.", body = ErrorBody),
+    ))]
 pub async fn dead(
     State(app): State<AppState>,
     caller: Caller,
@@ -210,8 +263,8 @@ pub async fn dead(
     Ok(Json(app.queue.dead(&topic, offset, limit).await?))
 }
 
-/// Body of requeue and delete of dead jobs: some ids, or none for all.
-#[derive(Deserialize, Default)]
+/// Body of requeue and delete of dead jobs: some ids, or none (no body, or `{}`) for all.
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeadIds {
     /// Which dead jobs (at most 1000); absent means all.
@@ -242,30 +295,58 @@ fn dead_ids(body: &Bytes) -> Result<Option<Vec<String>>, ApiError> {
     Ok(parsed.ids)
 }
 
+/// `POST /v1/topics/{topic}/dead/requeue` answer.
+#[derive(Serialize, ToSchema)]
+pub struct Requeued {
+    /// Jobs moved back to ready.
+    requeued: u64,
+}
+
+/// `DELETE /v1/topics/{topic}/dead` answer.
+#[derive(Serialize, ToSchema)]
+pub struct Deleted {
+    /// Dead jobs deleted.
+    deleted: u64,
+}
+
 /// `POST /v1/topics/{topic}/dead/requeue` `{ids?}`: back to ready with fresh attempts; `{requeued}`.
+#[utoipa::path(post, path = "/v1/topics/{topic}/dead/requeue", tag = "dead", operation_id = "requeue_dead",
+    summary = "Requeue dead jobs (some, or all)",
+    params(("topic" = String, Path, description = "The topic's name.")),
+    request_body(content = Option<DeadIds>, description = "Some dead jobs; no body (or `{}`) for all.", content_type = "application/json"),
+    responses(
+        (status = 200, description = "How many jobs went back to ready (ids not in the dead list are skipped).", body = Requeued),
+    ))]
 pub async fn requeue(
     State(app): State<AppState>,
     caller: Caller,
     Path(topic): Path<String>,
     body: Bytes,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Requeued>, ApiError> {
     checked(&topic)?;
     caller.allow(Scope::Admin, &topic)?;
     let ids = dead_ids(&body)?;
     let n = app.queue.requeue_dead(&topic, ids.as_deref()).await?;
-    Ok(Json(serde_json::json!({ "requeued": n })))
+    Ok(Json(Requeued { requeued: n }))
 }
 
 /// `DELETE /v1/topics/{topic}/dead` `{ids?}`: deletes dead jobs; `{deleted}`.
+#[utoipa::path(delete, path = "/v1/topics/{topic}/dead", tag = "dead", operation_id = "delete_dead",
+    summary = "Delete dead jobs (some, or all)",
+    params(("topic" = String, Path, description = "The topic's name.")),
+    request_body(content = Option<DeadIds>, description = "Some dead jobs; no body (or `{}`) for all.", content_type = "application/json"),
+    responses(
+        (status = 200, description = "How many dead jobs were deleted (ids not in the dead list are skipped).", body = Deleted),
+    ))]
 pub async fn purge(
     State(app): State<AppState>,
     caller: Caller,
     Path(topic): Path<String>,
     body: Bytes,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Deleted>, ApiError> {
     checked(&topic)?;
     caller.allow(Scope::Admin, &topic)?;
     let ids = dead_ids(&body)?;
     let n = app.queue.purge_dead(&topic, ids.as_deref()).await?;
-    Ok(Json(serde_json::json!({ "deleted": n })))
+    Ok(Json(Deleted { deleted: n }))
 }

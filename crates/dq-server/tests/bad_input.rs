@@ -441,6 +441,31 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
             409,
             "stale_receipt",
         ),
+        // A nested object written as an array (serde would fill the struct from it in order; found by
+        // schemathesis), and a batch or ack entry written as one.
+        (
+            "PUT",
+            "/v1/topics/t",
+            r#"{"retry":[null,null]}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "PUT",
+            "/v1/topics/t",
+            r#"{"callback":["http://hooks.example/x"]}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        ("PUT", "/v1/topics/t", r#"{"defaults":[1000]}"#.into(), 400, "invalid_argument"),
+        ("POST", "/v1/jobs/batch", r#"{"jobs":[["t",1]]}"#.into(), 400, "invalid_argument"),
+        (
+            "POST",
+            "/v1/jobs/ack",
+            json!({"acks": [["live", receipt]]}).to_string(),
+            400,
+            "invalid_argument",
+        ),
         // routes
         ("GET", "/v1/nothing", "".into(), 404, "not_found"),
         ("PUT", "/v1/jobs", "{}".into(), 405, "invalid_argument"),

@@ -9,6 +9,7 @@ use crate::partition::MAX_PARTITIONS;
 
 /// The shape of dq's Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum RedisMode {
     /// One Redis: `redis.urls` names it.

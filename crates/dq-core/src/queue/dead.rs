@@ -7,6 +7,7 @@ use crate::scripts;
 
 /// A page of a topic's dead list.
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeadPage {
     /// Dead jobs, oldest death first.
     pub jobs: Vec<Job>,

@@ -20,6 +20,7 @@ use crate::job::{NewJob, PushRequest, shorten, validate_topic};
 
 /// A schedule's registration, as `PUT /v1/schedules/{name}` takes it and `GET` returns it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleConfig {
     /// The cron pattern: 5 fields, or 6 with seconds first.
@@ -30,6 +31,7 @@ pub struct ScheduleConfig {
     /// The topic of the jobs it pushes.
     pub topic: String,
     /// The body of each job, kept as the producer wrote it.
+    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
     pub body: Box<RawValue>,
     /// Each job's time-to-run in ms (else the topic's default, then `jobs.ttr_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
