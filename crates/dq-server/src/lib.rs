@@ -17,6 +17,7 @@
 pub mod admin;
 pub mod auth;
 pub mod body;
+pub mod browse;
 pub mod browser;
 pub mod error;
 pub mod jobs;

@@ -11,7 +11,7 @@ use utoipa::openapi::path::Paths;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
-use crate::{AppState, admin, error, jobs, probes, reserve, schedules, spec, topics};
+use crate::{AppState, admin, browse, error, jobs, probes, reserve, schedules, spec, topics};
 
 /// Every route of the API, with its description: the one list the OpenAPI document is made of.
 pub fn api() -> OpenApiRouter<AppState> {
@@ -30,6 +30,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(topics::get, topics::put, topics::delete))
         .routes(routes!(topics::pause))
         .routes(routes!(topics::resume))
+        .routes(routes!(browse::jobs))
         .routes(routes!(topics::dead, topics::purge))
         .routes(routes!(topics::requeue))
         .routes(routes!(schedules::list))

@@ -51,7 +51,22 @@ pub(crate) fn zero_counts() -> BTreeMap<&'static str, i64> {
         .collect()
 }
 
-fn checked(topic: &str) -> Result<(), ApiError> {
+/// A page's `offset` (0 ..= 1000000, default 0) and `limit` (1 ..= 1000, default `default_limit`).
+pub(crate) fn paging(offset: Option<usize>, limit: Option<usize>, default_limit: usize) -> Result<(usize, usize), ApiError> {
+    let limit = limit.unwrap_or(default_limit);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid(format!(
+            "`limit` must be between 1 and 1000, got {limit}"
+        )));
+    }
+    let offset = offset.unwrap_or(0);
+    if offset > 1_000_000 {
+        return Err(ApiError::invalid("`offset` must be at most 1000000"));
+    }
+    Ok((offset, limit))
+}
+
+pub(crate) fn checked(topic: &str) -> Result<(), ApiError> {
     validate_topic(topic).map_err(ApiError::from)
 }
 
@@ -250,16 +265,7 @@ pub async fn dead(
     checked(&topic)?;
     caller.allow(Scope::Read, &topic)?;
     let Query(q) = query.map_err(|e| ApiError::invalid(format!("invalid query: {}", e.body_text())))?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::invalid(format!(
-            "`limit` must be between 1 and 1000, got {limit}"
-        )));
-    }
-    let offset = q.offset.unwrap_or(0);
-    if offset > 1_000_000 {
-        return Err(ApiError::invalid("`offset` must be at most 1000000"));
-    }
+    let (offset, limit) = paging(q.offset, q.limit, 100)?;
     Ok(Json(app.queue.dead(&topic, offset, limit).await?))
 }
 

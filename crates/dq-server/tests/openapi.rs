@@ -135,6 +135,7 @@ async fn the_router_serves_every_documented_route_and_the_document_every_api_rou
         "/v1/topics/{topic}/resume",
         "/v1/topics/{topic}/dead",
         "/v1/topics/{topic}/dead/requeue",
+        "/v1/topics/{topic}/jobs",
         "/v1/schedules",
         "/v1/schedules/{name}",
         "/v1/schedules/{name}/pause",
@@ -147,7 +148,7 @@ async fn the_router_serves_every_documented_route_and_the_document_every_api_rou
     ] {
         assert!(paths.contains(want), "{want} is documented");
     }
-    assert_eq!(ops.len(), 36, "{ops:?}");
+    assert_eq!(ops.len(), 37, "{ops:?}");
 
     for (method, path) in &ops {
         let mut req = s

@@ -10,6 +10,7 @@
 
 mod ack;
 pub mod alerting;
+pub mod browse;
 pub mod dead;
 pub mod dead_hooks;
 mod decode;
@@ -39,6 +40,7 @@ use crate::keys::{Keys, PartitionKeys};
 use crate::partition::{Partitions, slot_of};
 use crate::sealed::Sealer;
 
+pub use self::browse::JobPage;
 pub use self::dead_hooks::DeadHook;
 pub use self::limit::{LimitAsk, LimitGrant};
 pub use self::quarantine::Quarantined;
