@@ -95,6 +95,9 @@ impl Callback {
     }
 }
 
+/// What the API shows in place of a secret, a header value or a URL's credentials.
+pub const MASK: &str = "***";
+
 /// `url` with the credentials it carries masked (`https://user:***@host/`; a user alone, often a token,
 /// as `***`), for the API, the admin pages and logs. Unparsable: shown as it is (registration refuses
 /// such URLs).
@@ -281,6 +284,62 @@ impl TopicConfig {
         Ok(())
     }
 
+    /// Puts back the stored values of fields sent as the API shows them masked: a `secret`,
+    /// `previous_secret` or header value of `***`, and a URL equal to the stored URL masked. So a
+    /// registration read with GET can be edited and sent back whole (the admin's editor does) without
+    /// writing `***` over a secret. A masked value with nothing stored to keep is refused.
+    pub fn keep_masked(&mut self, stored: Option<&TopicConfig>) -> Result<()> {
+        let Some(cb) = &mut self.callback else {
+            return Ok(());
+        };
+        let old = stored.and_then(|s| s.callback.as_ref());
+        let refuse = |field: &str| {
+            Err(Error::Invalid(format!(
+                "`{field}` is `***`, the mask dq shows, and there is no stored value to keep: give the value itself"
+            )))
+        };
+        for (field, value, kept) in [
+            ("callback.secret", &mut cb.secret, old.and_then(|o| o.secret.clone())),
+            (
+                "callback.previous_secret",
+                &mut cb.previous_secret,
+                old.and_then(|o| o.previous_secret.clone()),
+            ),
+        ] {
+            if value.as_deref() == Some(MASK) {
+                match kept {
+                    Some(k) => *value = Some(k),
+                    None => return refuse(field),
+                }
+            }
+        }
+        for (name, value) in cb.headers.iter_mut() {
+            if value == MASK {
+                match old.and_then(|o| o.headers.get(name)) {
+                    Some(k) => value.clone_from(k),
+                    None => return refuse(&format!("callback.headers.{name}")),
+                }
+            }
+        }
+        for (field, url, kept) in [
+            ("callback.url", Some(&mut cb.url), old.map(|o| o.url.clone())),
+            (
+                "callback.on_dead_url",
+                cb.on_dead_url.as_mut(),
+                old.and_then(|o| o.on_dead_url.clone()),
+            ),
+        ] {
+            let Some(url) = url else { continue };
+            if masked_url(url) == *url && url.contains(MASK) {
+                match kept.filter(|k| masked_url(k) == *url && k != url) {
+                    Some(k) => *url = k,
+                    None => return refuse(field),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The config as the API shows it: the secrets, header values (often credentials) and credentials
     /// in the URL masked.
     pub fn redacted(&self) -> TopicConfig {
@@ -289,10 +348,10 @@ impl TopicConfig {
             cb.url = masked_url(&cb.url);
             cb.on_dead_url = cb.on_dead_url.as_deref().map(masked_url);
             for s in [&mut cb.secret, &mut cb.previous_secret].into_iter().flatten() {
-                *s = "***".into();
+                *s = MASK.into();
             }
             for v in cb.headers.values_mut() {
-                *v = "***".into();
+                *v = MASK.into();
             }
         }
         c
@@ -489,6 +548,55 @@ mod tests {
         let err = config.validate(&Limits::default(), &policy).unwrap_err().to_string();
         assert!(err.contains("redis node 127.0.0.1:6379"), "{err}");
         check(r#"{"callback": {"url": "http://metadata.internal/"}}"#).expect("names are checked at connect");
+    }
+
+    #[test]
+    fn masked_values_sent_back_keep_the_stored_ones() {
+        let stored: TopicConfig = serde_json::from_str(
+            r#"{"callback": {"url": "https://u:pw@h.example/hook", "secret": "a", "previous_secret": "b",
+                             "headers": {"X-Key": "k"}, "on_dead_url": "https://t0k@h.example/dead"}}"#,
+        )
+        .unwrap();
+        // What GET shows, edited (the timeout) and sent back whole.
+        let mut sent = stored.redacted();
+        sent.callback.as_mut().unwrap().timeout_ms = 900;
+        sent.keep_masked(Some(&stored)).unwrap();
+        let cb = sent.callback.unwrap();
+        assert_eq!(cb.url, "https://u:pw@h.example/hook");
+        assert_eq!(cb.on_dead_url.as_deref(), Some("https://t0k@h.example/dead"));
+        assert_eq!(
+            (cb.secret.as_deref(), cb.previous_secret.as_deref()),
+            (Some("a"), Some("b"))
+        );
+        assert_eq!(cb.headers["X-Key"], "k");
+        assert_eq!(cb.timeout_ms, 900);
+        // A masked value with nothing stored, or a masked URL of another host, is refused.
+        for (json, against, field) in [
+            (
+                r#"{"callback": {"url": "http://h/", "secret": "***"}}"#,
+                None,
+                "callback.secret",
+            ),
+            (
+                r#"{"callback": {"url": "http://h/", "headers": {"X-Other": "***"}}}"#,
+                Some(&stored),
+                "callback.headers.X-Other",
+            ),
+            (
+                r#"{"callback": {"url": "https://u:***@elsewhere.example/hook"}}"#,
+                Some(&stored),
+                "callback.url",
+            ),
+        ] {
+            let mut c: TopicConfig = serde_json::from_str(json).unwrap();
+            let e = c.keep_masked(against).unwrap_err().to_string();
+            assert!(e.contains(field), "{json}: {e}");
+        }
+        // Real values pass untouched.
+        let mut c: TopicConfig =
+            serde_json::from_str(r#"{"callback": {"url": "http://h/", "secret": "new"}}"#).unwrap();
+        c.keep_masked(Some(&stored)).unwrap();
+        assert_eq!(c.callback.unwrap().secret.as_deref(), Some("new"));
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub struct Guard {
     pub allowed_hosts: Arc<Vec<String>>,
     /// The largest request body read; a larger `Content-Length` is refused before the body is read.
     pub max_body: usize,
+    /// `server.admin_read_only`: changes that come from the admin pages are refused.
+    pub admin_read_only: bool,
 }
 
 impl Guard {
@@ -147,6 +149,15 @@ impl Guard {
                     .into_response(),
             );
         }
+        if !safe && self.admin_read_only && from_admin_pages(req.headers()) && req.uri().path() != "/admin/login" {
+            metrics::counter!("dq_auth_refusals_total", "reason" => "read_only").increment(1);
+            return Some(
+                ApiError::forbidden(
+                    "the admin is read-only (server.admin_read_only): changes need a token in the Authorization header",
+                )
+                .into_response(),
+            );
+        }
         if !safe && has_body(req.headers()) && !is_json(req.headers()) && req.uri().path() != "/admin/login" {
             return Some(
                 ApiError::invalid("a request body must be sent with `Content-Type: application/json`").into_response(),
@@ -196,6 +207,24 @@ fn is_json(headers: &HeaderMap) -> bool {
     essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
+/// Whether a request comes from the admin pages: it has no `Authorization` header and carries the
+/// admin login's cookie, or a browser says it comes from this same origin (an open API has no login).
+fn from_admin_pages(headers: &HeaderMap) -> bool {
+    if headers.contains_key(header::AUTHORIZATION) {
+        return false;
+    }
+    let same_origin = headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"same-origin"));
+    let cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .any(|c| c.trim().starts_with(&format!("{}=", crate::auth::COOKIE)));
+    same_origin || cookie
+}
+
 /// Whether a browser says the request comes from another site.
 fn cross_site(headers: &HeaderMap) -> bool {
     if headers
@@ -239,6 +268,7 @@ mod tests {
             auth: Arc::new(Auth::new(&settings).unwrap()),
             allowed_hosts: Arc::new(allowed.iter().map(|s| s.to_string()).collect()),
             max_body: 1024,
+            admin_read_only: false,
         }
     }
 

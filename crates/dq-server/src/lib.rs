@@ -87,7 +87,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     dq_core::telemetry::prometheus();
     // Served from the start (at 0), so a dashboard tells "none" from "not measured".
     metrics::counter!("dq_writes_not_replicated_total").increment(0);
-    for reason in ["no_token", "bad_token", "bad_login", "cross_site", "host"] {
+    for reason in ["no_token", "bad_token", "bad_login", "cross_site", "host", "read_only"] {
         metrics::counter!("dq_auth_refusals_total", "reason" => reason).increment(0);
     }
     let listener_task = dq_core::wake::follow_ready(&queue, shutdown.clone());
@@ -108,6 +108,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
                     .collect(),
             ),
             max_body: settings.limits.max_request_bytes(),
+            admin_read_only: settings.server.admin_read_only,
         },
         auth,
         long_polls: Arc::new(long_polls::LongPolls::new(settings.server.max_long_polls)),

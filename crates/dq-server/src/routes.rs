@@ -74,6 +74,8 @@ pub fn pages() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/admin/static/admin.js", get(admin::script)),
         ("/admin/static/admin.css", get(admin::style)),
         ("/admin/topics/{topic}", get(admin::topic)),
+        ("/admin/jobs", get(admin::find)),
+        ("/admin/jobs/{id}", get(admin::job)),
         ("/docs", get(spec::docs_redirect)),
         ("/docs/", spec::docs_index()),
         ("/docs/{*file}", spec::docs_files()),

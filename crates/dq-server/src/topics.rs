@@ -52,7 +52,11 @@ pub(crate) fn zero_counts() -> BTreeMap<&'static str, i64> {
 }
 
 /// A page's `offset` (0 ..= 1000000, default 0) and `limit` (1 ..= 1000, default `default_limit`).
-pub(crate) fn paging(offset: Option<usize>, limit: Option<usize>, default_limit: usize) -> Result<(usize, usize), ApiError> {
+pub(crate) fn paging(
+    offset: Option<usize>,
+    limit: Option<usize>,
+    default_limit: usize,
+) -> Result<(usize, usize), ApiError> {
     let limit = limit.unwrap_or(default_limit);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::invalid(format!(
@@ -100,10 +104,15 @@ pub async fn put(
     State(app): State<AppState>,
     caller: Caller,
     Path(topic): Path<String>,
-    JsonBody(config): JsonBody<TopicConfig>,
+    JsonBody(mut config): JsonBody<TopicConfig>,
 ) -> Result<Json<TopicView>, ApiError> {
     checked(&topic)?;
     caller.allow(Scope::Admin, &topic)?;
+    // Values sent back as GET shows them (`***`) keep the stored ones.
+    if config.callback.is_some() {
+        let stored = app.queue.topics().await?.remove(&topic);
+        config.keep_masked(stored.as_ref())?;
+    }
     // A callback to an IP address the egress policy refuses is refused here; one to a name, at connect.
     config.validate(app.queue.limits(), &app.queue.egress().await)?;
     store(&app, &topic, &config).await?;

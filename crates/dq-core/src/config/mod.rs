@@ -92,6 +92,10 @@ pub struct ServerSettings {
     pub max_connections: usize,
     /// Long-poll reserves waiting at once; one more gets a 503 at once.
     pub max_long_polls: usize,
+    /// The admin pages show no controls, and dq-server refuses every change that comes from them (a
+    /// request authenticated by the admin login's cookie, or a browser's same-origin request): for a
+    /// view of production that cannot be clicked into a change. Tokens in `Authorization` still work.
+    pub admin_read_only: bool,
 }
 
 impl Default for ServerSettings {
@@ -102,6 +106,7 @@ impl Default for ServerSettings {
             header_timeout_ms: 30_000,
             max_connections: 16_384,
             max_long_polls: 10_000,
+            admin_read_only: false,
         }
     }
 }

@@ -16,12 +16,19 @@ use super::dead::DeadPage;
 use crate::error::Result;
 use crate::job::{Job, State};
 
+/// A sorted set's entries as Redis gives them: (member, score).
+type Entries = Vec<(String, f64)>;
+
 /// Entries of a shared set each partition gives at least.
 pub const SCAN_EACH: usize = 100;
 /// Records read at once while looking for a topic's jobs.
 const LOOK_CHUNK: usize = 500;
 /// Most records read for one page of delayed or reserved jobs.
 pub const LOOK_MAX: usize = 10_000;
+
+/// What a partition gives: its first entries (score, id), whether it holds more, and the topic's count
+/// in the state.
+type Firsts = (Vec<(f64, String)>, bool, u64);
 
 /// A page of a topic's jobs in one state.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -66,7 +73,7 @@ impl Queue {
         topic: &str,
         state: State,
         count: usize,
-    ) -> Result<Vec<(Vec<(f64, String)>, bool, u64)>> {
+    ) -> Result<Vec<Firsts>> {
         let field = format!("{topic}:{}", state.as_str());
         let reads = self.partitions.all().map(|p| {
             let key = key(p);
@@ -81,7 +88,7 @@ impl Queue {
                     .cmd("HGET")
                     .arg(self.partition_keys(p).counts())
                     .arg(&field);
-                let r: redis::RedisResult<(Vec<(String, f64)>, Option<i64>)> = self.redis.pipe(&pipe).await;
+                let r: redis::RedisResult<(Entries, Option<i64>)> = self.redis.pipe(&pipe).await;
                 let (mut entries, n) = self.settle(p, r)?;
                 // One more than asked was read, to tell whether the set holds more.
                 let more = entries.len() > count;
@@ -95,7 +102,12 @@ impl Queue {
 
     async fn browse_ready(&self, topic: &str, offset: usize, limit: usize) -> Result<JobPage> {
         let firsts = self
-            .firsts(|p| self.partition_keys(p).ready(topic), topic, State::Ready, offset + limit)
+            .firsts(
+                |p| self.partition_keys(p).ready(topic),
+                topic,
+                State::Ready,
+                offset + limit,
+            )
             .await?;
         let total = firsts.iter().map(|f| f.2).sum();
         let merged = merge(firsts.into_iter().map(|f| f.0));

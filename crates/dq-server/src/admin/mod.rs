@@ -1,5 +1,6 @@
-//! The web admin pages: Redis nodes, topics with their counts, pause and resume, schedules, and dead letters with
-//! requeue and delete. Server-rendered (maud escapes everything it prints), with a few lines of
+//! The web admin pages: the overview (Redis's primaries, topics with their counts, schedules), a topic's
+//! page (its registration, edited in place, and its jobs by state, paged, with actions on the selected
+//! ones), and a job's page (its fields, run now, reschedule, delete, requeue). Server-rendered (maud escapes everything it prints), with a few lines of
 //! script that call the JSON API, so the pages can do nothing the API cannot. With tokens configured,
 //! the pages need the `admin` scope: the login form takes an admin token and keeps it in an
 //! `HttpOnly; Secure; SameSite=Strict` cookie, which the pages' calls to the API then carry.
@@ -9,9 +10,11 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{DOCTYPE, Markup, html};
 
+mod job;
 mod overview;
 mod topic;
 
+pub use job::{find, job};
 pub use overview::overview;
 pub use topic::topic;
 
@@ -19,26 +22,13 @@ use crate::AppState;
 use crate::auth::{COOKIE, is_admin};
 
 /// The pages' script, served as a file (`/admin/static/admin.js`) so that the Content-Security-Policy
-/// can forbid inline script: a button names its call in `data-call` ("METHOD /path"), with an optional
-/// JSON body in `data-body` and a question in `data-confirm`; the script calls the API and reloads the
-/// page, or shows the API's error message when it refuses.
-pub const SCRIPT: &str = r#"
-document.addEventListener('click', async (event) => {
-  const button = event.target.closest('button[data-call]');
-  if (!button) return;
-  if (button.dataset.confirm && !confirm(button.dataset.confirm)) return;
-  const [method, path] = button.dataset.call.split(' ');
-  const r = await fetch(path, {method, headers: {'content-type': 'application/json'},
-                               body: button.dataset.body});
-  if (!r.ok) { const e = await r.json().catch(() => ({})); alert((e.error && e.error.message) || r.status); }
-  location.reload();
-});
-"#;
+/// can forbid inline script. A button names its API call in `data-` attributes (the file lists them):
+/// the script calls the API (once, or once per selected job) and reloads the page, or shows the API's
+/// message when it refuses.
+pub const SCRIPT: &str = include_str!("static/admin.js");
 
 /// The pages' style sheet (`/admin/static/admin.css`).
-pub const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}\
-td,th{border-bottom:1px solid #ddd;padding:4px 10px;text-align:left}th{background:#f4f4f4}.down{color:#b00}\
-.num{text-align:right;font-variant-numeric:tabular-nums}button{margin-right:4px}pre{background:#f8f8f8;padding:8px}";
+pub const STYLE: &str = include_str!("static/admin.css");
 
 /// The pages allow only their own files: no inline script or style, no frames, forms to themselves.
 const POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'";
@@ -58,8 +48,8 @@ pub async fn style() -> Response {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
 }
 
-/// A page of the admin: the shell around `body`.
-pub(crate) fn page(title: &str, body: Markup) -> Markup {
+/// A page of the admin: the shell around `body`, with a note when the admin is read-only.
+pub(crate) fn page(app: &AppState, title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html {
@@ -68,9 +58,36 @@ pub(crate) fn page(title: &str, body: Markup) -> Markup {
                 link rel="stylesheet" href="/admin/static/admin.css";
                 script src="/admin/static/admin.js" defer {}
             }
-            body { p { a href="/admin" { "dq admin" } } h1 { (title) } (body) }
+            body {
+                p {
+                    a href="/admin" { "dq admin" }
+                    @if read_only(app) { " " span class="readonly" { "read-only: nothing can be changed from these pages" } }
+                }
+                h1 { (title) }
+                (body)
+            }
         }
     }
+}
+
+/// Whether the pages show no controls (`server.admin_read_only`).
+pub(crate) fn read_only(app: &AppState) -> bool {
+    app.guard.admin_read_only
+}
+
+/// `/admin/topics/{topic}`, the link to a topic's page.
+pub(crate) fn topic_href(topic: &str) -> String {
+    format!("/admin/topics/{topic}")
+}
+
+/// `/admin/jobs/{id}`, the link to a job's page (ids may hold `:`, which a path segment keeps).
+pub(crate) fn job_href(id: &str) -> String {
+    format!("/admin/jobs/{id}")
+}
+
+/// A Unix ms time as UTC, for people.
+pub(crate) fn utc(ms: i64) -> String {
+    dq_core::schedule::rfc3339(ms)
 }
 
 /// `GET /admin/login`: a form for an admin token.

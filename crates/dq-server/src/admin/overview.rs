@@ -5,7 +5,7 @@ use axum::response::Response;
 use dq_core::config::Scope;
 use maud::{Markup, html};
 
-use super::{html_page, page};
+use super::{html_page, page, read_only};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -26,6 +26,7 @@ pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Res
     names.sort();
     names.dedup();
     Ok(html_page(page(
+        &app,
         "Overview",
         html! {
             h2 { "Redis" }
@@ -41,6 +42,9 @@ pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Res
                 }
             }
             h2 { "Topics" }
+            form class="inline" method="get" action="/admin/jobs" {
+                label { "Find a job by id " input name="id" required; } " " button type="submit" { "find" }
+            }
             table {
                 tr { th { "topic" } th { "delivery" } th { "delayed" } th { "ready" } th { "reserved" } th { "dead" } th {} }
                 @for name in &names {
@@ -58,11 +62,13 @@ pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Res
                         }
                         td class="num" { (n("delayed")) } td class="num" { (n("ready")) }
                         td class="num" { (n("reserved")) } td class="num" { (n("dead")) }
-                        td {
-                            @if config.is_some_and(|c| c.paused) {
-                                button data-call={ "POST /v1/topics/" (name) "/resume" } { "resume" }
-                            } @else {
-                                button data-call={ "POST /v1/topics/" (name) "/pause" } { "pause" }
+                        @if !read_only(&app) {
+                            td {
+                                @if config.is_some_and(|c| c.paused) {
+                                    button data-call={ "POST /v1/topics/" (name) "/resume" } { "resume" }
+                                } @else {
+                                    button data-call={ "POST /v1/topics/" (name) "/pause" } { "pause" }
+                                }
                             }
                         }
                     }
@@ -98,11 +104,13 @@ async fn schedules_section(app: &AppState, caller: &Caller) -> Markup {
                             td { (time(v.next_fire_at)) }
                             td { (time(v.last_fired_at)) }
                             td { @if c.paused { "paused" } @else { "no" } }
-                            td {
-                                @if c.paused {
-                                    button data-call={ "POST /v1/schedules/" (name) "/resume" } { "resume" }
-                                } @else {
-                                    button data-call={ "POST /v1/schedules/" (name) "/pause" } { "pause" }
+                            @if !read_only(app) {
+                                td {
+                                    @if c.paused {
+                                        button data-call={ "POST /v1/schedules/" (name) "/resume" } { "resume" }
+                                    } @else {
+                                        button data-call={ "POST /v1/schedules/" (name) "/pause" } { "pause" }
+                                    }
                                 }
                             }
                         }

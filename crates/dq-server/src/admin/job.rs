@@ -1,0 +1,76 @@
+//! A job's page: its fields and body, and what can be done to it (run now, reschedule, delete, requeue).
+
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use dq_core::State as JobState;
+use dq_core::config::Scope;
+use dq_core::job::validate_id;
+use maud::html;
+use serde::Deserialize;
+
+use super::{html_page, job_href, page, read_only, topic_href, utc};
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+
+/// `GET /admin/jobs` query.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Find {
+    /// The job's id.
+    id: String,
+}
+
+/// `GET /admin/jobs?id=`: the search by id; goes to the job's page.
+pub async fn find(query: Result<Query<Find>, axum::extract::rejection::QueryRejection>) -> Result<Response, ApiError> {
+    let Query(f) = query.map_err(|e| ApiError::invalid(format!("invalid query: {}", e.body_text())))?;
+    let id = f.id.trim();
+    validate_id(id)?;
+    Ok(Redirect::to(&job_href(id)).into_response())
+}
+
+/// `GET /admin/jobs/{id}`.
+pub async fn job(State(app): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+    validate_id(&id)?;
+    let job = app.queue.get(&id).await?;
+    caller.allow(Scope::Admin, &job.topic)?;
+    let body = serde_json::from_str::<serde_json::Value>(job.body.get())
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| job.body.get().to_string());
+    let topic_page = topic_href(&job.topic);
+    let movable = matches!(job.state, JobState::Delayed | JobState::Ready);
+    Ok(html_page(page(
+        &app,
+        &format!("Job {id}"),
+        html! {
+            dl {
+                dt { "topic" } dd { a href=(topic_page) { (job.topic) } }
+                dt { "state" } dd { (job.state.as_str()) }
+                dt { "due (UTC)" } dd { (utc(job.run_at)) }
+                @if let Some(d) = job.deadline { dt { "reserved until (UTC)" } dd { (utc(d)) } }
+                dt { "attempts" } dd { (job.attempts) " of " @if job.max_attempts == 0 { "unlimited" } @else { (job.max_attempts) } }
+                dt { "time to run" } dd { (job.ttr_ms) " ms" }
+                @if let Some(u) = job.retry_until { dt { "retries end (UTC)" } dd { (utc(u)) } }
+                @if let Some(b) = &job.backoff_ms { dt { "backoff (ms)" } dd { (format!("{b:?}")) } }
+                dt { "pushed (UTC)" } dd { (utc(job.created_at)) }
+                @if let Some(e) = &job.last_error { dt { "last error" } dd { (e) } }
+            }
+            h2 { "Body" }
+            pre { (body) }
+            @if !read_only(&app) {
+                h2 { "Actions" }
+                p {
+                    @if movable {
+                        button data-call={ "PATCH /v1/jobs/" (id) } data-body=r#"{"delay_ms":0}"# { "run now" }
+                        label { "in " input id="delay-s" type="number" min="0" step="any" value="60"; " s " }
+                        button data-call={ "PATCH /v1/jobs/" (id) } data-delay-from="delay-s" { "reschedule" }
+                    }
+                    @if job.state == JobState::Dead {
+                        button data-call={ "POST /v1/topics/" (job.topic) "/dead/requeue" } data-body=(serde_json::json!({"ids": [&id]}).to_string()) { "requeue" }
+                    }
+                    button data-call={ "DELETE /v1/jobs/" (id) } data-confirm="Delete this job?" data-go=(topic_page) { "delete" }
+                }
+            }
+        },
+    )))
+}

@@ -1,0 +1,191 @@
+//! The admin's topic and job pages: jobs by state with their counts, a filter on the page's bodies,
+//! paging, the search by id, a job's fields and actions; the read-only mode; bad queries refused.
+
+mod common;
+
+use common::{TestServer, assert_error, settings};
+use dq_harness::RedisServer;
+use serde_json::json;
+
+#[tokio::test]
+async fn a_topics_jobs_by_state_filtered_and_paged() {
+    let s = TestServer::start().await;
+    for i in 0..60 {
+        s.push(json!({"topic": "shop", "id": format!("late-{i:02}"), "body": {"n": i, "who": if i % 2 == 0 { "alice" } else { "bob" }}, "delay_ms": 3_600_000 + i * 1000})).await;
+    }
+    s.push(json!({"topic": "shop", "id": "now-1", "body": {"who": "carol"}}))
+        .await;
+
+    // Without a state, the first tab with jobs: ready. Counts on the tabs.
+    let html = s.text("/admin/topics/shop").await;
+    assert!(html.contains(r#"class="on">ready 1</a>"#), "{html}");
+    assert!(html.contains(">delayed 60</a>"), "{html}");
+    assert!(html.contains(r#"href="/admin/jobs/now-1""#), "{html}");
+
+    // The delayed tab: the first 50 by due time, a link to the next page.
+    let html = s.text("/admin/topics/shop?state=delayed").await;
+    assert!(html.contains(r#"href="/admin/jobs/late-00""#) && html.contains(r#"href="/admin/jobs/late-49""#));
+    assert!(!html.contains(r#"href="/admin/jobs/late-50""#), "50 a page");
+    assert!(html.contains("Jobs 1–50 of 60."), "{html}");
+    assert!(
+        html.contains("state=delayed&amp;offset=50"),
+        "a link to the next page: {html}"
+    );
+    let html = s.text("/admin/topics/shop?state=delayed&offset=50").await;
+    assert!(html.contains(r#"href="/admin/jobs/late-50""#) && html.contains(r#"href="/admin/jobs/late-59""#));
+    assert!(html.contains("state=delayed&amp;offset=0"), "a link back: {html}");
+
+    // The body filter keeps the page's jobs whose body holds the text.
+    let html = s.text("/admin/topics/shop?state=delayed&q=bob").await;
+    assert!(html.contains("25 of this page's 50 hold “bob”."), "{html}");
+    assert!(html.contains(r#"href="/admin/jobs/late-01""#) && !html.contains(r#"href="/admin/jobs/late-00""#));
+
+    // Actions on the selected delayed jobs: run now, delete.
+    assert!(html.contains(r#"data-call="PATCH /v1/jobs/{id}" data-each"#), "{html}");
+
+    // Bad queries: a clear 400, as JSON.
+    for q in ["state=done", "state=bogus", "offset=x", "offset=2000000", "colour=red"] {
+        let (status, body) = s.call("GET", &format!("/admin/topics/shop?{q}"), None).await;
+        assert_error(status, &body, 400, "invalid_argument");
+    }
+}
+
+#[tokio::test]
+async fn a_jobs_page_and_the_search_by_id() {
+    let s = TestServer::start().await;
+    s.push(json!({"topic": "shop", "id": "order:42", "body": {"order": 42, "note": "<b>fragile</b>"}, "delay_ms": 60_000, "max_attempts": 3})).await;
+    let html = s.text("/admin/jobs/order:42").await;
+    for want in [
+        "delayed",
+        "0 of 3",
+        r#"href="/admin/topics/shop""#,
+        "&lt;b&gt;fragile&lt;/b&gt;",
+    ] {
+        assert!(html.contains(want), "{want}: {html}");
+    }
+    assert!(
+        html.contains(r#"data-call="PATCH /v1/jobs/order:42" data-body="{&quot;delay_ms&quot;:0}""#),
+        "run now: {html}"
+    );
+    assert!(html.contains(r#"data-delay-from="delay-s""#), "reschedule: {html}");
+    assert!(
+        html.contains(r#"data-call="DELETE /v1/jobs/order:42""#),
+        "delete: {html}"
+    );
+
+    // The search goes to the job's page.
+    let answer = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(s.url("/admin/jobs?id=order:42"))
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_redirection());
+    assert_eq!(answer.headers()["location"], "/admin/jobs/order:42");
+
+    let (status, body) = s.call("GET", "/admin/jobs/nope", None).await;
+    assert_error(status, &body, 404, "not_found");
+    let (status, body) = s.call("GET", "/admin/jobs?id=bad%20id", None).await;
+    assert_error(status, &body, 400, "invalid_argument");
+    let (status, body) = s.call("GET", "/admin/jobs", None).await;
+    assert_error(status, &body, 400, "invalid_argument");
+}
+
+#[tokio::test]
+async fn a_registration_read_and_sent_back_keeps_its_secrets() {
+    let s = TestServer::start().await;
+    let config =
+        json!({"callback": {"url": "http://u:pw@127.0.0.1:9/hook", "secret": "s3cr3t", "headers": {"X-Key": "k"}}});
+    let (status, _) = s.call("PUT", "/v1/topics/signed", Some(config)).await;
+    assert_eq!(status, 200);
+    // What the admin's editor holds: the registration as GET shows it, edited.
+    let (_, shown) = s.call("GET", "/v1/topics/signed", None).await;
+    let mut edited = shown["config"].clone();
+    assert_eq!(edited["callback"]["secret"], "***");
+    edited["callback"]["timeout_ms"] = json!(1234);
+    let (status, out) = s.call("PUT", "/v1/topics/signed", Some(edited)).await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["config"]["callback"]["timeout_ms"], 1234);
+    // Stored as they were (the registry holds them in clear without secrets.keys).
+    let stored: String = redis::cmd("HGET")
+        .arg("{dq}:topics")
+        .arg("signed")
+        .query(&mut s.redis[0].conn())
+        .unwrap();
+    for kept in ["s3cr3t", "\"k\"", "u:pw@"] {
+        assert!(stored.contains(kept), "{kept}: {stored}");
+    }
+    // A mask with nothing stored behind it is refused, and writes nothing.
+    let before = s.snapshot();
+    let (status, body) = s
+        .call(
+            "PUT",
+            "/v1/topics/fresh",
+            Some(json!({"callback": {"url": "http://127.0.0.1:9/", "secret": "***"}})),
+        )
+        .await;
+    assert_error(status, &body, 400, "invalid_argument");
+    assert!(body["error"]["message"].as_str().unwrap().contains("callback.secret"));
+    assert_eq!(s.snapshot(), before);
+}
+
+#[tokio::test]
+async fn read_only_pages_show_no_controls_and_their_changes_are_refused() {
+    let redis = vec![RedisServer::start()];
+    let mut conf = settings(&redis);
+    conf.auth.admin_token = Some("root".into());
+    conf.server.admin_read_only = true;
+    let s = TestServer::with_settings(redis, conf).await;
+    let bearer = |r: reqwest::RequestBuilder| r.header("authorization", "Bearer root");
+    let pushed = bearer(s.http.post(s.url("/v1/jobs")))
+        .json(&json!({"topic": "t", "id": "keep", "body": 1, "delay_ms": 60_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pushed.status(), 201);
+    for path in ["/admin", "/admin/topics/t?state=delayed", "/admin/jobs/keep"] {
+        let html = s
+            .http
+            .get(s.url(path))
+            .header("cookie", "dq_token=root")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(html.contains("read-only"), "{path}: {html}");
+        assert!(
+            !html.contains("data-call") && !html.contains("<textarea"),
+            "{path} has controls: {html}"
+        );
+    }
+    // A change with the login's cookie, or from a page of this origin, is refused; the job stays.
+    for header in [("cookie", "dq_token=root"), ("sec-fetch-site", "same-origin")] {
+        let answer = s.http.delete(s.url("/v1/jobs/keep")).header(header.0, header.1);
+        let answer = if header.0 == "cookie" {
+            answer
+        } else {
+            answer.header("cookie", "dq_token=root")
+        };
+        let answer = answer.send().await.unwrap();
+        assert_eq!(answer.status(), 403, "{header:?}");
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("server.admin_read_only")
+        );
+    }
+    let (status, job) = {
+        let r = bearer(s.http.get(s.url("/v1/jobs/keep"))).send().await.unwrap();
+        (r.status(), r.json::<serde_json::Value>().await.unwrap())
+    };
+    assert_eq!((status.as_u16(), job["state"].as_str()), (200, Some("delayed")));
+    // A token in the Authorization header still changes things.
+    let answer = bearer(s.http.delete(s.url("/v1/jobs/keep"))).send().await.unwrap();
+    assert_eq!(answer.status(), 204);
+}
