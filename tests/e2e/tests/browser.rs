@@ -11,10 +11,10 @@
 
 mod common;
 
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use common::webdriver::{assert_screenshot, browser, keep_artefact, submit_login, wait_for_text};
 use common::{call, start, start_on};
 use dq_harness::{RedisServer, eventually, free_port};
 use serde_json::json;
@@ -161,22 +161,6 @@ async fn assert_nothing_changed(http: &reqwest::Client, port: u16, refusals: f64
     );
 }
 
-/// A PNG of `width` × `height` (when given) that is not blank: a blank page compresses to a few hundred
-/// bytes, one with the page's text and tables does not.
-fn assert_screenshot(bytes: &[u8], size: Option<(u32, u32)>, what: &str) {
-    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{what}: not a PNG");
-    let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
-    let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
-    if let Some(size) = size {
-        assert_eq!((width, height), size, "{what}");
-    }
-    assert!(
-        bytes.len() > 10_000,
-        "{what}: the screenshot looks blank ({} bytes)",
-        bytes.len()
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_of_another_site_changes_and_reads_nothing_and_the_admin_renders() {
     let redis = RedisServer::start();
@@ -203,72 +187,6 @@ async fn a_page_of_another_site_changes_and_reads_nothing_and_the_admin_renders(
     });
     let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("no screenshot at {}: {e}", png.display()));
     assert_screenshot(&bytes, Some((1200, 800)), "the topic page");
-}
-
-/// chromedriver on a free port in a process group of its own, killed on drop with the Chromium it
-/// started (a test that fails before closing its session would otherwise leave Chromium running).
-struct Driver(Child);
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.0.id())])
-            .status();
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts chromedriver and opens a headless Chromium session through it.
-async fn browser(profile: &std::path::Path) -> (Driver, fantoccini::Client) {
-    let port = free_port();
-    let child = Command::new("chromedriver")
-        .arg(format!("--port={port}"))
-        .process_group(0)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver runs (scripts/ensure-chromium.sh installs chromium-driver)");
-    let driver = Driver(child);
-    let url = format!("http://127.0.0.1:{port}");
-    eventually(Duration::from_secs(30), "chromedriver answers", || async {
-        reqwest::get(format!("{url}/status")).await.is_ok()
-    })
-    .await;
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({"args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                        "--window-size=1200,800", format!("--user-data-dir={}", profile.display())]}),
-    );
-    let client = fantoccini::ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&url)
-        .await
-        .expect("a WebDriver session in headless Chromium");
-    (driver, client)
-}
-
-/// Types `token` into the admin login form `client` shows, and sends it.
-async fn submit_login(client: &fantoccini::Client, token: &str) {
-    use fantoccini::Locator;
-    let field = client
-        .wait()
-        .for_element(Locator::Css("input[name=token]"))
-        .await
-        .unwrap();
-    field.send_keys(token).await.unwrap();
-    let submit = client.find(Locator::Css("button[type=submit]")).await.unwrap();
-    submit.click().await.unwrap();
-}
-
-/// Waits until the page `client` shows has loaded and its text holds `text`.
-async fn wait_for_text(client: &fantoccini::Client, text: &str) {
-    eventually(Duration::from_secs(30), &format!("the page shows {text:?}"), || async {
-        client.source().await.is_ok_and(|s| s.contains(text))
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -333,13 +251,14 @@ async fn a_logged_in_operator_uses_the_admin_and_a_page_of_another_site_still_ca
         })
         .await;
     }
-    client.goto(&format!("{dq}/admin/topics/victim")).await.unwrap();
+    client
+        .goto(&format!("{dq}/admin/topics/victim?state=dead"))
+        .await
+        .unwrap();
     wait_for_text(&client, "dead-job").await;
     let shot = client.screenshot().await.unwrap();
     assert_screenshot(&shot, None, "the topic page, logged in");
-    let artefacts = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser");
-    std::fs::create_dir_all(&artefacts).unwrap();
-    std::fs::write(artefacts.join("admin-topic-logged-in.png"), &shot).unwrap();
+    keep_artefact("admin-topic-logged-in.png", &shot);
 
     // With the session cookie held, the same browser opens the attacker's page: it changes and reads
     // nothing, and dq refused what reached it.

@@ -2,6 +2,7 @@
 #![allow(dead_code, missing_docs)]
 
 pub mod dashboard;
+pub mod webdriver;
 
 use std::collections::HashMap;
 use std::time::Duration;
