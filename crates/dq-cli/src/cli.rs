@@ -90,6 +90,20 @@ pub enum Command {
     /// Topics: list, look up, register, delete, pause, resume.
     #[command(subcommand)]
     Topics(TopicsCommand),
+    /// A page of a topic's jobs in one state, earliest first.
+    Jobs {
+        /// The topic.
+        topic: String,
+        /// Which jobs: delayed, ready, reserved or dead.
+        #[arg(long, short = 's', default_value = "ready", value_parser = ["delayed", "ready", "reserved", "dead"])]
+        state: String,
+        /// Jobs to skip.
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Jobs to show.
+        #[arg(long, default_value_t = 50)]
+        limit: u64,
+    },
     /// A topic's dead letters: list, requeue, delete.
     #[command(subcommand)]
     Dead(DeadCommand),

@@ -37,6 +37,12 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Dead(cmd) => manage::dead(&client, &out, cmd).await,
         Command::Schedules(cmd) => manage::schedules(&client, &out, cmd).await,
         Command::Stats => manage::stats(&client, &out).await,
+        Command::Jobs {
+            topic,
+            state,
+            offset,
+            limit,
+        } => manage::jobs(&client, &out, &topic, &state, offset, limit).await,
         other => jobs::run(&client, &out, other).await,
     }
 }

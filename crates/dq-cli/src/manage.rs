@@ -85,6 +85,44 @@ fn print_topic(t: &Topic) {
     println!("{}", fields(&pairs));
 }
 
+/// `dq jobs TOPIC --state S`.
+pub async fn jobs(client: &Client, out: &Output, topic: &str, state: &str, offset: u64, limit: u64) -> Result<()> {
+    let page = client.list_jobs(topic, state, offset, limit).await?;
+    out.either(&page, || {
+        let when = if state == "reserved" { "deadline" } else { "due" };
+        let rows = page
+            .jobs
+            .iter()
+            .map(|j| {
+                let at = if state == "reserved" {
+                    j.deadline.unwrap_or(j.run_at)
+                } else {
+                    j.run_at
+                };
+                vec![
+                    j.id.clone(),
+                    time(at),
+                    format!("{}/{}", j.attempts, attempts_cap(j.max_attempts)),
+                    j.last_error.clone().unwrap_or_default(),
+                    short(&j.body, 40),
+                ]
+            })
+            .collect();
+        println!("{}", table(&["id", when, "attempts", "last error", "body"], &[], rows));
+        let partial = if page.complete {
+            ""
+        } else {
+            " (may miss some: see docs/api.md)"
+        };
+        println!(
+            "{} of {} {state} jobs from {offset}{partial}",
+            page.jobs.len(),
+            page.total
+        );
+    });
+    Ok(())
+}
+
 /// `dq dead …`.
 pub async fn dead(client: &Client, out: &Output, command: DeadCommand) -> Result<()> {
     match command {

@@ -114,6 +114,17 @@ pub struct Topic {
     pub counts: Counts,
 }
 
+/// A page of a topic's jobs in one state (`GET /v1/topics/{topic}/jobs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobPage {
+    /// The jobs, earliest first (due time, deadline or time of death).
+    pub jobs: Vec<Job>,
+    /// The topic's jobs in the state over all partitions.
+    pub total: u64,
+    /// False when a page of delayed or reserved jobs may miss some of the topic's.
+    pub complete: bool,
+}
+
 /// A page of a topic's dead list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeadPage {

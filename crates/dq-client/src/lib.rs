@@ -35,3 +35,40 @@ pub use error::{ApiError, Error};
 pub use jobs::{Job, Nack, NewJob, Pushed, Reserve, Reserved, When};
 pub use retry::RetryPolicy;
 pub use worker::{Failed, Worker, WorkerStats};
+
+/// Every operation of dq's OpenAPI document (`GET /openapi.json`, by `operationId`) and the client
+/// method that calls it; the probes a client has no use for say so. A test compares it with the served
+/// document, so an operation added to the API without a client method fails it.
+pub const OPERATIONS: &[(&str, &str)] = &[
+    ("push", "push"),
+    ("push_many", "push_many"),
+    ("lookup", "get"),
+    ("cancel", "cancel"),
+    ("reschedule", "reschedule"),
+    ("reserve", "reserve"),
+    ("ack", "ack"),
+    ("ack_many", "ack_many"),
+    ("nack", "nack"),
+    ("touch", "touch"),
+    ("list_topics", "topics"),
+    ("get_topic", "topic"),
+    ("put_topic", "put_topic"),
+    ("delete_topic", "delete_topic"),
+    ("pause_topic", "pause_topic"),
+    ("resume_topic", "resume_topic"),
+    ("list_jobs", "list_jobs"),
+    ("list_dead", "dead"),
+    ("requeue_dead", "requeue_dead"),
+    ("delete_dead", "delete_dead"),
+    ("list_schedules", "schedules"),
+    ("get_schedule", "schedule"),
+    ("put_schedule", "put_schedule"),
+    ("delete_schedule", "delete_schedule"),
+    ("pause_schedule", "pause_schedule"),
+    ("resume_schedule", "resume_schedule"),
+    ("stats", "stats"),
+    ("healthz", "healthz"),
+    ("readyz", "none: a probe for load balancers"),
+    ("metrics", "none: Prometheus scrapes it"),
+    ("openapi", "none: the document itself"),
+];

@@ -3,7 +3,7 @@
 use reqwest::Method;
 use serde::Deserialize;
 
-use crate::admin::{DeadPage, Schedule, ScheduleConfig, Stats, Topic, TopicConfig};
+use crate::admin::{DeadPage, JobPage, Schedule, ScheduleConfig, Stats, Topic, TopicConfig};
 use crate::client::{Client, gone_is_done};
 use crate::error::Error;
 use crate::retry::Idempotence;
@@ -84,6 +84,28 @@ impl Client {
             Idempotence::Safe,
         )
         .await
+    }
+
+    /// `GET /v1/topics/{topic}/jobs`: a page of the topic's jobs in `state` (`delayed`, `ready`,
+    /// `reserved` or `dead`), earliest first.
+    pub async fn list_jobs(&self, topic: &str, state: &str, offset: u64, limit: u64) -> Result<JobPage, Error> {
+        let url = self.at_query(
+            &["v1", "topics", topic, "jobs"],
+            &[
+                ("state", state.to_string()),
+                ("offset", offset.to_string()),
+                ("limit", limit.to_string()),
+            ],
+        );
+        self.json::<(), _>(Method::GET, url, None, Idempotence::Safe).await
+    }
+
+    /// `GET /healthz`: whether the server answers.
+    pub async fn healthz(&self) -> Result<(), Error> {
+        self.no_content::<()>(Method::GET, self.at(&["healthz"]), None, Idempotence::Safe)
+            .await
+            .result
+            .map(drop)
     }
 
     /// `GET /v1/topics/{topic}/dead`: a page of the dead list, oldest death first.

@@ -118,6 +118,22 @@ async fn jobs_from_push_to_ack() {
     ok(p, &["cancel", &id2]);
     assert!(fails(p, &["get", &id2]).contains("404 not_found"));
 
+    // A topic's jobs by state.
+    ok(
+        p,
+        &["push", "listed", r#"{"n":1}"#, "--id", "listed-1", "--delay", "1h"],
+    );
+    let listed = ok(p, &["jobs", "listed", "--state", "delayed"]);
+    assert!(
+        listed.contains("listed-1") && listed.contains("1 of 1 delayed jobs"),
+        "{listed}"
+    );
+    assert_eq!(
+        json_of(p, &["jobs", "listed", "-s", "delayed"])["jobs"][0]["id"],
+        "listed-1"
+    );
+    assert!(fails(p, &["jobs", "listed", "--state", "done"]).contains("invalid value"));
+
     // The reserve table; an empty reserve says so.
     ok(p, &["push", "orders", "1"]);
     let table = ok(p, &["reserve", "orders"]);

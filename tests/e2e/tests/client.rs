@@ -195,6 +195,47 @@ async fn topics_dead_letters_schedules_and_stats() {
 }
 
 #[tokio::test]
+async fn every_operation_of_the_openapi_document_has_a_client_method() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let doc: serde_json::Value = reqwest::get(format!("http://127.0.0.1:{}/openapi.json", server.port))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let known: std::collections::HashMap<&str, &str> = dq_client::OPERATIONS.iter().copied().collect();
+    let mut served = std::collections::BTreeSet::new();
+    for item in doc["paths"].as_object().unwrap().values() {
+        for op in item.as_object().unwrap().values() {
+            let Some(id) = op["operationId"].as_str() else { continue };
+            // `/v1/jobs/batch` and `/v1/jobs/ack` are also job ids: the same look up, cancel, reschedule.
+            let base = id
+                .strip_suffix("_batch")
+                .or_else(|| id.strip_suffix("_ack"))
+                .filter(|b| known.contains_key(b));
+            let id = base.unwrap_or(id);
+            assert!(
+                known.contains_key(id),
+                "operation `{id}` has no dq-client method (dq_client::OPERATIONS)"
+            );
+            served.insert(id.to_string());
+        }
+    }
+    let listed: std::collections::BTreeSet<String> = known.keys().map(|k| k.to_string()).collect();
+    assert_eq!(
+        served, listed,
+        "dq_client::OPERATIONS names an operation the document does not have"
+    );
+    // And the new list route answers through the client.
+    let c = client(&server);
+    c.push(&NewJob::new("t", json!(1)).id("one")).await.unwrap();
+    let page = c.list_jobs("t", "ready", 0, 10).await.unwrap();
+    assert_eq!((page.jobs.len(), page.total, page.complete), (1, 1, true));
+    c.healthz().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_token_is_sent_and_its_absence_is_a_401() {
     let redis = RedisServer::start();
     let port = free_port();
@@ -309,8 +350,9 @@ async fn the_worker_acks_successes_nacks_failures_touches_long_jobs_and_stops() 
     for r in c.push_many(&jobs).await.unwrap() {
         r.unwrap();
     }
-    // One job runs longer than its TTR (300 ms): touched every 100 ms, it keeps its reservation.
-    c.push(&NewJob::new("work", json!({"n": "slow"})).id("slow").ttr_ms(300))
+    // One job runs longer than its TTR (2 s): touched every 250 ms (a wide margin on a loaded machine), it
+    // keeps its reservation.
+    c.push(&NewJob::new("work", json!({"n": "slow"})).id("slow").ttr_ms(2000))
         .await
         .unwrap();
 
@@ -320,14 +362,14 @@ async fn the_worker_acks_successes_nacks_failures_touches_long_jobs_and_stops() 
         .batch(10)
         .loops(4)
         .wait_ms(1000)
-        .touch_every(Duration::from_millis(100));
+        .touch_every(Duration::from_millis(250));
     let handler = {
         let failed_once = failed_once.clone();
         move |job: dq_client::Reserved| {
             let failed_once = failed_once.clone();
             async move {
                 if job.body["n"] == "slow" {
-                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    tokio::time::sleep(Duration::from_millis(4500)).await;
                     return Ok(());
                 }
                 // Every tenth job fails its first attempt.
