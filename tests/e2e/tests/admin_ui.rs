@@ -92,6 +92,8 @@ async fn an_operator_finds_selects_acts_and_edits() {
     let (_driver, client) = browser(profile.path()).await;
 
     client.goto(&format!("{dq}/admin")).await.unwrap();
+    wait_for_text(&client, "Admin token").await;
+    keep_artefact("admin-login.png", &client.screenshot().await.unwrap());
     submit_login(&client, TOKEN).await;
     wait_for_text(&client, "Find a job by id").await;
     keep_artefact(
