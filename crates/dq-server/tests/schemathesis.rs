@@ -43,6 +43,12 @@ async fn every_route_holds_to_the_document_under_fuzzing() {
     cmd.arg("run")
         .arg(s.url("/openapi.json"))
         .args(["--checks", "all"])
+        // Deleting a topic's registration deletes no topic: the topic stays readable with its jobs, its
+        // dead list and its job lists (docs/api.md, "Delete a registration", "Look up"), which this
+        // check (ST301, "deleted resource still available") reports after `DELETE /v1/topics/{topic}`.
+        // It cannot be turned off for one route in the stateful phase, so it is off; the API tests check
+        // that a deleted job (jobs_api.rs) and schedule (schedules_api.rs) answer 404.
+        .args(["--exclude-checks", "use_after_free"])
         .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
         .args(["--max-examples", MAX_EXAMPLES])
         // One worker: hypothesis's lambda descriptions call `ast.parse`, which CPython 3.11.7 (this
@@ -60,6 +66,9 @@ async fn every_route_holds_to_the_document_under_fuzzing() {
         )
         .env("DQ_MAX_DELAY_MS", max_delay_ms.to_string())
         .env("NO_COLOR", "1")
+        // schemathesis keeps a cache (`.schemathesis/`) in its working directory: a temp dir, so nothing
+        // is written into the repository and no run replays another's cases.
+        .current_dir(reports.path())
         .kill_on_drop(true);
     let run = tokio::time::timeout(Duration::from_secs(900), cmd.output())
         .await
