@@ -1,4 +1,4 @@
-//! The web admin pages: Redis nodes, topics with their counts, pause and resume, schedules, and dead letters with
+//! The web admin pages: a dashboard (activity charts, Redis nodes and their memory), topics with their counts, pause and resume, schedules, and dead letters with
 //! requeue and delete. Server-rendered (maud escapes everything it prints), with a few lines of
 //! script that call the JSON API, so the pages can do nothing the API cannot. With tokens configured,
 //! the pages need the `admin` scope: the login form takes an admin token and keeps it in an
@@ -9,6 +9,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{DOCTYPE, Markup, html};
 
+mod dashboard;
 mod overview;
 mod topic;
 
