@@ -208,7 +208,14 @@ async fn a_page_of_another_site_changes_and_reads_nothing_and_the_admin_renders(
     // The dashboard, once dq-server's flush has added what the seed did (2 pushes, 1 dead): its charts
     // are SVG drawn by the server, so Chromium shows them with no script at all.
     eventually(Duration::from_secs(60), "the dashboard counts the seed", || async {
-        let html = http.get(format!("{dq}/admin?hours=1")).send().await.unwrap().text().await.unwrap();
+        let html = http
+            .get(format!("{dq}/admin?hours=1"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         html.contains(r#"data-total="pushed">2<"#) && html.contains(r#"data-total="dead">1<"#)
     })
     .await;
