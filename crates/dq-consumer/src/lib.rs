@@ -73,6 +73,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
 
     let mut running: HashMap<String, Running> = HashMap::new();
     queue.spawn_health_probe(Duration::from_secs(5), shutdown.clone());
+    // Ends with `background`, after the drain settled the last deliveries.
+    let activity = queue.spawn_activity_flush(background.clone());
     dq_core::systemd::ready(&shutdown);
     loop {
         reconcile(&shared, &topics, &mut running);
@@ -99,6 +101,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         shared.tracker.wait().await;
     }
     background.cancel();
+    let _ = activity.await;
     listener.abort();
     let _ = metrics.await;
     tracing::info!("dq-consumer stopped");

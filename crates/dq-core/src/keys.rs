@@ -103,6 +103,15 @@ impl Keys {
         format!("{}:{{topic:{topic}}}:limit", self.prefix)
     }
 
+    /// The activity of one minute (`minute`: Unix time in minutes), for the admin dashboard: a hash of
+    /// counts (`pushed`, `delivered`, `failed`, `dead`) and lateness buckets (`late:<upper bound ms>`,
+    /// `late:inf`), raised by every process's flush of what it counted (see [`crate::activity`]) and
+    /// expiring [`crate::activity::KEEP_SECS`] after the last flush. Not per partition: one slot holds
+    /// them all, so a dashboard reads hours of them in one pipeline.
+    pub fn activity(&self, minute: i64) -> String {
+        format!("{{{}}}:activity:{minute}", self.prefix)
+    }
+
     /// The key of the layout dq used before partitions (`redis.shards`), looked for at start.
     pub fn old_layout(&self) -> String {
         format!("{}:meta", self.prefix)
@@ -275,6 +284,7 @@ mod tests {
         assert_eq!(Keys::channel_partition("dq:{17.403}:wake:timer"), Some(17));
         assert_eq!(Keys::channel_partition("dq:wake:timer"), None);
         assert_eq!(k.old_layout(), "dq:meta");
+        assert_eq!(k.activity(29_000_000), "{dq}:activity:29000000");
         assert_eq!(Keys::new("x").partition("0.1").job("a"), "x:{0.1}:job:a");
     }
 }

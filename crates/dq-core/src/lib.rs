@@ -7,7 +7,8 @@
 //! - [`connection`]: Redis in its three shapes (standalone, Sentinel, Cluster) behind one type;
 //!   [`partition`]: the partitions and which one holds a job; [`coalesce`]: group commit, so concurrent
 //!   pushes share script calls.
-//! - [`queue`]: the typed async API over the scripts, by role; [`registry`]: the topic registry and its
+//! - [`queue`]: the typed async API over the scripts, by role; [`activity`]: the dashboard's counts per
+//!   minute, gathered in each process and added to Redis in batches; [`registry`]: the topic registry and its
 //!   cache.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks;
 //!   [`egress`]: which addresses its callback may reach, and the HTTP clients that apply that;
@@ -19,6 +20,7 @@
 //! - [`config`], [`signals`], [`telemetry`], [`systemd`]: settings, drain on signals, logs and metrics,
 //!   readiness and watchdog for systemd.
 
+pub mod activity;
 pub mod audit;
 pub mod coalesce;
 pub mod condition;

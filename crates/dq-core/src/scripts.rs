@@ -6,7 +6,7 @@
 //! Every script touches the keys of one partition only, so it runs in one Redis Cluster slot: in the
 //! headers, `<prefix>` of a job's keys is the partition's prefix `<prefix>:{<tag>}` (see [`crate::keys`]).
 //! The exceptions are `balance.lua`, whose keys are the timers' own, the schedules' scripts
-//! (`{<prefix>}:…`, one slot too), and `limit.lua`, whose one key is a topic's
+//! (`{<prefix>}:…`, one slot too), `activity_add.lua` (the dashboard's minute hashes, `{<prefix>}:…`), and `limit.lua`, whose one key is a topic's
 //! (`<prefix>:{topic:<topic>}:limit`).
 //!
 //! Scripts that wake processes over pub/sub call `redis.call(publish, channel, message)` and come in two
@@ -213,11 +213,17 @@ script!(
     "limit.lua"
 );
 
+script!(
+    /// Add a process's activity counts to the dashboard's per-minute hashes.
+    ACTIVITY_ADD,
+    "activity_add.lua"
+);
+
 /// Every script, to load them all when a process connects: without that, the first calls of a script
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
 /// NOSCRIPT and send the script's text again.
 /// `sharded` picks the builds of the scripts that publish.
-pub fn all(sharded: bool) -> [&'static Script; 28] {
+pub fn all(sharded: bool) -> [&'static Script; 29] {
     [
         &GET,
         PUSH.get(sharded),
@@ -247,6 +253,7 @@ pub fn all(sharded: bool) -> [&'static Script; 28] {
         &LIMIT,
         &SCHEDULE_SET,
         &SCHEDULE_FIRED,
+        &ACTIVITY_ADD,
     ]
 }
 
@@ -278,7 +285,7 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 29);
+        assert_eq!(n, 30);
         assert_eq!(super::all(false).len(), n - 1, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [

@@ -119,6 +119,9 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     };
     let max_request = settings.limits.max_request_bytes();
     state.queue.spawn_health_probe(Duration::from_secs(5), shutdown.clone());
+    // Stopped after the requests of the drain finished, so their acks and nacks are counted too.
+    let activity_stop = CancellationToken::new();
+    let activity = state.queue.spawn_activity_flush(activity_stop.clone());
     let state_partitions = state.queue.partitions().count();
     let app = router(state).layer(DefaultBodyLimit::max(max_request));
 
@@ -129,7 +132,10 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
         max_connections: settings.server.max_connections,
         grace: Duration::from_millis(settings.shutdown.grace_ms),
     };
-    listener::serve(listener, app, limits, shutdown).await?;
+    let served = listener::serve(listener, app, limits, shutdown).await;
+    activity_stop.cancel();
+    let _ = activity.await;
+    served?;
     listener_task.abort();
     tracing::info!("dq-server stopped");
     Ok(())

@@ -94,3 +94,87 @@ async fn the_pages_allow_only_their_own_files() {
     );
     assert!(js.text().await.unwrap().contains("d.call.split"));
 }
+
+/// The number in the dashboard's totals cell `data-total="<name>"`, if the page has it.
+fn total(html: &str, name: &str) -> Option<u64> {
+    let at = html.find(&format!("data-total=\"{name}\">"))? + name.len() + 14;
+    html[at..].split('<').next()?.trim().parse().ok()
+}
+
+/// After pushes, acks, nacks and a death through the API, the dashboard on `/admin` shows them (once
+/// the server's flush has added its counts to Redis) in every window, with the Redis primary's memory;
+/// a window it does not offer is a 400 that writes nothing.
+#[tokio::test]
+async fn the_dashboard_shows_what_was_pushed_delivered_failed_and_dead() {
+    let s = TestServer::start().await;
+    for i in 0..6 {
+        let attempts = if i == 5 { 1 } else { 5 };
+        s.push(json!({"id": format!("j{i}"), "topic": "dash", "body": i, "max_attempts": attempts}))
+            .await;
+    }
+    let mut jobs = Vec::new();
+    while jobs.len() < 6 {
+        jobs.extend(s.reserve(&["dash"], 6, 5000).await);
+    }
+    for job in &jobs {
+        let (id, receipt) = (job["id"].as_str().unwrap(), &job["receipt"]);
+        let verb = if ["j0", "j1", "j2"].contains(&id) {
+            "ack"
+        } else {
+            "nack"
+        };
+        let (status, out) = s
+            .call(
+                "POST",
+                &format!("/v1/jobs/{id}/{verb}"),
+                Some(json!({"receipt": receipt})),
+            )
+            .await;
+        assert_eq!(status, 204, "{verb} {id}: {out}");
+    }
+
+    // j3 and j4 failed (retried later), j5 went dead.
+    let want = [
+        ("pushed", 6),
+        ("delivered", 3),
+        ("failed", 2),
+        ("dead", 1),
+        ("first deliveries", 6),
+    ];
+    let page = std::sync::Mutex::new(String::new());
+    dq_harness::eventually(std::time::Duration::from_secs(60), "the dashboard counts", || async {
+        let html = s.text("/admin").await;
+        let shown = want.iter().all(|(name, n)| total(&html, name) == Some(*n));
+        *page.lock().unwrap() = html;
+        shown
+    })
+    .await;
+    let html = page.into_inner().unwrap();
+    assert!(html.contains("<svg"), "the charts are SVG: {html}");
+    assert!(html.contains(r#"data-series="pushed""#) && html.contains(r#"data-series="p99""#));
+    assert!(!html.contains(" style="), "no inline style under the CSP: {html}");
+    let memory = html
+        .split("data-used-memory=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(memory.is_some_and(|m| m > 0), "the primary's used_memory: {html}");
+    assert!(html.contains(">up<") && html.contains("redis://127.0.0.1"), "{html}");
+    for hours in ["1", "6", "24"] {
+        let html = s.text(&format!("/admin?hours={hours}")).await;
+        for (name, n) in want {
+            assert_eq!(total(&html, name), Some(n), "?hours={hours}: {name}");
+        }
+    }
+
+    let before = s.snapshot();
+    for bad in ["abc", "1000", "0", "-1", "", "6.5", "1%00"] {
+        let (status, body) = s.raw("GET", &format!("/admin?hours={bad}"), "").await;
+        common::assert_error(status, &body, 400, "invalid_argument");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains("1, 6 or 24"),
+            "{body}"
+        );
+    }
+    assert_eq!(s.snapshot(), before, "a refused page wrote nothing");
+}

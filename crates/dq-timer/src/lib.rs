@@ -65,9 +65,16 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let schedules = tokio::spawn(firer.run(shutdown.clone()));
     let task = tokio::spawn(timer.run(shutdown.clone()));
     queue.spawn_health_probe(Duration::from_secs(5), shutdown.clone());
+    // Stopped once the timer loops have returned, so what they counted last reaches Redis.
+    let activity_stop = CancellationToken::new();
+    let activity = queue.spawn_activity_flush(activity_stop.clone());
     dq_core::systemd::ready(&shutdown);
-    task.await.context("partition timer panicked")?;
-    schedules.await.context("schedule firer panicked")?;
+    let timer_done = task.await.context("partition timer panicked");
+    let schedules_done = schedules.await.context("schedule firer panicked");
+    activity_stop.cancel();
+    let _ = activity.await;
+    timer_done?;
+    schedules_done?;
     listener.abort();
     let _ = metrics.await;
     tracing::info!(timer = %id, "dq-timer stopped");

@@ -1,6 +1,7 @@
 //! A real browser (Debian's Chromium, headless) against dq-server: a page of another site cannot pause
 //! a topic, push, requeue dead jobs or read anything, by script or by form, and the admin pages work
-//! for the operator on the server's own origin (screenshots, checked).
+//! for the operator on the server's own origin (screenshots, checked and kept as artefacts; with
+//! `DQ_UPDATE_DOCS_SCREENSHOTS=1` the dashboard's also becomes `docs/img/admin-dashboard.png`).
 //!
 //! Two cases. The open API on loopback, which anyone's browser on the machine (or a page that rebinds
 //! its name to 127.0.0.1) reaches with no token at all, so only the cross-site refusal and the host
@@ -187,6 +188,36 @@ async fn a_page_of_another_site_changes_and_reads_nothing_and_the_admin_renders(
     });
     let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("no screenshot at {}: {e}", png.display()));
     assert_screenshot(&bytes, Some((1200, 800)), "the topic page");
+
+    // The dashboard, once dq-server's flush has added what the seed did (2 pushes, 1 dead): its charts
+    // are SVG drawn by the server, so Chromium shows them with no script at all.
+    eventually(Duration::from_secs(60), "the dashboard counts the seed", || async {
+        let html = http
+            .get(format!("{dq}/admin?hours=1"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        html.contains(r#"data-total="pushed">2<"#) && html.contains(r#"data-total="dead">1<"#)
+    })
+    .await;
+    let png = shot.path().join("dashboard.png");
+    tokio::task::block_in_place(|| {
+        chromium(
+            &format!("{dq}/admin?hours=1"),
+            &[&format!("--screenshot={}", png.display()), "--window-size=1000,1000"],
+        )
+    });
+    let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("no screenshot at {}: {e}", png.display()));
+    assert_screenshot(&bytes, Some((1000, 1000)), "the dashboard");
+    keep_artefact("admin-dashboard.png", &bytes);
+    // The docs' picture of the dashboard, on request.
+    if std::env::var_os("DQ_UPDATE_DOCS_SCREENSHOTS").is_some_and(|v| v == "1") {
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/img/admin-dashboard.png");
+        std::fs::write(docs, &bytes).unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,6 +39,7 @@ impl Queue {
         });
         if r.is_ok() {
             metrics::counter!("dq_jobs_acked_total").increment(1);
+            self.activity.delivered();
         }
         r
     }

@@ -1,6 +1,6 @@
 //! The typed queue API: every operation on jobs, each one script on one partition.
 //!
-//! Split by role: [`push`] (storing jobs, with the group commit), `ack` (acks, with the same group
+//! Split by role: [`activity`] (the dashboard's per-minute counts), [`push`] (storing jobs, with the group commit), `ack` (acks, with the same group
 //! commit), [`jobs`] (look up, delete, reschedule), [`reserve`] (reserve, nack, touch, release),
 //! [`timer`] (promote, expire, the timers' heartbeat), [`limit`] (a topic's delivery limits across
 //! consumers), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition count
@@ -9,6 +9,7 @@
 //! `callback.on_dead_url` waiting to be sent) and [`decode`] (script answers into types).
 
 mod ack;
+pub mod activity;
 pub mod alerting;
 pub mod browse;
 pub mod dead;
@@ -77,6 +78,8 @@ pub struct Queue {
     ready: Arc<ReadyIndex>,
     /// On a cluster: wake-ups go over sharded pub/sub (see [`crate::scripts::Waking`]).
     sharded: bool,
+    /// What this process counted for the dashboard and has not yet added to Redis.
+    activity: Arc<crate::activity::Activity>,
 }
 
 impl Queue {
@@ -124,6 +127,7 @@ impl Queue {
             acks: Arc::new(Coalescer::new(ack::ACK_GROUP, in_flight)),
             ready: Arc::new(ReadyIndex::default()),
             sharded: settings.redis.mode == RedisMode::Cluster,
+            activity: Arc::default(),
         }
     }
 

@@ -152,14 +152,21 @@ impl Queue {
             }
             pending = again;
         }
+        let mut stored = 0;
         for (r, job) in results.iter().zip(jobs.iter()) {
             match r {
                 Some(Ok(p)) if p.duplicate => {
                     metrics::counter!("dq_jobs_deduplicated_total", "topic" => job.topic.clone()).increment(1)
                 }
-                Some(Ok(_)) => metrics::counter!("dq_jobs_pushed_total", "topic" => job.topic.clone()).increment(1),
+                Some(Ok(_)) => {
+                    metrics::counter!("dq_jobs_pushed_total", "topic" => job.topic.clone()).increment(1);
+                    stored += 1;
+                }
                 _ => {}
             }
+        }
+        if stored > 0 {
+            self.activity.pushed(stored);
         }
         results
             .into_iter()

@@ -113,6 +113,10 @@ impl Queue {
                 for r in &out {
                     metrics::counter!("dq_jobs_reserved_total", "topic" => r.topic.clone()).increment(1);
                 }
+                // Retries are left out: their due time is the backoff's, not the producer's.
+                let now = super::unix_ms();
+                let firsts = out.iter().filter(|r| r.attempt == 1).map(|r| now - r.run_at);
+                self.activity.first_deliveries(firsts);
                 Ok(out)
             }
         }
@@ -246,6 +250,9 @@ impl Queue {
                 metrics::counter!("dq_jobs_nacked_total").increment(1);
                 if state == State::Dead {
                     metrics::counter!("dq_jobs_dead_total").increment(1);
+                    self.activity.dead(1);
+                } else {
+                    self.activity.failed();
                 }
                 Ok((state, run_at))
             }

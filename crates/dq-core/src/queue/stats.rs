@@ -14,8 +14,12 @@ pub struct NodeStats {
     pub name: String,
     /// Whether it answered PING.
     pub up: bool,
-    /// Round trip of the PING, when it answered.
+    /// Round trip of the PING (or of the `INFO memory` of [`Queue::node_memory`]), when it answered.
     pub latency: Option<Duration>,
+    /// Memory Redis holds (`used_memory`, bytes), when asked ([`Queue::node_memory`]) and answered.
+    pub used_memory: Option<u64>,
+    /// Its limit (`maxmemory`, bytes; 0 for none), when asked and answered.
+    pub maxmemory: Option<u64>,
 }
 
 /// Counts and health of the whole installation.
@@ -119,9 +123,35 @@ impl Queue {
                 name: node.name,
                 up: latency.is_some(),
                 latency,
+                used_memory: None,
+                maxmemory: None,
             }
         });
         futures_util::future::join_all(pings).await
+    }
+
+    /// Asks every primary, side by side, for `INFO memory`: one call each, which also tells whether it
+    /// is up and its round trip, in place of the PING of [`Queue::node_health`].
+    pub async fn node_memory(&self, timeout: Duration) -> Vec<NodeStats> {
+        let asks = self.primaries().await.into_iter().map(|node| async move {
+            let start = std::time::Instant::now();
+            let info = self
+                .redis
+                .query_node::<String>(&node, redis::cmd("INFO").arg("memory").clone());
+            let info = match tokio::time::timeout(timeout, info).await {
+                Ok(Ok(text)) => Some((start.elapsed(), text)),
+                _ => None,
+            };
+            let field = |name: &str| info.as_ref().and_then(|(_, text)| info_field(text, name));
+            NodeStats {
+                up: info.is_some(),
+                latency: info.as_ref().map(|(rtt, _)| *rtt),
+                used_memory: field("used_memory"),
+                maxmemory: field("maxmemory"),
+                name: node.name,
+            }
+        });
+        futures_util::future::join_all(asks).await
     }
 
     /// PINGs every primary every `every` until `shutdown`, publishing `dq_redis_up{node}` (1 or 0) and
@@ -153,6 +183,13 @@ impl Queue {
             }
         });
     }
+}
+
+/// A number field of an INFO answer (`name:value` lines).
+fn info_field(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.trim_end().strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.parse().ok())
 }
 
 /// The nodes a health probe PINGs: every primary now, and every node that was listed as a primary and
@@ -201,6 +238,14 @@ mod tests {
             name: name.into(),
             addr: None,
         }
+    }
+
+    #[test]
+    fn info_fields_are_read_by_exact_name() {
+        let info = "# Memory\r\nused_memory:1024\r\nused_memory_human:1.00K\r\nmaxmemory:0\r\n";
+        assert_eq!(info_field(info, "used_memory"), Some(1024));
+        assert_eq!(info_field(info, "maxmemory"), Some(0));
+        assert_eq!(info_field(info, "used_memory_peak"), None);
     }
 
     #[test]

@@ -79,6 +79,9 @@ impl Queue {
         if out.len() != 4 {
             return Err(malformed(p, "expire"));
         }
+        if out[1] > 0 {
+            self.activity.dead(out[1] as u64);
+        }
         Ok(Expired {
             to_ready: out[0] as usize,
             to_dead: out[1] as usize,

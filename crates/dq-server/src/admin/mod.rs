@@ -1,6 +1,7 @@
-//! The web admin pages: the overview (Redis's primaries, topics with their counts, schedules), a topic's
-//! page (its registration, edited in place, and its jobs by state, paged, with actions on the selected
-//! ones), and a job's page (its fields, run now, reschedule, delete, requeue). Server-rendered (maud escapes everything it prints), with a few lines of
+//! The web admin pages: the overview (the dashboard: activity charts, Redis's primaries and their memory;
+//! topics with their counts; schedules), a topic's page (its registration, edited in place, and its jobs
+//! by state, paged, with actions on the selected ones), and a job's page (its fields, run now,
+//! reschedule, delete, requeue). Server-rendered (maud escapes everything it prints), with a few lines of
 //! script that call the JSON API, so the pages can do nothing the API cannot. With tokens configured,
 //! the pages need the `admin` scope: the login form takes an admin token and keeps it in an
 //! `HttpOnly; Secure; SameSite=Strict` cookie, which the pages' calls to the API then carry.
@@ -10,6 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{DOCTYPE, Markup, html};
 
+mod dashboard;
 mod job;
 mod overview;
 mod topic;

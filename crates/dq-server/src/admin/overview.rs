@@ -1,23 +1,34 @@
-//! The overview: Redis's primaries, the topics with their counts, the schedules.
+//! The overview: the dashboard (activity charts, Redis's primaries), the topics with their counts, the
+//! schedules.
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::response::Response;
 use dq_core::config::Scope;
 use maud::{Markup, html};
 
+use super::dashboard::{self, DashboardQuery};
 use super::{html_page, page, read_only};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::topics::counts;
 
-/// `GET /admin`: Redis nodes and topics.
-pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+/// `GET /admin?hours=1|6|24`: the dashboard over that many hours (6 by default), topics, schedules.
+pub async fn overview(
+    State(app): State<AppState>,
+    caller: Caller,
+    Query(query): Query<DashboardQuery>,
+) -> Result<Response, ApiError> {
     caller.allow_scope(Scope::Admin)?;
-    let nodes = app.queue.node_health(std::time::Duration::from_millis(1000)).await;
-    let registry = app.queue.topics().await.unwrap_or_default();
-    let counts = counts(&app).await;
-    let schedules = schedules_section(&app, &caller).await;
+    let hours = query.hours()?;
+    // Side by side: each is a round of calls to Redis.
+    let (dashboard, registry, counts, schedules) = tokio::join!(
+        dashboard::section(&app, hours),
+        app.queue.topics(),
+        counts(&app),
+        schedules_section(&app, &caller)
+    );
+    let registry = registry.unwrap_or_default();
     let mut names: Vec<&String> = registry
         .keys()
         .chain(counts.keys())
@@ -29,18 +40,7 @@ pub async fn overview(State(app): State<AppState>, caller: Caller) -> Result<Res
         &app,
         "Overview",
         html! {
-            h2 { "Redis" }
-            p { (format!("{:?}", app.queue.redis().mode()).to_lowercase()) ", " (app.queue.partitions().count()) " partitions" }
-            table {
-                tr { th { "primary" } th { "state" } th { "PING" } }
-                @for s in &nodes {
-                    tr {
-                        td { (s.name) }
-                        @if s.up { td { "up" } } @else { td class="down" { "down" } }
-                        td class="num" { @if let Some(l) = s.latency { (format!("{:.2} ms", l.as_secs_f64() * 1000.0)) } }
-                    }
-                }
-            }
+            (dashboard)
             h2 { "Topics" }
             form class="inline" method="get" action="/admin/jobs" {
                 label { "Find a job by id " input name="id" required; } " " button type="submit" { "find" }
