@@ -48,6 +48,8 @@ end
 local out = {}
 local n, i = 0, 0
 local earliest
+-- Jobs moved from ready to reserved, per topic: the counts change once per topic, not per job.
+local moved = {}
 for q = 1, #pops do
   local popped = pops[q]
   for j = 1, #popped, 2 do
@@ -61,8 +63,7 @@ for q = 1, #pops do
       rec_store(prefix .. ':job:' .. id, r)
       redis.call('ZADD', reserved, r.d, id)
       if earliest == nil or r.d < earliest then earliest = r.d end
-      redis.call('HINCRBY', counts, r.t .. ':ready', -1)
-      redis.call('HINCRBY', counts, r.t .. ':reserved', 1)
+      moved[r.t] = (moved[r.t] or 0) + 1
       out[#out + 1] = id
       out[#out + 1] = r.t
       out[#out + 1] = r.b
@@ -72,6 +73,10 @@ for q = 1, #pops do
       out[#out + 1] = r.r
     end
   end
+end
+for topic, m in pairs(moved) do
+  redis.call('HINCRBY', counts, topic .. ':ready', -m)
+  redis.call('HINCRBY', counts, topic .. ':reserved', m)
 end
 -- The timer holding the partition runs expiry by the announced deadline at the latest, and learns the
 -- next one then (expire.lua), so only a deadline earlier than that needs announcing.
