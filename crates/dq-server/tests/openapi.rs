@@ -175,6 +175,8 @@ async fn the_router_serves_every_documented_route_and_the_document_every_api_rou
             "/admin/static/admin.js",
             "/admin/static/admin.css",
             "/admin/topics/{topic}",
+            "/admin/jobs",
+            "/admin/jobs/{id}",
             "/docs",
             "/docs/",
             "/docs/{*file}",
