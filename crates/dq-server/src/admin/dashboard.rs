@@ -311,13 +311,12 @@ fn nice_ceiling(v: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-/// A rate for an axis label: whole numbers as such, else one decimal.
+/// A rate for an axis label: whole numbers as such, else up to two decimals.
 fn number(v: f64) -> String {
-    if v.fract() == 0.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.1}")
-    }
+    // Two decimals at most, trailing zeros dropped: the quarter marks of a scale of 1 read 0.25 and
+    // 0.75, not 0.2 and 0.8.
+    let text = format!("{v:.2}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// A lateness in ms as people read it (the buckets' top shown as "≥ 1 d").
@@ -358,6 +357,10 @@ mod tests {
         assert_eq!(nice_ceiling(4500.0), 5000.0);
         assert_eq!(clock(29_000_000), "21:20");
         assert_eq!(duration(300), "300 ms");
+        assert_eq!(
+            (number(0.25), number(0.5), number(1.0), number(12.5), number(2000.0)),
+            ("0.25".into(), "0.5".into(), "1".into(), "12.5".into(), "2000".into())
+        );
         assert_eq!(duration(50_000), "50 s");
         assert_eq!(duration(86_400_000), "≥ 1 d");
         assert_eq!(bytes(1_572_864), "1.5 MiB");
