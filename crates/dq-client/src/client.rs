@@ -226,15 +226,35 @@ impl Client {
         decode(self.send(method, url, body, idempotence, None).await.result?)
     }
 
-    /// Sends a request whose answer has no body (204), or whose body the caller does not need.
-    pub(crate) async fn no_content<B: Serialize + ?Sized>(
+    /// `GET` of a path below the base, its JSON answer decoded.
+    pub(crate) async fn read<T: DeserializeOwned>(&self, segments: &[&str]) -> Result<T, Error> {
+        self.json::<(), _>(Method::GET, self.at(segments), None, Idempotence::Safe)
+            .await
+    }
+
+    /// `PUT` of a JSON body (a registration, which replaces the stored one), its JSON answer decoded.
+    pub(crate) async fn put<B: Serialize + ?Sized, T: DeserializeOwned>(
         &self,
-        method: Method,
-        url: Url,
-        body: Option<&B>,
-        idempotence: Idempotence,
-    ) -> Tried {
-        self.send(method, url, body, idempotence, None).await
+        segments: &[&str],
+        body: &B,
+    ) -> Result<T, Error> {
+        self.json(Method::PUT, self.at(segments), Some(body), Idempotence::Safe)
+            .await
+    }
+
+    /// `POST` without a body (pause, resume), its JSON answer decoded.
+    pub(crate) async fn post_empty<T: DeserializeOwned>(&self, segments: &[&str]) -> Result<T, Error> {
+        self.json::<(), _>(Method::POST, self.at(segments), None, Idempotence::Safe)
+            .await
+    }
+
+    /// `DELETE` of a path below the base: a try again after an unknown outcome that finds nothing counts
+    /// as done.
+    pub(crate) async fn delete_path(&self, segments: &[&str]) -> Result<(), Error> {
+        gone_is_done(
+            self.send::<()>(Method::DELETE, self.at(segments), None, Idempotence::Safe, None)
+                .await,
+        )
     }
 
     pub(crate) fn at(&self, segments: &[&str]) -> Url {
@@ -308,17 +328,13 @@ impl Client {
 
     /// `GET /v1/jobs/{id}`.
     pub async fn get(&self, id: &str) -> Result<Job, Error> {
-        self.json::<(), _>(Method::GET, self.at(&["v1", "jobs", id]), None, Idempotence::Safe)
-            .await
+        self.read(&["v1", "jobs", id]).await
     }
 
     /// `DELETE /v1/jobs/{id}`: removes the job in any state. A try again that finds it gone counts as
     /// done.
     pub async fn cancel(&self, id: &str) -> Result<(), Error> {
-        let tried = self
-            .no_content::<()>(Method::DELETE, self.at(&["v1", "jobs", id]), None, Idempotence::Safe)
-            .await;
-        gone_is_done(tried)
+        self.delete_path(&["v1", "jobs", id]).await
     }
 
     /// `PATCH /v1/jobs/{id}`: a delayed or ready job is due again at `when`.
@@ -357,11 +373,12 @@ impl Client {
     /// `POST /v1/jobs/{id}/ack`: the job is done.
     pub async fn ack(&self, id: &str, receipt: &str) -> Result<(), Error> {
         let tried = self
-            .no_content(
+            .send(
                 Method::POST,
                 self.at(&["v1", "jobs", id, "ack"]),
                 Some(&serde_json::json!({ "receipt": receipt })),
                 Idempotence::Safe,
+                None,
             )
             .await;
         match tried.result {
@@ -419,11 +436,12 @@ impl Client {
             #[serde(flatten)]
             nack: &'a Nack,
         }
-        self.no_content(
+        self.send(
             Method::POST,
             self.at(&["v1", "jobs", id, "nack"]),
             Some(&Body { receipt, nack }),
             Idempotence::Unsafe,
+            None,
         )
         .await
         .result
@@ -492,7 +510,7 @@ pub(crate) fn decode<T: DeserializeOwned>(sent: Sent) -> Result<T, Error> {
 }
 
 /// The outcome of a delete: a try again after an unknown outcome that finds nothing counts as done.
-pub(crate) fn gone_is_done(tried: Tried) -> Result<(), Error> {
+fn gone_is_done(tried: Tried) -> Result<(), Error> {
     match tried.result {
         Ok(_) => Ok(()),
         Err(e) if tried.after_unknown && e.is_code("not_found") => Ok(()),

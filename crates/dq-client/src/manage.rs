@@ -4,7 +4,7 @@ use reqwest::Method;
 use serde::Deserialize;
 
 use crate::admin::{DeadPage, JobPage, Schedule, ScheduleConfig, Stats, Topic, TopicConfig};
-use crate::client::{Client, gone_is_done};
+use crate::client::Client;
 use crate::error::Error;
 use crate::retry::Idempotence;
 
@@ -15,75 +15,40 @@ impl Client {
         struct List {
             topics: Vec<Topic>,
         }
-        let list: List = self
-            .json::<(), _>(Method::GET, self.at(&["v1", "topics"]), None, Idempotence::Safe)
-            .await?;
+        let list: List = self.read(&["v1", "topics"]).await?;
         Ok(list.topics)
     }
 
     /// `GET /v1/topics/{topic}`.
     pub async fn topic(&self, topic: &str) -> Result<Topic, Error> {
-        self.json::<(), _>(Method::GET, self.at(&["v1", "topics", topic]), None, Idempotence::Safe)
-            .await
+        self.read(&["v1", "topics", topic]).await
     }
 
     /// `PUT /v1/topics/{topic}`: registers the topic, or replaces its registration whole.
     pub async fn put_topic(&self, topic: &str, config: &TopicConfig) -> Result<Topic, Error> {
-        self.json(
-            Method::PUT,
-            self.at(&["v1", "topics", topic]),
-            Some(config),
-            Idempotence::Safe,
-        )
-        .await
+        self.put(&["v1", "topics", topic], config).await
     }
 
     /// `PUT /v1/topics/{topic}` with a registration as JSON, sent as it is, so that dq itself checks it
     /// (it refuses unknown fields, where [`TopicConfig`] would drop them): for tools that take a
     /// registration from their user.
     pub async fn put_topic_json(&self, topic: &str, config: &serde_json::Value) -> Result<Topic, Error> {
-        self.json(
-            Method::PUT,
-            self.at(&["v1", "topics", topic]),
-            Some(config),
-            Idempotence::Safe,
-        )
-        .await
+        self.put(&["v1", "topics", topic], config).await
     }
 
     /// `DELETE /v1/topics/{topic}`: removes the registration; the jobs stay.
     pub async fn delete_topic(&self, topic: &str) -> Result<(), Error> {
-        gone_is_done(
-            self.no_content::<()>(
-                Method::DELETE,
-                self.at(&["v1", "topics", topic]),
-                None,
-                Idempotence::Safe,
-            )
-            .await,
-        )
+        self.delete_path(&["v1", "topics", topic]).await
     }
 
     /// `POST /v1/topics/{topic}/pause`.
     pub async fn pause_topic(&self, topic: &str) -> Result<Topic, Error> {
-        self.json::<(), _>(
-            Method::POST,
-            self.at(&["v1", "topics", topic, "pause"]),
-            None,
-            Idempotence::Safe,
-        )
-        .await
+        self.post_empty(&["v1", "topics", topic, "pause"]).await
     }
 
     /// `POST /v1/topics/{topic}/resume`.
     pub async fn resume_topic(&self, topic: &str) -> Result<Topic, Error> {
-        self.json::<(), _>(
-            Method::POST,
-            self.at(&["v1", "topics", topic, "resume"]),
-            None,
-            Idempotence::Safe,
-        )
-        .await
+        self.post_empty(&["v1", "topics", topic, "resume"]).await
     }
 
     /// `GET /v1/topics/{topic}/jobs`: a page of the topic's jobs in `state` (`delayed`, `ready`,
@@ -102,7 +67,7 @@ impl Client {
 
     /// `GET /healthz`: whether the server answers.
     pub async fn healthz(&self) -> Result<(), Error> {
-        self.no_content::<()>(Method::GET, self.at(&["healthz"]), None, Idempotence::Safe)
+        self.send::<()>(Method::GET, self.at(&["healthz"]), None, Idempotence::Safe, None)
             .await
             .result
             .map(drop)
@@ -163,84 +128,43 @@ impl Client {
         struct List {
             schedules: Vec<Schedule>,
         }
-        let list: List = self
-            .json::<(), _>(Method::GET, self.at(&["v1", "schedules"]), None, Idempotence::Safe)
-            .await?;
+        let list: List = self.read(&["v1", "schedules"]).await?;
         Ok(list.schedules)
     }
 
     /// `GET /v1/schedules/{name}`.
     pub async fn schedule(&self, name: &str) -> Result<Schedule, Error> {
-        self.json::<(), _>(
-            Method::GET,
-            self.at(&["v1", "schedules", name]),
-            None,
-            Idempotence::Safe,
-        )
-        .await
+        self.read(&["v1", "schedules", name]).await
     }
 
     /// `PUT /v1/schedules/{name}`: registers or replaces a schedule.
     pub async fn put_schedule(&self, name: &str, config: &ScheduleConfig) -> Result<Schedule, Error> {
-        self.json(
-            Method::PUT,
-            self.at(&["v1", "schedules", name]),
-            Some(config),
-            Idempotence::Safe,
-        )
-        .await
+        self.put(&["v1", "schedules", name], config).await
     }
 
     /// `PUT /v1/schedules/{name}` with a registration as JSON, sent as it is (see
     /// [`Client::put_topic_json`]).
     pub async fn put_schedule_json(&self, name: &str, config: &serde_json::Value) -> Result<Schedule, Error> {
-        self.json(
-            Method::PUT,
-            self.at(&["v1", "schedules", name]),
-            Some(config),
-            Idempotence::Safe,
-        )
-        .await
+        self.put(&["v1", "schedules", name], config).await
     }
 
     /// `DELETE /v1/schedules/{name}`.
     pub async fn delete_schedule(&self, name: &str) -> Result<(), Error> {
-        gone_is_done(
-            self.no_content::<()>(
-                Method::DELETE,
-                self.at(&["v1", "schedules", name]),
-                None,
-                Idempotence::Safe,
-            )
-            .await,
-        )
+        self.delete_path(&["v1", "schedules", name]).await
     }
 
     /// `POST /v1/schedules/{name}/pause`.
     pub async fn pause_schedule(&self, name: &str) -> Result<Schedule, Error> {
-        self.json::<(), _>(
-            Method::POST,
-            self.at(&["v1", "schedules", name, "pause"]),
-            None,
-            Idempotence::Safe,
-        )
-        .await
+        self.post_empty(&["v1", "schedules", name, "pause"]).await
     }
 
     /// `POST /v1/schedules/{name}/resume`.
     pub async fn resume_schedule(&self, name: &str) -> Result<Schedule, Error> {
-        self.json::<(), _>(
-            Method::POST,
-            self.at(&["v1", "schedules", name, "resume"]),
-            None,
-            Idempotence::Safe,
-        )
-        .await
+        self.post_empty(&["v1", "schedules", name, "resume"]).await
     }
 
     /// `GET /v1/stats`: counts per topic and state, Redis's shape and health.
     pub async fn stats(&self) -> Result<Stats, Error> {
-        self.json::<(), _>(Method::GET, self.at(&["v1", "stats"]), None, Idempotence::Safe)
-            .await
+        self.read(&["v1", "stats"]).await
     }
 }

@@ -231,6 +231,11 @@ fn token(headers: &HeaderMap) -> Option<&str> {
         let (scheme, token) = v.split_once(' ')?;
         return scheme.eq_ignore_ascii_case("bearer").then(|| token.trim());
     }
+    login_cookie(headers)
+}
+
+/// The admin login's cookie (`dq_token`), if the request carries it.
+pub(crate) fn login_cookie(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()

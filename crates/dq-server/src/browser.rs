@@ -216,13 +216,7 @@ fn from_admin_pages(headers: &HeaderMap) -> bool {
     let same_origin = headers
         .get("sec-fetch-site")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"same-origin"));
-    let cookie = headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .any(|c| c.trim().starts_with(&format!("{}=", crate::auth::COOKIE)));
-    same_origin || cookie
+    same_origin || crate::auth::login_cookie(headers).is_some()
 }
 
 /// Whether a browser says the request comes from another site.
