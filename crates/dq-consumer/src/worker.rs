@@ -159,6 +159,7 @@ impl TopicWorker {
             let mut waiter = self.shared.queue.ready_index().waiter(&topics);
             let least_ttr = plan.callback.timeout_ms + TTR_MARGIN_MS;
             let options = ReserveOptions {
+                best_first: false,
                 least_ttr_ms: Some(least_ttr),
                 waits: true,
             };

@@ -122,6 +122,9 @@ pub struct NewJob {
     pub max_age_ms: Option<u64>,
     /// The job's own backoff list, kept in its record.
     pub backoff_ms: Option<Vec<u64>>,
+    /// Its priority, lower first (beanstalkd's `put <pri>`): its ready queue orders it by this instead
+    /// of by its due time, ahead of every job without one. Not part of the HTTP API.
+    pub priority: Option<u32>,
 }
 
 /// A push's deduplication: within `window_ms` of the push that made a job with `key` (in its topic),
@@ -247,6 +250,7 @@ impl NewJob {
             dedup,
             max_age_ms,
             backoff_ms: req.backoff_ms,
+            priority: None,
         })
     }
 }

@@ -208,6 +208,50 @@ impl PartitionKeys {
     }
 }
 
+/// Keys of the beanstalkd protocol (dq-server's listener) in a partition.
+impl PartitionKeys {
+    /// The partition's beanstalkd sequence: numbers are taken from it (see [`crate::beanstalkd`]).
+    pub fn bs_seq(&self) -> String {
+        format!("{}:bs:seq", self.prefix)
+    }
+
+    /// The partition's number index: a hash of beanstalkd number -> id, for jobs whose id was not made
+    /// from their number (pushed over HTTP, numbered when first shown over the protocol).
+    pub fn bs_ids(&self) -> String {
+        format!("{}:bs:ids", self.prefix)
+    }
+}
+
+/// Keys of the beanstalkd protocol that are not a partition's.
+impl Keys {
+    /// Tube names that are not topic names: a hash of topic -> tube (see [`crate::beanstalkd`]).
+    pub fn bs_tubes(&self) -> String {
+        format!("{{{}}}:bs:tubes", self.prefix)
+    }
+
+    /// Paused tubes: a hash of topic -> Unix ms (Redis's clock) the pause ends.
+    pub fn bs_paused(&self) -> String {
+        format!("{{{}}}:bs:paused", self.prefix)
+    }
+
+    /// The protocol's command counters, summed over every dq-server (a hash of `cmd-…` -> count, and
+    /// per topic `<topic>:cmd-delete`, `<topic>:cmd-pause-tube`, `<topic>:total-jobs`).
+    pub fn bs_stats(&self) -> String {
+        format!("{{{}}}:bs:stats", self.prefix)
+    }
+
+    /// The dq-servers that serve the protocol: a sorted set of server id -> Unix ms its entry expires.
+    pub fn bs_servers(&self) -> String {
+        format!("{{{}}}:bs:servers", self.prefix)
+    }
+
+    /// One server's connection gauges (`current-connections`, `using:<topic>`, …), rewritten every
+    /// second while it runs and expiring when it stops.
+    pub fn bs_server(&self, id: &str) -> String {
+        format!("{{{}}}:bs:server:{id}", self.prefix)
+    }
+}
+
 impl Keys {
     /// A pattern matching every partition's channel of `kind` (classic pub/sub, standalone and
     /// Sentinel; Redis's glob treats the braces as plain characters).

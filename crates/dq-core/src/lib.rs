@@ -22,6 +22,7 @@
 
 pub mod activity;
 pub mod audit;
+pub mod beanstalkd;
 pub mod coalesce;
 pub mod condition;
 pub mod config;

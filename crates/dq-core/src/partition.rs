@@ -160,6 +160,19 @@ pub fn partition_of(id: &str, count: u32) -> u32 {
     ((xxh3_64(head) % count as u64) as u32 + v) % count
 }
 
+/// `head` (23 characters of Crockford's base 32) and the three characters that put the id in partition `p`
+/// of `count`, the same every time (the beanstalkd protocol's ids are made from their numbers so, see
+/// [`crate::beanstalkd`]).
+pub(crate) fn fixed_id_in(head: &str, p: u32, count: u32) -> String {
+    let h = (xxh3_64(head.as_bytes()) % count as u64) as u32;
+    let v = (p + count - h) % count;
+    let mut id = head.to_string();
+    for shift in [10, 5, 0] {
+        id.push(CROCKFORD[((v >> shift) & 31) as usize] as char);
+    }
+    id
+}
+
 /// `ulid` with its last three characters set so that it falls in partition `p` of `count` (their other
 /// values stay random).
 fn id_in(ulid: &str, p: u32, count: u32) -> String {

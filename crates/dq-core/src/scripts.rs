@@ -219,11 +219,32 @@ script!(
     "activity_add.lua"
 );
 
+script!(
+    /// beanstalkd's release and bury (the protocol listener in dq-server).
+    BS_RELEASE,
+    record + publish + "bs_release.lua"
+);
+script!(
+    /// beanstalkd's kick of one buried or delayed job.
+    BS_KICK,
+    record + publish + "bs_kick.lua"
+);
+script!(
+    /// beanstalkd's reserve-job: reserve one given job.
+    BS_TAKE,
+    record + publish + "bs_take.lua"
+);
+script!(
+    /// The beanstalkd number of a job pushed over HTTP.
+    BS_NUMBER,
+    record + "bs_number.lua"
+);
+
 /// Every script, to load them all when a process connects: without that, the first calls of a script
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
 /// NOSCRIPT and send the script's text again.
 /// `sharded` picks the builds of the scripts that publish.
-pub fn all(sharded: bool) -> [&'static Script; 29] {
+pub fn all(sharded: bool) -> [&'static Script; 33] {
     [
         &GET,
         PUSH.get(sharded),
@@ -254,6 +275,10 @@ pub fn all(sharded: bool) -> [&'static Script; 29] {
         &SCHEDULE_SET,
         &SCHEDULE_FIRED,
         &ACTIVITY_ADD,
+        BS_RELEASE.get(sharded),
+        BS_KICK.get(sharded),
+        &BS_NUMBER,
+        BS_TAKE.get(sharded),
     ]
 }
 
@@ -285,7 +310,7 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 30);
+        assert_eq!(n, 34);
         assert_eq!(super::all(false).len(), n - 1, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [

@@ -13,9 +13,11 @@
 //! - [`listener`]: connections under a header timeout and a cap.
 //! - [`routes`]: the router, from the documented API routes and the pages for people.
 //! - [`spec`]: the OpenAPI document (`/openapi.json`) and Swagger UI (`/docs`).
+//! - [`beanstalkd`]: the beanstalkd protocol listener (`beanstalkd.listen`).
 
 pub mod admin;
 pub mod auth;
+pub mod beanstalkd;
 pub mod body;
 pub mod browse;
 pub mod browser;
@@ -117,6 +119,20 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
                 .expect("the OpenAPI document serializes"),
         ),
     };
+    let beanstalkd = match &settings.beanstalkd.listen {
+        Some(listen) => {
+            let listener = beanstalkd::bind(listen).await?;
+            let (queue, topics, shutdown) = (state.queue.clone(), state.topics.clone(), shutdown.clone());
+            let (config, grace) = (
+                settings.beanstalkd.clone(),
+                Duration::from_millis(settings.shutdown.grace_ms),
+            );
+            Some(tokio::spawn(async move {
+                beanstalkd::serve(listener, queue, topics, &config, grace, shutdown).await
+            }))
+        }
+        None => None,
+    };
     let max_request = settings.limits.max_request_bytes();
     state.queue.spawn_health_probe(Duration::from_secs(5), shutdown.clone());
     // Stopped after the requests of the drain finished, so their acks and nacks are counted too.
@@ -133,6 +149,9 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
         grace: Duration::from_millis(settings.shutdown.grace_ms),
     };
     let served = listener::serve(listener, app, limits, shutdown).await;
+    if let Some(beanstalkd) = beanstalkd {
+        let _ = beanstalkd.await;
+    }
     activity_stop.cancel();
     let _ = activity.await;
     served?;

@@ -112,6 +112,7 @@ pub async fn reserve(
             Vec::new()
         } else {
             let options = ReserveOptions {
+                best_first: false,
                 least_ttr_ms: None,
                 waits: waiter.is_some(),
             };

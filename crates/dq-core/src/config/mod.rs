@@ -70,9 +70,37 @@ pub struct Settings {
     pub egress: EgressSettings,
     /// The keys that seal callback secrets and header values in Redis.
     pub secrets: SecretsSettings,
+    /// dq-server's beanstalkd protocol listener.
+    pub beanstalkd: BeanstalkdSettings,
     /// The file these settings were read from, if any: read again on SIGHUP (dq-server's tokens).
     #[serde(skip)]
     pub file: Option<std::path::PathBuf>,
+}
+
+/// dq-server's beanstalkd protocol listener (docs/beanstalkd.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BeanstalkdSettings {
+    /// Address to listen on for the protocol; none (the default) serves no protocol.
+    pub listen: Option<String>,
+    /// Largest job body a `put` may carry, in bytes (beanstalkd's `-z`, 65,535 by default).
+    pub max_job_size: usize,
+    /// The protocol has no authentication: a listen address that is not loopback is refused unless this
+    /// says the network in front of it decides who connects.
+    pub allow_remote: bool,
+    /// Most protocol connections at once; more wait to be accepted.
+    pub max_connections: usize,
+}
+
+impl Default for BeanstalkdSettings {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            max_job_size: 65_535,
+            allow_remote: false,
+            max_connections: 10_000,
+        }
+    }
 }
 
 /// dq-server's listener.
@@ -372,6 +400,26 @@ impl Settings {
             .listen
             .parse::<SocketAddr>()
             .map_err(|e| invalid("server.listen", format!("`{}`: {e}", self.server.listen)))?;
+        if let Some(listen) = &self.beanstalkd.listen {
+            let addr = listen
+                .parse::<SocketAddr>()
+                .map_err(|e| invalid("beanstalkd.listen", format!("`{listen}`: {e}")))?;
+            if !addr.ip().is_loopback() && !self.beanstalkd.allow_remote {
+                return Err(invalid(
+                    "beanstalkd.listen",
+                    format!(
+                        "`{listen}` is not a loopback address and the beanstalkd protocol has no authentication: \
+                         set beanstalkd.allow_remote = true once a firewall or network policy decides who may connect"
+                    ),
+                ));
+            }
+        }
+        if !(1..=16 * 1024 * 1024).contains(&self.beanstalkd.max_job_size) {
+            return Err(invalid("beanstalkd.max_job_size", "must be between 1 and 16777216"));
+        }
+        if self.beanstalkd.max_connections == 0 {
+            return Err(invalid("beanstalkd.max_connections", "must be at least 1"));
+        }
         if let Some(listen) = &self.metrics.listen {
             listen
                 .parse::<SocketAddr>()

@@ -29,6 +29,8 @@ for k = 1, #KEYS - 2 do
   else
     redis.call('ZREM', reserved, ARGV[2 * k])
     ended[r.t] = (ended[r.t] or 0) + 1
+    -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
+    if r.n then redis.call('HDEL', string.sub(job, 1, #job - #ARGV[2 * k] - 5) .. ':bs:ids', r.n) end
     if retention > 0 then
       r.s = 'done'
       rec_store(job, r, true)

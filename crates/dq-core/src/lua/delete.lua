@@ -23,5 +23,7 @@ elseif state == 'dead' then
   redis.call('ZREM', prefix .. ':dead:' .. topic, id)
 end
 redis.call('DEL', job)
+-- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
+if r.n then redis.call('HDEL', prefix .. ':bs:ids', r.n) end
 if state ~= 'done' then redis.call('HINCRBY', counts, topic .. ':' .. state, -1) end
 return 1

@@ -32,7 +32,7 @@ for i = 1, count do
   local id, run_at, r = due[2 * i - 1], tonumber(due[2 * i]), recs[i]
   -- An id without a record was deleted half-way by hand; there is nothing to deliver.
   if r then
-    redis.call('ZADD', prefix .. ':ready:' .. r.t, run_at, id)
+    redis.call('ZADD', prefix .. ':ready:' .. r.t, r.p or run_at, id)
     r.s = 'ready'
     rec_store(prefix .. ':job:' .. id, r, true)
     per_topic[r.t] = per_topic[r.t] + 1

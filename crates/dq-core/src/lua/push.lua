@@ -9,11 +9,12 @@
 -- KEYS[5 + 4*(i-1)]: job i's deduplication key (<prefix>:dedup:<topic>:<dedup_key>), or KEYS[1] when it
 --          has none
 -- ARGV[1]: ready wake channel    ARGV[2]: timer wake channel
--- ARGV[3 + 11*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
+-- ARGV[3 + 12*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
 --          delay_ms is given), ttr_ms, max_attempts, mode: "0" an id minted by dq for this push, "1" the
 --          producer's id, "2" a retry of a write whose outcome is unknown (it may have run), dedup_ms
 --          (the deduplication window, "" for none), max_age_ms (retries end that long after the first
---          due time, "" for no end), backoff list (ms, comma-separated, "" for the caller's at each nack)
+--          due time, "" for no end), backoff list (ms, comma-separated, "" for the caller's at each nack),
+--          priority ("" for none: the ready queue's score is then the due time, else the priority)
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
 --          of that first job for a duplicate ("" otherwise).
@@ -47,8 +48,8 @@ local n = (#KEYS - 1) / 4
 -- script cannot declare; see "Scripts on a moving slot" in architecture.md): dedup key -> {id, s, r}.
 local holder = {}
 for i = 0, n - 1 do
-  local dedup, id = KEYS[5 + 4 * i], ARGV[3 + 11 * i]
-  if ARGV[3 + 11 * i + 8] ~= '' and holder[dedup] == nil then
+  local dedup, id = KEYS[5 + 4 * i], ARGV[3 + 12 * i]
+  if ARGV[3 + 12 * i + 8] ~= '' and holder[dedup] == nil then
     local first = redis.call('GET', dedup)
     local job = KEYS[2 + 4 * i]
     local r = first and first ~= id and rec_load(string.sub(job, 1, #job - #id) .. first)
@@ -57,7 +58,7 @@ for i = 0, n - 1 do
 end
 for i = 0, n - 1 do
   local job = KEYS[2 + 4 * i]
-  local a = 3 + 11 * i
+  local a = 3 + 12 * i
   local id, topic = ARGV[a], ARGV[a + 1]
   local dedup, window = KEYS[5 + 4 * i], ARGV[a + 8]
   local earlier = window ~= '' and holder[dedup]
@@ -80,8 +81,10 @@ for i = 0, n - 1 do
       bo = {}
       for d in string.gmatch(ARGV[a + 10], '%d+') do bo[#bo + 1] = tonumber(d) end
     end
+    local p = nil
+    if ARGV[a + 11] ~= '' then p = tonumber(ARGV[a + 11]) end
     local stored = rec_store(job, {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]),
-      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0, x = x, g = g, bo = bo}, false, true)
+      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0, x = x, g = g, bo = bo, p = p}, false, true)
     if stored then
       if state == 'ready' then
         topic_of[zset] = topic
@@ -95,7 +98,7 @@ for i = 0, n - 1 do
       local z = adds[zset]
       -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3% of
       -- a batch push's instructions).
-      z[#z + 1] = string.format('%d', run_at)
+      z[#z + 1] = string.format('%d', (state == 'ready' and p) or run_at)
       z[#z + 1] = id
       local c = topic .. ':' .. state
       tally[c] = (tally[c] or 0) + 1

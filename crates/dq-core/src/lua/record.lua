@@ -2,7 +2,7 @@
 -- reads or writes a record (scripts.rs), so the format is defined once.
 --
 -- A record (<prefix>:job:<id>) is one string: a MessagePack array of its fields in the order
--- s, t, b, r, ttr, m, c, a, d, rc, e, x, g, bo (the names below), the state stored as a number (1 delayed,
+-- s, t, b, r, ttr, m, c, a, d, rc, e, x, g, bo, p, n, k (the names below), the state stored as a number (1 delayed,
 -- 2 ready, 3 reserved, 4 done, 5 dead).
 -- Absent fields are `false` in the array, and absent fields at its end are left out (and so are zero
 -- attempts when nothing follows them). created_at is stored as run_at minus created_at (the delay the
@@ -22,7 +22,11 @@
 -- a attempts, d reservation deadline (ms), rc receipt, e last error. Absent fields are nil; `a` reads
 -- as 0. x: the end of the job's retries (Unix ms: its first due time plus the retry age it was pushed
 -- with), g: that age (ms; a requeue starts it again), bo: its own backoff list (ms); all three only for
--- jobs pushed with them.
+-- jobs pushed with them. p: the job's priority (0 to 2^32-1, lower first: beanstalkd's), which its
+-- ready queue's score is instead of its due time (see the ready queue in docs/redis-keys.md); n: the
+-- beanstalkd number of a job whose id is not one made from its number (see crates/dq-core/src/
+-- beanstalkd.rs), given when the beanstalkd protocol first showed it; k: beanstalkd's counters of the
+-- job, {timeouts, releases, buries, kicks}. All three only for jobs that have them.
 --
 -- KEYS[1]: none of its own (the including script's)   ARGV[1]: none of its own
 -- Returns: nothing (defines local functions).
@@ -77,11 +81,11 @@ local function rec_load(key, soft, source, score)
   if c < 1e12 then c = r - c end
   return {s = s, t = v[2], b = v[3], r = r, ttr = v[5], m = v[6], c = c, a = v[8] or 0,
     d = v[9] or nil, rc = v[10] or nil, e = v[11] or nil, x = v[12] or nil, g = v[13] or nil,
-    bo = v[14] or nil}
+    bo = v[14] or nil, p = v[15] or nil, n = v[16] or nil, k = v[17] or nil}
 end
 
 -- Writes `r` at `key`. The fields up to `a` are always there; the optional ones (d, rc, e, x, g, bo) are
--- `false` when absent, and left out at the end. A reservation's end is `r.rc, r.d = nil, nil`.
+-- `false` when absent, and left out at the end. (So are p, n and k.) A reservation's end is `r.rc, r.d = nil, nil`.
 --
 -- With `only_state`, the caller changed nothing but `r.s`. The state is the array's first element, one
 -- byte at offset 1 (after MessagePack's one-byte array header, a positive fixint), so one SETRANGE writes
@@ -102,8 +106,8 @@ local function rec_store(key, r, only_state, new)
     return
   end
   local v = {code, r.t, r.b, r.r, r.ttr, r.m, r.r - r.c, r.a, r.d or false, r.rc or false, r.e or false,
-    r.x or false, r.g or false, r.bo or false}
-  local n = 14
+    r.x or false, r.g or false, r.bo or false, r.p or false, r.n or false, r.k or false}
+  local n = 17
   while n > 8 and v[n] == false do
     v[n] = nil
     n = n - 1

@@ -21,7 +21,7 @@ r.rc, r.d = nil, nil
 r.a = r.a - 1
 r.s = 'ready'
 rec_store(job, r)
-redis.call('ZADD', ready, r.r, id)
+redis.call('ZADD', ready, r.p or r.r, id)
 if was_empty then redis.call(publish, ARGV[4], topic) end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 redis.call('HINCRBY', counts, topic .. ':ready', 1)

@@ -26,7 +26,7 @@ if state == 'delayed' then redis.call('ZREM', bucket, id) else redis.call('ZREM'
 local new_state = 'delayed'
 if run_at <= now then new_state = 'ready' end
 if new_state == 'ready' then
-  redis.call('ZADD', ready, run_at, id)
+  redis.call('ZADD', ready, r.p or run_at, id)
   if redis.call('ZCARD', ready) == 1 then redis.call(publish, ARGV[5], topic) end
 else
   local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')

@@ -11,6 +11,7 @@
 mod ack;
 pub mod activity;
 pub mod alerting;
+pub mod beanstalkd;
 pub mod browse;
 pub mod dead;
 pub mod dead_hooks;

@@ -326,6 +326,10 @@ async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Resul
             Some(list) => inv.arg(list.iter().map(u64::to_string).collect::<Vec<_>>().join(",")),
             None => inv.arg(""),
         };
+        match job.priority {
+            Some(p) => inv.arg(p),
+            None => inv.arg(""),
+        };
     }
     let out: Vec<Value> = queue.write(p, &inv).await?;
     let bad = |what: &str| Error::Redis {

@@ -28,6 +28,10 @@ pub struct ReserveOptions {
     /// that another reserve of this process is asking are left to that one, which wakes the next waiter
     /// if it leaves jobs there. A caller that will not wait asks them too when it found nothing else.
     pub waits: bool,
+    /// Within a partition, take the queue whose first job comes first (lowest score, then lowest id)
+    /// instead of the topics in the order given: beanstalkd's reserve, which takes the best job of every
+    /// watched tube.
+    pub best_first: bool,
 }
 
 impl Queue {
@@ -87,7 +91,7 @@ impl Queue {
                 asked.push(p);
                 let want = count - out.len();
                 let claim = self.ready.claim(topics, p);
-                match self.reserve_on(p, topics, want, options.least_ttr_ms).await {
+                match self.reserve_on(p, topics, want, options).await {
                     Ok((mut got, more)) => {
                         claim.settle(if more { Tried::Full } else { Tried::Emptied });
                         out.append(&mut got);
@@ -160,7 +164,7 @@ impl Queue {
         p: u16,
         topics: &[String],
         count: usize,
-        least_ttr_ms: Option<u64>,
+        options: ReserveOptions,
     ) -> Result<(Vec<Reservation>, bool)> {
         let keys = self.partition_keys(p);
         let mut inv = self.script(&scripts::RESERVE).prepare_invoke();
@@ -170,11 +174,12 @@ impl Queue {
         }
         let nonce: u64 = rand::rng().random();
         inv.arg(keys.prefix()).arg(count).arg(format!("{nonce:016x}"));
-        match least_ttr_ms {
+        match options.least_ttr_ms {
             Some(t) => inv.arg(t),
             None => inv.arg(""),
         };
-        inv.arg(keys.timer_channel());
+        inv.arg(keys.timer_channel())
+            .arg(if options.best_first { "1" } else { "" });
         let out: Vec<Value> = self.run(p, &inv).await?;
         let bad = || Error::Redis {
             partition: Some(p),

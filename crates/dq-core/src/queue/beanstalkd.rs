@@ -1,0 +1,247 @@
+//! What the beanstalkd protocol listener (dq-server) needs beyond the API's verbs: numbers, jobs by
+//! number, release and bury, kick (see [`crate::beanstalkd`] for the names).
+
+use std::collections::HashMap;
+
+use redis::Value;
+
+use super::Queue;
+use super::decode::{int, text};
+use crate::beanstalkd::{id_of_number, number_of_id, partition_of_number};
+use crate::error::{Error, Result};
+use crate::job::{Reservation, State};
+use crate::scripts;
+use rand::Rng;
+
+/// A job as the protocol shows it (`peek`, `stats-job`).
+#[derive(Debug, Clone)]
+pub struct BsJob {
+    /// dq's id.
+    pub id: String,
+    /// Its topic.
+    pub topic: String,
+    /// The body's JSON text.
+    pub body: String,
+    /// Where it is.
+    pub state: State,
+    /// Priority (jobs pushed over HTTP have none).
+    pub priority: Option<u32>,
+    /// Due time, Unix ms.
+    pub run_at: i64,
+    /// Created, Unix ms.
+    pub created_at: i64,
+    /// Time-to-run, ms.
+    pub ttr_ms: u64,
+    /// Reservations so far (dq's attempts).
+    pub attempts: u32,
+    /// The end of its reservation, Unix ms, while reserved.
+    pub deadline: Option<i64>,
+    /// beanstalkd's counters: timeouts, releases, buries, kicks.
+    pub counters: [u32; 4],
+}
+
+/// The outcome of a release or a bury.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// Done; the job is now in this state.
+    Now(State),
+    /// No such job.
+    Gone,
+    /// The job is not reserved under that receipt (its reservation ended).
+    Stale,
+}
+
+/// The record fields [`BsJob`] is read from.
+const FIELDS: [&str; 11] = ["s", "t", "b", "r", "c", "ttr", "a", "d", "p", "k", "n"];
+
+impl Queue {
+    /// Takes `size` numbers from partition `p`'s sequence: the k of the last one (the block is
+    /// `last - size + 1 ..= last`).
+    pub async fn bs_take_numbers(&self, p: u16, size: u64) -> Result<u64> {
+        let mut cmd = redis::cmd("INCRBY");
+        cmd.arg(self.partition_keys(p).bs_seq()).arg(size);
+        let last: i64 = self.query(p, &cmd).await?;
+        Ok(last as u64)
+    }
+
+    /// The number of job `id`: the one it was made from, else the one it was given (given now if it has
+    /// none). `None` when there is no such job (or it is done).
+    pub async fn bs_number(&self, id: &str) -> Result<Option<u64>> {
+        let count = self.partitions.count();
+        if let Some(n) = number_of_id(id, count) {
+            return Ok(Some(n));
+        }
+        let p = self.partitions.of_id(id);
+        let keys = self.partition_keys(p);
+        let mut inv = scripts::BS_NUMBER.prepare_invoke();
+        inv.key(keys.job(id))
+            .key(keys.bs_seq())
+            .key(keys.bs_ids())
+            .arg(id)
+            .arg(count)
+            .arg(p);
+        let n: i64 = self.write(p, &inv).await?;
+        Ok((n > 0).then_some(n as u64))
+    }
+
+    /// The live job (not done) with number `n`.
+    pub async fn bs_find(&self, n: u64) -> Result<Option<BsJob>> {
+        let count = self.partitions.count();
+        let id = id_of_number(n, count);
+        if let Some(job) = self.bs_job(&id).await? {
+            return Ok(Some(job));
+        }
+        let p = partition_of_number(n, count);
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(self.partition_keys(p).bs_ids()).arg(n);
+        let id: Option<String> = self.query(p, &cmd).await?;
+        match id {
+            Some(id) => self.bs_job(&id).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Job `id` as the protocol shows it, unless there is none or it is done.
+    pub async fn bs_job(&self, id: &str) -> Result<Option<BsJob>> {
+        let p = self.partitions.of_id(id);
+        let keys = [self.partition_keys(p).job(id)];
+        let mut records = self.read_records(p, &keys, &FIELDS).await?;
+        let fields = records.pop().unwrap_or_default();
+        let bad = |what: &str| Error::Redis {
+            partition: Some(p),
+            message: format!("job {id}: {what}"),
+        };
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let get = |f: &str| fields.get(f).map(|v| String::from_utf8_lossy(v).into_owned());
+        let num = |f: &str| get(f).and_then(|v| v.parse::<i64>().ok());
+        let state: State = match get("s").as_deref() {
+            Some("delayed") => State::Delayed,
+            Some("ready") => State::Ready,
+            Some("reserved") => State::Reserved,
+            Some("dead") => State::Dead,
+            Some("done") => return Ok(None),
+            _ => return Err(bad("no state")),
+        };
+        let mut counters = [0u32; 4];
+        if let Some(k) = get("k") {
+            for (slot, v) in counters.iter_mut().zip(k.split(',')) {
+                *slot = v.parse().unwrap_or(0);
+            }
+        }
+        Ok(Some(BsJob {
+            id: id.to_string(),
+            topic: get("t").ok_or_else(|| bad("no topic"))?,
+            body: fields
+                .get("b")
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .ok_or_else(|| bad("no body"))?,
+            state,
+            priority: num("p").map(|p| p as u32),
+            run_at: num("r").ok_or_else(|| bad("no due time"))?,
+            created_at: num("c").unwrap_or_default(),
+            ttr_ms: num("ttr").unwrap_or_default() as u64,
+            attempts: num("a").unwrap_or_default() as u32,
+            deadline: num("d"),
+            counters,
+        }))
+    }
+
+    /// beanstalkd's release (`delay_ms` given: back to ready, or delayed that long) or bury (`None`: to
+    /// the dead list) of a job reserved under `receipt`, with a new priority.
+    pub async fn bs_release(&self, id: &str, receipt: &str, priority: u32, delay_ms: Option<u64>) -> Result<Released> {
+        let p = self.partitions.of_id(id);
+        let keys = self.partition_keys(p);
+        let mut inv = self.script(&scripts::BS_RELEASE).prepare_invoke();
+        inv.key(keys.job(id))
+            .key(keys.reserved())
+            .key(keys.delayed())
+            .key(keys.counts())
+            .arg(keys.prefix())
+            .arg(id)
+            .arg(receipt)
+            .arg(priority);
+        match delay_ms {
+            Some(d) => inv.arg(d),
+            None => inv.arg(""),
+        };
+        inv.arg(keys.ready_channel()).arg(keys.timer_channel());
+        let out: Vec<Value> = self.write(p, &inv).await?;
+        Ok(match out.first().and_then(int) {
+            Some(1) => {
+                let state = match out.get(1).and_then(text).as_deref() {
+                    Some("ready") => {
+                        self.ready.mark_own(&out.get(2).and_then(text).unwrap_or_default(), p);
+                        State::Ready
+                    }
+                    Some("delayed") => State::Delayed,
+                    _ => State::Dead,
+                };
+                Released::Now(state)
+            }
+            Some(0) => Released::Gone,
+            _ => Released::Stale,
+        })
+    }
+
+    /// beanstalkd's kick of one job: a buried (dead) or delayed job goes to ready now. False when it is
+    /// neither (or gone).
+    pub async fn bs_kick(&self, id: &str) -> Result<bool> {
+        let p = self.partitions.of_id(id);
+        let keys = self.partition_keys(p);
+        let mut inv = self.script(&scripts::BS_KICK).prepare_invoke();
+        inv.key(keys.job(id))
+            .key(keys.delayed())
+            .key(keys.counts())
+            .arg(keys.prefix())
+            .arg(id)
+            .arg(keys.ready_channel());
+        let topic: Option<String> = self.write(p, &inv).await?;
+        if let Some(topic) = &topic {
+            self.ready.mark_own(topic, p);
+        }
+        Ok(topic.is_some())
+    }
+
+    /// beanstalkd's reserve-job: reserves job `id` when it is ready, delayed or buried (dead).
+    pub async fn bs_take(&self, id: &str) -> Result<Option<Reservation>> {
+        let p = self.partitions.of_id(id);
+        let keys = self.partition_keys(p);
+        let nonce: u64 = rand::rng().random();
+        let receipt = format!("{nonce:016x}.1");
+        let mut inv = self.script(&scripts::BS_TAKE).prepare_invoke();
+        inv.key(keys.job(id))
+            .key(keys.reserved())
+            .key(keys.delayed())
+            .key(keys.counts())
+            .key(keys.announced())
+            .arg(keys.prefix())
+            .arg(id)
+            .arg(&receipt)
+            .arg(keys.timer_channel());
+        let out: Option<Vec<Value>> = self.write(p, &inv).await?;
+        let Some(out) = out else { return Ok(None) };
+        let bad = || Error::Redis {
+            partition: Some(p),
+            message: "reserve-job returned a malformed job".into(),
+        };
+        let body = out.get(1).and_then(text).ok_or_else(bad)?;
+        Ok(Some(Reservation {
+            id: id.to_string(),
+            topic: out.first().and_then(text).ok_or_else(bad)?,
+            body: serde_json::value::RawValue::from_string(body).map_err(|_| bad())?,
+            attempt: out.get(2).and_then(int).ok_or_else(bad)? as u32,
+            receipt: out.get(3).and_then(text).ok_or_else(bad)?,
+            deadline: out.get(4).and_then(int).ok_or_else(bad)?,
+            run_at: 0,
+        }))
+    }
+
+    /// Reads a hash of the `{<prefix>}` slot (the tube names, pauses, counters, a server's gauges).
+    pub async fn bs_hash(&self, key: &str) -> Result<HashMap<String, String>> {
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(key);
+        self.query(0, &cmd).await
+    }
+}

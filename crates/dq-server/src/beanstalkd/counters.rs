@@ -1,0 +1,214 @@
+//! The protocol's counters (`cmd-…`, per tube `cmd-delete`, `cmd-pause-tube`, `total-jobs`) and gauges
+//! (connections, producers, workers, waiting reserves, per tube `current-using`, `current-watching`,
+//! `current-waiting`), summed over every dq-server that serves the protocol.
+//!
+//! Counting costs no Redis call: a server adds its counts to `{<prefix>}:bs:stats` once a second, and
+//! rewrites its gauges in `{<prefix>}:bs:server:<id>` (expiring 5 s after the last write, so a server that
+//! died stops counting), listed in `{<prefix>}:bs:servers`. A reader adds what its own server has not
+//! written yet, and its own gauges as they are now, so one server's answers are exact at once and
+//! another server's within a second.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use dq_core::Queue;
+use tokio_util::sync::CancellationToken;
+
+/// How long a server's gauges count after its last write.
+const GAUGES_TTL_MS: i64 = 5_000;
+
+/// One server's gauges.
+#[derive(Debug, Default, Clone)]
+pub struct Gauges {
+    /// Open connections.
+    pub connections: i64,
+    /// Connections that put a job.
+    pub producers: i64,
+    /// Connections that reserved.
+    pub workers: i64,
+    /// Reserves waiting now.
+    pub waiting: i64,
+    /// Connections accepted since start.
+    pub total_connections: i64,
+    /// Per topic: connections using it, watching it, waiting on it.
+    pub tubes: HashMap<String, [i64; 3]>,
+}
+
+/// Which per-tube gauge.
+#[derive(Debug, Clone, Copy)]
+pub enum TubeGauge {
+    /// `current-using`
+    Using = 0,
+    /// `current-watching`
+    Watching = 1,
+    /// `current-waiting`
+    Waiting = 2,
+}
+
+/// This server's counts not yet written, and its gauges.
+#[derive(Debug)]
+pub struct Counters {
+    /// This server's id (`id` in `stats`).
+    pub server_id: String,
+    /// Counts since the last write.
+    unwritten: Mutex<HashMap<String, i64>>,
+    /// Gauges as they are.
+    gauges: Mutex<Gauges>,
+}
+
+impl Counters {
+    /// Counters of a server with a fresh id.
+    pub fn new() -> Self {
+        Counters {
+            server_id: format!("{:016x}", rand::random::<u64>()),
+            unwritten: Mutex::default(),
+            gauges: Mutex::default(),
+        }
+    }
+
+    /// Counts one of `field` (`cmd-put`, or `<topic>:cmd-delete`).
+    pub fn count(&self, field: impl Into<String>) {
+        *self
+            .unwritten
+            .lock()
+            .expect("not poisoned")
+            .entry(field.into())
+            .or_default() += 1;
+    }
+
+    /// Changes this server's gauges.
+    pub fn gauge(&self, change: impl FnOnce(&mut Gauges)) {
+        change(&mut self.gauges.lock().expect("not poisoned"));
+    }
+
+    /// Moves a per-tube gauge of `topic` by `by`.
+    pub fn tube_gauge(&self, topic: &str, which: TubeGauge, by: i64) {
+        self.gauge(|g| {
+            let entry = g.tubes.entry(topic.to_string()).or_default();
+            entry[which as usize] += by;
+            if entry.iter().all(|&v| v == 0) {
+                g.tubes.remove(topic);
+            }
+        });
+    }
+
+    /// Every server's counts: what was written, plus this server's unwritten counts.
+    pub async fn totals(&self, queue: &Queue) -> HashMap<String, i64> {
+        let written = queue.bs_hash(&queue.keys().bs_stats()).await.unwrap_or_default();
+        let mut totals: HashMap<String, i64> = written.into_iter().map(|(k, v)| (k, v.parse().unwrap_or(0))).collect();
+        for (k, v) in self.unwritten.lock().expect("not poisoned").iter() {
+            *totals.entry(k.clone()).or_default() += v;
+        }
+        totals
+    }
+
+    /// Every server's gauges summed: this one's as they are, the others' as they last wrote them.
+    pub async fn all_gauges(&self, queue: &Queue) -> Gauges {
+        let mut sum = self.gauges.lock().expect("not poisoned").clone();
+        let keys = queue.keys();
+        let now = dq_core::queue::unix_ms();
+        let mut cmd = redis::cmd("ZRANGE");
+        cmd.arg(keys.bs_servers()).arg(now).arg("+inf").arg("BYSCORE");
+        let servers: Vec<String> = queue.query(0, &cmd).await.unwrap_or_default();
+        for id in servers.iter().filter(|id| **id != self.server_id) {
+            let Ok(fields) = queue.bs_hash(&keys.bs_server(id)).await else {
+                continue;
+            };
+            for (k, v) in fields {
+                let v: i64 = v.parse().unwrap_or(0);
+                match k.split_once(':') {
+                    Some((kind, topic)) => {
+                        let i = match kind {
+                            "using" => 0,
+                            "watching" => 1,
+                            _ => 2,
+                        };
+                        sum.tubes.entry(topic.to_string()).or_default()[i] += v;
+                    }
+                    None => match k.as_str() {
+                        "connections" => sum.connections += v,
+                        "producers" => sum.producers += v,
+                        "workers" => sum.workers += v,
+                        "waiting" => sum.waiting += v,
+                        "total_connections" => sum.total_connections += v,
+                        _ => {}
+                    },
+                }
+            }
+        }
+        sum
+    }
+
+    /// Writes the counts and gauges once a second until `stop`, and once more then (the gauges then
+    /// removed).
+    pub async fn write_every_second(&self, queue: &Queue, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.write(queue, false).await,
+                _ = stop.cancelled() => {
+                    self.write(queue, true).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One write (see the module's doc); on failure the counts wait for the next.
+    async fn write(&self, queue: &Queue, last: bool) {
+        let keys = queue.keys();
+        let counts: HashMap<String, i64> = std::mem::take(&mut *self.unwritten.lock().expect("not poisoned"));
+        let gauges = self.gauges.lock().expect("not poisoned").clone();
+        let own = keys.bs_server(&self.server_id);
+        let now = dq_core::queue::unix_ms();
+        let mut pipe = redis::pipe();
+        for (field, n) in &counts {
+            pipe.cmd("HINCRBY").arg(keys.bs_stats()).arg(field).arg(n).ignore();
+        }
+        pipe.cmd("DEL").arg(&own).ignore();
+        if last {
+            pipe.cmd("ZREM").arg(keys.bs_servers()).arg(&self.server_id).ignore();
+        } else {
+            let mut fields: Vec<(String, i64)> = vec![
+                ("connections".into(), gauges.connections),
+                ("producers".into(), gauges.producers),
+                ("workers".into(), gauges.workers),
+                ("waiting".into(), gauges.waiting),
+                ("total_connections".into(), gauges.total_connections),
+            ];
+            for (topic, v) in &gauges.tubes {
+                for (i, kind) in ["using", "watching", "waiting"].iter().enumerate() {
+                    if v[i] != 0 {
+                        fields.push((format!("{kind}:{topic}"), v[i]));
+                    }
+                }
+            }
+            pipe.cmd("HSET").arg(&own).arg(fields).ignore();
+            pipe.cmd("PEXPIRE").arg(&own).arg(GAUGES_TTL_MS).ignore();
+            pipe.cmd("ZADD")
+                .arg(keys.bs_servers())
+                .arg(now + GAUGES_TTL_MS)
+                .arg(&self.server_id)
+                .ignore();
+            pipe.cmd("ZREMRANGEBYSCORE")
+                .arg(keys.bs_servers())
+                .arg("-inf")
+                .arg(now)
+                .ignore();
+        }
+        if let Err(e) = queue.redis().pipe::<()>(&pipe).await {
+            tracing::warn!(error = %e, "could not write the beanstalkd protocol's counters; trying again in a second");
+            let mut unwritten = self.unwritten.lock().expect("not poisoned");
+            for (k, v) in counts {
+                *unwritten.entry(k).or_default() += v;
+            }
+        }
+    }
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self::new()
+    }
+}

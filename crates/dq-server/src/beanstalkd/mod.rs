@@ -1,0 +1,282 @@
+//! The beanstalkd protocol on dq (`beanstalkd.listen`): every beanstalkd client works against dq, its
+//! jobs durable in Redis. docs/beanstalkd.md is the user's guide, with each difference from beanstalkd.
+//!
+//! - [`codec`]: framing (command lines, put bodies); [`command`]: reading a line as beanstalkd does.
+//! - [`session`]: a connection (put, reserve, the verbs on its reservations); [`verbs`]: the rest.
+//! - [`body`]: bytes ↔ JSON bodies; [`yaml`]: the stats and lists; [`reply`]: fixed replies.
+//! - [`counters`]: `cmd-…` counters and `current-…` gauges over every dq-server; [`numbers`]: job numbers.
+
+pub mod body;
+pub mod codec;
+pub mod command;
+pub mod counters;
+pub mod numbers;
+pub mod reply;
+pub mod session;
+pub mod verbs;
+pub mod yaml;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use dq_core::beanstalkd::{is_made_topic, topic_of_tube};
+use dq_core::registry::TopicCache;
+use dq_core::{Queue, Result};
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use self::codec::Codec;
+use self::counters::Counters;
+use self::numbers::Numbers;
+use self::session::{Next, Session, Tube};
+
+/// What every connection of the listener shares.
+#[derive(Debug)]
+pub struct Shared {
+    /// The queue.
+    pub queue: Arc<Queue>,
+    /// The topic registry (topics paused over HTTP are not reserved).
+    pub topics: Arc<TopicCache>,
+    /// Command counters and connection gauges.
+    pub counters: Counters,
+    /// Job numbers.
+    pub numbers: Numbers,
+    /// Cancelled when the server drains: puts and reserves answer `DRAINING`.
+    pub draining: CancellationToken,
+    /// Cancelled when the drain's grace is over: every connection closes.
+    pub closing: CancellationToken,
+    /// `beanstalkd.max_job_size`.
+    pub max_job_size: usize,
+    /// When the listener started.
+    pub started: Instant,
+    /// Paused tubes: topic -> (end of the pause, Unix ms; its length in seconds), read once a second.
+    pub paused: RwLock<HashMap<String, (i64, u64)>>,
+    /// Tube names of made topics (see [`dq_core::beanstalkd`]), as stored.
+    names: RwLock<HashMap<String, String>>,
+}
+
+impl Shared {
+    /// The tube named `name`, its made topic's name stored the first time.
+    pub async fn tube(&self, name: String) -> Result<Tube> {
+        let (topic, made) = topic_of_tube(&name);
+        if made && !self.names.read().expect("not poisoned").contains_key(&topic) {
+            let mut cmd = redis::cmd("HSET");
+            cmd.arg(self.queue.keys().bs_tubes()).arg(&topic).arg(&name);
+            self.queue.query::<()>(0, &cmd).await?;
+            self.names
+                .write()
+                .expect("not poisoned")
+                .insert(topic.clone(), name.clone());
+        }
+        Ok(Tube { name, topic })
+    }
+
+    /// The tube name of `topic`.
+    pub async fn tube_name(&self, topic: &str) -> Result<String> {
+        if !is_made_topic(topic) {
+            return Ok(topic.to_string());
+        }
+        if let Some(name) = self.names.read().expect("not poisoned").get(topic) {
+            return Ok(name.clone());
+        }
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(self.queue.keys().bs_tubes()).arg(topic);
+        let name: Option<String> = self.queue.query(0, &cmd).await?;
+        let name = name.unwrap_or_else(|| topic.to_string());
+        self.names
+            .write()
+            .expect("not poisoned")
+            .insert(topic.to_string(), name.clone());
+        Ok(name)
+    }
+
+    /// The topics that are tubes now: `default`, registered topics, topics with jobs, and tubes some
+    /// connection (of any dq-server) uses or watches. `default` first, then by name.
+    pub async fn tube_topics(&self) -> Result<Vec<String>> {
+        let mut set: BTreeSet<String> = self.topics.snapshot().keys().cloned().collect();
+        let counts = self.queue.counts().await;
+        set.extend(
+            counts
+                .counts
+                .into_iter()
+                .filter(|(_, c)| c.iter().any(|(s, &n)| *s != dq_core::State::Done && n > 0))
+                .map(|(t, _)| t),
+        );
+        let gauges = self.counters.all_gauges(&self.queue).await;
+        set.extend(
+            gauges
+                .tubes
+                .into_iter()
+                .filter(|(_, g)| g[0] > 0 || g[1] > 0)
+                .map(|(t, _)| t),
+        );
+        set.remove("default");
+        Ok(std::iter::once("default".to_string()).chain(set).collect())
+    }
+
+    /// Whether `topic` is a tube now (see [`Shared::tube_topics`]).
+    pub async fn tube_exists(&self, topic: &str) -> Result<bool> {
+        Ok(topic == "default" || self.tube_topics().await?.iter().any(|t| t == topic))
+    }
+
+    /// `pause-tube`: reserves over the protocol leave `topic` alone for `secs` seconds.
+    pub async fn pause(&self, topic: &str, secs: u32) -> Result<()> {
+        let until = self.queue.redis_now_ms().await? + secs as i64 * 1000;
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(self.queue.keys().bs_paused())
+            .arg(topic)
+            .arg(format!("{until} {secs}"));
+        self.queue.query::<()>(0, &cmd).await?;
+        self.paused
+            .write()
+            .expect("not poisoned")
+            .insert(topic.to_string(), (until, secs as u64));
+        Ok(())
+    }
+
+    /// Reads the paused tubes (once a second), dropping pauses long over.
+    async fn read_pauses(&self) {
+        let Ok(stored) = self.queue.bs_hash(&self.queue.keys().bs_paused()).await else {
+            return;
+        };
+        let now = dq_core::queue::unix_ms();
+        let mut map = HashMap::new();
+        for (topic, v) in stored {
+            let mut parts = v.split(' ').map(|x| x.parse::<i64>().unwrap_or(0));
+            let (until, secs) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+            if until + 60_000 < now {
+                let mut cmd = redis::cmd("HDEL");
+                cmd.arg(self.queue.keys().bs_paused()).arg(&topic);
+                let _ = self.queue.query::<()>(0, &cmd).await;
+                continue;
+            }
+            map.insert(topic, (until, secs.max(0) as u64));
+        }
+        *self.paused.write().expect("not poisoned") = map;
+    }
+}
+
+/// Binds `beanstalkd.listen` (checked by the config: loopback unless `beanstalkd.allow_remote`).
+pub async fn bind(listen: &str) -> anyhow::Result<TcpListener> {
+    use anyhow::Context;
+    TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen} (beanstalkd.listen)"))
+}
+
+/// Serves the protocol on `listener` until `shutdown`; then puts and reserves answer `DRAINING`,
+/// connections that hold reservations may finish them for `grace`, and every connection closes,
+/// handing back what it still holds.
+pub async fn serve(
+    listener: TcpListener,
+    queue: Arc<Queue>,
+    topics: Arc<TopicCache>,
+    settings: &dq_core::config::BeanstalkdSettings,
+    grace: Duration,
+    shutdown: CancellationToken,
+) {
+    let shared = Arc::new(Shared {
+        queue,
+        topics,
+        counters: Counters::new(),
+        numbers: Numbers::default(),
+        draining: shutdown.clone(),
+        closing: CancellationToken::new(),
+        max_job_size: settings.max_job_size,
+        started: Instant::now(),
+        paused: RwLock::default(),
+        names: RwLock::default(),
+    });
+    let housekeeping_stop = CancellationToken::new();
+    let housekeeping = {
+        let (shared, stop) = (shared.clone(), housekeeping_stop.clone());
+        tokio::spawn(async move {
+            let pauses = async {
+                loop {
+                    shared.read_pauses().await;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            };
+            tokio::select! {
+                _ = shared.counters.write_every_second(&shared.queue, stop.clone()) => {}
+                _ = pauses => {}
+            }
+        })
+    };
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "beanstalkd protocol listening");
+    }
+    let permits = Arc::new(Semaphore::new(settings.max_connections));
+    let tracker = TaskTracker::new();
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => p.expect("never closed"),
+            _ = shutdown.cancelled() => break,
+        };
+        let socket = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((socket, _)) => socket,
+                Err(e) => {
+                    tracing::warn!(error = %e, "beanstalkd accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => break,
+        };
+        let shared = shared.clone();
+        tracker.spawn(async move {
+            connection(shared, socket).await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tracker.close();
+    if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+        shared.closing.cancel();
+        tracker.wait().await;
+    }
+    housekeeping_stop.cancel();
+    let _ = housekeeping.await;
+    tracing::info!("beanstalkd protocol stopped");
+}
+
+/// One connection, until it quits, goes away, or the server's drain ends it.
+async fn connection(shared: Arc<Shared>, socket: TcpStream) {
+    let _ = socket.set_nodelay(true);
+    let (read, mut write) = socket.into_split();
+    let mut frames = FramedRead::new(read, Codec::new(shared.max_job_size));
+    let mut session = Session::new(shared.clone());
+    loop {
+        let frame = match session.pending.pop_front() {
+            Some(frame) => frame,
+            None => {
+                // A draining server closes connections that hold nothing at once.
+                let idle = !session.holds_jobs();
+                tokio::select! {
+                    frame = frames.next() => match frame {
+                        Some(Ok(frame)) => frame,
+                        _ => break,
+                    },
+                    _ = shared.draining.cancelled(), if idle => break,
+                    _ = shared.closing.cancelled() => break,
+                }
+            }
+        };
+        match session.handle(frame, &mut frames).await {
+            Next::Reply(bytes) => {
+                if write.write_all(&bytes).await.is_err() {
+                    break;
+                }
+            }
+            Next::Close => break,
+        }
+    }
+    session.close().await;
+}

@@ -1,0 +1,487 @@
+//! One protocol connection: its used tube, watched tubes and reservations, and the commands that need
+//! them (put, reserve, the verbs on reserved jobs). The commands that only read are in [`super::verbs`].
+//!
+//! Reservations belong to the connection that made them: it alone may delete, release, bury or touch
+//! them (another connection gets `NOT_FOUND`, as in beanstalkd), and when it closes, quits or its
+//! server drains, what it still holds goes back to ready at once (`release.lua`). The reservation itself
+//! is dq's: fenced by its receipt and ended by dq-timer at its deadline, so a connection that hangs
+//! loses its jobs after their TTR, and a dq-server that dies loses nothing.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dq_core::beanstalkd::{home_partition, id_of_number};
+use dq_core::queue::ReserveOptions;
+use dq_core::queue::beanstalkd::Released;
+use dq_core::{Error, NewJob, Reservation, Schedule, State};
+use futures_util::StreamExt;
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::time::Instant;
+use tokio_util::codec::FramedRead;
+
+use super::Shared;
+use super::codec::{Codec, Frame};
+use super::command::{Command, PutLine, Refused};
+use super::counters::TubeGauge;
+use super::{body, reply};
+
+/// A reserved job's deadline is "soon" within this much of it (beanstalkd's safety margin).
+const SAFETY_MARGIN: Duration = Duration::from_secs(1);
+
+/// The frames of a connection.
+pub type Frames = FramedRead<OwnedReadHalf, Codec>;
+
+/// What to do after a command.
+pub enum Next {
+    /// Send this reply and read the next command.
+    Reply(Vec<u8>),
+    /// Close the connection (`quit`, or the client went away).
+    Close,
+}
+
+/// A tube as a connection names it, and the topic that holds its jobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tube {
+    /// The name the client uses.
+    pub name: String,
+    /// dq's topic.
+    pub topic: String,
+}
+
+/// A job this connection reserved.
+#[derive(Debug)]
+struct Held {
+    id: String,
+    receipt: String,
+    /// When the reservation ends, on this server's clock.
+    deadline: Instant,
+}
+
+/// A connection's state.
+pub struct Session {
+    pub(super) shared: Arc<Shared>,
+    pub(super) used: Tube,
+    pub(super) watched: Vec<Tube>,
+    held: HashMap<u64, Held>,
+    producer: bool,
+    worker: bool,
+    /// Frames that arrived while a reserve waited, handled after it.
+    pub pending: VecDeque<Frame>,
+}
+
+impl Session {
+    /// A new connection: using and watching `default`.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        let default = Tube {
+            name: "default".into(),
+            topic: "default".into(),
+        };
+        shared.counters.gauge(|g| {
+            g.connections += 1;
+            g.total_connections += 1;
+        });
+        shared.counters.tube_gauge("default", TubeGauge::Using, 1);
+        shared.counters.tube_gauge("default", TubeGauge::Watching, 1);
+        Session {
+            shared,
+            used: default.clone(),
+            watched: vec![default],
+            held: HashMap::new(),
+            producer: false,
+            worker: false,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// Whether this connection holds reservations (a draining server keeps it open for them).
+    pub fn holds_jobs(&mut self) -> bool {
+        self.soonest_deadline().is_some()
+    }
+
+    /// Handles one frame.
+    pub async fn handle(&mut self, frame: Frame, frames: &mut Frames) -> Next {
+        let reply = match frame {
+            Frame::TooLong => reply::BAD_FORMAT.to_vec(),
+            Frame::TooBig => {
+                self.shared.counters.count("cmd-put");
+                reply::JOB_TOO_BIG.to_vec()
+            }
+            Frame::Put { line, body, crlf } => {
+                self.shared.counters.count("cmd-put");
+                if !crlf {
+                    reply::EXPECTED_CRLF.to_vec()
+                } else {
+                    self.put(line, &body).await
+                }
+            }
+            Frame::Line(line) => match super::command::parse(&line) {
+                Err(Refused::BadFormat) => reply::BAD_FORMAT.to_vec(),
+                Err(Refused::Unknown) => reply::UNKNOWN_COMMAND.to_vec(),
+                Ok(Command::Quit) => return Next::Close,
+                Ok(Command::Reserve(timeout)) => return self.reserve(timeout, frames).await,
+                Ok(command) => self.command(command).await,
+            },
+        };
+        Next::Reply(reply)
+    }
+
+    /// The commands other than put, reserve and quit.
+    async fn command(&mut self, command: Command) -> Vec<u8> {
+        let counted = super::verbs::counter_name(&command);
+        self.shared.counters.count(counted);
+        let answer = match command {
+            Command::Use(name) => self.use_tube(name).await,
+            Command::Watch(name) => self.watch(name).await,
+            Command::Ignore(name) => Ok(self.ignore(&name)),
+            Command::ReserveJob(n) => self.reserve_job(n).await,
+            Command::Delete(n) => self.delete(n).await,
+            Command::Release(n, pri, delay) => self.release(n, pri, Some(delay)).await,
+            Command::Bury(n, pri) => self.release(n, pri, None).await,
+            Command::Touch(n) => self.touch(n).await,
+            other => self.read_only(other).await,
+        };
+        answer.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "beanstalkd command failed");
+            reply::INTERNAL_ERROR.to_vec()
+        })
+    }
+
+    /// `put`: a job with its number's id in its tube's home partition.
+    async fn put(&mut self, line: PutLine, bytes: &[u8]) -> Vec<u8> {
+        if self.shared.draining.is_cancelled() {
+            return reply::DRAINING.to_vec();
+        }
+        if !self.producer {
+            self.producer = true;
+            self.shared.counters.gauge(|g| g.producers += 1);
+        }
+        let queue = &self.shared.queue;
+        let topic = self.used.topic.clone();
+        let p = home_partition(&topic, queue.partitions().count());
+        let json = body::to_json(bytes);
+        // A number whose id a producer took over HTTP is skipped.
+        for _ in 0..3 {
+            let n = match self.shared.numbers.next(queue, p).await {
+                Ok(n) => n,
+                Err(e) => return internal(e),
+            };
+            let job = NewJob {
+                id: Some(id_of_number(n, queue.partitions().count())),
+                topic: topic.clone(),
+                body: json.clone(),
+                schedule: Schedule::Delay(line.delay as u64 * 1000),
+                // beanstalkd makes a TTR of 0 one second.
+                ttr_ms: line.ttr.max(1) as u64 * 1000,
+                max_attempts: 0,
+                dedup: None,
+                max_age_ms: None,
+                backoff_ms: None,
+                priority: Some(line.priority),
+            };
+            match queue.push(job).await {
+                Ok(_) => {
+                    self.shared.counters.count(format!("{topic}:total-jobs"));
+                    return format!("INSERTED {n}\r\n").into_bytes();
+                }
+                Err(Error::Conflict(_)) => continue,
+                Err(e) => return internal(e),
+            }
+        }
+        reply::INTERNAL_ERROR.to_vec()
+    }
+
+    /// The topics a reserve takes from now: the watched ones that are not paused (here or over HTTP),
+    /// and when the next pause among them ends.
+    fn live_topics(&self) -> (Vec<String>, Option<Instant>) {
+        let registry = self.shared.topics.snapshot();
+        let paused = self.shared.paused.read().expect("not poisoned").clone();
+        let now = dq_core::queue::unix_ms();
+        let mut next_end: Option<Instant> = None;
+        let mut topics = Vec::new();
+        for t in &self.watched {
+            if registry.get(&t.topic).is_some_and(|c| c.paused) {
+                continue;
+            }
+            if let Some(&(until, _)) = paused.get(&t.topic).filter(|(until, _)| *until > now) {
+                let end = Instant::now() + Duration::from_millis((until - now) as u64);
+                next_end = Some(next_end.map_or(end, |e| e.min(end)));
+                continue;
+            }
+            topics.push(t.topic.clone());
+        }
+        (topics, next_end)
+    }
+
+    /// When the soonest reservation this connection holds ends, if it holds one that has not ended
+    /// (the others are forgotten: dq-timer hands those jobs out again).
+    fn soonest_deadline(&mut self) -> Option<Instant> {
+        let now = Instant::now();
+        self.held.retain(|_, h| h.deadline > now);
+        self.held.values().map(|h| h.deadline).min()
+    }
+
+    /// `reserve` and `reserve-with-timeout`.
+    async fn reserve(&mut self, timeout: Option<u32>, frames: &mut Frames) -> Next {
+        let shared = self.shared.clone();
+        shared.counters.count(if timeout.is_some() {
+            "cmd-reserve-with-timeout"
+        } else {
+            "cmd-reserve"
+        });
+        if !self.worker {
+            self.worker = true;
+            shared.counters.gauge(|g| g.workers += 1);
+        }
+        let until = timeout.map(|t| Instant::now() + Duration::from_secs(t as u64));
+        let mut waiting = false;
+        let next = loop {
+            if shared.draining.is_cancelled() {
+                break Next::Reply(reply::DRAINING.to_vec());
+            }
+            let (topics, pause_ends) = self.live_topics();
+            let mut waiter = shared.queue.ready_index().waiter(&topics);
+            if !topics.is_empty() {
+                let options = ReserveOptions {
+                    least_ttr_ms: None,
+                    waits: true,
+                    best_first: true,
+                };
+                match shared.queue.reserve_with(&topics, 1, options).await {
+                    Ok(mut jobs) => {
+                        if let Some(job) = jobs.pop() {
+                            break self.reserved(job).await;
+                        }
+                    }
+                    Err(e) => break Next::Reply(internal(e)),
+                }
+            }
+            let soonest = self.soonest_deadline();
+            if soonest.is_some_and(|d| d <= Instant::now() + SAFETY_MARGIN) {
+                break Next::Reply(reply::DEADLINE_SOON.to_vec());
+            }
+            if until.is_some_and(|u| u <= Instant::now()) {
+                break Next::Reply(reply::TIMED_OUT.to_vec());
+            }
+            if !waiting {
+                waiting = true;
+                self.waiting_gauges(1);
+            }
+            let far = Instant::now() + Duration::from_secs(86_400);
+            tokio::select! {
+                _ = waiter.wait() => {}
+                _ = tokio::time::sleep_until(until.unwrap_or(far)) => {}
+                _ = tokio::time::sleep_until(soonest.map_or(far, |d| d - SAFETY_MARGIN)) => {}
+                _ = tokio::time::sleep_until(pause_ends.unwrap_or(far)) => {}
+                _ = shared.draining.cancelled() => {}
+                frame = frames.next() => match frame {
+                    Some(Ok(frame)) => self.pending.push_back(frame),
+                    // The client went away: it takes no job.
+                    _ => break Next::Close,
+                },
+            }
+        };
+        if waiting {
+            self.waiting_gauges(-1);
+        }
+        next
+    }
+
+    fn waiting_gauges(&self, by: i64) {
+        self.shared.counters.gauge(|g| g.waiting += by);
+        for t in &self.watched {
+            self.shared.counters.tube_gauge(&t.topic, TubeGauge::Waiting, by);
+        }
+    }
+
+    /// Keeps a reservation and answers `RESERVED`.
+    async fn reserved(&mut self, job: Reservation) -> Next {
+        let n = match self.shared.queue.bs_number(&job.id).await {
+            Ok(Some(n)) => n,
+            Ok(None) => return Next::Reply(reply::INTERNAL_ERROR.to_vec()),
+            Err(e) => {
+                // Not shown to the client, so handed back at once.
+                let _ = self.shared.queue.release(&job.id, &job.receipt).await;
+                return Next::Reply(internal(e));
+            }
+        };
+        let left = (job.deadline - dq_core::queue::unix_ms()).max(0) as u64;
+        self.held.insert(
+            n,
+            Held {
+                id: job.id.clone(),
+                receipt: job.receipt.clone(),
+                deadline: Instant::now() + Duration::from_millis(left),
+            },
+        );
+        Next::Reply(reply::with_body(
+            &format!("RESERVED {n}"),
+            &body::to_bytes(job.body.get()),
+        ))
+    }
+
+    /// `reserve-job <id>`.
+    async fn reserve_job(&mut self, n: u64) -> dq_core::Result<Vec<u8>> {
+        let Some(job) = self.shared.queue.bs_find(n).await? else {
+            return Ok(reply::NOT_FOUND.to_vec());
+        };
+        if job.state == State::Reserved {
+            return Ok(reply::NOT_FOUND.to_vec());
+        }
+        let Some(reservation) = self.shared.queue.bs_take(&job.id).await? else {
+            return Ok(reply::NOT_FOUND.to_vec());
+        };
+        if !self.worker {
+            self.worker = true;
+            self.shared.counters.gauge(|g| g.workers += 1);
+        }
+        match self.reserved(reservation).await {
+            Next::Reply(r) => Ok(r),
+            Next::Close => Ok(reply::INTERNAL_ERROR.to_vec()),
+        }
+    }
+
+    /// The reservation this connection holds on job `n`, if it still does.
+    fn held(&mut self, n: u64) -> Option<&Held> {
+        let now = Instant::now();
+        if self.held.get(&n).is_some_and(|h| h.deadline <= now) {
+            self.held.remove(&n);
+        }
+        self.held.get(&n)
+    }
+
+    /// `delete <id>`: a job this connection holds is acked; a ready, delayed or buried job is deleted;
+    /// a job another connection holds is `NOT_FOUND`.
+    async fn delete(&mut self, n: u64) -> dq_core::Result<Vec<u8>> {
+        let queue = self.shared.queue.clone();
+        if let Some(h) = self.held(n) {
+            let (id, receipt) = (h.id.clone(), h.receipt.clone());
+            self.held.remove(&n);
+            let topic = queue.bs_job(&id).await?.map(|j| j.topic);
+            return Ok(match queue.ack(&id, &receipt).await {
+                Ok(()) => {
+                    if let Some(topic) = topic {
+                        self.shared.counters.count(format!("{topic}:cmd-delete"));
+                    }
+                    reply::DELETED.to_vec()
+                }
+                Err(Error::StaleReceipt | Error::NotFound(_)) => reply::NOT_FOUND.to_vec(),
+                Err(e) => return Err(e),
+            });
+        }
+        let Some(job) = queue.bs_find(n).await? else {
+            return Ok(reply::NOT_FOUND.to_vec());
+        };
+        if job.state == State::Reserved {
+            return Ok(reply::NOT_FOUND.to_vec());
+        }
+        Ok(match queue.delete(&job.id).await {
+            Ok(()) => {
+                self.shared.counters.count(format!("{}:cmd-delete", job.topic));
+                reply::DELETED.to_vec()
+            }
+            Err(Error::NotFound(_)) => reply::NOT_FOUND.to_vec(),
+            Err(e) => return Err(e),
+        })
+    }
+
+    /// `release <id> <pri> <delay>` (`delay` given) and `bury <id> <pri>` (none).
+    async fn release(&mut self, n: u64, priority: u32, delay: Option<u32>) -> dq_core::Result<Vec<u8>> {
+        let Some(h) = self.held(n) else {
+            return Ok(reply::NOT_FOUND.to_vec());
+        };
+        let (id, receipt) = (h.id.clone(), h.receipt.clone());
+        self.held.remove(&n);
+        let delay_ms = delay.map(|d| d as u64 * 1000);
+        Ok(
+            match self.shared.queue.bs_release(&id, &receipt, priority, delay_ms).await? {
+                Released::Now(State::Dead) => reply::BURIED.to_vec(),
+                Released::Now(_) => reply::RELEASED.to_vec(),
+                Released::Gone | Released::Stale => reply::NOT_FOUND.to_vec(),
+            },
+        )
+    }
+
+    /// `touch <id>`: the reservation starts its TTR again.
+    async fn touch(&mut self, n: u64) -> dq_core::Result<Vec<u8>> {
+        let Some(h) = self.held(n) else {
+            return Ok(reply::NOT_FOUND.to_vec());
+        };
+        let (id, receipt) = (h.id.clone(), h.receipt.clone());
+        match self.shared.queue.touch(&id, &receipt, None).await {
+            Ok(deadline) => {
+                let left = (deadline - dq_core::queue::unix_ms()).max(0) as u64;
+                if let Some(h) = self.held.get_mut(&n) {
+                    h.deadline = Instant::now() + Duration::from_millis(left);
+                }
+                Ok(reply::TOUCHED.to_vec())
+            }
+            Err(Error::StaleReceipt | Error::NotFound(_)) => {
+                self.held.remove(&n);
+                Ok(reply::NOT_FOUND.to_vec())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `use <tube>`.
+    async fn use_tube(&mut self, name: String) -> dq_core::Result<Vec<u8>> {
+        let tube = self.shared.tube(name).await?;
+        let counters = &self.shared.counters;
+        counters.tube_gauge(&self.used.topic, TubeGauge::Using, -1);
+        counters.tube_gauge(&tube.topic, TubeGauge::Using, 1);
+        let answer = format!("USING {}\r\n", tube.name).into_bytes();
+        self.used = tube;
+        Ok(answer)
+    }
+
+    /// `watch <tube>`.
+    async fn watch(&mut self, name: String) -> dq_core::Result<Vec<u8>> {
+        let tube = self.shared.tube(name).await?;
+        if !self.watched.contains(&tube) {
+            self.shared.counters.tube_gauge(&tube.topic, TubeGauge::Watching, 1);
+            self.watched.push(tube);
+        }
+        Ok(format!("WATCHING {}\r\n", self.watched.len()).into_bytes())
+    }
+
+    /// `ignore <tube>`.
+    fn ignore(&mut self, name: &str) -> Vec<u8> {
+        if let Some(i) = self.watched.iter().position(|t| t.name == name) {
+            if self.watched.len() < 2 {
+                return reply::NOT_IGNORED.to_vec();
+            }
+            let tube = self.watched.remove(i);
+            self.shared.counters.tube_gauge(&tube.topic, TubeGauge::Watching, -1);
+        }
+        format!("WATCHING {}\r\n", self.watched.len()).into_bytes()
+    }
+
+    /// The connection ends: what it holds goes back to ready at once, and its gauges go.
+    pub async fn close(mut self) {
+        for (_, h) in self.held.drain() {
+            if let Err(e) = self.shared.queue.release(&h.id, &h.receipt).await
+                && !matches!(e, Error::StaleReceipt | Error::NotFound(_))
+            {
+                tracing::warn!(error = %e, id = %h.id, "could not hand back a closed connection's job; dq-timer will at its TTR");
+            }
+        }
+        let counters = &self.shared.counters;
+        counters.tube_gauge(&self.used.topic, TubeGauge::Using, -1);
+        for t in &self.watched {
+            counters.tube_gauge(&t.topic, TubeGauge::Watching, -1);
+        }
+        let (producer, worker) = (self.producer, self.worker);
+        counters.gauge(|g| {
+            g.connections -= 1;
+            g.producers -= i64::from(producer);
+            g.workers -= i64::from(worker);
+        });
+    }
+}
+
+/// `INTERNAL_ERROR`, logged.
+pub fn internal(e: Error) -> Vec<u8> {
+    tracing::warn!(error = %e, "beanstalkd command failed");
+    reply::INTERNAL_ERROR.to_vec()
+}

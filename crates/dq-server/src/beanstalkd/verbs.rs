@@ -1,0 +1,201 @@
+//! The commands that look (peek, stats, lists) or move jobs without holding them (kick, pause-tube).
+
+use std::collections::HashMap;
+
+use dq_core::queue::beanstalkd::BsJob;
+use dq_core::{Job, State};
+
+use super::command::Command;
+use super::session::Session;
+use super::{body, reply, yaml};
+
+/// beanstalkd's urgent jobs: ready with a priority below this.
+const URGENT: u32 = 1024;
+
+/// The `cmd-…` counter a command counts in (put and reserve count themselves).
+pub fn counter_name(command: &Command) -> &'static str {
+    match command {
+        Command::Use(_) => "cmd-use",
+        Command::Reserve(_) | Command::ReserveJob(_) => "cmd-reserve",
+        Command::Delete(_) => "cmd-delete",
+        Command::Release(..) => "cmd-release",
+        Command::Bury(..) => "cmd-bury",
+        Command::Touch(_) => "cmd-touch",
+        Command::Watch(_) => "cmd-watch",
+        Command::Ignore(_) => "cmd-ignore",
+        Command::Peek(_) => "cmd-peek",
+        Command::PeekReady => "cmd-peek-ready",
+        Command::PeekDelayed => "cmd-peek-delayed",
+        Command::PeekBuried => "cmd-peek-buried",
+        Command::Kick(_) | Command::KickJob(_) => "cmd-kick",
+        Command::StatsJob(_) => "cmd-stats-job",
+        Command::StatsTube(_) => "cmd-stats-tube",
+        Command::Stats => "cmd-stats",
+        Command::ListTubes => "cmd-list-tubes",
+        Command::ListTubeUsed => "cmd-list-tube-used",
+        Command::ListTubesWatched => "cmd-list-tubes-watched",
+        Command::PauseTube(..) => "cmd-pause-tube",
+        Command::Quit => "cmd-quit",
+    }
+}
+
+impl Session {
+    /// The commands of this module.
+    pub(super) async fn read_only(&mut self, command: Command) -> dq_core::Result<Vec<u8>> {
+        let queue = self.shared.queue.clone();
+        let topic = self.used.topic.clone();
+        match command {
+            Command::Peek(n) => Ok(match queue.bs_find(n).await? {
+                Some(job) => found(n, &job.body),
+                None => reply::NOT_FOUND.to_vec(),
+            }),
+            Command::PeekReady => self.peek_first(&topic, State::Ready).await,
+            Command::PeekDelayed => self.peek_first(&topic, State::Delayed).await,
+            Command::PeekBuried => self.peek_first(&topic, State::Dead).await,
+            Command::Kick(bound) => {
+                let mut kicked = 0u32;
+                let buried = queue.dead(&topic, 0, bound as usize).await?;
+                let jobs: Vec<Job> = if buried.total > 0 {
+                    buried.jobs
+                } else {
+                    queue.browse(&topic, State::Delayed, 0, bound as usize).await?.jobs
+                };
+                for job in jobs {
+                    if queue.bs_kick(&job.id).await? {
+                        kicked += 1;
+                    }
+                }
+                Ok(format!("KICKED {kicked}\r\n").into_bytes())
+            }
+            Command::KickJob(n) => Ok(match queue.bs_find(n).await? {
+                Some(job) if matches!(job.state, State::Dead | State::Delayed) && queue.bs_kick(&job.id).await? => {
+                    reply::KICKED.to_vec()
+                }
+                _ => reply::NOT_FOUND.to_vec(),
+            }),
+            Command::StatsJob(n) => match queue.bs_find(n).await? {
+                Some(job) => {
+                    let tube = self.shared.tube_name(&job.topic).await?;
+                    Ok(reply::with_body(
+                        "OK",
+                        &yaml::job(n, &tube, &job, dq_core::queue::unix_ms()),
+                    ))
+                }
+                None => Ok(reply::NOT_FOUND.to_vec()),
+            },
+            Command::StatsTube(name) => {
+                let tube = self.shared.tube(name).await?;
+                if !self.shared.tube_exists(&tube.topic).await? {
+                    return Ok(reply::NOT_FOUND.to_vec());
+                }
+                let counts = queue.counts().await.counts.remove(&tube.topic).unwrap_or_default();
+                let urgent = self.urgent(&tube.topic, &counts).await?;
+                let totals = self.shared.counters.totals(&queue).await;
+                let gauges = self.shared.counters.all_gauges(&queue).await;
+                let paused = self
+                    .shared
+                    .paused
+                    .read()
+                    .expect("not poisoned")
+                    .get(&tube.topic)
+                    .copied();
+                Ok(reply::with_body(
+                    "OK",
+                    &yaml::tube(&tube.name, &tube.topic, urgent, &counts, &totals, &gauges, paused),
+                ))
+            }
+            Command::Stats => {
+                let stats = queue.counts().await;
+                let mut urgent = 0;
+                for (topic, counts) in &stats.counts {
+                    urgent += self.urgent(topic, counts).await?;
+                }
+                let totals = self.shared.counters.totals(&queue).await;
+                let gauges = self.shared.counters.all_gauges(&queue).await;
+                let tubes = self.shared.tube_topics().await?.len();
+                let info = yaml::ServerInfo {
+                    urgent,
+                    max_job_size: self.shared.max_job_size,
+                    tubes,
+                    draining: self.shared.draining.is_cancelled(),
+                    server_id: &self.shared.counters.server_id,
+                    uptime_s: self.shared.started.elapsed().as_secs(),
+                };
+                Ok(reply::with_body(
+                    "OK",
+                    &yaml::stats(&stats.counts, &totals, &gauges, &info),
+                ))
+            }
+            Command::ListTubes => {
+                let mut names = Vec::new();
+                for topic in self.shared.tube_topics().await? {
+                    names.push(self.shared.tube_name(&topic).await?);
+                }
+                Ok(reply::with_body("OK", &yaml::list(&names)))
+            }
+            Command::ListTubeUsed => Ok(format!("USING {}\r\n", self.used.name).into_bytes()),
+            Command::ListTubesWatched => {
+                let names: Vec<String> = self.watched.iter().map(|t| t.name.clone()).collect();
+                Ok(reply::with_body("OK", &yaml::list(&names)))
+            }
+            Command::PauseTube(name, delay) => {
+                let tube = self.shared.tube(name).await?;
+                if !self.shared.tube_exists(&tube.topic).await? {
+                    return Ok(reply::NOT_FOUND.to_vec());
+                }
+                self.shared.pause(&tube.topic, delay).await?;
+                self.shared.counters.count(format!("{}:cmd-pause-tube", tube.topic));
+                Ok(reply::PAUSED.to_vec())
+            }
+            _ => unreachable!("session.rs handles the other commands"),
+        }
+    }
+
+    /// `peek-ready`, `peek-delayed`, `peek-buried`: the first job of the used tube in `state`.
+    async fn peek_first(&self, topic: &str, state: State) -> dq_core::Result<Vec<u8>> {
+        let queue = &self.shared.queue;
+        let page = queue.browse(topic, state, 0, 1).await?;
+        let Some(job) = page.jobs.into_iter().next() else {
+            return Ok(reply::NOT_FOUND.to_vec());
+        };
+        Ok(match queue.bs_number(&job.id).await? {
+            Some(n) => found(n, job.body.get()),
+            None => reply::NOT_FOUND.to_vec(),
+        })
+    }
+
+    /// Ready jobs of `topic` with a priority below 1024, over every partition that has ready jobs.
+    async fn urgent(&self, topic: &str, counts: &HashMap<State, i64>) -> dq_core::Result<u64> {
+        if counts.get(&State::Ready).copied().unwrap_or(0) <= 0 {
+            return Ok(0);
+        }
+        let queue = &self.shared.queue;
+        let reads = queue.partitions().all().map(|p| async move {
+            let mut cmd = redis::cmd("ZCOUNT");
+            cmd.arg(queue.partition_keys(p).ready(topic))
+                .arg("-inf")
+                .arg(URGENT - 1);
+            queue.query::<u64>(p, &cmd).await
+        });
+        let mut n = 0;
+        for r in futures_util::future::join_all(reads).await {
+            n += r?;
+        }
+        Ok(n)
+    }
+}
+
+/// `FOUND <id> <len>\r\n<body>\r\n` for a body's JSON text.
+fn found(n: u64, json: &str) -> Vec<u8> {
+    reply::with_body(&format!("FOUND {n}"), &body::to_bytes(json))
+}
+
+/// A [`BsJob`]'s state as beanstalkd names it.
+pub fn state_name(job: &BsJob) -> &'static str {
+    match job.state {
+        State::Delayed => "delayed",
+        State::Reserved => "reserved",
+        State::Dead => "buried",
+        _ => "ready",
+    }
+}
