@@ -89,7 +89,8 @@ end
 --
 -- With `only_state`, the caller changed nothing but `r.s`. The state is the array's first element, one
 -- byte at offset 1 (after MessagePack's one-byte array header, a positive fixint), so one SETRANGE writes
--- it without rewriting the record. (A done record, written so, keeps the receipt and deadline of its
+-- it without rewriting the record. A record with n or k has 16 or 17 fields, past what a one-byte header
+-- counts (15): its header is three bytes, so it is written whole. (A done record, written so, keeps the receipt and deadline of its
 -- last reservation, which mean nothing once it is done.)
 --
 -- Only done records have a TTL (ack gives it after this), and no script rewrites a done record, so a SET
@@ -101,7 +102,7 @@ local function rec_store(key, r, only_state, new)
   if s == 'delayed' then code = 1 elseif s == 'ready' then code = 2 elseif s == 'reserved' then code = 3
   elseif s == 'done' then code = 4 elseif s == 'dead' then code = 5
   else error('unknown job state ' .. tostring(s)) end
-  if only_state and not r.hash then
+  if only_state and not r.hash and not r.n and not r.k then
     redis.call('SETRANGE', key, 1, string.char(code))
     return
   end

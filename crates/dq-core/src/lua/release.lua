@@ -18,7 +18,8 @@ local ready = prefix .. ':ready:' .. topic
 local was_empty = redis.call('EXISTS', ready) == 0
 redis.call('ZREM', reserved, id)
 r.rc, r.d = nil, nil
-r.a = r.a - 1
+-- (A job put over the beanstalkd protocol counts it: beanstalkd's `reserves` counts every reservation.)
+if not r.p then r.a = r.a - 1 end
 r.s = 'ready'
 rec_store(job, r)
 redis.call('ZADD', ready, r.p or r.r, id)

@@ -86,6 +86,9 @@ impl Queue {
 
     /// The live job (not done) with number `n`.
     pub async fn bs_find(&self, n: u64) -> Result<Option<BsJob>> {
+        if n == 0 {
+            return Ok(None);
+        }
         let count = self.partitions.count();
         let id = id_of_number(n, count);
         if let Some(job) = self.bs_job(&id).await? {

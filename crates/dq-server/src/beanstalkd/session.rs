@@ -239,8 +239,14 @@ impl Session {
             if shared.draining.is_cancelled() {
                 break Next::Reply(reply::DRAINING.to_vec());
             }
-            let (topics, pause_ends) = self.live_topics();
+            let (mut topics, pause_ends) = self.live_topics();
             let mut waiter = shared.queue.ready_index().waiter(&topics);
+            if topics.len() > 1 {
+                match best_first(&shared, topics).await {
+                    Ok(sorted) => topics = sorted,
+                    Err(e) => break Next::Reply(internal(e)),
+                }
+            }
             if !topics.is_empty() {
                 let options = ReserveOptions {
                     least_ttr_ms: None,
@@ -478,6 +484,34 @@ impl Session {
             g.workers -= i64::from(worker);
         });
     }
+}
+
+/// `topics` with the one whose first ready job (in its home partition, where jobs put over the protocol
+/// are) comes first, then the others by their first jobs, then those with none: beanstalkd's reserve
+/// takes the best job of every watched tube, and the tubes' home partitions may differ (within one
+/// partition `reserve.lua` compares the queues itself).
+async fn best_first(shared: &Shared, topics: Vec<String>) -> dq_core::Result<Vec<String>> {
+    let queue = &shared.queue;
+    let count = queue.partitions().count();
+    let heads = topics.iter().map(|t| async move {
+        let p = home_partition(t, count);
+        let mut cmd = redis::cmd("ZRANGE");
+        cmd.arg(queue.partition_keys(p).ready(t))
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES");
+        let head: Vec<(String, f64)> = queue.query(p, &cmd).await?;
+        Ok::<_, Error>(head.into_iter().next().map(|(id, score)| (score, id)))
+    });
+    let heads = futures_util::future::try_join_all(heads).await?;
+    let mut ranked: Vec<(Option<(f64, String)>, String)> = heads.into_iter().zip(topics).collect();
+    ranked.sort_by(|a, b| match (&a.0, &b.0) {
+        (Some(x), Some(y)) => x.0.total_cmp(&y.0).then_with(|| x.1.cmp(&y.1)),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    Ok(ranked.into_iter().map(|(_, t)| t).collect())
 }
 
 /// `INTERNAL_ERROR`, logged.
