@@ -15,6 +15,8 @@ if [ -z "${DQ__AUTH__ADMIN_TOKEN:-}" ]; then
   DQ__AUTH__ADMIN_TOKEN=$(cat "$root/token")
 fi
 export DQ__AUTH__ADMIN_TOKEN
+# The beanstalkd protocol (docs/beanstalkd.md), on loopback.
+export DQ__BEANSTALKD__LISTEN="${DQ__BEANSTALKD__LISTEN:-127.0.0.1:11300}"
 # A key that seals callback secrets in Redis, made once and kept in .dq-local/secrets.key.
 if [ -z "${DQ__SECRETS__KEYS:-}" ]; then
   [ -s "$root/secrets.key" ] || (umask 077; head -c 32 /dev/urandom | base64 >"$root/secrets.key")
@@ -71,6 +73,7 @@ dq is running (logs in $root/):
   ready     http://$listen/readyz
   API docs  http://$listen/docs   (Swagger UI over http://$listen/openapi.json)
   admin     http://$listen/admin   (log in with the token below)
+  beanstalkd $DQ__BEANSTALKD__LISTEN   (the beanstalkd protocol: any beanstalkd client)
   token     $DQ__AUTH__ADMIN_TOKEN   (in $root/token; every scope)
   timer     http://127.0.0.1:9791/metrics   consumer http://127.0.0.1:9792/metrics   checker http://127.0.0.1:9793/metrics
   Redis     redis://127.0.0.1:$port
@@ -80,6 +83,8 @@ Try:  export DQ_TOKEN=\$(cat $root/token)
   or
       curl -s -XPOST http://$listen/v1/jobs -H "authorization: Bearer \$DQ_TOKEN" \\
            -H 'content-type: application/json' -d '{"topic":"hello","body":{"n":1},"delay_ms":2000}'
+  or, as a beanstalkd client would:
+      printf 'put 0 0 60 5\\r\\nhello\\r\\n' | nc -q1 ${DQ__BEANSTALKD__LISTEN%:*} ${DQ__BEANSTALKD__LISTEN##*:}
 Ctrl-C stops everything.
 MSG
 wait
