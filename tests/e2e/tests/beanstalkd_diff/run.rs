@@ -93,7 +93,7 @@ pub async fn run(session: &Session, addr: &str) -> Vec<Reply> {
                 Err(e) => Reply::Failed(format!("write: {e}")),
             },
             Action::Read => read_reply(conn, step.deadline).await,
-            Action::Until(bytes, needle) => until(conn, bytes, needle, step.deadline).await,
+            Action::Until(bytes, needles) => until(conn, bytes, needles, step.deadline).await,
             Action::Close => {
                 *slot = Err("closed by the script".into());
                 replies.push(Reply::Nothing);
@@ -144,8 +144,9 @@ fn body_len(line: &[u8]) -> Option<usize> {
     }
 }
 
-/// Sends `bytes` and reads the reply until the reply holds `needle`, every 20 ms, for at most `deadline`.
-async fn until(conn: &mut Conn, bytes: &[u8], needle: &str, deadline: Duration) -> Reply {
+/// Sends `bytes` and reads the reply until the reply holds each of `needles`, every 20 ms, for at most
+/// `deadline`.
+async fn until(conn: &mut Conn, bytes: &[u8], needles: &[&str], deadline: Duration) -> Reply {
     let end = Instant::now() + deadline;
     loop {
         if let Err(e) = conn.writer.write_all(bytes).await {
@@ -155,12 +156,13 @@ async fn until(conn: &mut Conn, bytes: &[u8], needle: &str, deadline: Duration) 
         let Reply::Bytes(got) = &reply else {
             return reply;
         };
-        if got.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+        let holds = |needle: &&str| got.windows(needle.len()).any(|w| w == needle.as_bytes());
+        if needles.iter().all(holds) {
             return reply;
         }
         if Instant::now() > end {
             return Reply::Failed(format!(
-                "no reply held {needle:?} within {deadline:?}; the last: {reply}"
+                "no reply held {needles:?} within {deadline:?}; the last: {reply}"
             ));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

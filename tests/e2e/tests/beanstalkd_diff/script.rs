@@ -36,9 +36,9 @@ pub enum Action {
     Start(Vec<u8>),
     /// Read one reply: to an earlier [`Action::Start`], or the second reply to bytes holding two commands.
     Read,
-    /// Send the bytes and read the reply, again and again until the reply holds the text (or the deadline
-    /// passes): waits for the server to get somewhere without a fixed sleep.
-    Until(Vec<u8>, &'static str),
+    /// Send the bytes and read the reply, again and again until the reply holds each of the texts (or the
+    /// deadline passes): waits for the server to get somewhere without a fixed sleep.
+    Until(Vec<u8>, &'static [&'static str]),
     /// Close the connection.
     Close,
 }
@@ -115,9 +115,9 @@ impl Session {
         self.push(conn, Action::Read)
     }
 
-    /// Sends a command line on `conn` until the reply holds `needle`.
-    pub fn until(self, conn: usize, line: &str, needle: &'static str) -> Self {
-        self.push(conn, Action::Until(format!("{line}\r\n").into_bytes(), needle))
+    /// Sends a command line on `conn` until the reply holds each of `needles`.
+    pub fn until(self, conn: usize, line: &str, needles: &'static [&'static str]) -> Self {
+        self.push(conn, Action::Until(format!("{line}\r\n").into_bytes(), needles))
     }
 
     /// Closes `conn`.

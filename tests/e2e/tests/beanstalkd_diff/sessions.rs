@@ -331,7 +331,7 @@ fn ttr_and_deadline_soon() -> Session {
         // expiry when its tick lands in the microsecond of the deadline (its clock counts microseconds),
         // until the holder's connection does something: so the holder asks until it sees the job gone.
         .start(0, "reserve-with-timeout 10")
-        .until(1, "stats-job 1", "reserves: 2\ntimeouts: 1")
+        .until(1, "stats-job 1", &["state: reserved", "reserves: 2\ntimeouts: 1"])
         .differs("job-stats")
         .read(0)
         .cmd(1, "delete 1")
@@ -362,23 +362,31 @@ fn connections() -> Session {
         .cmd(3, "stats")
         .differs("server-stats")
         .cmd(2, "quit")
-        .until(3, "stats-tube default", "current-jobs-reserved: 0")
+        .until(
+            3,
+            "stats-tube default",
+            &["current-jobs-reserved: 0", "current-using: 2\ncurrent-watching: 2"],
+        )
         .cmd(3, "stats-job 2")
         .differs("job-stats")
         .cmd(0, "delete 1")
         .cmd(0, "delete 2")
         // A reserve waits for a put on another connection.
         .start(0, "reserve")
-        .until(3, "stats-tube default", "current-waiting: 1")
+        .until(3, "stats-tube default", &["current-waiting: 1"])
         .put(3, 0, 0, 60, "c")
         .read(0)
         .cmd(3, "stats-tube default")
         .cmd(0, "delete 3")
         // A connection that closes while it waits waits no more.
         .start(0, "reserve-with-timeout 60")
-        .until(3, "stats-tube default", "current-waiting: 1")
+        .until(3, "stats-tube default", &["current-waiting: 1"])
         .close(0)
-        .until(3, "stats-tube default", "current-watching: 1\ncurrent-waiting: 0")
+        .until(
+            3,
+            "stats-tube default",
+            &["current-using: 1\ncurrent-watching: 1\ncurrent-waiting: 0"],
+        )
         .put(3, 0, 0, 60, "d")
         .cmd(3, "peek-ready")
 }
