@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes the Python tools the tests run, in a virtualenv at the repository's root (.venv, not committed):
-# schemathesis, which fuzzes every route against GET /openapi.json (crates/dq-server/tests/schemathesis.rs).
-# The versions are pinned in scripts/python-requirements.txt (schemathesis and everything it pulls in).
+# schemathesis, which fuzzes every route against GET /openapi.json (crates/dq-server/tests/schemathesis.rs), and
+# greenstalk, the beanstalkd client tests/e2e/clients/beanstalkd/greenstalk_client.py runs on.
+# The versions are pinned in scripts/python-requirements.txt (schemathesis and everything it pulls in, greenstalk).
 # Idempotent: when the venv already holds exactly those versions it returns at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,7 @@ if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq python3 python3-venv >/dev/null
 fi
-echo "==> installing schemathesis into $VENV (pip)" >&2
+echo "==> installing schemathesis and greenstalk into $VENV (pip)" >&2
 python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --requirement "$REQUIREMENTS"
 "$VENV/bin/st" --version >&2

@@ -13,6 +13,7 @@
 //! a [`report::Report`], which is printed the same way for all of them.
 
 mod baseline;
+mod beanstalkd;
 mod burst;
 mod deliver;
 mod due;
@@ -83,6 +84,9 @@ enum Command {
     Baseline(baseline::BaselineArgs),
     /// Hold W long polls open; measure dq-server's memory per waiter and Redis commands per push.
     Waiters(waiters::WaitersArgs),
+    /// Put, then reserve and delete, M jobs on each of C connections over the beanstalkd protocol (dq-server's
+    /// beanstalkd listener or a beanstalkd, at `--addr`; `--url` is not used).
+    Beanstalkd(beanstalkd::BeanstalkdArgs),
 }
 
 fn main() -> ExitCode {
@@ -124,6 +128,7 @@ fn run(cli: &Cli) -> Result<Report> {
             Command::Deliver(args) => deliver::run(&target, args).await,
             Command::Baseline(args) => baseline::run(args).await,
             Command::Waiters(args) => waiters::run(&target, args).await,
+            Command::Beanstalkd(args) => beanstalkd::run(args).await,
         }
     })?;
     Ok(report.with("threads", cli.common.threads))
@@ -278,6 +283,26 @@ mod tests {
             (d.jobs, d.rate, d.connections, d.topic.as_deref()),
             (10, 500, 2, Some("t"))
         );
+    }
+
+    #[test]
+    fn parses_beanstalkd() {
+        let cli = Cli::try_parse_from(["dq-bench", "beanstalkd", "--json"]).unwrap();
+        let Command::Beanstalkd(b) = cli.command else {
+            panic!("not beanstalkd")
+        };
+        assert_eq!(
+            (
+                b.addr.as_str(),
+                b.jobs_per_connection,
+                b.connections,
+                b.body_bytes,
+                b.tube.as_str()
+            ),
+            ("127.0.0.1:11300", 1000, 64, 64, "bench")
+        );
+        assert!(Cli::try_parse_from(["dq-bench", "beanstalkd", "--body-bytes", "65536"]).is_err());
+        assert!(Cli::try_parse_from(["dq-bench", "beanstalkd", "-c", "0"]).is_err());
     }
 
     #[test]

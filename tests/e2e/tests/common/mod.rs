@@ -1,6 +1,7 @@
 //! Starting dq binaries against a test Redis, and reading what they expose.
 #![allow(dead_code, missing_docs)]
 
+pub mod beanstalkd;
 pub mod dashboard;
 pub mod webdriver;
 
