@@ -84,7 +84,7 @@ Try:  export DQ_TOKEN=\$(cat $root/token)
       curl -s -XPOST http://$listen/v1/jobs -H "authorization: Bearer \$DQ_TOKEN" \\
            -H 'content-type: application/json' -d '{"topic":"hello","body":{"n":1},"delay_ms":2000}'
   or, as a beanstalkd client would:
-      printf 'put 0 0 60 5\\r\\nhello\\r\\n' | nc -q1 ${DQ__BEANSTALKD__LISTEN%:*} ${DQ__BEANSTALKD__LISTEN##*:}
+      bash -c 'exec 3<>/dev/tcp/${DQ__BEANSTALKD__LISTEN%:*}/${DQ__BEANSTALKD__LISTEN##*:}; printf "put 0 0 60 5\\r\\nhello\\r\\n" >&3; head -1 <&3'
 Ctrl-C stops everything.
 MSG
 wait

@@ -184,6 +184,18 @@ fn assert_none(mismatches: &[Mismatch], other_name: &str) {
             m.reference,
             m.other,
         ));
+        // For YAML replies, the keys that differ, in full.
+        if let (Some(a), Some(b)) = (yaml_mapping(&m.reference), yaml_mapping(&m.other)) {
+            let ignored = m.difference.map(ignored_keys).unwrap_or_default();
+            for ((ka, va), (kb, vb)) in a.iter().zip(&b) {
+                if (ka != kb || va != vb) && !ignored.contains(&ka.as_str()) {
+                    text.push_str(&format!("    {ka}: {va}  |  {kb}: {vb}\n"));
+                }
+            }
+            if a.len() != b.len() {
+                text.push_str(&format!("    {} keys  |  {} keys\n", a.len(), b.len()));
+            }
+        }
     }
     panic!("{} step(s) differ from beanstalkd:{text}", mismatches.len());
 }

@@ -1,5 +1,6 @@
 -- bs_kick.lua: beanstalkd's kick of one job: a buried job (in its topic's dead list) or a delayed one
 -- goes to its ready queue now, its attempts kept, and its beanstalkd counters count the kick (k: kicks).
+-- The delay it was put or released with is kept as k[5] (seconds) before its due time becomes now.
 --
 -- KEYS[1]: job record (<prefix>:job:<id>)
 -- KEYS[2]: the partition's delay set (<prefix>:delayed)
@@ -22,6 +23,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if from == 'dead' then redis.call('ZREM', dead, id) else redis.call('ZREM', bucket, id) end
 r.k = r.k or {0, 0, 0, 0}
 r.k[4] = r.k[4] + 1
+if r.k[5] == nil then r.k[5] = math.max(0, math.floor((r.r - r.c) / 1000)) end
 r.s, r.r = 'ready', now
 if r.g then r.x = now + r.g end
 rec_store(job, r)

@@ -1,7 +1,8 @@
 -- bs_release.lua: beanstalkd's release and bury of a reserved job. Release puts it back in its ready
 -- queue (or in its delay set for `delay_ms`) under a new priority; bury puts it in its topic's dead list
 -- with a new priority. Unlike nack, neither ends the job after its last attempt (a beanstalkd client
--- decides that), and both count in the job's beanstalkd counters (k: releases, buries).
+-- decides that), and both count in the job's beanstalkd counters (k: releases, buries; a release keeps its
+-- delay in seconds as k[5], which `stats-job` shows).
 --
 -- KEYS[1]: job record (<prefix>:job:<id>)
 -- KEYS[2]: the reserved set (<prefix>:reserved)
@@ -39,6 +40,7 @@ if ARGV[5] == '' then
 end
 r.k[2] = r.k[2] + 1
 local delay = tonumber(ARGV[5])
+r.k[5] = math.floor(delay / 1000)
 r.r = now + delay
 if delay <= 0 then
   r.s = 'ready'

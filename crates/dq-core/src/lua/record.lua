@@ -26,7 +26,8 @@
 -- ready queue's score is instead of its due time (see the ready queue in docs/redis-keys.md); n: the
 -- beanstalkd number of a job whose id is not one made from its number (see crates/dq-core/src/
 -- beanstalkd.rs), given when the beanstalkd protocol first showed it; k: beanstalkd's counters of the
--- job, {timeouts, releases, buries, kicks}. All three only for jobs that have them.
+-- job, {timeouts, releases, buries, kicks, delay}: delay (seconds) once a release or kick
+-- changed the due time the job was put with. All three only for jobs that have them.
 --
 -- KEYS[1]: none of its own (the including script's)   ARGV[1]: none of its own
 -- Returns: nothing (defines local functions).

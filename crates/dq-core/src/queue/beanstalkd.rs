@@ -38,6 +38,8 @@ pub struct BsJob {
     pub deadline: Option<i64>,
     /// beanstalkd's counters: timeouts, releases, buries, kicks.
     pub counters: [u32; 4],
+    /// The delay (seconds) of its last release, or of its put once a kick changed its due time.
+    pub delay_s: Option<u64>,
 }
 
 /// The outcome of a release or a bury.
@@ -128,10 +130,13 @@ impl Queue {
             _ => return Err(bad("no state")),
         };
         let mut counters = [0u32; 4];
+        let mut delay_s = None;
         if let Some(k) = get("k") {
-            for (slot, v) in counters.iter_mut().zip(k.split(',')) {
+            let mut values = k.split(',');
+            for (slot, v) in counters.iter_mut().zip(values.by_ref()) {
                 *slot = v.parse().unwrap_or(0);
             }
+            delay_s = values.next().and_then(|v| v.parse().ok());
         }
         Ok(Some(BsJob {
             id: id.to_string(),
@@ -148,6 +153,7 @@ impl Queue {
             attempts: num("a").unwrap_or_default() as u32,
             deadline: num("d"),
             counters,
+            delay_s,
         }))
     }
 

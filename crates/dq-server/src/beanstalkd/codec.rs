@@ -31,6 +31,8 @@ pub enum Frame {
     TooLong,
     /// A `put` whose body was larger than allowed (thrown away).
     TooBig,
+    /// A `put` line with text after its numbers (no body read).
+    PutTrailing,
 }
 
 /// The decoder's state between frames.
@@ -103,6 +105,7 @@ impl Decoder for Codec {
                                 };
                                 continue;
                             }
+                            Err(command::PutError::Trailing) => return Ok(Some(Frame::PutTrailing)),
                             Err(command::PutError::BadFormat) => {}
                         }
                     }

@@ -10,8 +10,14 @@ use dq_core::beanstalkd::is_tube_name;
 pub enum Command {
     /// `use <tube>`
     Use(String),
-    /// `reserve` (`None`) or `reserve-with-timeout <seconds>`.
-    Reserve(Option<u32>),
+    /// `reserve`, or `reserve-with-timeout <seconds>` (`counted` as such; a negative timeout waits
+    /// without end, as in beanstalkd 1.12).
+    Reserve {
+        /// How long to wait; `None`: without end.
+        timeout: Option<u32>,
+        /// Whether it was `reserve-with-timeout`.
+        with_timeout: bool,
+    },
     /// `reserve-job <id>`
     ReserveJob(u64),
     /// `delete <id>`
@@ -50,7 +56,8 @@ pub enum Command {
     ListTubeUsed,
     /// `list-tubes-watched`
     ListTubesWatched,
-    /// `pause-tube <tube> <delay>`
+    /// `pause-tube <tube> <delay>` (the name made of tube-name characters, not yet checked further:
+    /// beanstalkd counts the command before it refuses a name that starts with `-` or is too long).
     PauseTube(String, u32),
     /// `quit`
     Quit,
@@ -81,8 +88,10 @@ pub struct PutLine {
 /// Why a `put` line does not start a body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutError {
-    /// The numbers do not read, or text follows them.
+    /// The numbers do not read.
     BadFormat,
+    /// Text follows the numbers (beanstalkd counts this put in `cmd-put`, then refuses it).
+    Trailing,
     /// The body is larger than allowed (its bytes are thrown away).
     TooBig(u32),
 }
@@ -98,7 +107,7 @@ pub fn put_line(line: &[u8], max_job_size: usize) -> Result<PutLine, PutError> {
         return Err(PutError::TooBig(size));
     }
     if !rest.is_empty() {
-        return Err(PutError::BadFormat);
+        return Err(PutError::Trailing);
     }
     Ok(PutLine {
         priority,
@@ -140,18 +149,25 @@ pub fn parse(line: &[u8]) -> Result<Command, Refused> {
         return exact(Command::PeekBuried, "peek-buried");
     }
     if starts("reserve-with-timeout ") {
-        // Text after the number is ignored, as beanstalkd ignores it.
-        let (t, _) = read_u32(after("reserve-with-timeout ")).ok_or(BadFormat)?;
-        if t > i32::MAX as u32 {
-            return Err(BadFormat);
-        }
-        return Ok(Command::Reserve(Some(t)));
+        // beanstalkd 1.12 reads the timeout with strtol into an int: no digits is 0, text after them
+        // is ignored, only a value past a long is refused, and a negative one waits without end.
+        let t = strtol(after("reserve-with-timeout ")).ok_or(BadFormat)? as i32;
+        return Ok(Command::Reserve {
+            timeout: u32::try_from(t).ok(),
+            with_timeout: true,
+        });
     }
     if starts("reserve-job ") {
         return Ok(Command::ReserveJob(whole_u64(after("reserve-job "))?));
     }
     if starts("reserve") {
-        return exact(Command::Reserve(None), "reserve");
+        return exact(
+            Command::Reserve {
+                timeout: None,
+                with_timeout: false,
+            },
+            "reserve",
+        );
     }
     if starts("delete ") {
         return Ok(Command::Delete(whole_u64(after("delete "))?));
@@ -226,7 +242,8 @@ pub fn parse(line: &[u8]) -> Result<Command, Refused> {
         if !rest.is_empty() {
             return Err(BadFormat);
         }
-        return Ok(Command::PauseTube(tube(name)?, delay));
+        let name = String::from_utf8(name.to_vec()).expect("tube-name characters are ASCII");
+        return Ok(Command::PauseTube(name, delay));
     }
     Err(Refused::Unknown)
 }
@@ -270,6 +287,24 @@ fn whole_u64(s: &[u8]) -> Result<u64, Refused> {
     }
 }
 
+/// C's `strtol` (base 10): white space, a sign, digits (none: 0), anything after; `None` when the value
+/// is past a 64-bit long (`ERANGE`).
+fn strtol(s: &[u8]) -> Option<i64> {
+    let n = s.iter().take_while(|c| c.is_ascii_whitespace()).count();
+    let mut s = &s[n..];
+    let negative = s.first() == Some(&b'-');
+    if matches!(s.first(), Some(b'-' | b'+')) {
+        s = &s[1..];
+    }
+    let digits = s.iter().take_while(|c| c.is_ascii_digit()).count();
+    if digits == 0 {
+        return Some(0);
+    }
+    let v: i128 = std::str::from_utf8(&s[..digits]).ok()?.parse().ok()?;
+    let v = if negative { -v } else { v };
+    i64::try_from(v).ok()
+}
+
 /// C's `strtoul` (base 10) as `kick` reads its bound: white space, a sign, digits, anything after;
 /// the value is then cut to 32 bits, as beanstalkd's `uint` count is.
 fn strtoul(s: &[u8]) -> Option<u32> {
@@ -294,10 +329,39 @@ mod tests {
 
     #[test]
     fn reads_like_beanstalkd() {
-        assert_eq!(parse(b"reserve"), Ok(Command::Reserve(None)));
+        assert_eq!(
+            parse(b"reserve"),
+            Ok(Command::Reserve {
+                timeout: None,
+                with_timeout: false
+            })
+        );
         assert_eq!(parse(b"reserve "), Err(Refused::BadFormat));
-        assert_eq!(parse(b"reserve-with-timeout 5x"), Ok(Command::Reserve(Some(5))));
-        assert_eq!(parse(b"reserve-with-timeout -1"), Err(Refused::BadFormat));
+        assert_eq!(
+            parse(b"reserve-with-timeout 5x"),
+            Ok(Command::Reserve {
+                timeout: Some(5),
+                with_timeout: true
+            })
+        );
+        assert_eq!(
+            parse(b"reserve-with-timeout x"),
+            Ok(Command::Reserve {
+                timeout: Some(0),
+                with_timeout: true
+            })
+        );
+        assert_eq!(
+            parse(b"reserve-with-timeout -1"),
+            Ok(Command::Reserve {
+                timeout: None,
+                with_timeout: true
+            })
+        );
+        assert_eq!(
+            parse(b"reserve-with-timeout 99999999999999999999"),
+            Err(Refused::BadFormat)
+        );
         assert_eq!(parse(b"delete  7"), Ok(Command::Delete(7)));
         assert_eq!(parse(b"delete 7 "), Err(Refused::BadFormat));
         assert_eq!(parse(b"delete 18446744073709551616"), Err(Refused::BadFormat));
@@ -310,7 +374,7 @@ mod tests {
         assert_eq!(parse(b"use -a"), Err(Refused::BadFormat));
         assert_eq!(parse(b"use  a"), Err(Refused::BadFormat));
         assert_eq!(parse(b"pause-tube a 10"), Ok(Command::PauseTube("a".into(), 10)));
-        assert_eq!(parse(b"pause-tube -a 10"), Err(Refused::BadFormat));
+        assert_eq!(parse(b"pause-tube -a 10"), Ok(Command::PauseTube("-a".into(), 10)));
         assert_eq!(parse(b"quitting"), Ok(Command::Quit));
         assert_eq!(parse(b"statsx"), Err(Refused::BadFormat));
         assert_eq!(parse(b"frob"), Err(Refused::Unknown));
@@ -325,7 +389,7 @@ mod tests {
             })
         );
         assert_eq!(put_line(b"put 1 2 3 11 x", 10), Err(PutError::TooBig(11)));
-        assert_eq!(put_line(b"put 1 2 3 4 x", 10), Err(PutError::BadFormat));
+        assert_eq!(put_line(b"put 1 2 3 4 x", 10), Err(PutError::Trailing));
         assert_eq!(put_line(b"put 1 2 3", 10), Err(PutError::BadFormat));
     }
 }

@@ -107,9 +107,19 @@ impl Session {
                 self.shared.counters.count("cmd-put");
                 reply::JOB_TOO_BIG.to_vec()
             }
+            Frame::PutTrailing => {
+                self.shared.counters.count("cmd-put");
+                reply::BAD_FORMAT.to_vec()
+            }
             Frame::Put { line, body, crlf } => {
                 self.shared.counters.count("cmd-put");
                 if !crlf {
+                    // beanstalkd made the job, and so took its number, before it read the body.
+                    let queue = &self.shared.queue;
+                    let p = home_partition(&self.used.topic, queue.partitions().count());
+                    if let Err(e) = self.shared.numbers.next(queue, p).await {
+                        return Next::Reply(internal(e));
+                    }
                     reply::EXPECTED_CRLF.to_vec()
                 } else {
                     self.put(line, &body).await
@@ -119,7 +129,9 @@ impl Session {
                 Err(Refused::BadFormat) => reply::BAD_FORMAT.to_vec(),
                 Err(Refused::Unknown) => reply::UNKNOWN_COMMAND.to_vec(),
                 Ok(Command::Quit) => return Next::Close,
-                Ok(Command::Reserve(timeout)) => return self.reserve(timeout, frames).await,
+                Ok(Command::Reserve { timeout, with_timeout }) => {
+                    return self.reserve(timeout, with_timeout, frames).await;
+                }
                 Ok(command) => self.command(command).await,
             },
         };
@@ -222,9 +234,9 @@ impl Session {
     }
 
     /// `reserve` and `reserve-with-timeout`.
-    async fn reserve(&mut self, timeout: Option<u32>, frames: &mut Frames) -> Next {
+    async fn reserve(&mut self, timeout: Option<u32>, with_timeout: bool, frames: &mut Frames) -> Next {
         let shared = self.shared.clone();
-        shared.counters.count(if timeout.is_some() {
+        shared.counters.count(if with_timeout {
             "cmd-reserve-with-timeout"
         } else {
             "cmd-reserve"
@@ -457,7 +469,8 @@ impl Session {
             if self.watched.len() < 2 {
                 return reply::NOT_IGNORED.to_vec();
             }
-            let tube = self.watched.remove(i);
+            // beanstalkd moves the last watched tube into the gap (`list-tubes-watched` shows it so).
+            let tube = self.watched.swap_remove(i);
             self.shared.counters.tube_gauge(&tube.topic, TubeGauge::Watching, -1);
         }
         format!("WATCHING {}\r\n", self.watched.len()).into_bytes()

@@ -16,7 +16,10 @@ const URGENT: u32 = 1024;
 pub fn counter_name(command: &Command) -> &'static str {
     match command {
         Command::Use(_) => "cmd-use",
-        Command::Reserve(_) | Command::ReserveJob(_) => "cmd-reserve",
+        Command::Reserve { .. } => "cmd-reserve",
+        // Counted apart, and not shown by `stats` (as in beanstalkd).
+        Command::ReserveJob(_) => "cmd-reserve-job",
+        Command::KickJob(_) => "cmd-kick-job",
         Command::Delete(_) => "cmd-delete",
         Command::Release(..) => "cmd-release",
         Command::Bury(..) => "cmd-bury",
@@ -27,7 +30,7 @@ pub fn counter_name(command: &Command) -> &'static str {
         Command::PeekReady => "cmd-peek-ready",
         Command::PeekDelayed => "cmd-peek-delayed",
         Command::PeekBuried => "cmd-peek-buried",
-        Command::Kick(_) | Command::KickJob(_) => "cmd-kick",
+        Command::Kick(_) => "cmd-kick",
         Command::StatsJob(_) => "cmd-stats-job",
         Command::StatsTube(_) => "cmd-stats-tube",
         Command::Stats => "cmd-stats",
@@ -139,6 +142,10 @@ impl Session {
                 Ok(reply::with_body("OK", &yaml::list(&names)))
             }
             Command::PauseTube(name, delay) => {
+                // beanstalkd counts the command before it checks the name.
+                if !dq_core::beanstalkd::is_tube_name(name.as_bytes()) {
+                    return Ok(reply::BAD_FORMAT.to_vec());
+                }
                 let tube = self.shared.tube(name).await?;
                 if !self.shared.tube_exists(&tube.topic).await? {
                     return Ok(reply::NOT_FOUND.to_vec());

@@ -30,12 +30,12 @@ pub fn job(n: u64, tube: &str, job: &BsJob, now_ms: i64) -> Vec<u8> {
     };
     let [timeouts, releases, buries, kicks] = job.counters;
     format!(
-        "---\nid: {n}\ntube: \"{tube}\"\nstate: {}\npri: {}\nage: {}\ndelay: {}\nttr: {}\ntime-left: {time_left}\n\
+        "---\nid: {n}\ntube: {tube}\nstate: {}\npri: {}\nage: {}\ndelay: {}\nttr: {}\ntime-left: {time_left}\n\
          file: 0\nreserves: {}\ntimeouts: {timeouts}\nreleases: {releases}\nburies: {buries}\nkicks: {kicks}\n",
         state_name(job),
         job.priority.unwrap_or(u32::MAX),
         secs(now_ms - job.created_at),
-        secs(job.run_at - job.created_at),
+        job.delay_s.map_or(secs(job.run_at - job.created_at), |d| d as i64),
         job.ttr_ms / 1000,
         job.attempts,
     )
@@ -64,7 +64,7 @@ pub fn tube(
         _ => (0, 0),
     };
     format!(
-        "---\nname: \"{name}\"\ncurrent-jobs-urgent: {urgent}\ncurrent-jobs-ready: {}\ncurrent-jobs-reserved: {}\n\
+        "---\nname: {name}\ncurrent-jobs-urgent: {urgent}\ncurrent-jobs-ready: {}\ncurrent-jobs-reserved: {}\n\
          current-jobs-delayed: {}\ncurrent-jobs-buried: {}\ntotal-jobs: {}\ncurrent-using: {using}\n\
          current-watching: {watching}\ncurrent-waiting: {waiting}\ncmd-delete: {}\ncmd-pause-tube: {}\n\
          pause: {pause}\npause-time-left: {left}\n",
@@ -166,15 +166,16 @@ pub fn stats(
     }
     let _ = writeln!(out, "draining: {}", info.draining);
     let _ = writeln!(out, "id: {}", info.server_id);
-    let _ = writeln!(out, "hostname: \"{}\"", hostname());
-    let _ = writeln!(out, "os: \"{}\"", std::env::consts::OS);
-    let _ = writeln!(out, "platform: \"{}\"", std::env::consts::ARCH);
+    // As beanstalkd 1.12 writes them (uname's node name, version and machine), without quotes.
+    let _ = writeln!(out, "hostname: {}", kernel("hostname"));
+    let _ = writeln!(out, "os: {}", kernel("version"));
+    let _ = writeln!(out, "platform: {}", std::env::consts::ARCH);
     out.into_bytes()
 }
 
-/// This machine's name, as the kernel has it.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+/// One of the kernel's names (`hostname`, `version`), as `uname` reads it.
+fn kernel(name: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
         .map(|h| h.trim().to_string())
         .unwrap_or_default()
 }
