@@ -9,9 +9,9 @@
 -- ARGV[4]: least TTR in ms ("" for none): dq-consumer's reservations must outlive its callback's timeout
 -- ARGV[5]: timer wake channel, told `<reserved key> <deadline>` when a deadline is earlier than the one
 -- last announced, so a timer ends the reservation on time without sweeping for it
--- ARGV[6]: "1" to take the queues by their first job instead of in the order given: the queue whose
--- first job has the lowest score (then the lowest id) first, as beanstalkd's reserve takes the best job
--- of every watched tube; "" for the order given
+-- ARGV[6]: "1" to take each job from the queue whose first job comes first (lowest score, then lowest
+-- id), as beanstalkd's reserve takes the best job of every watched tube; "" for the queues in the order
+-- given
 -- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at; then 1 when the
 -- queues still hold jobs, 0 when they are empty (the caller's process then knows, without another call,
 -- that nobody needs waking for them).
@@ -25,43 +25,49 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- what was read would be two), and every popped job's record is read before the first record is
 -- written. A record the script cannot read (on a slot being moved, see architecture.md, "Scripts on a
 -- moving slot") puts everything popped back and fails the call, so it is sent again: nothing changed.
-local order = {}
-for k = 4, #KEYS do order[#order + 1] = KEYS[k] end
-if ARGV[6] == '1' and #order > 1 then
-  local head = {}
-  for _, key in ipairs(order) do
-    local h = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    head[key] = h[1] and {tonumber(h[2]), h[1]} or false
-  end
-  table.sort(order, function(x, y)
-    local a, b = head[x], head[y]
-    if not a or not b then return a and not b end
-    if a[1] ~= b[1] then return a[1] < b[1] end
-    return a[2] < b[2]
-  end)
-end
 local queues, pops, recs = {}, {}, {}
 local taken = 0
-for _, key in ipairs(order) do
-  if taken >= want then break end
-  local popped = redis.call('ZPOPMIN', key, want - taken)
-  if #popped > 0 then
-    queues[#queues + 1] = key
-    pops[#pops + 1] = popped
-    for j = 1, #popped, 2 do
-      local r, err = rec_load(prefix .. ':job:' .. popped[j], true, key, popped[j + 1])
-      if err then
-        for q = 1, #queues do
-          local p = pops[q]
-          for i = 1, #p, 2 do redis.call('ZADD', queues[q], p[i + 1], p[i]) end
-        end
-        return redis.error_reply(err)
+-- Pops up to n jobs of queue `key` and reads their records; an error once everything popped is back.
+local function take(key, n)
+  local popped = redis.call('ZPOPMIN', key, n)
+  if #popped == 0 then return end
+  queues[#queues + 1] = key
+  pops[#pops + 1] = popped
+  for j = 1, #popped, 2 do
+    local r, err = rec_load(prefix .. ':job:' .. popped[j], true, key, popped[j + 1])
+    if err then
+      for q = 1, #queues do
+        local p = pops[q]
+        for i = 1, #p, 2 do redis.call('ZADD', queues[q], p[i + 1], p[i]) end
       end
-      recs[#recs + 1] = r or false
-      if r then taken = taken + 1 end
+      return err
     end
+    recs[#recs + 1] = r or false
+    if r then taken = taken + 1 end
   end
 end
+local err
+if ARGV[6] == '1' and #KEYS > 4 then
+  -- One job at a time, from the queue with the best first job.
+  while taken < want and not err do
+    local best, bs, bid
+    for k = 4, #KEYS do
+      local h = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
+      if h[1] then
+        local s = tonumber(h[2])
+        if best == nil or s < bs or (s == bs and h[1] < bid) then best, bs, bid = KEYS[k], s, h[1] end
+      end
+    end
+    if best == nil then break end
+    err = take(best, 1)
+  end
+else
+  for k = 4, #KEYS do
+    if taken >= want or err then break end
+    err = take(KEYS[k], want - taken)
+  end
+end
+if err then return redis.error_reply(err) end
 
 local out = {}
 local n, i = 0, 0

@@ -5,11 +5,13 @@
 //! - [`session`]: a connection (put, reserve, the verbs on its reservations); [`verbs`]: the rest.
 //! - [`body`]: bytes ↔ JSON bodies; [`yaml`]: the stats and lists; [`reply`]: fixed replies.
 //! - [`counters`]: `cmd-…` counters and `current-…` gauges over every dq-server; [`numbers`]: job numbers.
+//! - [`dispatch`]: waiting reserves served together, many jobs per call.
 
 pub mod body;
 pub mod codec;
 pub mod command;
 pub mod counters;
+pub mod dispatch;
 pub mod numbers;
 pub mod reply;
 pub mod session;
@@ -47,6 +49,8 @@ pub struct Shared {
     pub counters: Counters,
     /// Job numbers.
     pub numbers: Numbers,
+    /// Waiting reserves, served together.
+    pub dispatcher: Arc<dispatch::Dispatcher>,
     /// Cancelled when the server drains: puts and reserves answer `DRAINING`.
     pub draining: CancellationToken,
     /// Cancelled when the drain's grace is over: every connection closes.
@@ -186,6 +190,7 @@ pub async fn serve(
         topics,
         counters: Counters::new(),
         numbers: Numbers::default(),
+        dispatcher: Arc::default(),
         draining: shutdown.clone(),
         closing: CancellationToken::new(),
         max_job_size: settings.max_job_size,

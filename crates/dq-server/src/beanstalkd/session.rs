@@ -53,6 +53,7 @@ pub struct Tube {
 #[derive(Debug)]
 struct Held {
     id: String,
+    topic: String,
     receipt: String,
     /// When the reservation ends, on this server's clock.
     deadline: Instant,
@@ -251,52 +252,78 @@ impl Session {
             if shared.draining.is_cancelled() {
                 break Next::Reply(reply::DRAINING.to_vec());
             }
-            let (mut topics, pause_ends) = self.live_topics();
-            let mut waiter = shared.queue.ready_index().waiter(&topics);
-            if topics.len() > 1 {
-                match best_first(&shared, topics).await {
-                    Ok(sorted) => topics = sorted,
-                    Err(e) => break Next::Reply(internal(e)),
-                }
-            }
-            if !topics.is_empty() {
-                let options = ReserveOptions {
-                    least_ttr_ms: None,
-                    waits: true,
-                    best_first: true,
-                };
-                match shared.queue.reserve_with(&topics, 1, options).await {
-                    Ok(mut jobs) => {
-                        if let Some(job) = jobs.pop() {
-                            break self.reserved(job).await;
-                        }
-                    }
-                    Err(e) => break Next::Reply(internal(e)),
-                }
-            }
+            let (topics, pause_ends) = self.live_topics();
             let soonest = self.soonest_deadline();
-            if soonest.is_some_and(|d| d <= Instant::now() + SAFETY_MARGIN) {
-                break Next::Reply(reply::DEADLINE_SOON.to_vec());
-            }
-            if until.is_some_and(|u| u <= Instant::now()) {
-                break Next::Reply(reply::TIMED_OUT.to_vec());
+            let now = Instant::now();
+            let soon = soonest.is_some_and(|d| d <= now + SAFETY_MARGIN);
+            if soon || until.is_some_and(|u| u <= now) {
+                // One look without waiting: a job that is ready is still given, as beanstalkd gives it.
+                if !topics.is_empty() {
+                    let options = ReserveOptions {
+                        least_ttr_ms: None,
+                        waits: false,
+                        best_first: true,
+                    };
+                    let topics = match best_first(&shared.queue, topics).await {
+                        Ok(sorted) => sorted,
+                        Err(e) => break Next::Reply(internal(e)),
+                    };
+                    match shared.queue.reserve_with(&topics, 1, options).await {
+                        Ok(mut jobs) => {
+                            if let Some(job) = jobs.pop() {
+                                break self.reserved(job).await;
+                            }
+                        }
+                        Err(e) => break Next::Reply(internal(e)),
+                    }
+                }
+                break Next::Reply(if soon { reply::DEADLINE_SOON } else { reply::TIMED_OUT }.to_vec());
             }
             if !waiting {
                 waiting = true;
                 self.waiting_gauges(1);
             }
+            let mut place = (!topics.is_empty()).then(|| shared.dispatcher.enter(&shared.queue, &topics));
             let far = Instant::now() + Duration::from_secs(86_400);
-            tokio::select! {
-                _ = waiter.wait() => {}
-                _ = tokio::time::sleep_until(until.unwrap_or(far)) => {}
-                _ = tokio::time::sleep_until(soonest.map_or(far, |d| d - SAFETY_MARGIN)) => {}
-                _ = tokio::time::sleep_until(pause_ends.unwrap_or(far)) => {}
-                _ = shared.draining.cancelled() => {}
+            enum Woke {
+                Job(Option<Reservation>),
+                Other,
+                Gone,
+            }
+            let woke = tokio::select! {
+                job = async {
+                    match place.as_mut() {
+                        Some(p) => p.job().await,
+                        None => std::future::pending().await,
+                    }
+                } => Woke::Job(job),
+                _ = tokio::time::sleep_until(until.unwrap_or(far)) => Woke::Other,
+                _ = tokio::time::sleep_until(soonest.map_or(far, |d| d - SAFETY_MARGIN)) => Woke::Other,
+                _ = tokio::time::sleep_until(pause_ends.unwrap_or(far)) => Woke::Other,
+                _ = shared.draining.cancelled() => Woke::Other,
                 frame = frames.next() => match frame {
-                    Some(Ok(frame)) => self.pending.push_back(frame),
-                    // The client went away: it takes no job.
-                    _ => break Next::Close,
+                    Some(Ok(frame)) => {
+                        self.pending.push_back(frame);
+                        Woke::Other
+                    }
+                    _ => Woke::Gone,
                 },
+            };
+            // Out of the line; a job sent meanwhile is this connection's.
+            let gone = matches!(woke, Woke::Gone);
+            let sent = match woke {
+                Woke::Job(job) => job,
+                _ => place.take().and_then(|p| p.leave()),
+            };
+            if gone {
+                // The client went away: it takes no job.
+                if let Some(job) = sent {
+                    let _ = shared.queue.release(&job.id, &job.receipt).await;
+                }
+                break Next::Close;
+            }
+            if let Some(job) = sent {
+                break self.reserved(job).await;
             }
         };
         if waiting {
@@ -328,6 +355,7 @@ impl Session {
             n,
             Held {
                 id: job.id.clone(),
+                topic: job.topic.clone(),
                 receipt: job.receipt.clone(),
                 deadline: Instant::now() + Duration::from_millis(left),
             },
@@ -372,15 +400,10 @@ impl Session {
     /// a job another connection holds is `NOT_FOUND`.
     async fn delete(&mut self, n: u64) -> dq_core::Result<Vec<u8>> {
         let queue = self.shared.queue.clone();
-        if let Some(h) = self.held(n) {
-            let (id, receipt) = (h.id.clone(), h.receipt.clone());
-            self.held.remove(&n);
-            let topic = queue.bs_job(&id).await?.map(|j| j.topic);
-            return Ok(match queue.ack(&id, &receipt).await {
+        if let Some(h) = self.held.remove(&n).filter(|h| h.deadline > Instant::now()) {
+            return Ok(match queue.ack(&h.id, &h.receipt).await {
                 Ok(()) => {
-                    if let Some(topic) = topic {
-                        self.shared.counters.count(format!("{topic}:cmd-delete"));
-                    }
+                    self.shared.counters.count(format!("{}:cmd-delete", h.topic));
                     reply::DELETED.to_vec()
                 }
                 Err(Error::StaleReceipt | Error::NotFound(_)) => reply::NOT_FOUND.to_vec(),
@@ -502,9 +525,11 @@ impl Session {
 /// `topics` with the one whose first ready job (in its home partition, where jobs put over the protocol
 /// are) comes first, then the others by their first jobs, then those with none: beanstalkd's reserve
 /// takes the best job of every watched tube, and the tubes' home partitions may differ (within one
-/// partition `reserve.lua` compares the queues itself).
-async fn best_first(shared: &Shared, topics: Vec<String>) -> dq_core::Result<Vec<String>> {
-    let queue = &shared.queue;
+/// partition `reserve.lua` compares the queues itself). One topic is returned as it is.
+pub async fn best_first(queue: &dq_core::Queue, topics: Vec<String>) -> dq_core::Result<Vec<String>> {
+    if topics.len() < 2 {
+        return Ok(topics);
+    }
     let count = queue.partitions().count();
     let heads = topics.iter().map(|t| async move {
         let p = home_partition(t, count);
