@@ -254,6 +254,34 @@ async fn bury_kick_and_tube_names_that_are_not_topics() {
 }
 
 #[tokio::test]
+async fn delays_and_ttrs_take_beanstalkds_whole_range() {
+    let (_server, port) = start(None).await;
+    let mut c = Conn::open(port).await;
+    let max = u32::MAX;
+    let n = c.put(max, max, max, b"far").await;
+    let stats = c.line(&format!("stats-job {n}")).await;
+    for line in [
+        "state: delayed\n",
+        &format!("pri: {max}\n"),
+        &format!("delay: {max}\n"),
+        &format!("ttr: {max}\n"),
+    ] {
+        assert!(stats.contains(line), "{line} in {stats}");
+    }
+    assert_eq!(c.line(&format!("kick-job {n}")).await, "KICKED\r\n");
+    assert_eq!(c.reserve(0).await.map(|j| j.0), Some(n));
+    let stats = c.line(&format!("stats-job {n}")).await;
+    assert!(
+        stats.contains("state: reserved\n") && stats.contains("time-left: 42949672"),
+        "{stats}"
+    );
+    assert_eq!(c.line(&format!("delete {n}")).await, "DELETED\r\n");
+    // A TTR of 0 is 1 s, as in beanstalkd.
+    let n = c.put(0, 0, 0, b"quick").await;
+    assert!(c.line(&format!("stats-job {n}")).await.contains("ttr: 1\n"));
+}
+
+#[tokio::test]
 async fn bad_input_gets_beanstalkds_errors_and_writes_nothing() {
     let (server, port) = start(Some(1)).await;
     let mut c = Conn::open(port).await;

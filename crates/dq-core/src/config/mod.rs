@@ -613,11 +613,28 @@ mod tests {
             ("DQ__EGRESS__ALLOW", "intranet", "egress.allow"),
             ("DQ__EGRESS__MAX_ANSWER_BYTES", "0", "egress.max_answer_bytes"),
             ("DQ__EGRESS__EXCERPT_BYTES", "5000", "egress.excerpt_bytes"),
+            ("DQ__BEANSTALKD__LISTEN", "localhost", "beanstalkd.listen"),
+            ("DQ__BEANSTALKD__LISTEN", "0.0.0.0:11300", "beanstalkd.allow_remote"),
+            ("DQ__BEANSTALKD__MAX_JOB_SIZE", "0", "beanstalkd.max_job_size"),
+            ("DQ__BEANSTALKD__MAX_CONNECTIONS", "0", "beanstalkd.max_connections"),
         ];
         for (k, v, named) in cases {
             let err = Settings::load_from(None, env(&[(k, v)])).unwrap_err().to_string();
             assert!(err.contains(named), "{k}={v}: {err}");
         }
+    }
+
+    #[test]
+    fn the_beanstalkd_protocol_is_served_off_loopback_only_when_allowed() {
+        let open = [
+            ("DQ__BEANSTALKD__LISTEN", "0.0.0.0:11300"),
+            ("DQ__BEANSTALKD__ALLOW_REMOTE", "true"),
+        ];
+        let s = Settings::load_from(None, env(&open)).unwrap();
+        assert_eq!(s.beanstalkd.listen.as_deref(), Some("0.0.0.0:11300"));
+        let s = Settings::load_from(None, env(&[("DQ__BEANSTALKD__LISTEN", "[::1]:11300")])).unwrap();
+        assert!(!s.beanstalkd.allow_remote && s.beanstalkd.max_job_size == 65_535);
+        assert_eq!(Settings::load_from(None, env(&[])).unwrap().beanstalkd.listen, None);
     }
 
     #[test]

@@ -8,8 +8,9 @@
 -- attempts when nothing follows them). created_at is stored as run_at minus created_at (the delay the
 -- job was pushed with, usually a short number) rather than a 6-byte Unix time: with both times in full,
 -- a record with a 64-byte body was 97 bytes, one past the allocator's 96-byte size class, and took 16
--- bytes more. A stored value of 10^12 or more is a full created_at (records written before); no job's
--- run_at lies that far (31 years) after its creation. One string instead
+-- bytes more. A stored value of 10^12 or more is a full created_at (records written before, and jobs
+-- due 31 years or more after their creation, which the beanstalkd protocol allows: rec_store writes
+-- those so). One string instead
 -- of a hash of fields takes less memory (200 bytes instead of 248 for a job with a 64-byte body), and a
 -- longer body adds only about its length: a hash leaves its compact encoding once a value passes
 -- hash-max-listpack-value (64 bytes by default) and then more than doubles.
@@ -107,7 +108,11 @@ local function rec_store(key, r, only_state, new)
     redis.call('SETRANGE', key, 1, string.char(code))
     return
   end
-  local v = {code, r.t, r.b, r.r, r.ttr, r.m, r.r - r.c, r.a, r.d or false, r.rc or false, r.e or false,
+  -- A delay of 10^12 ms or more (beanstalkd's allow up to 136 years) would read as a full created_at:
+  -- such a record keeps the full one.
+  local since = r.r - r.c
+  if since >= 1e12 then since = r.c end
+  local v = {code, r.t, r.b, r.r, r.ttr, r.m, since, r.a, r.d or false, r.rc or false, r.e or false,
     r.x or false, r.g or false, r.bo or false, r.p or false, r.n or false, r.k or false}
   local n = 17
   while n > 8 and v[n] == false do
