@@ -7,7 +7,7 @@ mod common;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use common::{env, metrics, start};
+use common::{env, metrics, start, start_on};
 use dq_harness::{DqProcess, RedisServer, eventually, free_port};
 use serde_json::{Value, json};
 
@@ -43,7 +43,18 @@ fn names(scrape: &HashMap<String, f64>) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_binary_serves_the_documented_metrics() {
     let redis = RedisServer::start();
-    let server = start("dq-server", &[&redis]).await;
+    // With the beanstalkd listener, and one connection that stays open and puts a job.
+    let (server_port, beanstalkd) = (free_port(), format!("127.0.0.1:{}", free_port()));
+    let mut vars = env(&[&redis], server_port);
+    vars.push(("DQ__BEANSTALKD__LISTEN", beanstalkd.clone()));
+    let server = start_on("dq-server", server_port, vars).await;
+    let mut protocol = tokio::net::TcpStream::connect(&beanstalkd).await.unwrap();
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        protocol.write_all(b"put 0 0 60 2\r\nhi\r\n").await.unwrap();
+        let mut reply = [0u8; 64];
+        assert!(protocol.read(&mut reply).await.unwrap() > 0);
+    }
     let timer = start("dq-timer", &[&redis]).await;
     let consumer_port = free_port();
     let mut vars = env(&[&redis], consumer_port);

@@ -69,12 +69,11 @@ impl Counters {
 
     /// Counts one of `field` (`cmd-put`, or `<topic>:cmd-delete`).
     pub fn count(&self, field: impl Into<String>) {
-        *self
-            .unwritten
-            .lock()
-            .expect("not poisoned")
-            .entry(field.into())
-            .or_default() += 1;
+        let field = field.into();
+        if let Some(command) = field.strip_prefix("cmd-") {
+            metrics::counter!("dq_beanstalkd_commands_total", "command" => command.to_string()).increment(1);
+        }
+        *self.unwritten.lock().expect("not poisoned").entry(field).or_default() += 1;
     }
 
     /// Changes this server's gauges.

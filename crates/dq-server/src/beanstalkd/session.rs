@@ -82,6 +82,7 @@ impl Session {
             g.connections += 1;
             g.total_connections += 1;
         });
+        metrics::gauge!("dq_beanstalkd_connections").increment(1.0);
         shared.counters.tube_gauge("default", TubeGauge::Using, 1);
         shared.counters.tube_gauge("default", TubeGauge::Watching, 1);
         Session {
@@ -514,6 +515,7 @@ impl Session {
             counters.tube_gauge(&t.topic, TubeGauge::Watching, -1);
         }
         let (producer, worker) = (self.producer, self.worker);
+        metrics::gauge!("dq_beanstalkd_connections").decrement(1.0);
         counters.gauge(|g| {
             g.connections -= 1;
             g.producers -= i64::from(producer);
