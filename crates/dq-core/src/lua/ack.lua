@@ -1,4 +1,6 @@
--- ack.lua: finish reserved jobs of one partition: each is done, kept for lookups for the retention period.
+-- ack.lua: finish reserved jobs of one partition: each is done, kept for lookups for the retention period
+-- (a job put over the beanstalkd protocol, which has a priority `p`, is deleted: beanstalkd's delete
+-- leaves nothing, and its clients delete at a rate that retained records would make a memory cost).
 -- One call carries the acks that dq's group commit gathered for the partition (one, or many at once).
 --
 -- KEYS[1]: the reserved set (<prefix>:reserved)
@@ -21,7 +23,7 @@ for k = 1, #KEYS - 2 do
   local job, r = KEYS[2 + k], recs[k]
   if acked[job] then
     -- The same job twice in one call: the second finds what it would find alone after the first.
-    if retention > 0 then out[k] = -1 else out[k] = 0 end
+    if acked[job] == 'kept' then out[k] = -1 else out[k] = 0 end
   elseif not r then
     out[k] = 0
   elseif r.s ~= 'reserved' or r.rc ~= ARGV[2 * k + 1] then
@@ -31,14 +33,15 @@ for k = 1, #KEYS - 2 do
     ended[r.t] = (ended[r.t] or 0) + 1
     -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
     if r.n then redis.call('HDEL', string.sub(job, 1, #job - #ARGV[2 * k] - 5) .. ':bs:ids', r.n) end
-    if retention > 0 then
+    if retention > 0 and not r.p then
       r.s = 'done'
       rec_store(job, r, true)
       redis.call('PEXPIRE', job, retention)
+      acked[job] = 'kept'
     else
       redis.call('DEL', job)
+      acked[job] = 'gone'
     end
-    acked[job] = true
     out[k] = 1
   end
 end
