@@ -17,17 +17,7 @@ rounds=${ROUNDS:-3} connections=${CONNECTIONS:-64} jobs=${JOBS:-1000} body=${BOD
 bin=${DQ_BIN:-target/release}
 
 work=$(mktemp -d)
-port() {
-  python3 -c '
-import random, socket
-while True:
-    p = random.randint(20000, 60000)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p)); print(p); break
-    except OSError:
-        pass'
-}
+port() { bash scripts/free-port.sh; }
 pids=()
 # Kills what the script started; keeps the script's exit status.
 cleanup() {

@@ -16,18 +16,7 @@ bash scripts/ensure-redis.sh
 bin=${DQ_BIN:-target/release}
 
 work=$(mktemp -d)
-# A free port below 55536 (a cluster node's bus port is its port + 10000).
-port() {
-  python3 -c '
-import random, socket
-while True:
-    p = random.randint(20000, 55535)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p)); print(p); break
-    except OSError:
-        pass'
-}
+port() { bash scripts/free-port.sh; }
 rport=$(port); sport=$(port)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }

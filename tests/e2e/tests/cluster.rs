@@ -388,7 +388,8 @@ async fn resharding_under_load_loses_nothing() {
                         .zip(results)
                         .filter_map(|(id, r)| match r {
                             Ok(_) | Err(dq_core::Error::Conflict(_)) => None,
-                            Err(dq_core::Error::Unavailable { .. }) => Some(id),
+                            // Sent again with its id: a conflict then means the first attempt stored it.
+                            Err(dq_core::Error::Unavailable { .. } | dq_core::Error::Indeterminate { .. }) => Some(id),
                             Err(e) => panic!("{id}: {e}"),
                         })
                         .collect();
