@@ -96,7 +96,7 @@ impl Dispatcher {
                 waits: true,
                 best_first: true,
             };
-            let ordered = match super::session::best_first(&queue, topics.clone()).await {
+            let ordered = match super::reserve::best_first(&queue, topics.clone()).await {
                 Ok(ordered) => ordered,
                 Err(e) => {
                     tracing::warn!(error = %e, "beanstalkd reserve failed; trying again");

@@ -2,7 +2,8 @@
 //! jobs durable in Redis. docs/beanstalkd.md is the user's guide, with each difference from beanstalkd.
 //!
 //! - [`codec`]: framing (command lines, put bodies); [`command`]: reading a line as beanstalkd does.
-//! - [`session`]: a connection (put, reserve, the verbs on its reservations); [`verbs`]: the rest.
+//! - [`session`]: a connection (put, the verbs on its reservations); [`reserve`]: reserving; [`verbs`]:
+//!   the rest.
 //! - [`body`]: bytes ↔ JSON bodies; [`yaml`]: the stats and lists; [`reply`]: fixed replies.
 //! - [`counters`]: `cmd-…` counters and `current-…` gauges over every dq-server; [`numbers`]: job numbers.
 //! - [`dispatch`]: waiting reserves served together, many jobs per call.
@@ -14,6 +15,7 @@ pub mod counters;
 pub mod dispatch;
 pub mod numbers;
 pub mod reply;
+pub mod reserve;
 pub mod session;
 pub mod verbs;
 pub mod yaml;

@@ -1,5 +1,6 @@
 //! One protocol connection: its used tube, watched tubes and reservations, and the commands that need
-//! them (put, reserve, the verbs on reserved jobs). The commands that only read are in [`super::verbs`].
+//! them (put, the verbs on reserved jobs, use/watch/ignore). Reserving is in [`super::reserve`]; the
+//! commands that only read are in [`super::verbs`].
 //!
 //! Reservations belong to the connection that made them: it alone may delete, release, bury or touch
 //! them (another connection gets `NOT_FOUND`, as in beanstalkd), and when it closes, quits or its
@@ -12,10 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::beanstalkd::{home_partition, id_of_number};
-use dq_core::queue::ReserveOptions;
 use dq_core::queue::beanstalkd::Released;
-use dq_core::{Error, NewJob, Reservation, Schedule, State};
-use futures_util::StreamExt;
+use dq_core::{Error, NewJob, Schedule, State};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
@@ -25,9 +24,6 @@ use super::codec::{Codec, Frame};
 use super::command::{Command, PutLine, Refused};
 use super::counters::TubeGauge;
 use super::{body, reply};
-
-/// A reserved job's deadline is "soon" within this much of it (beanstalkd's safety margin).
-const SAFETY_MARGIN: Duration = Duration::from_secs(1);
 
 /// The frames of a connection.
 pub type Frames = FramedRead<OwnedReadHalf, Codec>;
@@ -51,12 +47,12 @@ pub struct Tube {
 
 /// A job this connection reserved.
 #[derive(Debug)]
-struct Held {
-    id: String,
-    topic: String,
-    receipt: String,
+pub(super) struct Held {
+    pub(super) id: String,
+    pub(super) topic: String,
+    pub(super) receipt: String,
     /// When the reservation ends, on this server's clock.
-    deadline: Instant,
+    pub(super) deadline: Instant,
 }
 
 /// A connection's state.
@@ -64,9 +60,9 @@ pub struct Session {
     pub(super) shared: Arc<Shared>,
     pub(super) used: Tube,
     pub(super) watched: Vec<Tube>,
-    held: HashMap<u64, Held>,
+    pub(super) held: HashMap<u64, Held>,
     producer: bool,
-    worker: bool,
+    pub(super) worker: bool,
     /// Frames that arrived while a reserve waited, handled after it.
     pub pending: VecDeque<Frame>,
 }
@@ -205,189 +201,6 @@ impl Session {
         reply::INTERNAL_ERROR.to_vec()
     }
 
-    /// The topics a reserve takes from now: the watched ones that are not paused (here or over HTTP),
-    /// and when the next pause among them ends.
-    fn live_topics(&self) -> (Vec<String>, Option<Instant>) {
-        let registry = self.shared.topics.snapshot();
-        let paused = self.shared.paused.read().expect("not poisoned").clone();
-        let now = dq_core::queue::unix_ms();
-        let mut next_end: Option<Instant> = None;
-        let mut topics = Vec::new();
-        for t in &self.watched {
-            if registry.get(&t.topic).is_some_and(|c| c.paused) {
-                continue;
-            }
-            if let Some(&(until, _)) = paused.get(&t.topic).filter(|(until, _)| *until > now) {
-                let end = Instant::now() + Duration::from_millis((until - now) as u64);
-                next_end = Some(next_end.map_or(end, |e| e.min(end)));
-                continue;
-            }
-            topics.push(t.topic.clone());
-        }
-        (topics, next_end)
-    }
-
-    /// When the soonest reservation this connection holds ends, if it holds one that has not ended
-    /// (the others are forgotten: dq-timer hands those jobs out again).
-    fn soonest_deadline(&mut self) -> Option<Instant> {
-        let now = Instant::now();
-        self.held.retain(|_, h| h.deadline > now);
-        self.held.values().map(|h| h.deadline).min()
-    }
-
-    /// `reserve` and `reserve-with-timeout`.
-    async fn reserve(&mut self, timeout: Option<u32>, with_timeout: bool, frames: &mut Frames) -> Next {
-        let shared = self.shared.clone();
-        shared.counters.count(if with_timeout {
-            "cmd-reserve-with-timeout"
-        } else {
-            "cmd-reserve"
-        });
-        if !self.worker {
-            self.worker = true;
-            shared.counters.gauge(|g| g.workers += 1);
-        }
-        let until = timeout.map(|t| Instant::now() + Duration::from_secs(t as u64));
-        let mut waiting = false;
-        let next = loop {
-            if shared.draining.is_cancelled() {
-                break Next::Reply(reply::DRAINING.to_vec());
-            }
-            let (topics, pause_ends) = self.live_topics();
-            let soonest = self.soonest_deadline();
-            let now = Instant::now();
-            let soon = soonest.is_some_and(|d| d <= now + SAFETY_MARGIN);
-            if soon || until.is_some_and(|u| u <= now) {
-                // One look without waiting: a job that is ready is still given, as beanstalkd gives it.
-                if !topics.is_empty() {
-                    let options = ReserveOptions {
-                        least_ttr_ms: None,
-                        waits: false,
-                        best_first: true,
-                    };
-                    let topics = match best_first(&shared.queue, topics).await {
-                        Ok(sorted) => sorted,
-                        Err(e) => break Next::Reply(internal(e)),
-                    };
-                    match shared.queue.reserve_with(&topics, 1, options).await {
-                        Ok(mut jobs) => {
-                            if let Some(job) = jobs.pop() {
-                                break self.reserved(job).await;
-                            }
-                        }
-                        Err(e) => break Next::Reply(internal(e)),
-                    }
-                }
-                break Next::Reply(if soon { reply::DEADLINE_SOON } else { reply::TIMED_OUT }.to_vec());
-            }
-            if !waiting {
-                waiting = true;
-                self.waiting_gauges(1);
-            }
-            let mut place = (!topics.is_empty()).then(|| shared.dispatcher.enter(&shared.queue, &topics));
-            let far = Instant::now() + Duration::from_secs(86_400);
-            enum Woke {
-                Job(Option<Reservation>),
-                Other,
-                Gone,
-            }
-            let woke = tokio::select! {
-                job = async {
-                    match place.as_mut() {
-                        Some(p) => p.job().await,
-                        None => std::future::pending().await,
-                    }
-                } => Woke::Job(job),
-                _ = tokio::time::sleep_until(until.unwrap_or(far)) => Woke::Other,
-                _ = tokio::time::sleep_until(soonest.map_or(far, |d| d - SAFETY_MARGIN)) => Woke::Other,
-                _ = tokio::time::sleep_until(pause_ends.unwrap_or(far)) => Woke::Other,
-                _ = shared.draining.cancelled() => Woke::Other,
-                frame = frames.next() => match frame {
-                    Some(Ok(frame)) => {
-                        self.pending.push_back(frame);
-                        Woke::Other
-                    }
-                    _ => Woke::Gone,
-                },
-            };
-            // Out of the line; a job sent meanwhile is this connection's.
-            let gone = matches!(woke, Woke::Gone);
-            let sent = match woke {
-                Woke::Job(job) => job,
-                _ => place.take().and_then(|p| p.leave()),
-            };
-            if gone {
-                // The client went away: it takes no job.
-                if let Some(job) = sent {
-                    let _ = shared.queue.release(&job.id, &job.receipt).await;
-                }
-                break Next::Close;
-            }
-            if let Some(job) = sent {
-                break self.reserved(job).await;
-            }
-        };
-        if waiting {
-            self.waiting_gauges(-1);
-        }
-        next
-    }
-
-    fn waiting_gauges(&self, by: i64) {
-        self.shared.counters.gauge(|g| g.waiting += by);
-        for t in &self.watched {
-            self.shared.counters.tube_gauge(&t.topic, TubeGauge::Waiting, by);
-        }
-    }
-
-    /// Keeps a reservation and answers `RESERVED`.
-    async fn reserved(&mut self, job: Reservation) -> Next {
-        let n = match self.shared.queue.bs_number(&job.id).await {
-            Ok(Some(n)) => n,
-            Ok(None) => return Next::Reply(reply::INTERNAL_ERROR.to_vec()),
-            Err(e) => {
-                // Not shown to the client, so handed back at once.
-                let _ = self.shared.queue.release(&job.id, &job.receipt).await;
-                return Next::Reply(internal(e));
-            }
-        };
-        let left = (job.deadline - dq_core::queue::unix_ms()).max(0) as u64;
-        self.held.insert(
-            n,
-            Held {
-                id: job.id.clone(),
-                topic: job.topic.clone(),
-                receipt: job.receipt.clone(),
-                deadline: Instant::now() + Duration::from_millis(left),
-            },
-        );
-        Next::Reply(reply::with_body(
-            &format!("RESERVED {n}"),
-            &body::to_bytes(job.body.get()),
-        ))
-    }
-
-    /// `reserve-job <id>`.
-    async fn reserve_job(&mut self, n: u64) -> dq_core::Result<Vec<u8>> {
-        let Some(job) = self.shared.queue.bs_find(n).await? else {
-            return Ok(reply::NOT_FOUND.to_vec());
-        };
-        if job.state == State::Reserved {
-            return Ok(reply::NOT_FOUND.to_vec());
-        }
-        let Some(reservation) = self.shared.queue.bs_take(&job.id).await? else {
-            return Ok(reply::NOT_FOUND.to_vec());
-        };
-        if !self.worker {
-            self.worker = true;
-            self.shared.counters.gauge(|g| g.workers += 1);
-        }
-        match self.reserved(reservation).await {
-            Next::Reply(r) => Ok(r),
-            Next::Close => Ok(reply::INTERNAL_ERROR.to_vec()),
-        }
-    }
-
     /// The reservation this connection holds on job `n`, if it still does.
     fn held(&mut self, n: u64) -> Option<&Held> {
         let now = Instant::now();
@@ -522,36 +335,6 @@ impl Session {
             g.workers -= i64::from(worker);
         });
     }
-}
-
-/// `topics` with the one whose first ready job (in its home partition, where jobs put over the protocol
-/// are) comes first, then the others by their first jobs, then those with none: beanstalkd's reserve
-/// takes the best job of every watched tube, and the tubes' home partitions may differ (within one
-/// partition `reserve.lua` compares the queues itself). One topic is returned as it is.
-pub async fn best_first(queue: &dq_core::Queue, topics: Vec<String>) -> dq_core::Result<Vec<String>> {
-    if topics.len() < 2 {
-        return Ok(topics);
-    }
-    let count = queue.partitions().count();
-    let heads = topics.iter().map(|t| async move {
-        let p = home_partition(t, count);
-        let mut cmd = redis::cmd("ZRANGE");
-        cmd.arg(queue.partition_keys(p).ready(t))
-            .arg(0)
-            .arg(0)
-            .arg("WITHSCORES");
-        let head: Vec<(String, f64)> = queue.query(p, &cmd).await?;
-        Ok::<_, Error>(head.into_iter().next().map(|(id, score)| (score, id)))
-    });
-    let heads = futures_util::future::try_join_all(heads).await?;
-    let mut ranked: Vec<(Option<(f64, String)>, String)> = heads.into_iter().zip(topics).collect();
-    ranked.sort_by(|a, b| match (&a.0, &b.0) {
-        (Some(x), Some(y)) => x.0.total_cmp(&y.0).then_with(|| x.1.cmp(&y.1)),
-        (Some(_), None) => std::cmp::Ordering::Less,
-        (None, Some(_)) => std::cmp::Ordering::Greater,
-        (None, None) => std::cmp::Ordering::Equal,
-    });
-    Ok(ranked.into_iter().map(|(_, t)| t).collect())
 }
 
 /// `INTERNAL_ERROR`, logged.
