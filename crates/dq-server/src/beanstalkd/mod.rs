@@ -102,33 +102,13 @@ impl Shared {
         Ok(name)
     }
 
-    /// The topics that are tubes now: `default`, registered topics, topics with jobs, and tubes some
-    /// connection (of any dq-server) uses or watches. `default` first, then by name.
-    pub async fn tube_topics(&self) -> Result<Vec<String>> {
-        let mut set: BTreeSet<String> = self.topics.snapshot().keys().cloned().collect();
-        let counts = self.queue.counts().await;
-        set.extend(
-            counts
-                .counts
-                .into_iter()
-                .filter(|(_, c)| c.iter().any(|(s, &n)| *s != dq_core::State::Done && n > 0))
-                .map(|(t, _)| t),
-        );
-        let gauges = self.counters.all_gauges(&self.queue).await;
-        set.extend(
-            gauges
-                .tubes
-                .into_iter()
-                .filter(|(_, g)| g[0] > 0 || g[1] > 0)
-                .map(|(t, _)| t),
-        );
-        set.remove("default");
-        Ok(std::iter::once("default".to_string()).chain(set).collect())
-    }
-
-    /// Whether `topic` is a tube now (see [`Shared::tube_topics`]).
-    pub async fn tube_exists(&self, topic: &str) -> Result<bool> {
-        Ok(topic == "default" || self.tube_topics().await?.iter().any(|t| t == topic))
+    /// The jobs' counts and every server's gauges now, read once for a command that looks at tubes.
+    pub async fn tubes_now(&self) -> TubesNow {
+        TubesNow {
+            counts: self.queue.counts().await.counts,
+            gauges: self.counters.all_gauges(&self.queue).await,
+            registered: self.topics.snapshot().keys().cloned().collect(),
+        }
     }
 
     /// `pause-tube`: reserves over the protocol leave `topic` alone for `secs` seconds.
@@ -165,6 +145,45 @@ impl Shared {
             map.insert(topic, (until, secs.max(0) as u64));
         }
         *self.paused.write().expect("not poisoned") = map;
+    }
+}
+
+/// What the commands that look at tubes read: counts, gauges, the registry.
+#[derive(Debug)]
+pub struct TubesNow {
+    /// Jobs by topic and state, over every partition.
+    pub counts: HashMap<String, HashMap<dq_core::State, i64>>,
+    /// Every server's gauges.
+    pub gauges: counters::Gauges,
+    /// Registered topics.
+    pub registered: BTreeSet<String>,
+}
+
+impl TubesNow {
+    /// The topics that are tubes: `default`, registered topics, topics with jobs, and tubes some
+    /// connection (of any dq-server) uses or watches. `default` first, then by name.
+    pub fn topics(&self) -> Vec<String> {
+        let mut set = self.registered.clone();
+        set.extend(
+            self.counts
+                .iter()
+                .filter(|(_, c)| c.iter().any(|(s, &n)| *s != dq_core::State::Done && n > 0))
+                .map(|(t, _)| t.clone()),
+        );
+        set.extend(
+            self.gauges
+                .tubes
+                .iter()
+                .filter(|(_, g)| g[0] > 0 || g[1] > 0)
+                .map(|(t, _)| t.clone()),
+        );
+        set.remove("default");
+        std::iter::once("default".to_string()).chain(set).collect()
+    }
+
+    /// Whether `topic` is a tube (see [`TubesNow::topics`]).
+    pub fn exists(&self, topic: &str) -> bool {
+        topic == "default" || self.topics().iter().any(|t| t == topic)
     }
 }
 

@@ -88,13 +88,14 @@ impl Session {
             },
             Command::StatsTube(name) => {
                 let tube = self.shared.tube(name).await?;
-                if !self.shared.tube_exists(&tube.topic).await? {
+                let mut now = self.shared.tubes_now().await;
+                if !now.exists(&tube.topic) {
                     return Ok(reply::NOT_FOUND.to_vec());
                 }
-                let counts = queue.counts().await.counts.remove(&tube.topic).unwrap_or_default();
+                let counts = now.counts.remove(&tube.topic).unwrap_or_default();
                 let urgent = self.urgent(&tube.topic, &counts).await?;
                 let totals = self.shared.counters.totals(&queue).await;
-                let gauges = self.shared.counters.all_gauges(&queue).await;
+                let gauges = now.gauges;
                 let paused = self
                     .shared
                     .paused
@@ -108,14 +109,13 @@ impl Session {
                 ))
             }
             Command::Stats => {
-                let stats = queue.counts().await;
+                let now = self.shared.tubes_now().await;
                 let mut urgent = 0;
-                for (topic, counts) in &stats.counts {
+                for (topic, counts) in &now.counts {
                     urgent += self.urgent(topic, counts).await?;
                 }
                 let totals = self.shared.counters.totals(&queue).await;
-                let gauges = self.shared.counters.all_gauges(&queue).await;
-                let tubes = self.shared.tube_topics().await?.len();
+                let tubes = now.topics().len();
                 let info = yaml::ServerInfo {
                     urgent,
                     max_job_size: self.shared.max_job_size,
@@ -126,12 +126,12 @@ impl Session {
                 };
                 Ok(reply::with_body(
                     "OK",
-                    &yaml::stats(&stats.counts, &totals, &gauges, &info),
+                    &yaml::stats(&now.counts, &totals, &now.gauges, &info),
                 ))
             }
             Command::ListTubes => {
                 let mut names = Vec::new();
-                for topic in self.shared.tube_topics().await? {
+                for topic in self.shared.tubes_now().await.topics() {
                     names.push(self.shared.tube_name(&topic).await?);
                 }
                 Ok(reply::with_body("OK", &yaml::list(&names)))
@@ -147,7 +147,7 @@ impl Session {
                     return Ok(reply::BAD_FORMAT.to_vec());
                 }
                 let tube = self.shared.tube(name).await?;
-                if !self.shared.tube_exists(&tube.topic).await? {
+                if !self.shared.tubes_now().await.exists(&tube.topic) {
                     return Ok(reply::NOT_FOUND.to_vec());
                 }
                 self.shared.pause(&tube.topic, delay).await?;
