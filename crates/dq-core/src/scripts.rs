@@ -135,7 +135,7 @@ script!(
 script!(
     /// Delete dead jobs.
     PURGE,
-    "purge.lua"
+    record + "purge.lua"
 );
 script!(
     /// Hand a reservation back unfinished (drain).

@@ -194,6 +194,46 @@ async fn jobs_cross_between_the_protocol_and_the_http_api() {
 }
 
 #[tokio::test]
+async fn the_number_of_a_job_pushed_over_http_goes_with_the_job() {
+    let (server, port) = start(None).await;
+    let mut c = Conn::open(port).await;
+    c.line("watch numbered").await;
+    c.line("ignore default").await;
+    let mut ids = Vec::new();
+    for end in ["ack", "delete", "purge"] {
+        let pushed = server.push(json!({"topic": "numbered", "body": end})).await;
+        ids.push((end, pushed["id"].as_str().unwrap().to_string()));
+    }
+    let index = |id: &str| server.key(id, "bs:ids");
+    let mut conn = server.redis[0].conn();
+    // Reserved in any order: each job's body says how it ends.
+    for _ in 0..ids.len() {
+        let (n, body) = c.reserve(5).await.expect("a job");
+        let end = String::from_utf8(body).unwrap().trim_matches('"').to_string();
+        let id = &ids.iter().find(|(e, _)| *e == end).unwrap().1;
+        let entry: Option<String> = redis::cmd("HGET").arg(index(id)).arg(n).query(&mut conn).unwrap();
+        assert_eq!(entry.as_deref(), Some(id.as_str()), "{end}");
+        match end.as_str() {
+            "ack" => assert_eq!(c.line(&format!("delete {n}")).await, "DELETED\r\n"),
+            "delete" => {
+                c.line(&format!("release {n} 0 3600")).await;
+                assert_eq!(c.line(&format!("delete {n}")).await, "DELETED\r\n");
+            }
+            _ => {
+                assert_eq!(c.line(&format!("bury {n} 0")).await, "BURIED\r\n");
+                let (status, _) = server
+                    .call("DELETE", "/v1/topics/numbered/dead", Some(json!({"ids": [id]})))
+                    .await;
+                assert!(status.is_success(), "{status}");
+            }
+        }
+        let entry: Option<String> = redis::cmd("HGET").arg(index(id)).arg(n).query(&mut conn).unwrap();
+        assert_eq!(entry, None, "{end}: the index keeps no number of a job that is gone");
+        assert_eq!(c.line(&format!("peek {n}")).await, "NOT_FOUND\r\n");
+    }
+}
+
+#[tokio::test]
 async fn priorities_order_reserves_within_and_across_tubes() {
     let (_server, port) = start(None).await;
     let mut c = Conn::open(port).await;

@@ -22,12 +22,23 @@ elseif ARGV[4] ~= '' then
 else
   ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[3]) - 1)
 end
--- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
-for _, id in ipairs(ids) do redis.call('EXISTS', prefix .. ':job:' .. id) end
+-- Every key is read before the first write (see architecture.md, "Scripts on a moving slot"). Where the
+-- partition has a beanstalkd number index, the records are read for their numbers (n), which leave it.
+local index = prefix .. ':bs:ids'
+local numbered = {}
+if redis.call('EXISTS', index) == 1 then
+  for i, id in ipairs(ids) do
+    local r = rec_load(prefix .. ':job:' .. id, false, dead)
+    numbered[i] = r and r.n or false
+  end
+else
+  for _, id in ipairs(ids) do redis.call('EXISTS', prefix .. ':job:' .. id) end
+end
 local n = 0
-for _, id in ipairs(ids) do
+for i, id in ipairs(ids) do
   if redis.call('ZREM', dead, id) == 1 then
     redis.call('DEL', prefix .. ':job:' .. id)
+    if numbered[i] then redis.call('HDEL', index, numbered[i]) end
     n = n + 1
   end
 end
