@@ -247,10 +247,16 @@ impl Queue {
         }))
     }
 
-    /// Reads a hash of the `{<prefix>}` slot (the tube names, pauses, counters, a server's gauges).
+    /// Runs `cmd` on keys of the `{<prefix>}` slot (the tube names, pauses, counters, servers' gauges):
+    /// keys of no partition, so no partition is marked up or down by the answer.
+    pub async fn bs_query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        self.redis.query(cmd).await.map_err(|e| Error::from_redis(None, e))
+    }
+
+    /// Reads a hash of the `{<prefix>}` slot.
     pub async fn bs_hash(&self, key: &str) -> Result<HashMap<String, String>> {
         let mut cmd = redis::cmd("HGETALL");
         cmd.arg(key);
-        self.query(0, &cmd).await
+        self.bs_query(&cmd).await
     }
 }

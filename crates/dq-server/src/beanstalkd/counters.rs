@@ -109,7 +109,7 @@ impl Counters {
         let now = dq_core::queue::unix_ms();
         let mut cmd = redis::cmd("ZRANGE");
         cmd.arg(keys.bs_servers()).arg(now).arg("+inf").arg("BYSCORE");
-        let servers: Vec<String> = queue.query(0, &cmd).await.unwrap_or_default();
+        let servers: Vec<String> = queue.bs_query(&cmd).await.unwrap_or_default();
         for id in servers.iter().filter(|id| **id != self.server_id) {
             let Ok(fields) = queue.bs_hash(&keys.bs_server(id)).await else {
                 continue;

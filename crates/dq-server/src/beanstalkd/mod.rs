@@ -24,7 +24,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use dq_core::beanstalkd::{is_made_topic, topic_of_tube};
+use dq_core::beanstalkd::{home_partition, is_made_topic, topic_of_tube};
 use dq_core::registry::TopicCache;
 use dq_core::{Queue, Result};
 use futures_util::StreamExt;
@@ -71,16 +71,17 @@ impl Shared {
     /// The tube named `name`, its made topic's name stored the first time.
     pub async fn tube(&self, name: String) -> Result<Tube> {
         let (topic, made) = topic_of_tube(&name);
+        let home = home_partition(&topic, self.queue.partitions().count());
         if made && !self.names.read().expect("not poisoned").contains_key(&topic) {
             let mut cmd = redis::cmd("HSET");
             cmd.arg(self.queue.keys().bs_tubes()).arg(&topic).arg(&name);
-            self.queue.query::<()>(0, &cmd).await?;
+            self.queue.bs_query::<()>(&cmd).await?;
             self.names
                 .write()
                 .expect("not poisoned")
                 .insert(topic.clone(), name.clone());
         }
-        Ok(Tube { name, topic })
+        Ok(Tube { name, topic, home })
     }
 
     /// The tube name of `topic`.
@@ -93,7 +94,7 @@ impl Shared {
         }
         let mut cmd = redis::cmd("HGET");
         cmd.arg(self.queue.keys().bs_tubes()).arg(topic);
-        let name: Option<String> = self.queue.query(0, &cmd).await?;
+        let name: Option<String> = self.queue.bs_query(&cmd).await?;
         let name = name.unwrap_or_else(|| topic.to_string());
         self.names
             .write()
@@ -118,7 +119,7 @@ impl Shared {
         cmd.arg(self.queue.keys().bs_paused())
             .arg(topic)
             .arg(format!("{until} {secs}"));
-        self.queue.query::<()>(0, &cmd).await?;
+        self.queue.bs_query::<()>(&cmd).await?;
         self.paused
             .write()
             .expect("not poisoned")
@@ -139,7 +140,7 @@ impl Shared {
             if until + 60_000 < now {
                 let mut cmd = redis::cmd("HDEL");
                 cmd.arg(self.queue.keys().bs_paused()).arg(&topic);
-                let _ = self.queue.query::<()>(0, &cmd).await;
+                let _ = self.queue.bs_query::<()>(&cmd).await;
                 continue;
             }
             map.insert(topic, (until, secs.max(0) as u64));

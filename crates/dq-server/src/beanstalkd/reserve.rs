@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::body;
 use super::counters::TubeGauge;
 use super::reply;
-use super::session::{Frames, Held, Next, Session, internal};
+use super::session::{Frames, Held, Next, Session, internal, local_deadline};
 
 /// A reserved job's deadline is "soon" within this much of it (beanstalkd's safety margin).
 const SAFETY_MARGIN: Duration = Duration::from_secs(1);
@@ -164,14 +164,13 @@ impl Session {
                 return Next::Reply(internal(e));
             }
         };
-        let left = (job.deadline - dq_core::queue::unix_ms()).max(0) as u64;
         self.held.insert(
             n,
             Held {
                 id: job.id.clone(),
                 topic: job.topic.clone(),
                 receipt: job.receipt.clone(),
-                deadline: Instant::now() + Duration::from_millis(left),
+                deadline: local_deadline(job.deadline),
             },
         );
         Next::Reply(reply::with_body(

@@ -43,6 +43,8 @@ pub struct Tube {
     pub name: String,
     /// dq's topic.
     pub topic: String,
+    /// The partition its jobs put over the protocol go to (`dq_core::beanstalkd::home_partition`).
+    pub home: u16,
 }
 
 /// A job this connection reserved.
@@ -73,6 +75,7 @@ impl Session {
         let default = Tube {
             name: "default".into(),
             topic: "default".into(),
+            home: home_partition("default", shared.queue.partitions().count()),
         };
         shared.counters.gauge(|g| {
             g.connections += 1;
@@ -113,9 +116,7 @@ impl Session {
                 self.shared.counters.count("cmd-put");
                 if !crlf {
                     // beanstalkd made the job, and so took its number, before it read the body.
-                    let queue = &self.shared.queue;
-                    let p = home_partition(&self.used.topic, queue.partitions().count());
-                    if let Err(e) = self.shared.numbers.next(queue, p).await {
+                    if let Err(e) = self.shared.numbers.next(&self.shared.queue, self.used.home).await {
                         return Next::Reply(internal(e));
                     }
                     reply::EXPECTED_CRLF.to_vec()
@@ -151,10 +152,7 @@ impl Session {
             Command::Touch(n) => self.touch(n).await,
             other => self.read_only(other).await,
         };
-        answer.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "beanstalkd command failed");
-            reply::INTERNAL_ERROR.to_vec()
-        })
+        answer.unwrap_or_else(internal)
     }
 
     /// `put`: a job with its number's id in its tube's home partition.
@@ -168,7 +166,7 @@ impl Session {
         }
         let queue = &self.shared.queue;
         let topic = self.used.topic.clone();
-        let p = home_partition(&topic, queue.partitions().count());
+        let p = self.used.home;
         let json = body::to_json(bytes);
         // A number whose id a producer took over HTTP is skipped.
         for _ in 0..3 {
@@ -265,9 +263,8 @@ impl Session {
         let (id, receipt) = (h.id.clone(), h.receipt.clone());
         match self.shared.queue.touch(&id, &receipt, None).await {
             Ok(deadline) => {
-                let left = (deadline - dq_core::queue::unix_ms()).max(0) as u64;
                 if let Some(h) = self.held.get_mut(&n) {
-                    h.deadline = Instant::now() + Duration::from_millis(left);
+                    h.deadline = local_deadline(deadline);
                 }
                 Ok(reply::TOUCHED.to_vec())
             }
@@ -335,6 +332,12 @@ impl Session {
             g.workers -= i64::from(worker);
         });
     }
+}
+
+/// A reservation's deadline (Unix ms, Redis's clock) as an instant of this server's clock.
+pub fn local_deadline(deadline_ms: i64) -> Instant {
+    let left = (deadline_ms - dq_core::queue::unix_ms()).max(0) as u64;
+    Instant::now() + Duration::from_millis(left)
 }
 
 /// `INTERNAL_ERROR`, logged.
