@@ -22,7 +22,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dq_core::keys::WakeKind;
+use dq_core::queue::handoff::decode_handoff;
 use dq_core::registry::TopicCache;
+use dq_core::wake::Wake;
 use dq_core::{Queue, Settings};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -68,7 +71,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         hand_back: CancellationToken::new(),
         backoff_default: settings.jobs.backoff_ms.clone(),
         process_id: ulid::Ulid::new().to_string(),
+        handoffs: Default::default(),
     });
+    let handoffs = listen_handoffs(&shared, background.clone());
     tracing::info!(metrics = %listen, "dq-consumer starting");
 
     let mut running: HashMap<String, Running> = HashMap::new();
@@ -103,9 +108,32 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     background.cancel();
     let _ = activity.await;
     listener.abort();
+    handoffs.abort();
     let _ = metrics.await;
     tracing::info!("dq-consumer stopped");
     Ok(())
+}
+
+/// Listens on this process's hand-off channels (see `dq_core::queue::handoff`) and gives what comes to
+/// the topics' workers.
+fn listen_handoffs(shared: &Arc<Shared>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+    let kind = WakeKind::Handoff(shared.process_id.as_str().into());
+    let to = shared.clone();
+    dq_core::wake::listen(
+        &shared.queue,
+        kind,
+        shutdown,
+        Arc::new(move |wake| {
+            if let Wake::Message { payload, .. } = wake {
+                match decode_handoff(&payload) {
+                    Ok(jobs) => to.handed(jobs),
+                    Err(e) => {
+                        tracing::warn!(cause = %e, "cannot read a hand-off; its jobs return when their reservation ends")
+                    }
+                }
+            }
+        }),
+    )
 }
 
 /// Starts a worker for each topic that has a callback and is not paused, updates the plan of the others,

@@ -1,13 +1,15 @@
 //! One topic's delivery loop.
 
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dq_core::condition::Condition;
-use dq_core::queue::ReserveOptions;
+use dq_core::queue::{ReserveOptions, Waiting};
 use dq_core::topic::Callback;
 use dq_core::{Queue, Reservation, TopicConfig};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -28,8 +30,42 @@ pub struct Shared {
     pub hand_back: CancellationToken,
     /// `jobs.backoff_ms`, for topics without their own.
     pub backoff_default: Vec<u64>,
-    /// This process's name in the topics' limits (a fresh ULID per start).
+    /// This process's name in the topics' limits and its hand-off channels (a fresh ULID per start).
     pub process_id: String,
+    /// Each topic worker's in-box for jobs a timer handed to it (see `dq_core::queue::handoff`).
+    pub handoffs: Mutex<HashMap<String, mpsc::UnboundedSender<Vec<Reservation>>>>,
+}
+
+impl Shared {
+    /// Gives jobs a timer handed to this process to their topic's worker; hands them back to the ready
+    /// queue when the topic has none (it was paused or lost its callback, or the process drains).
+    pub fn handed(self: &Arc<Self>, jobs: Vec<Reservation>) {
+        let Some(topic) = jobs.first().map(|j| j.topic.clone()) else {
+            return;
+        };
+        let left = {
+            let inboxes = self.handoffs.lock().expect("never poisoned");
+            match inboxes.get(&topic) {
+                Some(inbox) => inbox.send(jobs).err().map(|e| e.0),
+                None => Some(jobs),
+            }
+        };
+        if let Some(jobs) = left {
+            self.tracker.spawn(release_all(self.clone(), jobs));
+        }
+    }
+}
+
+/// Hands reserved jobs back to the ready queue at once, for another delivery.
+async fn release_all(shared: Arc<Shared>, jobs: impl IntoIterator<Item = Reservation>) {
+    for job in jobs {
+        match shared.queue.release(&job.id, &job.receipt).await {
+            Ok(()) => tracing::debug!(id = %job.id, topic = %job.topic, "handed back a job handed to this process"),
+            Err(e) => {
+                tracing::debug!(id = %job.id, cause = %e, "cannot hand back a handed job; it returns after its reservation")
+            }
+        }
+    }
 }
 
 /// A topic's registration, prepared for delivery: the condition parsed once.
@@ -78,26 +114,82 @@ pub struct TopicWorker {
     plan: watch::Receiver<Arc<Plan>>,
     /// Stops reserving.
     stop: CancellationToken,
+    /// Jobs a timer handed to this worker.
+    handoffs: mpsc::UnboundedReceiver<Vec<Reservation>>,
 }
 
 /// How long a reservation lasts beyond the callback's timeout, so it outlives the call.
 const TTR_MARGIN_MS: u64 = 5000;
 
+/// How often a waiting worker tells the timers again that it waits (they forget it after
+/// `dq_core::queue::handoff::WAITING_FOR_MS`).
+const WAITING_EVERY: Duration = Duration::from_secs(1);
+
+/// The least time between two such messages of a worker.
+const WAITING_GAP: Duration = Duration::from_millis(100);
+
+/// A handed job is delivered only while its reservation outlasts the callback's timeout by this much;
+/// later it is handed back, so no delivery runs past its reservation's end.
+const HANDED_MARGIN_MS: i64 = 1000;
+
 impl TopicWorker {
-    /// A worker for `topic`.
+    /// A worker for `topic`, with its in-box for handed jobs in `shared`.
     pub fn new(topic: String, shared: Arc<Shared>, plan: watch::Receiver<Arc<Plan>>, stop: CancellationToken) -> Self {
+        let (tx, handoffs) = mpsc::unbounded_channel();
+        shared
+            .handoffs
+            .lock()
+            .expect("never poisoned")
+            .insert(topic.clone(), tx);
         TopicWorker {
             topic,
             shared,
             plan,
             stop,
+            handoffs,
         }
     }
 
     /// Loops until stopped: waits for a free slot, asks the topic's limits how many deliveries may start,
-    /// reserves that many jobs (without polling: an empty queue waits for its wake-up), and starts a
-    /// delivery for each.
+    /// reserves that many jobs (without polling: an empty queue waits for its wake-up, and tells the
+    /// timers it waits, so they hand it due jobs directly), and starts a delivery for each. Once stopped,
+    /// hands back the jobs handed to it that it did not start.
     pub async fn run(mut self) {
+        let announced = self.serve().await;
+        let topic = self.topic.clone();
+        self.shared.handoffs.lock().expect("never poisoned").remove(&topic);
+        if announced {
+            self.announce(0, 0).await;
+        }
+        self.handoffs.close();
+        let mut left = Vec::new();
+        while let Ok(jobs) = self.handoffs.try_recv() {
+            left.extend(jobs);
+        }
+        if !left.is_empty() {
+            release_all(self.shared.clone(), left).await;
+        }
+    }
+
+    /// Tells the timers this worker waits with `slots` free (0: no longer waits).
+    async fn announce(&self, slots: u32, least_ttr_ms: u64) {
+        let w = Waiting {
+            topic: self.topic.clone(),
+            consumer: self.shared.process_id.clone(),
+            slots,
+            least_ttr_ms,
+        };
+        if let Err(e) = self.shared.queue.announce_waiting(&w).await {
+            tracing::debug!(topic = %self.topic, cause = %e, "cannot tell the timers this worker waits");
+        }
+    }
+
+    /// The loop of [`TopicWorker::run`]; returns whether it ever told the timers it waits.
+    async fn serve(&mut self) -> bool {
+        let mut announced = false;
+        // When the timers were last told: at most once per `WAITING_GAP`, so a worker that goes idle
+        // after every job does not send a message per job.
+        let mut told_at: Option<Instant> = None;
         let topics = [self.topic.clone()];
         let limiter = Arc::new(Limiter::new(
             self.shared.queue.clone(),
@@ -112,6 +204,7 @@ impl TopicWorker {
         let _stop_keeping = keep_stop.drop_guard();
         // Shown from the start, so a rate over it reads 0 rather than nothing.
         metrics::counter!("dq_consumer_settle_retries_total", "topic" => self.topic.clone()).increment(0);
+        metrics::counter!("dq_consumer_handed_total", "topic" => self.topic.clone()).increment(0);
         for reason in ["slots", "rate", "paused"] {
             metrics::counter!("dq_consumer_limit_waits_total", "topic" => self.topic.clone(), "reason" => reason)
                 .increment(0);
@@ -129,7 +222,11 @@ impl TopicWorker {
             }
             let first = tokio::select! {
                 p = slots.clone().acquire_owned() => p.expect("never closed"),
-                _ = self.stop.cancelled() => return,
+                Some(jobs) = self.handoffs.recv() => {
+                    self.start_handed(jobs, &plan, &limiter, &slots).await;
+                    continue;
+                }
+                _ = self.stop.cancelled() => return announced,
                 _ = self.plan.changed() => continue,
             };
             let want = (1 + slots.available_permits()).min(100) as u32;
@@ -142,7 +239,7 @@ impl TopicWorker {
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
                         _ = self.plan.changed() => {}
-                        _ = self.stop.cancelled() => return,
+                        _ = self.stop.cancelled() => return announced,
                     }
                     continue;
                 }
@@ -150,7 +247,7 @@ impl TopicWorker {
                     tracing::warn!(topic = %self.topic, cause = %e, retry_ms = retry.as_millis() as u64, "cannot read the topic's limits");
                     drop(first);
                     if !self.back_off(&mut retry).await {
-                        return;
+                        return announced;
                     }
                     continue;
                 }
@@ -179,17 +276,37 @@ impl TopicWorker {
                     tracing::warn!(topic = %self.topic, cause = %e, retry_ms = retry.as_millis() as u64, "reserve failed");
                     drop(first);
                     if !self.back_off(&mut retry).await {
-                        return;
+                        return announced;
                     }
                     continue;
                 }
             };
             if jobs.is_empty() {
                 drop(first);
-                tokio::select! {
-                    _ = waiter.wait() => {}
-                    _ = self.plan.changed() => {}
-                    _ = self.stop.cancelled() => return,
+                // Timers hand due jobs straight to a waiting worker, except for a topic with a rate
+                // limit (a job handed must be able to start, and tokens are not held while waiting).
+                let tells = plan.callback.rate_per_s.is_none();
+                let woke = waiter.wait();
+                tokio::pin!(woke);
+                let mut tell_at = told_at.map_or_else(Instant::now, |t| (t + WAITING_GAP).max(Instant::now()));
+                loop {
+                    if tells && Instant::now() >= tell_at {
+                        let free = admitted.min(slots.available_permits() as u32);
+                        self.announce(free, least_ttr).await;
+                        announced = true;
+                        told_at = Some(Instant::now());
+                        tell_at = Instant::now() + WAITING_EVERY;
+                    }
+                    tokio::select! {
+                        _ = &mut woke => break,
+                        Some(jobs) = self.handoffs.recv() => {
+                            self.start_handed(jobs, &plan, &limiter, &slots).await;
+                            break;
+                        }
+                        _ = tokio::time::sleep_until(tell_at), if tells => {}
+                        _ = self.plan.changed() => break,
+                        _ = self.stop.cancelled() => return announced,
+                    }
                 }
                 continue;
             }
@@ -205,6 +322,73 @@ impl TopicWorker {
                     .spawn(deliver_one(shared, plan, limiter, job, permit));
             }
         }
+    }
+
+    /// Starts deliveries of jobs a timer handed to this worker, within the topic's limits and this
+    /// worker's slots as a reserve would; hands back the ones it cannot start before their reservation
+    /// runs short, and those left when it is stopped.
+    async fn start_handed(
+        &self,
+        jobs: Vec<Reservation>,
+        plan: &Arc<Plan>,
+        limiter: &Arc<Limiter>,
+        slots: &Arc<Semaphore>,
+    ) {
+        self.shared.queue.count_reserved(&jobs);
+        metrics::counter!("dq_consumer_handed_total", "topic" => self.topic.clone()).increment(jobs.len() as u64);
+        let mut left: VecDeque<Reservation> = jobs.into();
+        let cb = &plan.callback;
+        loop {
+            let now = unix_ms();
+            let (fresh, late): (VecDeque<_>, VecDeque<_>) = left
+                .into_iter()
+                .partition(|j| j.deadline - now > cb.timeout_ms as i64 + HANDED_MARGIN_MS);
+            left = fresh;
+            if !late.is_empty() {
+                release_all(self.shared.clone(), late).await;
+            }
+            if left.is_empty() {
+                return;
+            }
+            let first = tokio::select! {
+                p = slots.clone().acquire_owned() => p.expect("never closed"),
+                _ = self.stop.cancelled() => break,
+            };
+            let mut permits = vec![first];
+            while permits.len() < left.len() {
+                match slots.clone().try_acquire_owned() {
+                    Ok(p) => permits.push(p),
+                    Err(_) => break,
+                }
+            }
+            match limiter.admit(cb, permits.len() as u32).await {
+                Ok(Admit::Start(n)) => {
+                    permits.truncate(n as usize);
+                    limiter.started(cb, n, n).await;
+                    for permit in permits {
+                        let job = left.pop_front().expect("a permit per job at most");
+                        let (shared, plan, limiter) = (self.shared.clone(), plan.clone(), limiter.clone());
+                        self.shared
+                            .tracker
+                            .spawn(deliver_one(shared, plan, limiter, job, permit));
+                    }
+                }
+                Ok(Admit::Wait(wait, reason)) => {
+                    drop(permits);
+                    metrics::counter!("dq_consumer_limit_waits_total", "topic" => self.topic.clone(), "reason" => reason)
+                        .increment(1);
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = self.stop.cancelled() => break,
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, cause = %e, "cannot read the topic's limits; handing back handed jobs");
+                    break;
+                }
+            }
+        }
+        release_all(self.shared.clone(), left).await;
     }
 
     /// Waits `retry` after a failed call to Redis, then doubles it up to [`RESERVE_RETRY_MAX`] (soon
@@ -291,10 +475,7 @@ async fn deliver_one(
     let in_flight = metrics::gauge!("dq_consumer_in_flight", "topic" => topic.clone());
     in_flight.increment(1.0);
     if job.attempt == 1 {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let now = unix_ms();
         metrics::histogram!("dq_delivery_lateness_seconds", "topic" => topic.clone())
             .record((now - job.run_at).max(0) as f64 / 1000.0);
     }
@@ -327,4 +508,12 @@ async fn deliver_one(
         // Most likely the reservation expired and the job went to another delivery: it is not lost.
         tracing::warn!(id = %job.id, %topic, cause = %e, "cannot settle the delivery");
     }
+}
+
+/// This machine's clock, Unix ms.
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }

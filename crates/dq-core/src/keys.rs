@@ -192,7 +192,7 @@ impl PartitionKeys {
 }
 
 /// Wake-up channels: `<prefix>:{<tag>}:wake:ready` and `<prefix>:{<tag>}:wake:timer`, one of each per
-/// partition. They carry the partition's hash tag, so on a cluster a sharded channel (SPUBLISH) lives in
+/// partition, and `<prefix>:{<tag>}:wake:to:<consumer>`, one per partition and dq-consumer. They carry the partition's hash tag, so on a cluster a sharded channel (SPUBLISH) lives in
 /// the partition's slot, on the node that runs its scripts.
 impl PartitionKeys {
     /// The channel on which a topic name is published when its ready queue in the partition stops being
@@ -205,6 +205,12 @@ impl PartitionKeys {
     /// published when the partition's earliest due time (or announced deadline) moves earlier.
     pub fn timer_channel(&self) -> String {
         format!("{}:wake:timer", self.prefix)
+    }
+
+    /// The channel on which promote.lua hands due jobs, reserved, to the dq-consumer `consumer` (its
+    /// process id) that said it waits for their topic (see `crates/dq-core/src/queue/handoff.rs`).
+    pub fn handoff_channel(&self, consumer: &str) -> String {
+        format!("{}:wake:to:{consumer}", self.prefix)
     }
 }
 
@@ -255,7 +261,7 @@ impl Keys {
 impl Keys {
     /// A pattern matching every partition's channel of `kind` (classic pub/sub, standalone and
     /// Sentinel; Redis's glob treats the braces as plain characters).
-    pub fn wake_pattern(&self, kind: WakeKind) -> String {
+    pub fn wake_pattern(&self, kind: &WakeKind) -> String {
         format!("{}:{{*}}:wake:{}", self.prefix, kind.name())
     }
 
@@ -266,28 +272,32 @@ impl Keys {
     }
 }
 
-/// The two kinds of wake-up channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The kinds of wake-up channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WakeKind {
     /// A ready queue stopped being empty (dq-server, dq-consumer).
     Ready,
-    /// A due time or deadline moved earlier (dq-timer).
+    /// A due time or deadline moved earlier, or a dq-consumer worker waits for a topic (dq-timer).
     Timer,
+    /// Due jobs handed, reserved, to the dq-consumer with this process id.
+    Handoff(Arc<str>),
 }
 
 impl WakeKind {
-    fn name(self) -> &'static str {
+    fn name(&self) -> String {
         match self {
-            WakeKind::Ready => "ready",
-            WakeKind::Timer => "timer",
+            WakeKind::Ready => "ready".into(),
+            WakeKind::Timer => "timer".into(),
+            WakeKind::Handoff(consumer) => format!("to:{consumer}"),
         }
     }
 
     /// A partition's channel of this kind.
-    pub fn channel(self, keys: &PartitionKeys) -> String {
+    pub fn channel(&self, keys: &PartitionKeys) -> String {
         match self {
             WakeKind::Ready => keys.ready_channel(),
             WakeKind::Timer => keys.timer_channel(),
+            WakeKind::Handoff(consumer) => keys.handoff_channel(consumer),
         }
     }
 }
@@ -323,8 +333,10 @@ mod tests {
         assert_eq!(k.leases(), "{dq}:leases");
         assert_eq!(p.ready_channel(), "dq:{17.403}:wake:ready");
         assert_eq!(p.timer_channel(), "dq:{17.403}:wake:timer");
-        assert_eq!(k.wake_pattern(WakeKind::Ready), "dq:{*}:wake:ready");
-        assert_eq!(k.wake_pattern(WakeKind::Timer), "dq:{*}:wake:timer");
+        assert_eq!(k.wake_pattern(&WakeKind::Ready), "dq:{*}:wake:ready");
+        assert_eq!(k.wake_pattern(&WakeKind::Timer), "dq:{*}:wake:timer");
+        assert_eq!(k.wake_pattern(&WakeKind::Handoff("C1".into())), "dq:{*}:wake:to:C1");
+        assert_eq!(p.handoff_channel("C1"), "dq:{17.403}:wake:to:C1");
         assert_eq!(Keys::channel_partition("dq:{17.403}:wake:timer"), Some(17));
         assert_eq!(Keys::channel_partition("dq:wake:timer"), None);
         assert_eq!(k.old_layout(), "dq:meta");

@@ -5,8 +5,8 @@
 //! Two ways to listen, by shape (see [`crate::scripts::Waking`] for the two ways to publish):
 //!
 //! - **Standalone and Sentinel**: classic pub/sub. One connection to the primary subscribes to every
-//!   partition's channel with one pattern (`PSUBSCRIBE <prefix>:{*}:wake:<kind>`). With Sentinel it is
-//!   the primary Sentinel names now.
+//!   partition's channel with one pattern (`PSUBSCRIBE <prefix>:{*}:wake:<kind>`), or, for a
+//!   dq-consumer's hand-off channels, by name. With Sentinel it is the primary Sentinel names now.
 //! - **Cluster**: sharded pub/sub (Redis 7.0). Each partition's channel carries the partition's hash tag,
 //!   so it lives in the partition's slot, and its scripts' `SPUBLISH` reaches the subscribers of that
 //!   node directly. A classic `PUBLISH` would travel to every node over the cluster bus instead: it costs
@@ -61,14 +61,27 @@ pub fn listen(queue: &Queue, kind: WakeKind, shutdown: CancellationToken, on_wak
     })
 }
 
-/// Classic pub/sub on the primary: one pattern for every partition.
+/// Classic pub/sub on the primary: one pattern for every partition; for a process's hand-off channels,
+/// every partition's channel by name instead (one `SUBSCRIBE`), because an ACL user's channel rules
+/// compare a pattern literally, and a pattern holding a process id could not be allowed in advance,
+/// while the names are covered by `&<prefix>:*`.
 async fn listen_classic(queue: &Queue, kind: WakeKind, shutdown: CancellationToken, on_wake: OnWake) {
-    let pattern = queue.keys().wake_pattern(kind);
+    let pattern = queue.keys().wake_pattern(&kind);
+    let by_name: Option<Vec<String>> = matches!(kind, WakeKind::Handoff(_)).then(|| {
+        queue
+            .partitions()
+            .all()
+            .map(|p| kind.channel(queue.partition_keys(p)))
+            .collect()
+    });
     let mut backoff = Backoff::default();
     while !shutdown.is_cancelled() {
         match queue.redis().pubsub_client().await {
             Ok(client) => match client.get_async_pubsub().await {
-                Ok(mut pubsub) => match pubsub.psubscribe(&pattern).await {
+                Ok(mut pubsub) => match match &by_name {
+                    Some(channels) => pubsub.subscribe(channels).await,
+                    None => pubsub.psubscribe(&pattern).await,
+                } {
                     Ok(()) => {
                         backoff.reset();
                         on_wake(Wake::Subscribed);

@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use dq_core::queue::Waiting;
 use dq_core::{Error, PushRequest, Queue, Schedule, Settings, State};
 use dq_harness::{RedisServer, eventually};
 
@@ -193,6 +194,90 @@ async fn promotion_is_exactly_once_under_racing_promoters() {
         }
     }
     assert_eq!(seen.len(), n);
+    assert_consistent(&redis);
+}
+
+/// A promotion given waiting dq-consumer workers reserves their topics' due jobs for them, up to their
+/// slots, and publishes them on the worker's hand-off channel; the rest go to ready as before. The
+/// handed jobs are reserved like any other: their receipts ack them.
+#[tokio::test]
+async fn promote_hands_due_jobs_to_waiting_workers_up_to_their_slots() {
+    let redis = RedisServer::start();
+    let mut s = settings(&redis);
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    let mut sub = redis.conn();
+    let mut sub = sub.as_pubsub();
+    sub.psubscribe(q.keys().wake_pattern(&dq_core::keys::WakeKind::Handoff("C1".into())))
+        .unwrap();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for (id, topic) in [("t1", "t"), ("t2", "t"), ("t3", "t"), ("u1", "u")] {
+        q.push(job(
+            &q,
+            serde_json::json!({"id": id, "topic": topic, "body": {"n": id}, "delay_ms": 20, "ttr_ms": 1000}),
+        ))
+        .await
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiting = [Waiting {
+        topic: "t".into(),
+        consumer: "C1".into(),
+        slots: 2,
+        least_ttr_ms: 60_000,
+    }];
+    let p = q.promote_for(0, 100, &waiting).await.unwrap();
+    assert_eq!((p.moved, p.handed.clone(), p.lateness_ms.len()), (4, vec![2], 4));
+    let message: String = sub.get_message().unwrap().get_payload().unwrap();
+    let handed = dq_core::queue::handoff::decode_handoff(&message).unwrap();
+    assert_eq!(handed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["t1", "t2"]);
+    for j in &handed {
+        assert_eq!((j.topic.as_str(), j.attempt), ("t", 1));
+        assert_eq!(j.body.get(), format!(r#"{{"n":"{}"}}"#, j.id));
+        assert!(j.deadline >= p.now + 60_000, "the least TTR is kept");
+        let rec = q.get(&j.id).await.unwrap();
+        assert_eq!((rec.state, rec.attempts), (State::Reserved, 1));
+    }
+    assert_eq!(
+        q.get("t3").await.unwrap().state,
+        State::Ready,
+        "past the worker's slots"
+    );
+    assert_eq!(q.get("u1").await.unwrap().state, State::Ready, "nobody waits for u");
+    assert_consistent(&redis);
+    for j in &handed {
+        q.ack(&j.id, &j.receipt).await.unwrap();
+    }
+    let t = q.reserve(&["t".to_string()], 10).await.unwrap();
+    assert_eq!(t.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["t3"]);
+    assert_consistent(&redis);
+}
+
+/// A hand-off that reaches nobody (the consumer is gone) leaves its jobs in the ready queue, in the same
+/// call: nothing waits for a reservation to end.
+#[tokio::test]
+async fn a_handoff_nobody_hears_goes_to_the_ready_queue() {
+    let redis = RedisServer::start();
+    let mut s = settings(&redis);
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    q.push(job(
+        &q,
+        serde_json::json!({"id": "a", "topic": "t", "body": 1, "delay_ms": 20}),
+    ))
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiting = [Waiting {
+        topic: "t".into(),
+        consumer: "gone".into(),
+        slots: 5,
+        least_ttr_ms: 1000,
+    }];
+    let p = q.promote_for(0, 100, &waiting).await.unwrap();
+    assert_eq!((p.moved, p.handed.clone()), (1, vec![0]));
+    let a = q.get("a").await.unwrap();
+    assert_eq!((a.state, a.attempts), (State::Ready, 0));
     assert_consistent(&redis);
 }
 
@@ -988,7 +1073,7 @@ async fn reservation_deadlines_earlier_than_known_are_announced_to_the_timers() 
     let q = Queue::connect(&s).await.unwrap();
     let mut sub = redis.conn();
     let mut sub = sub.as_pubsub();
-    sub.psubscribe(q.keys().wake_pattern(dq_core::keys::WakeKind::Timer))
+    sub.psubscribe(q.keys().wake_pattern(&dq_core::keys::WakeKind::Timer))
         .unwrap();
     sub.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
     let mut next = || -> Option<String> { sub.get_message().ok().map(|m| m.get_payload::<String>().unwrap()) };

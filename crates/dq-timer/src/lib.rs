@@ -2,6 +2,7 @@
 //!
 //! - [`partition_timer`]: the loop that serves this timer's share of the partitions.
 //! - [`schedules`]: firing the schedules, by the timer that holds partition 0.
+//! - [`waiting`]: the dq-consumer workers that wait for jobs, which promotion hands due jobs to.
 //! - [`clock`]: the estimate of Redis's clock used to sleep until exactly the next due time.
 //!
 //! Timers coordinate only through Redis: a heartbeat script gives each live timer its fair share of the
@@ -11,6 +12,7 @@
 pub mod clock;
 pub mod partition_timer;
 pub mod schedules;
+pub mod waiting;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

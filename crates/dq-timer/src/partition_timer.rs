@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dq_core::config::TimerSettings;
-use dq_core::queue::{Promoted, Queue};
+use dq_core::queue::{Promoted, Queue, Waiting};
 use dq_core::wake::Wake;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::RedisClock;
+use crate::waiting::WaitingWorkers;
 
 /// Calls out at once while promoting or expiring: they pipeline on the connection (and run side by side
 /// on a cluster's primaries) without holding one partition's batch behind another's.
@@ -72,6 +73,8 @@ pub struct PartitionTimer {
     schedule_lead: watch::Sender<bool>,
     /// When a heartbeat last succeeded: past `lease_ms` without one, the leases may have gone to others.
     last_beat: Instant,
+    /// dq-consumer workers waiting for jobs: promotion hands them their topics' due jobs.
+    waiting: WaitingWorkers,
 }
 
 impl PartitionTimer {
@@ -93,6 +96,7 @@ impl PartitionTimer {
             clock: RedisClock::default(),
             schedule_lead: watch::Sender::new(false),
             last_beat: Instant::now(),
+            waiting: WaitingWorkers::default(),
         }
     }
 
@@ -107,6 +111,8 @@ impl PartitionTimer {
         let renew = Duration::from_millis(self.settings.renew_ms);
         let mut heartbeat_at = Instant::now();
         let mut beats: u64 = 0;
+        // Served from the start, so a timer that hands nothing shows 0 rather than nothing.
+        metrics::counter!("dq_jobs_handed_off_total").increment(0);
         while !shutdown.is_cancelled() {
             if self.resync.swap(false, Ordering::Relaxed) {
                 self.on_wake(Wake::Subscribed);
@@ -201,13 +207,25 @@ impl PartitionTimer {
     /// the heartbeat (and with it the leases) nor the other partitions. Returns whether Redis failed.
     async fn promote_due(&mut self) -> bool {
         let (queue, batch) = (&self.queue, self.settings.batch_size);
-        let results = each(self.due(|h| h.next_due), |p| queue.promote(p, batch)).await;
+        let due = self.due(|h| h.next_due);
+        // Calls run side by side, so each gets a share of every waiting worker's slots (at least one).
+        let waiting: Vec<Waiting> = self
+            .waiting
+            .current()
+            .into_iter()
+            .map(|mut w| {
+                w.slots = w.slots.div_ceil(due.len().max(1) as u32);
+                w
+            })
+            .collect();
+        let results = each(due, |p| queue.promote_for(p, batch, &waiting)).await;
         let mut failed = false;
         for (p, r) in results {
             match r {
                 Ok(x) => {
                     self.clock.observe(x.now);
                     record(&x);
+                    self.waiting.handed(&waiting, &x.handed);
                     if let Some(h) = self.held.get_mut(&p) {
                         h.next_due = Some(x.next_due.unwrap_or(i64::MAX));
                         h.failures = 0;
@@ -294,7 +312,9 @@ impl PartitionTimer {
     fn on_wake(&mut self, w: Wake) {
         match w {
             Wake::Subscribed => {
-                // Messages may have been lost while unsubscribed: look at every partition.
+                // Messages may have been lost while unsubscribed: look at every partition. Waiting
+                // workers say so again within a second.
+                self.waiting.clear();
                 for h in self.held.values_mut() {
                     h.next_due = None;
                     h.next_deadline = None;
@@ -302,6 +322,12 @@ impl PartitionTimer {
             }
             // `<delay set key> <due ms>` from push, nack and reschedule; `<reserved set key> <deadline ms>`
             // from reserve and touch.
+            // A dq-consumer worker waits for jobs (on partition 0's channel, which every timer hears).
+            Wake::Message { payload, .. } if payload.starts_with("waiting ") => {
+                if let Some(w) = Waiting::parse(&payload) {
+                    self.waiting.heard(w);
+                }
+            }
             Wake::Message { partition, payload } => {
                 let Some((key, at)) = payload.rsplit_once(' ') else {
                     return;
@@ -328,6 +354,10 @@ fn record(p: &Promoted) {
         return;
     }
     metrics::counter!("dq_jobs_promoted_total").increment(p.moved as u64);
+    let handed: u32 = p.handed.iter().sum();
+    if handed > 0 {
+        metrics::counter!("dq_jobs_handed_off_total").increment(u64::from(handed));
+    }
     let h = metrics::histogram!("dq_promotion_lateness_seconds");
     for l in &p.lateness_ms {
         h.record(*l as f64 / 1000.0);

@@ -41,7 +41,7 @@ async fn the_documented_acl_user_runs_every_process_and_verb() {
     let vars = |port| env_for("standalone", std::slice::from_ref(&url), port, &extra);
     let (sp, tp, cp, kp) = (free_port(), free_port(), free_port(), free_port());
     let server = start_on("dq-server", sp, vars(sp)).await;
-    let _timer = start_on("dq-timer", tp, vars(tp)).await;
+    let timer = start_on("dq-timer", tp, vars(tp)).await;
     let _consumer = start_on("dq-consumer", cp, vars(cp)).await;
     let _checker = start_on("dq-checker", kp, vars(kp)).await;
     let http = reqwest::Client::builder()
@@ -134,6 +134,21 @@ async fn the_documented_acl_user_runs_every_process_and_verb() {
         delivered.load(Ordering::SeqCst) >= 1
     })
     .await;
+    // A delayed one, due while the consumer waits: the timer hands it over on the consumer's channels.
+    let (status, _) = api(
+        "POST",
+        "/v1/jobs".into(),
+        Some(json!({"topic": "pushed", "body": 5, "delay_ms": 1500})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    eventually(
+        Duration::from_secs(30),
+        "the delayed job is handed and delivered",
+        || async { delivered.load(Ordering::SeqCst) >= 2 },
+    )
+    .await;
+    assert_eq!(common::metric_sum(timer.port, "dq_jobs_handed_off_total").await, 1.0);
 
     // dq-checker's one-shot commands.
     for args in [&["audit"][..], &["secrets", "rekey"], &["quarantine", "ls"]] {

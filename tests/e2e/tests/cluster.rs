@@ -49,7 +49,7 @@ async fn every_verb_the_timer_the_consumer_and_the_checker_work_on_a_cluster() {
     let sink = WebhookSink::start().await;
     let (sp, tp, cp, kp) = (free_port(), free_port(), free_port(), free_port());
     let server = start_on("dq-server", sp, cluster_env(&cluster, sp, &[])).await;
-    let _timer = start_on("dq-timer", tp, cluster_env(&cluster, tp, &[])).await;
+    let timer = start_on("dq-timer", tp, cluster_env(&cluster, tp, &[])).await;
     let _consumer = start_on(
         "dq-consumer",
         cp,
@@ -89,6 +89,30 @@ async fn every_verb_the_timer_the_consumer_and_the_checker_work_on_a_cluster() {
         got.len() == 80
     })
     .await;
+    // Due one by one while the consumer waits: the timer hands them to it over sharded pub/sub.
+    for i in 0..20 {
+        api.ok(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"id": format!("handed{i}"), "topic": "hook", "body": i, "delay_ms": 1500 + i * 50})),
+        )
+        .await;
+    }
+    eventually(Duration::from_secs(60), "100 callbacks", || async {
+        let got: HashSet<String> = sink
+            .received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|b| b["id"].as_str().map(String::from))
+            .collect();
+        got.len() == 100
+    })
+    .await;
+    assert!(
+        common::metric_sum(timer.port, "dq_jobs_handed_off_total").await > 0.0,
+        "the timer handed due jobs to the waiting consumer"
+    );
 
     // Pull: batch push, reserve, ack, nack, touch, look up, reschedule, cancel.
     let jobs: Vec<Value> = (0..50)

@@ -1,13 +1,29 @@
--- promote.lua: move the jobs of one delay set that are due now to their topics' ready queues.
+-- promote.lua: move the jobs of one delay set that are due now to their topics' ready queues, or hand
+-- them, reserved, straight to dq-consumer workers that wait for their topic (a hand-off: the job skips
+-- the ready queue and the worker's reserve call).
 -- Atomic, so however many timers run it on the same partition, each due job moves exactly once (invariant 4).
 --
 -- KEYS[1]: the partition's delay set (<prefix>:delayed)
 -- KEYS[2]: counts hash (<prefix>:counts)
+-- KEYS[3]: the reserved set (<prefix>:reserved)
+-- KEYS[4]: the earliest deadline announced to the timers (<prefix>:announced)
 -- ARGV[1]: key prefix   ARGV[2]: most jobs to move in this call   ARGV[3]: ready wake channel
--- Returns: {moved, next_due (-1 when the delay set is empty), now, lateness of each moved job in ms ...}
+-- ARGV[4]: timer wake channel (told `<reserved key> <deadline>` as reserve.lua tells it)
+-- ARGV[5]: receipt nonce (random, from the caller)
+-- ARGV[6..]: the waiting workers, four values each: topic, hand-off channel
+--   (<prefix>:handoff:<consumer>), free slots, least TTR in ms. A due job of a waiting worker's topic is
+--   reserved for it (attempt + 1, a receipt, a deadline of now + max(its TTR, the least TTR)) and
+--   published on its channel, up to its free slots, in the order given. When the publish reaches nobody
+--   (the consumer is gone) those jobs go to the ready queue instead. Jobs with a priority (beanstalkd's)
+--   always go to the ready queue, whose order is theirs.
+-- Returns: {moved, next_due (-1 when the delay set is empty), now, jobs handed to each waiting worker
+--   (one value per worker, in the order given) ..., lateness of each moved job in ms ...}
+--   A hand-off message is a JSON array of jobs, each [id, topic, body, attempt, receipt, deadline, run_at]
+--   (the fields and order of reserve.lua's answer).
 
-local bucket, counts = KEYS[1], KEYS[2]
+local bucket, counts, reserved, announced = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local timer_channel, nonce = ARGV[4], ARGV[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', bucket, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
@@ -25,26 +41,97 @@ for i = 1, count do
   end
 end
 
-local out = {0, -1, now}
+-- The waiting workers, by topic; each takes jobs up to its free slots.
+local waiting = {}
+local by_topic = {}
+for w = 1, math.floor((#ARGV - 5) / 4) do
+  local a = 5 + (w - 1) * 4
+  local slots = tonumber(ARGV[a + 3])
+  waiting[w] = {channel = ARGV[a + 2], slots = slots, ttr = tonumber(ARGV[a + 4]), jobs = {}}
+  local topic = ARGV[a + 1]
+  if slots > 0 and per_topic[topic] then
+    by_topic[topic] = by_topic[topic] or {}
+    table.insert(by_topic[topic], w)
+  end
+end
+-- handed_to[i]: the worker job i went to (nil: the ready queue); entry[i]: its entry in the message.
+local handed_to, entry = {}, {}
+local n = 0
+for i = 1, count do
+  local r = recs[i]
+  local ws = r and not r.p and by_topic[r.t]
+  if ws then
+    for _, w in ipairs(ws) do
+      local wk = waiting[w]
+      if #wk.jobs < wk.slots then
+        n = n + 1
+        local id = due[2 * i - 1]
+        local a, rc, d = r.a + 1, nonce .. '.' .. n, now + math.max(r.ttr, wk.ttr)
+        entry[i] = {id, r.t, r.b, a, rc, d, r.r}
+        table.insert(wk.jobs, entry[i])
+        handed_to[i] = w
+        break
+      end
+    end
+  end
+end
+local handed = {}
+for w = 1, #waiting do
+  local wk = waiting[w]
+  handed[w] = #wk.jobs
+  if #wk.jobs > 0 and redis.call(publish, wk.channel, cjson.encode(wk.jobs)) == 0 then
+    -- Nobody listens on the channel: its jobs go to the ready queue.
+    handed[w] = 0
+    for i = 1, count do
+      if handed_to[i] == w then handed_to[i] = nil end
+    end
+  end
+end
+
+local out = {0, -1, now, #waiting}
+for w = 1, #waiting do out[#out + 1] = handed[w] end
+local head_len = #out
 -- The due ids are the delay set's first ones, in rank order.
 if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, 0, count - 1) end
+local to_reserved = {}
+local earliest
 for i = 1, count do
   local id, run_at, r = due[2 * i - 1], tonumber(due[2 * i]), recs[i]
   -- An id without a record was deleted half-way by hand; there is nothing to deliver.
   if r then
-    redis.call('ZADD', prefix .. ':ready:' .. r.t, r.p or run_at, id)
-    r.s = 'ready'
-    rec_store(prefix .. ':job:' .. id, r, true)
-    per_topic[r.t] = per_topic[r.t] + 1
+    local w = handed_to[i]
+    if w then
+      -- Reserved under the receipt and deadline its worker was sent.
+      local j = entry[i]
+      r.a, r.rc, r.d = j[4], j[5], j[6]
+      r.s = 'reserved'
+      rec_store(prefix .. ':job:' .. id, r)
+      redis.call('ZADD', reserved, r.d, id)
+      if earliest == nil or r.d < earliest then earliest = r.d end
+      to_reserved[r.t] = (to_reserved[r.t] or 0) + 1
+    else
+      redis.call('ZADD', prefix .. ':ready:' .. r.t, r.p or run_at, id)
+      r.s = 'ready'
+      rec_store(prefix .. ':job:' .. id, r, true)
+      per_topic[r.t] = per_topic[r.t] + 1
+    end
     out[#out + 1] = now - run_at
   end
 end
-for topic, n in pairs(per_topic) do
-  redis.call('HINCRBY', counts, topic .. ':delayed', -n)
-  redis.call('HINCRBY', counts, topic .. ':ready', n)
-  if was_empty[topic] then redis.call(publish, ready_channel, topic) end
+for topic, m in pairs(per_topic) do
+  local h = to_reserved[topic] or 0
+  if m + h > 0 then redis.call('HINCRBY', counts, topic .. ':delayed', -(m + h)) end
+  if m > 0 then redis.call('HINCRBY', counts, topic .. ':ready', m) end
+  if h > 0 then redis.call('HINCRBY', counts, topic .. ':reserved', h) end
+  if m > 0 and was_empty[topic] then redis.call(publish, ready_channel, topic) end
 end
-out[1] = #out - 3
+-- As in reserve.lua: only a deadline earlier than the one announced needs telling.
+local told = earliest and tonumber(redis.call('GET', announced))
+if earliest and (told == nil or earliest < told) then
+  redis.call('SET', announced, earliest)
+  redis.call(publish, timer_channel, reserved .. ' ' .. earliest)
+end
+out[1] = #out - head_len
 local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
 if head[2] then out[2] = tonumber(head[2]) end
 return out

@@ -2,7 +2,8 @@
 //!
 //! Split by role: [`activity`] (the dashboard's per-minute counts), [`push`] (storing jobs, with the group commit), `ack` (acks, with the same group
 //! commit), [`jobs`] (look up, delete, reschedule), [`reserve`] (reserve, nack, touch, release),
-//! [`timer`] (promote, expire, the timers' heartbeat), [`limit`] (a topic's delivery limits across
+//! [`timer`] (promote, expire, the timers' heartbeat), [`handoff`] (promotions that reserve for waiting
+//! dq-consumer workers), [`limit`] (a topic's delivery limits across
 //! consumers), [`dead`] (dead lists), [`stats`] (counts and health), [`layout`] (the partition count
 //! stored in Redis), [`quarantine`] (records that could not be decoded), [`alerting`] (what dq-checker
 //! keeps to alert once), [`schedules`] (the schedules' registry), [`dead_hooks`] (the hooks of
@@ -16,6 +17,7 @@ pub mod browse;
 pub mod dead;
 pub mod dead_hooks;
 mod decode;
+pub mod handoff;
 pub mod jobs;
 pub mod layout;
 pub mod limit;
@@ -44,6 +46,7 @@ use crate::sealed::Sealer;
 
 pub use self::browse::JobPage;
 pub use self::dead_hooks::DeadHook;
+pub use self::handoff::Waiting;
 pub use self::limit::{LimitAsk, LimitGrant};
 pub use self::quarantine::Quarantined;
 pub use self::ready::ReadyIndex;

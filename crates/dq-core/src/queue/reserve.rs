@@ -114,13 +114,7 @@ impl Queue {
             // nothing.
             Some(e) if out.is_empty() => Err(e),
             _ => {
-                for r in &out {
-                    metrics::counter!("dq_jobs_reserved_total", "topic" => r.topic.clone()).increment(1);
-                }
-                // Retries are left out: their due time is the backoff's, not the producer's.
-                let now = super::unix_ms();
-                let firsts = out.iter().filter(|r| r.attempt == 1).map(|r| now - r.run_at);
-                self.activity.first_deliveries(firsts);
+                self.count_reserved(&out);
                 Ok(out)
             }
         }

@@ -1,19 +1,23 @@
 //! The timers' verbs: promote due jobs, end expired reservations, and the heartbeat that shares the
 //! partitions among live timers.
 
-use super::Queue;
+use rand::Rng;
+
+use super::{Queue, Waiting};
 use crate::error::{Error, Result};
 use crate::scripts;
 
 /// What a promotion call did in one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Promoted {
-    /// Jobs moved to ready.
+    /// Jobs moved, to ready or handed to a waiting worker.
     pub moved: usize,
     /// Earliest due time left in the delay set, Unix ms (Redis's clock).
     pub next_due: Option<i64>,
     /// Redis's clock when the script ran, Unix ms.
     pub now: i64,
+    /// Jobs handed to each waiting worker, in the order they were given.
+    pub handed: Vec<u32>,
     /// For each moved job, how late it was moved (now − due), ms.
     pub lateness_ms: Vec<i64>,
 }
@@ -45,22 +49,43 @@ pub struct Balance {
 impl Queue {
     /// Moves up to `limit` due jobs of partition `p` to ready.
     pub async fn promote(&self, p: u16, limit: u32) -> Result<Promoted> {
+        self.promote_for(p, limit, &[]).await
+    }
+
+    /// Moves up to `limit` due jobs of partition `p` to ready, or hands them, reserved, to the `waiting`
+    /// workers of their topics (see [`super::handoff`]).
+    pub async fn promote_for(&self, p: u16, limit: u32, waiting: &[Waiting]) -> Result<Promoted> {
         let keys = self.partition_keys(p);
         let mut inv = self.script(&scripts::PROMOTE).prepare_invoke();
+        let nonce: u64 = rand::rng().random();
         inv.key(keys.delayed())
             .key(keys.counts())
+            .key(keys.reserved())
+            .key(keys.announced())
             .arg(keys.prefix())
             .arg(limit)
-            .arg(keys.ready_channel());
+            .arg(keys.ready_channel())
+            .arg(keys.timer_channel())
+            .arg(format!("{nonce:016x}"));
+        for w in waiting {
+            inv.arg(&w.topic)
+                .arg(keys.handoff_channel(&w.consumer))
+                .arg(w.slots)
+                .arg(w.least_ttr_ms);
+        }
         let out: Vec<i64> = self.run(p, &inv).await?;
-        if out.len() < 3 {
-            return Err(malformed(p, "promote"));
+        let bad = || malformed(p, "promote");
+        let (head, rest) = out.split_at_checked(4).ok_or_else(bad)?;
+        let (handed, lateness) = rest.split_at_checked(head[3] as usize).ok_or_else(bad)?;
+        if handed.len() != waiting.len() {
+            return Err(bad());
         }
         Ok(Promoted {
-            moved: out[0] as usize,
-            next_due: (out[1] >= 0).then_some(out[1]),
-            now: out[2],
-            lateness_ms: out[3..].to_vec(),
+            moved: head[0] as usize,
+            next_due: (head[1] >= 0).then_some(head[1]),
+            now: head[2],
+            handed: handed.iter().map(|n| *n as u32).collect(),
+            lateness_ms: lateness.to_vec(),
         })
     }
 

@@ -1,0 +1,156 @@
+//! Hand-offs: a timer's promotion reserves due jobs for dq-consumer workers that wait for their topic
+//! and publishes them to the worker's process, so such a job costs Redis no ready-queue write, no
+//! ready wake-up and no reserve call of its own.
+//!
+//! 1. A dq-consumer worker whose reserve found nothing tells the timers that it waits, with how many
+//!    deliveries it may start ([`Waiting`], [`Queue::announce_waiting`]): a message on partition 0's
+//!    timer channel, which every timer listens to. It says so again every second while it waits;
+//!    a timer forgets a worker that has not for [`WAITING_FOR_MS`], and at once when told 0 slots.
+//! 2. `promote.lua`, given the waiting workers, reserves due jobs of their topics for them (up to their
+//!    slots) and publishes each worker's jobs on its process's hand-off channel in the job's partition
+//!    (`<prefix>:{<tag>}:wake:to:<consumer>`). A publish that reaches nobody (the process is gone) sends
+//!    those jobs to the ready queue instead, in the same call.
+//! 3. The process ([`decode_handoff`]) gives the jobs to the topic's worker, which delivers them within
+//!    its limits, or releases them to the ready queue when it cannot.
+//!
+//! Nothing is lost on the way: a handed job is reserved, so if the process dies between the publish and
+//! the delivery, the job comes back when its reservation ends, as a reserved job always does.
+
+use serde_json::value::RawValue;
+
+use super::Queue;
+use crate::error::{Error, Result};
+use crate::job::Reservation;
+
+/// How long a timer keeps a waiting worker it has not heard from (the worker says it every second).
+pub const WAITING_FOR_MS: u64 = 3000;
+
+/// A dq-consumer worker waiting for jobs of its topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// The topic.
+    pub topic: String,
+    /// The worker's process id (its hand-off channels' suffix).
+    pub consumer: String,
+    /// Deliveries it may start now (0: it waits no more).
+    pub slots: u32,
+    /// Its reservations must last at least this long (its callback's timeout and a margin).
+    pub least_ttr_ms: u64,
+}
+
+/// The first word of a waiting worker's message on the timer channel.
+const WAITING_WORD: &str = "waiting";
+
+impl Waiting {
+    /// The message on the timer channel: `waiting <consumer> <slots> <least TTR ms> <topic>`.
+    pub fn notice(&self) -> String {
+        format!(
+            "{WAITING_WORD} {} {} {} {}",
+            self.consumer, self.slots, self.least_ttr_ms, self.topic
+        )
+    }
+
+    /// Reads a message of the timer channel; `None` when it is not a waiting worker's.
+    pub fn parse(message: &str) -> Option<Waiting> {
+        let rest = message.strip_prefix(WAITING_WORD)?.strip_prefix(' ')?;
+        let mut words = rest.splitn(4, ' ');
+        let consumer = words.next()?.to_string();
+        let slots = words.next()?.parse().ok()?;
+        let least_ttr_ms = words.next()?.parse().ok()?;
+        let topic = words.next()?.to_string();
+        (!consumer.is_empty() && !topic.is_empty()).then_some(Waiting {
+            topic,
+            consumer,
+            slots,
+            least_ttr_ms,
+        })
+    }
+}
+
+impl Queue {
+    /// Tells the timers that a worker waits (or, with 0 slots, no longer does). Published on partition
+    /// 0's timer channel, which every timer listens to.
+    pub async fn announce_waiting(&self, w: &Waiting) -> Result<()> {
+        let channel = self.partition_keys(0).timer_channel();
+        let mut cmd = redis::cmd(if self.sharded() { "SPUBLISH" } else { "PUBLISH" });
+        cmd.arg(channel).arg(w.notice());
+        let _: i64 = self.query(0, &cmd).await?;
+        Ok(())
+    }
+
+    /// Counts reservations handed out, however they were made (a reserve, or a hand-off): the
+    /// `dq_jobs_reserved_total` counter and the dashboard's first-delivery lateness.
+    pub fn count_reserved(&self, jobs: &[Reservation]) {
+        for r in jobs {
+            metrics::counter!("dq_jobs_reserved_total", "topic" => r.topic.clone()).increment(1);
+        }
+        // Retries are left out: their due time is the backoff's, not the producer's.
+        let now = super::unix_ms();
+        let firsts = jobs.iter().filter(|r| r.attempt == 1).map(|r| now - r.run_at);
+        self.activity.first_deliveries(firsts);
+    }
+}
+
+/// A job in a hand-off message: id, topic, body (JSON text), attempt, receipt, deadline, run_at.
+type Entry = (String, String, String, u32, String, i64, i64);
+
+/// Reads a hand-off message (see `promote.lua`) into reservations.
+pub fn decode_handoff(payload: &str) -> Result<Vec<Reservation>> {
+    let bad = |why: String| Error::Redis {
+        partition: None,
+        message: format!("malformed hand-off: {why}"),
+    };
+    let entries: Vec<Entry> = serde_json::from_str(payload).map_err(|e| bad(e.to_string()))?;
+    entries
+        .into_iter()
+        .map(|(id, topic, body, attempt, receipt, deadline, run_at)| {
+            Ok(Reservation {
+                body: RawValue::from_string(body).map_err(|e| bad(format!("body of {id}: {e}")))?,
+                id,
+                topic,
+                attempt,
+                receipt,
+                deadline,
+                run_at,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_notice_reads_back() {
+        let w = Waiting {
+            topic: "orders close".into(),
+            consumer: "01JC".into(),
+            slots: 64,
+            least_ttr_ms: 15000,
+        };
+        assert_eq!(w.notice(), "waiting 01JC 64 15000 orders close");
+        assert_eq!(Waiting::parse(&w.notice()), Some(w));
+        for other in [
+            "dq:{1.2}:delayed 1700000000000",
+            "waiting",
+            "waiting a b c d",
+            "waiting a 1 2 ",
+            "waitingx a 1 2 t",
+        ] {
+            assert_eq!(Waiting::parse(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_handoff_message_reads_as_reservations() {
+        let jobs = decode_handoff(r#"[["01A","t","{\"a\":1}",1,"ab.1",1700000005000,1700000000000]]"#).unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!((jobs[0].id.as_str(), jobs[0].topic.as_str()), ("01A", "t"));
+        assert_eq!(jobs[0].body.get(), r#"{"a":1}"#);
+        assert_eq!((jobs[0].attempt, jobs[0].receipt.as_str()), (1, "ab.1"));
+        assert_eq!((jobs[0].deadline, jobs[0].run_at), (1700000005000, 1700000000000));
+        assert!(decode_handoff("[[1]]").is_err());
+        assert!(decode_handoff(r#"[["01A","t","not json",1,"ab.1",1,1]]"#).is_err());
+    }
+}

@@ -1,0 +1,142 @@
+//! Hand-offs with the real processes: a timer hands due jobs straight to the dq-consumer that waits for
+//! their topic (no ready queue, no reserve call), every job is delivered exactly once, and a consumer
+//! killed with -9 while jobs are handed to it loses none.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{env, metric_sum, start, start_on};
+use dq_harness::{RedisServer, WebhookSink, eventually, free_port};
+use serde_json::{Value, json};
+
+/// How many times the sink received each job id.
+fn received(sink: &WebhookSink) -> HashMap<String, usize> {
+    let mut per = HashMap::new();
+    for body in sink.received.lock().unwrap().iter() {
+        if let Some(id) = body["id"].as_str() {
+            *per.entry(id.to_string()).or_default() += 1;
+        }
+    }
+    per
+}
+
+async fn push_spread(http: &reqwest::Client, base: &str, topic: &str, n: u64, first_ms: u64, step_ms: u64) {
+    for i in 0..n {
+        let resp = http
+            .post(format!("{base}/v1/jobs"))
+            .json(&json!({"id": format!("{topic}-{i}"), "topic": topic, "body": i, "delay_ms": first_ms + i * step_ms}))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
+    }
+}
+
+async fn consumer_vars(redis: &RedisServer, port: u16) -> Vec<(&'static str, String)> {
+    let mut vars = env(&[redis], port);
+    vars.push(("DQ__TOPICS__REFRESH_MS", "100".into()));
+    vars
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_consumer_gets_due_jobs_handed_and_each_is_delivered_once() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let timer = start("dq-timer", &[&redis]).await;
+    let cp = free_port();
+    let consumer = start_on("dq-consumer", cp, consumer_vars(&redis, cp).await).await;
+    let sink = WebhookSink::start().await;
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let http = reqwest::Client::new();
+    let resp = http
+        .put(format!("{base}/v1/topics/spread"))
+        .json(&json!({"callback": {"url": sink.url}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // Due one by one, from 1.5 s on: the consumer waits between them.
+    push_spread(&http, &base, "spread", 40, 1500, 50).await;
+    eventually(Duration::from_secs(60), "40 jobs delivered", || async {
+        received(&sink).len() == 40
+    })
+    .await;
+    for id in (0..40).map(|i| format!("spread-{i}")) {
+        eventually(Duration::from_secs(30), &format!("{id} is done"), || async {
+            let job: Value = http
+                .get(format!("{base}/v1/jobs/{id}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            job["state"] == "done"
+        })
+        .await;
+    }
+    let per = received(&sink);
+    assert!(per.values().all(|n| *n == 1), "delivered more than once: {per:?}");
+    let handed = metric_sum(timer.port, "dq_jobs_handed_off_total").await;
+    let taken = metric_sum(consumer.port, "dq_consumer_handed_total").await;
+    assert!(handed > 0.0, "the timer handed no job to the waiting consumer");
+    assert_eq!(handed, taken, "every job handed reached the consumer");
+    let stats: Value = http
+        .get(format!("{base}/v1/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    eprintln!("handed {handed} of 40; stats {stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_killed_while_jobs_are_handed_to_it_loses_none() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let timer = start("dq-timer", &[&redis]).await;
+    let cp = free_port();
+    let mut first = start_on("dq-consumer", cp, consumer_vars(&redis, cp).await).await;
+    let sink = WebhookSink::start().await;
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let http = reqwest::Client::new();
+    let resp = http
+        .put(format!("{base}/v1/topics/kill"))
+        .json(&json!({"callback": {"url": sink.url, "timeout_ms": 1000}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    push_spread(&http, &base, "kill", 60, 1500, 50).await;
+    eventually(Duration::from_secs(60), "the first jobs are handed", || async {
+        metric_sum(timer.port, "dq_jobs_handed_off_total").await >= 10.0
+    })
+    .await;
+    first.process.signal("KILL");
+    first.process.wait(Duration::from_secs(10)).expect("killed");
+    let cp2 = free_port();
+    let _second = start_on("dq-consumer", cp2, consumer_vars(&redis, cp2).await).await;
+    // Jobs handed to the dead process come back when their reservation ends (timeout + 5 s).
+    eventually(Duration::from_secs(90), "every job is delivered", || async {
+        received(&sink).len() == 60
+    })
+    .await;
+    for id in (0..60).map(|i| format!("kill-{i}")) {
+        eventually(Duration::from_secs(60), &format!("{id} is done"), || async {
+            let job: Value = http
+                .get(format!("{base}/v1/jobs/{id}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            job["state"] == "done"
+        })
+        .await;
+    }
+}
