@@ -45,11 +45,17 @@ elif [ -n "${DQ_SHARDS_LAYOUT:-}" ]; then export DQ__REDIS__SHARDS="redis://127.
 export DQ__SERVER__LISTEN="127.0.0.1:$sport" DQ__LOG__LEVEL=warn
 $bin/dq-server >"$work/server.log" 2>&1 &
 pids+=($!)
-timer_pids=()
+timer_pids=(); timer_ports=()
 for i in 1 2; do
-  DQ__METRICS__LISTEN="127.0.0.1:$(port)" $bin/dq-timer >"$work/timer$i.log" 2>&1 &
+  tp=$(port); timer_ports+=("$tp")
+  DQ__METRICS__LISTEN="127.0.0.1:$tp" $bin/dq-timer >"$work/timer$i.log" 2>&1 &
   pids+=($!); timer_pids+=($!)
 done
+# A counter of the timers' /metrics, summed over them (0 when a build does not have it).
+timer_metric() {
+  for p in "${timer_ports[@]}"; do curl -s "http://127.0.0.1:$p/metrics" || true; done |
+    awk -v m="$1" '$1==m {s += $2} END {printf "%d\n", s}'
+}
 DQ__METRICS__LISTEN="127.0.0.1:$(port)" $bin/dq-consumer >"$work/consumer.log" 2>&1 &
 pids+=($!)
 until (exec 3<>"/dev/tcp/127.0.0.1/$sport") 2>/dev/null; do sleep 0.05; done
@@ -206,11 +212,11 @@ if want cpu-deliver; then
   for rate in 15000 3000; do
     rcli flushall >/dev/null; rcli config resetstat >/dev/null
     [ -n "${BENCH_SLOWLOG:-}" ] && rcli config set slowlog-log-slower-than 0 >/dev/null && rcli config set slowlog-max-len 1000000 >/dev/null && rcli slowlog reset >/dev/null
-    c0=$(cpu); sleep 5; c1=$(cpu); t1=$(date +%s.%N); u1=$(info cpu used_cpu_user)
+    c0=$(cpu); sleep 5; c1=$(cpu); t1=$(date +%s.%N); u1=$(info cpu used_cpu_user); h1=$(timer_metric dq_jobs_handed_off_total)
     run=$(bench --json deliver -n 30000 --rate "$rate" --lead-ms 2000 --concurrency 64 --linger-ms 0 | tail -1)
-    c2=$(cpu); t2=$(date +%s.%N); u2=$(info cpu used_cpu_user)
+    c2=$(cpu); t2=$(date +%s.%N); u2=$(info cpu used_cpu_user); h2=$(timer_metric dq_jobs_handed_off_total)
     calls=$(rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '$1=="cmdstat_evalsha" {s += $3} END {print s+0}')
-    python3 - "$c0" "$c1" "$c2" "$run" "$calls" "$t1" "$t2" "$rate" "$u1" "$u2" <<'PY'
+    python3 - "$c0" "$c1" "$c2" "$run" "$calls" "$t1" "$t2" "$rate" "$u1" "$u2" "$((h2 - h1))" <<'PY'
 import json, sys
 c0, c1, c2 = map(float, sys.argv[1:4]); run = json.loads(sys.argv[4]); calls = int(sys.argv[5])
 t1, t2, rate = float(sys.argv[6]), float(sys.argv[7]), sys.argv[8]
@@ -219,7 +225,8 @@ idle = (c1 - c0) / 5
 jobs = run["unique"]
 print(f"due at {rate}/s: {(c2 - c1) / jobs * 1e6:.1f} us of Redis CPU per job, {((c2 - c1) - idle * (t2 - t1)) / jobs * 1e6:.1f} "
       f"without the idle share ({idle * 100:.2f}% of a core); {calls / jobs:.2f} script calls per job; {jobs} delivered, "
-      f"{run['duplicates']} duplicates; lateness p99 {run['p99_ms']} ms; user CPU {user / jobs * 1e6:.1f} us per job")
+      f"{run['duplicates']} duplicates; lateness p99 {run['p99_ms']} ms; user CPU {user / jobs * 1e6:.1f} us per job; "
+      f"{int(sys.argv[11])} handed off by the timers")
 PY
     # BENCH_SLOWLOG=1: Redis's time per script (every call logged; the names from the scripts' SHA1s).
     if [ -n "${BENCH_SLOWLOG:-}" ]; then

@@ -125,8 +125,43 @@ const TTR_MARGIN_MS: u64 = 5000;
 /// `dq_core::queue::handoff::WAITING_FOR_MS`).
 const WAITING_EVERY: Duration = Duration::from_secs(1);
 
-/// The least time between two such messages of a worker.
-const WAITING_GAP: Duration = Duration::from_millis(100);
+/// The least time between two such messages of a worker, which it sends sooner than [`WAITING_EVERY`]
+/// once the timers handed it half the slots it told them of.
+const WAITING_GAP: Duration = Duration::from_millis(10);
+
+/// When a waiting worker tells the timers again. A timer takes every job it hands off the slots it was
+/// told of, so a worker whose jobs end quickly tells again once half of them were handed (at most every
+/// [`WAITING_GAP`]), and otherwise every [`WAITING_EVERY`]: the messages follow the flow of jobs, not
+/// the number of times the worker goes idle.
+#[derive(Debug, Default)]
+struct Telling {
+    /// The slots last told.
+    told: u32,
+    /// When.
+    at: Option<Instant>,
+    /// Jobs handed to the worker since.
+    handed: u32,
+}
+
+impl Telling {
+    /// When to tell next; `None`: now (never told).
+    fn next_at(&self) -> Option<Instant> {
+        let at = self.at?;
+        Some(if self.told > 0 && self.handed * 2 >= self.told {
+            at + WAITING_GAP
+        } else {
+            at + WAITING_EVERY
+        })
+    }
+
+    fn told(&mut self, slots: u32) {
+        *self = Telling {
+            told: slots,
+            at: Some(Instant::now()),
+            handed: 0,
+        };
+    }
+}
 
 /// A handed job is delivered only while its reservation outlasts the callback's timeout by this much;
 /// later it is handed back, so no delivery runs past its reservation's end.
@@ -179,6 +214,7 @@ impl TopicWorker {
             slots,
             least_ttr_ms,
         };
+        tracing::debug!(topic = %self.topic, slots, "telling the timers this worker waits");
         if let Err(e) = self.shared.queue.announce_waiting(&w).await {
             tracing::debug!(topic = %self.topic, cause = %e, "cannot tell the timers this worker waits");
         }
@@ -187,9 +223,7 @@ impl TopicWorker {
     /// The loop of [`TopicWorker::run`]; returns whether it ever told the timers it waits.
     async fn serve(&mut self) -> bool {
         let mut announced = false;
-        // When the timers were last told: at most once per `WAITING_GAP`, so a worker that goes idle
-        // after every job does not send a message per job.
-        let mut told_at: Option<Instant> = None;
+        let mut telling = Telling::default();
         let topics = [self.topic.clone()];
         let limiter = Arc::new(Limiter::new(
             self.shared.queue.clone(),
@@ -223,6 +257,7 @@ impl TopicWorker {
             let first = tokio::select! {
                 p = slots.clone().acquire_owned() => p.expect("never closed"),
                 Some(jobs) = self.handoffs.recv() => {
+                    telling.handed += jobs.len() as u32;
                     self.start_handed(jobs, &plan, &limiter, &slots).await;
                     continue;
                 }
@@ -288,22 +323,21 @@ impl TopicWorker {
                 let tells = plan.callback.rate_per_s.is_none();
                 let woke = waiter.wait();
                 tokio::pin!(woke);
-                let mut tell_at = told_at.map_or_else(Instant::now, |t| (t + WAITING_GAP).max(Instant::now()));
                 loop {
-                    if tells && Instant::now() >= tell_at {
+                    if tells && telling.next_at().is_none_or(|at| Instant::now() >= at) {
                         let free = admitted.min(slots.available_permits() as u32);
                         self.announce(free, least_ttr).await;
                         announced = true;
-                        told_at = Some(Instant::now());
-                        tell_at = Instant::now() + WAITING_EVERY;
+                        telling.told(free);
                     }
                     tokio::select! {
                         _ = &mut woke => break,
                         Some(jobs) = self.handoffs.recv() => {
+                            telling.handed += jobs.len() as u32;
                             self.start_handed(jobs, &plan, &limiter, &slots).await;
                             break;
                         }
-                        _ = tokio::time::sleep_until(tell_at), if tells => {}
+                        _ = tokio::time::sleep_until(telling.next_at().unwrap_or_else(Instant::now)), if tells => {}
                         _ = self.plan.changed() => break,
                         _ = self.stop.cancelled() => return announced,
                     }
@@ -516,4 +550,23 @@ fn unix_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_worker_tells_again_soon_once_half_its_slots_were_handed() {
+        let mut t = Telling::default();
+        assert_eq!(t.next_at(), None, "never told: at once");
+        t.told(64);
+        let at = t.at.unwrap();
+        t.handed = 31;
+        assert_eq!(t.next_at(), Some(at + WAITING_EVERY));
+        t.handed = 32;
+        assert_eq!(t.next_at(), Some(at + WAITING_GAP));
+        t.told(0);
+        assert_eq!(t.next_at(), Some(t.at.unwrap() + WAITING_EVERY), "no slots: no hurry");
+    }
 }
