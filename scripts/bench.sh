@@ -9,6 +9,8 @@
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
 #   DQ_REDIS_MODE=cluster scripts/bench.sh   the same on a local Redis Cluster of 3 primaries
+#   BENCH_PIN=1 scripts/bench.sh   Redis on CPU 0, dq and the load on the others (taskset), so that
+#                                  Redis's CPU per job is not inflated by sharing its core
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
@@ -16,6 +18,8 @@ bash scripts/ensure-redis.sh
 bin=${DQ_BIN:-target/release}
 
 work=$(mktemp -d)
+pin_redis=(); pin_rest=()
+if [ -n "${BENCH_PIN:-}" ]; then pin_redis=(taskset -c 0); pin_rest=(taskset -c "1-$(($(nproc) - 1))"); fi
 port() { bash scripts/free-port.sh; }
 rport=$(port); sport=$(port)
 pids=()
@@ -29,7 +33,7 @@ cluster=""
 [ "${DQ_REDIS_MODE:-standalone}" = cluster ] && cluster=1
 for _ in $( [ -n "$cluster" ] && echo 1 2 3 || echo 1 ); do
   p=$(port); nodes+=("$p"); mkdir -p "$work/$p"
-  redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/$p" --logfile "$work/$p/redis.log" \
+  "${pin_redis[@]}" redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/$p" --logfile "$work/$p/redis.log" \
     ${cluster:+--cluster-enabled yes --cluster-config-file "$work/$p/nodes.conf" --cluster-node-timeout 1000} &
   pids+=($!)
   until redis-cli -p "$p" ping >/dev/null 2>&1; do sleep 0.05; done
@@ -43,12 +47,12 @@ if [ -n "$cluster" ]; then
   export DQ__REDIS__MODE=cluster DQ__REDIS__URLS=$(printf 'redis://127.0.0.1:%s,' "${nodes[@]}" | sed 's/,$//')
 elif [ -n "${DQ_SHARDS_LAYOUT:-}" ]; then export DQ__REDIS__SHARDS="redis://127.0.0.1:$rport"; else export DQ__REDIS__URLS="redis://127.0.0.1:$rport"; fi
 export DQ__SERVER__LISTEN="127.0.0.1:$sport" DQ__LOG__LEVEL=warn
-$bin/dq-server >"$work/server.log" 2>&1 &
+"${pin_rest[@]}" $bin/dq-server >"$work/server.log" 2>&1 &
 pids+=($!)
 timer_pids=(); timer_ports=()
 for i in 1 2; do
   tp=$(port); timer_ports+=("$tp")
-  DQ__METRICS__LISTEN="127.0.0.1:$tp" $bin/dq-timer >"$work/timer$i.log" 2>&1 &
+  DQ__METRICS__LISTEN="127.0.0.1:$tp" "${pin_rest[@]}" $bin/dq-timer >"$work/timer$i.log" 2>&1 &
   pids+=($!); timer_pids+=($!)
 done
 # A counter of the timers' /metrics, summed over them (0 when a build does not have it).
@@ -56,10 +60,10 @@ timer_metric() {
   for p in "${timer_ports[@]}"; do curl -s "http://127.0.0.1:$p/metrics" || true; done |
     awk -v m="$1" '$1==m {s += $2} END {printf "%d\n", s}'
 }
-DQ__METRICS__LISTEN="127.0.0.1:$(port)" $bin/dq-consumer >"$work/consumer.log" 2>&1 &
+DQ__METRICS__LISTEN="127.0.0.1:$(port)" "${pin_rest[@]}" $bin/dq-consumer >"$work/consumer.log" 2>&1 &
 pids+=($!)
 until (exec 3<>"/dev/tcp/127.0.0.1/$sport") 2>/dev/null; do sleep 0.05; done
-bench() { $bin/dq-bench --url "http://127.0.0.1:$sport" "$@"; }
+bench() { "${pin_rest[@]}" $bin/dq-bench --url "http://127.0.0.1:$sport" "$@"; }
 rcli() { for p in "${nodes[@]}"; do redis-cli -p "$p" "$@"; done; }
 # A field of INFO, summed over the nodes.
 info() { rcli info "$1" | tr -d '\r' | awk -F: -v k="$2" '$1==k {s += $2} END {printf "%.6f\n", s}'; }

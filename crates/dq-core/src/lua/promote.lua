@@ -35,10 +35,7 @@ local count = #due / 2
 for i = 1, count do
   local r = rec_load(prefix .. ':job:' .. due[2 * i - 1], false, bucket, due[2 * i])
   recs[i] = r
-  if r and per_topic[r.t] == nil then
-    per_topic[r.t] = 0
-    was_empty[r.t] = redis.call('EXISTS', prefix .. ':ready:' .. r.t) == 0
-  end
+  if r then per_topic[r.t] = 0 end
 end
 
 -- The waiting workers, by topic; each takes jobs up to its free slots.
@@ -85,6 +82,15 @@ for w = 1, #waiting do
     for i = 1, count do
       if handed_to[i] == w then handed_to[i] = nil end
     end
+  end
+end
+
+-- Whether each ready queue that gets jobs was empty (its wake-up), read once the hand-offs are known
+-- (a topic whose every job was handed needs no look) and before the first write.
+for i = 1, count do
+  local r = recs[i]
+  if r and not handed_to[i] and was_empty[r.t] == nil then
+    was_empty[r.t] = redis.call('EXISTS', prefix .. ':ready:' .. r.t) == 0
   end
 end
 
