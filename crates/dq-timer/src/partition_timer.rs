@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::RedisClock;
-use crate::waiting::WaitingWorkers;
+use crate::waiting::{HandoffsRefused, WaitingWorkers};
 
 /// Calls out at once while promoting or expiring: they pipeline on the connection (and run side by side
 /// on a cluster's primaries) without holding one partition's batch behind another's.
@@ -75,6 +75,8 @@ pub struct PartitionTimer {
     last_beat: Instant,
     /// dq-consumer workers waiting for jobs: promotion hands them their topics' due jobs.
     waiting: WaitingWorkers,
+    /// Until when promotion hands nothing off, after Redis refused a hand-off.
+    handoffs_refused: HandoffsRefused,
 }
 
 impl PartitionTimer {
@@ -97,6 +99,7 @@ impl PartitionTimer {
             schedule_lead: watch::Sender::new(false),
             last_beat: Instant::now(),
             waiting: WaitingWorkers::default(),
+            handoffs_refused: HandoffsRefused::default(),
         }
     }
 
@@ -209,16 +212,38 @@ impl PartitionTimer {
         let (queue, batch) = (&self.queue, self.settings.batch_size);
         let due = self.due(|h| h.next_due);
         // Calls run side by side, so each gets a share of every waiting worker's slots (at least one).
-        let waiting: Vec<Waiting> = self
-            .waiting
-            .current()
-            .into_iter()
-            .map(|mut w| {
-                w.slots = w.slots.div_ceil(due.len().max(1) as u32);
-                w
-            })
-            .collect();
-        let results = each(due, |p| queue.promote_for(p, batch, &waiting)).await;
+        let waiting: Vec<Waiting> = if self.handoffs_refused.now() {
+            Vec::new()
+        } else {
+            self.waiting.current()
+        }
+        .into_iter()
+        .map(|mut w| {
+            w.slots = w.slots.div_ceil(due.len().max(1) as u32);
+            w
+        })
+        .collect();
+        let refused = &self.handoffs_refused;
+        let results = each(due, |p| {
+            let waiting = &waiting;
+            async move {
+                let r = queue.promote_for(p, batch, waiting).await;
+                match r {
+                    // A hand-off Redis refused (an ACL user without the hand-off channels may not
+                    // publish there) must not hold promotion up: promote without, and stop handing off
+                    // for a while.
+                    Err(e @ dq_core::Error::Redis { .. }) if !waiting.is_empty() => {
+                        let plain = queue.promote(p, batch).await;
+                        if plain.is_ok() {
+                            refused.refuse(&e);
+                        }
+                        plain
+                    }
+                    r => r,
+                }
+            }
+        })
+        .await;
         let mut failed = false;
         for (p, r) in results {
             match r {

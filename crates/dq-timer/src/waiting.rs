@@ -59,6 +59,37 @@ impl WaitingWorkers {
     }
 }
 
+/// How long promotion hands nothing off after Redis refused a hand-off.
+const REFUSED_FOR: Duration = Duration::from_secs(60);
+
+/// Whether hand-offs are off for now: a promotion call with waiting workers failed where the same call
+/// without them succeeded (an ACL user whose channel rules do not allow `<prefix>:{*}:wake:to:*`: the
+/// script's publish is refused, and the whole call with it). Promotion then goes on without hand-offs,
+/// and tries them again after [`REFUSED_FOR`].
+#[derive(Debug, Default)]
+pub struct HandoffsRefused {
+    until: std::sync::Mutex<Option<Instant>>,
+}
+
+impl HandoffsRefused {
+    /// Turns hand-offs off for [`REFUSED_FOR`], saying why once.
+    pub fn refuse(&self, cause: &dq_core::Error) {
+        let mut until = self.until.lock().expect("never poisoned");
+        if until.is_none_or(|u| u <= Instant::now()) {
+            tracing::warn!(%cause, retry_s = REFUSED_FOR.as_secs(), "Redis refused a hand-off to a waiting dq-consumer; promoting to the ready queues without hand-offs for now (does the ACL user allow the channels <prefix>:{{*}}:wake:to:*?)");
+        }
+        *until = Some(Instant::now() + REFUSED_FOR);
+    }
+
+    /// Whether hand-offs are off now.
+    pub fn now(&self) -> bool {
+        self.until
+            .lock()
+            .expect("never poisoned")
+            .is_some_and(|u| u > Instant::now())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

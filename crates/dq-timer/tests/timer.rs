@@ -209,3 +209,52 @@ async fn a_steady_heartbeat_writes_only_its_own_entry_and_a_lapsed_timer_is_take
     assert_eq!((b.timers, b.partitions.len()), (1, 256));
     assert!(leases(&redis).iter().all(|(_, id)| id == "timer-b"));
 }
+
+/// An ACL user whose channel rules allow only the wake-up patterns (what docs/operations.md once
+/// showed) may not publish on a consumer's hand-off channels: a promotion that hands off fails as a
+/// whole. The timer then promotes without hand-offs, so the job still becomes ready on time.
+#[tokio::test]
+async fn a_handoff_redis_refuses_does_not_hold_promotion_up() {
+    let redis = RedisServer::start();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("dq")
+        .arg("on")
+        .arg(">pass")
+        .arg("~dq:*")
+        .arg("~{dq}:*")
+        .arg("resetchannels")
+        .arg("&dq:{*}:wake:ready")
+        .arg("&dq:{*}:wake:timer")
+        .arg("+@all")
+        .query(&mut redis.conn())
+        .unwrap();
+    let mut s = settings(&redis);
+    s.redis.urls = vec![format!("redis://dq:pass@127.0.0.1:{}", redis.port())];
+    let q = Queue::connect(&s).await.unwrap();
+    let timer = Timer::start(&s);
+    let waiting = dq_core::queue::Waiting {
+        topic: "t".into(),
+        consumer: "C1".into(),
+        slots: 5,
+        least_ttr_ms: 1000,
+    };
+    q.push(push(
+        &q,
+        serde_json::json!({"id": "a", "topic": "t", "body": 1, "delay_ms": 300}),
+    ))
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(30), "the job is promoted to ready", || async {
+        // Said again and again, as a waiting worker does, so every promotion call carries it.
+        q.announce_waiting(&waiting).await.unwrap();
+        q.get("a").await.unwrap().state == State::Ready
+    })
+    .await;
+    let refused: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut redis.conn()).unwrap();
+    assert!(
+        format!("{refused:?}").contains("wake:to:C1"),
+        "the hand-off was tried, and refused: {refused:?}"
+    );
+    timer.drain().await;
+}
