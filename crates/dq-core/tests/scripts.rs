@@ -253,6 +253,36 @@ async fn promote_hands_due_jobs_to_waiting_workers_up_to_their_slots() {
     assert_consistent(&redis);
 }
 
+/// One promotion of more jobs than one ZADD is given at once (promote.lua adds in slices of 1000) moves
+/// every one of them, and the counts follow.
+#[tokio::test]
+async fn a_promotion_larger_than_one_slice_moves_every_job() {
+    let redis = RedisServer::start();
+    let mut s = settings(&redis);
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    let jobs: Vec<_> = (0..2500)
+        .map(|i| job(&q, serde_json::json!({"topic": "big", "body": i, "delay_ms": 20})))
+        .collect();
+    for r in q.push_many(jobs).await {
+        r.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let p = q.promote(0, 5000).await.unwrap();
+    assert_eq!((p.moved, p.next_due), (2500, None));
+    assert_consistent(&redis);
+    let mut got = 0;
+    loop {
+        let r = q.reserve(&["big".to_string()], 100).await.unwrap();
+        if r.is_empty() {
+            break;
+        }
+        got += r.len();
+    }
+    assert_eq!(got, 2500);
+    assert_consistent(&redis);
+}
+
 /// A hand-off that reaches nobody (the consumer is gone) leaves its jobs in the ready queue, in the same
 /// call: nothing waits for a reservation to end.
 #[tokio::test]

@@ -101,6 +101,19 @@ local head_len = #out
 if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, 0, count - 1) end
 local to_reserved = {}
 local earliest
+-- Members added, per sorted set: one ZADD per set, not one per job (each call is most of a job's cost
+-- here), in slices that stay within what Lua's unpack takes.
+local adds, order = {}, {}
+local function add(key, score, id)
+  local a = adds[key]
+  if not a then
+    a = {}
+    adds[key] = a
+    order[#order + 1] = key
+  end
+  a[#a + 1] = score
+  a[#a + 1] = id
+end
 for i = 1, count do
   local id, run_at, r = due[2 * i - 1], tonumber(due[2 * i]), recs[i]
   -- An id without a record was deleted half-way by hand; there is nothing to deliver.
@@ -112,17 +125,21 @@ for i = 1, count do
       r.a, r.rc, r.d = j[4], j[5], j[6]
       r.s = 'reserved'
       rec_store(prefix .. ':job:' .. id, r)
-      redis.call('ZADD', reserved, r.d, id)
+      add(reserved, r.d, id)
       if earliest == nil or r.d < earliest then earliest = r.d end
       to_reserved[r.t] = (to_reserved[r.t] or 0) + 1
     else
-      redis.call('ZADD', prefix .. ':ready:' .. r.t, r.p or run_at, id)
+      add(prefix .. ':ready:' .. r.t, r.p or run_at, id)
       r.s = 'ready'
       rec_store(prefix .. ':job:' .. id, r, true)
       per_topic[r.t] = per_topic[r.t] + 1
     end
     out[#out + 1] = now - run_at
   end
+end
+for _, key in ipairs(order) do
+  local a = adds[key]
+  for k = 1, #a, 2000 do redis.call('ZADD', key, unpack(a, k, math.min(k + 1999, #a))) end
 end
 for topic, m in pairs(per_topic) do
   local h = to_reserved[topic] or 0

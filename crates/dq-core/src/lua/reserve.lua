@@ -74,6 +74,8 @@ local n, i = 0, 0
 local earliest
 -- Jobs moved from ready to reserved, per topic: the counts change once per topic, not per job.
 local moved = {}
+-- The reserved set's new members: one ZADD for all (each call is much of a job's cost here).
+local added = {}
 for q = 1, #pops do
   local popped = pops[q]
   for j = 1, #popped, 2 do
@@ -85,7 +87,8 @@ for q = 1, #pops do
       r.a = r.a + 1
       r.s, r.rc, r.d = 'reserved', nonce .. '.' .. n, now + math.max(r.ttr, least_ttr)
       rec_store(prefix .. ':job:' .. id, r)
-      redis.call('ZADD', reserved, r.d, id)
+      added[#added + 1] = r.d
+      added[#added + 1] = id
       if earliest == nil or r.d < earliest then earliest = r.d end
       moved[r.t] = (moved[r.t] or 0) + 1
       out[#out + 1] = id
@@ -98,6 +101,7 @@ for q = 1, #pops do
     end
   end
 end
+for k = 1, #added, 2000 do redis.call('ZADD', reserved, unpack(added, k, math.min(k + 1999, #added))) end
 for topic, m in pairs(moved) do
   redis.call('HINCRBY', counts, topic .. ':ready', -m)
   redis.call('HINCRBY', counts, topic .. ':reserved', m)
