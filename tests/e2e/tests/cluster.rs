@@ -39,6 +39,16 @@ impl Api {
     }
 }
 
+/// The job ids a sink received.
+fn sink_ids(sink: &WebhookSink) -> HashSet<String> {
+    sink.received
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["id"].as_str().map(String::from))
+        .collect()
+}
+
 fn cluster_env(cluster: &RedisCluster, port: u16, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
     env_for("cluster", &cluster.urls(), port, extra)
 }
@@ -79,14 +89,7 @@ async fn every_verb_the_timer_the_consumer_and_the_checker_work_on_a_cluster() {
             .await;
     }
     eventually(Duration::from_secs(60), "80 callbacks", || async {
-        let got: HashSet<String> = sink
-            .received
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|b| b["id"].as_str().map(String::from))
-            .collect();
-        got.len() == 80
+        sink_ids(&sink).len() == 80
     })
     .await;
     // Due one by one while the consumer waits: the timer hands them to it over sharded pub/sub.
@@ -99,14 +102,7 @@ async fn every_verb_the_timer_the_consumer_and_the_checker_work_on_a_cluster() {
         .await;
     }
     eventually(Duration::from_secs(60), "100 callbacks", || async {
-        let got: HashSet<String> = sink
-            .received
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|b| b["id"].as_str().map(String::from))
-            .collect();
-        got.len() == 100
+        sink_ids(&sink).len() == 100
     })
     .await;
     assert!(

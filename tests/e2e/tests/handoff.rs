@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{env, metric_sum, start, start_on};
+use common::{Running, env, metric_sum, start, start_on};
 use dq_harness::{RedisServer, WebhookSink, eventually, free_port};
 use serde_json::{Value, json};
 
@@ -40,8 +40,19 @@ async fn consumer_vars(redis: &RedisServer, port: u16) -> Vec<(&'static str, Str
     vars
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_consumer_gets_due_jobs_handed_and_each_is_delivered_once() {
+/// A Redis, dq-server, dq-timer and a dq-consumer, and `topic` registered with `callback` (its `url` set to
+/// a sink's).
+struct Setup {
+    redis: RedisServer,
+    timer: Running,
+    consumer: Running,
+    sink: WebhookSink,
+    base: String,
+    http: reqwest::Client,
+    _server: Running,
+}
+
+async fn setup(topic: &str, mut callback: Value) -> Setup {
     let redis = RedisServer::start();
     let server = start("dq-server", &[&redis]).await;
     let timer = start("dq-timer", &[&redis]).await;
@@ -50,23 +61,36 @@ async fn a_waiting_consumer_gets_due_jobs_handed_and_each_is_delivered_once() {
     let sink = WebhookSink::start().await;
     let base = format!("http://127.0.0.1:{}", server.port);
     let http = reqwest::Client::new();
+    callback["url"] = json!(sink.url);
     let resp = http
-        .put(format!("{base}/v1/topics/spread"))
-        .json(&json!({"callback": {"url": sink.url}}))
+        .put(format!("{base}/v1/topics/{topic}"))
+        .json(&json!({ "callback": callback }))
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    // Due one by one, from 1.5 s on: the consumer waits between them.
-    push_spread(&http, &base, "spread", 40, 1500, 50).await;
-    eventually(Duration::from_secs(60), "40 jobs delivered", || async {
-        received(&sink).len() == 40
+    Setup {
+        redis,
+        timer,
+        consumer,
+        sink,
+        base,
+        http,
+        _server: server,
+    }
+}
+
+/// Waits until the `n` jobs `<topic>-<i>` were received by the sink and are `done`.
+async fn all_done(s: &Setup, topic: &str, n: u64) {
+    eventually(Duration::from_secs(90), &format!("{n} jobs delivered"), || async {
+        received(&s.sink).len() == n as usize
     })
     .await;
-    for id in (0..40).map(|i| format!("spread-{i}")) {
-        eventually(Duration::from_secs(30), &format!("{id} is done"), || async {
-            let job: Value = http
-                .get(format!("{base}/v1/jobs/{id}"))
+    for id in (0..n).map(|i| format!("{topic}-{i}")) {
+        eventually(Duration::from_secs(60), &format!("{id} is done"), || async {
+            let job: Value = s
+                .http
+                .get(format!("{}/v1/jobs/{id}", s.base))
                 .send()
                 .await
                 .unwrap()
@@ -77,66 +101,35 @@ async fn a_waiting_consumer_gets_due_jobs_handed_and_each_is_delivered_once() {
         })
         .await;
     }
-    let per = received(&sink);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_consumer_gets_due_jobs_handed_and_each_is_delivered_once() {
+    let s = setup("spread", json!({})).await;
+    // Due one by one, from 1.5 s on: the consumer waits between them.
+    push_spread(&s.http, &s.base, "spread", 40, 1500, 50).await;
+    all_done(&s, "spread", 40).await;
+    let per = received(&s.sink);
     assert!(per.values().all(|n| *n == 1), "delivered more than once: {per:?}");
-    let handed = metric_sum(timer.port, "dq_jobs_handed_off_total").await;
-    let taken = metric_sum(consumer.port, "dq_consumer_handed_total").await;
+    let handed = metric_sum(s.timer.port, "dq_jobs_handed_off_total").await;
+    let taken = metric_sum(s.consumer.port, "dq_consumer_handed_total").await;
     assert!(handed > 0.0, "the timer handed no job to the waiting consumer");
     assert_eq!(handed, taken, "every job handed reached the consumer");
-    let stats: Value = http
-        .get(format!("{base}/v1/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    eprintln!("handed {handed} of 40; stats {stats}");
+    eprintln!("handed {handed} of 40");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_killed_while_jobs_are_handed_to_it_loses_none() {
-    let redis = RedisServer::start();
-    let server = start("dq-server", &[&redis]).await;
-    let timer = start("dq-timer", &[&redis]).await;
-    let cp = free_port();
-    let mut first = start_on("dq-consumer", cp, consumer_vars(&redis, cp).await).await;
-    let sink = WebhookSink::start().await;
-    let base = format!("http://127.0.0.1:{}", server.port);
-    let http = reqwest::Client::new();
-    let resp = http
-        .put(format!("{base}/v1/topics/kill"))
-        .json(&json!({"callback": {"url": sink.url, "timeout_ms": 1000}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    push_spread(&http, &base, "kill", 60, 1500, 50).await;
+    let mut s = setup("kill", json!({"timeout_ms": 1000})).await;
+    push_spread(&s.http, &s.base, "kill", 60, 1500, 50).await;
     eventually(Duration::from_secs(60), "the first jobs are handed", || async {
-        metric_sum(timer.port, "dq_jobs_handed_off_total").await >= 10.0
+        metric_sum(s.timer.port, "dq_jobs_handed_off_total").await >= 10.0
     })
     .await;
-    first.process.signal("KILL");
-    first.process.wait(Duration::from_secs(10)).expect("killed");
+    s.consumer.process.signal("KILL");
+    s.consumer.process.wait(Duration::from_secs(10)).expect("killed");
     let cp2 = free_port();
-    let _second = start_on("dq-consumer", cp2, consumer_vars(&redis, cp2).await).await;
+    let _second = start_on("dq-consumer", cp2, consumer_vars(&s.redis, cp2).await).await;
     // Jobs handed to the dead process come back when their reservation ends (timeout + 5 s).
-    eventually(Duration::from_secs(90), "every job is delivered", || async {
-        received(&sink).len() == 60
-    })
-    .await;
-    for id in (0..60).map(|i| format!("kill-{i}")) {
-        eventually(Duration::from_secs(60), &format!("{id} is done"), || async {
-            let job: Value = http
-                .get(format!("{base}/v1/jobs/{id}"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            job["state"] == "done"
-        })
-        .await;
-    }
+    all_done(&s, "kill", 60).await;
 }
