@@ -543,3 +543,44 @@ async fn sealed_secrets_are_sent_in_clear_and_both_signing_secrets_sign() {
     let only_old = Queue::connect(&s).await.unwrap();
     assert!(!only_old.topics().await.unwrap().contains_key("sealed"));
 }
+
+/// A worker that waits for delayed jobs has them handed by the timer; once its topic is paused it tells
+/// the timers it no longer waits, so a job due then goes to the ready queue and stays there (a job handed
+/// meanwhile would be handed back, not delivered) until the topic is resumed.
+#[tokio::test]
+async fn a_paused_topic_gets_no_handed_delivery_and_resumes() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    let hook = Hook::start(|_, _| ok()).await;
+    register(&q, "h", serde_json::json!({"callback": {"url": hook.url}})).await;
+    let consumer = Consumer::start(&s);
+    let a = push(&q, serde_json::json!({"topic": "h", "body": 1, "delay_ms": 1500})).await;
+    eventually(Duration::from_secs(20), "the delayed job is delivered", || async {
+        state_of(&q, &a).await == JobState::Done
+    })
+    .await;
+    register(
+        &q,
+        "h",
+        serde_json::json!({"callback": {"url": hook.url}, "paused": true}),
+    )
+    .await;
+    // Many registry refreshes (100 ms) pass: the worker stops.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let b = push(&q, serde_json::json!({"topic": "h", "body": 2, "delay_ms": 200})).await;
+    eventually(Duration::from_secs(20), "the job due while paused is ready", || async {
+        state_of(&q, &b).await == JobState::Ready
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(hook.count(), 1, "nothing delivered while paused");
+    let job = q.get(&b).await.unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Ready, 0));
+    register(&q, "h", serde_json::json!({"callback": {"url": hook.url}})).await;
+    eventually(Duration::from_secs(20), "resumed and delivered", || async {
+        state_of(&q, &b).await == JobState::Done
+    })
+    .await;
+    consumer.drain().await;
+}
