@@ -262,12 +262,17 @@ impl TopicWorker {
                 permits.push(slots.clone().try_acquire_owned().expect("counted free slots"));
             }
             for (job, permit) in jobs.into_iter().zip(permits) {
-                let (shared, plan, limiter) = (self.shared.clone(), plan.clone(), limiter.clone());
-                self.shared
-                    .tracker
-                    .spawn(deliver_one(shared, plan, limiter, job, permit));
+                self.start(&plan, &limiter, job, permit);
             }
         }
+    }
+
+    /// Starts the delivery of a reserved (or handed) job on the process's tracker, holding `permit`.
+    fn start(&self, plan: &Arc<Plan>, limiter: &Arc<Limiter>, job: Reservation, permit: OwnedSemaphorePermit) {
+        let (shared, plan, limiter) = (self.shared.clone(), plan.clone(), limiter.clone());
+        self.shared
+            .tracker
+            .spawn(deliver_one(shared, plan, limiter, job, permit));
     }
 
     /// Waits `retry` after a failed call to Redis, then doubles it up to [`RESERVE_RETRY_MAX`] (soon

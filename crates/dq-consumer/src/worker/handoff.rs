@@ -10,7 +10,7 @@ use dq_core::queue::Waiting;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::{Plan, Shared, TopicWorker, deliver_one, unix_ms};
+use super::{Plan, Shared, TopicWorker, unix_ms};
 use crate::limiter::{Admit, Limiter};
 
 impl Shared {
@@ -149,10 +149,7 @@ impl TopicWorker {
                     limiter.started(cb, n, n).await;
                     for permit in permits {
                         let job = left.pop_front().expect("a permit per job at most");
-                        let (shared, plan, limiter) = (self.shared.clone(), plan.clone(), limiter.clone());
-                        self.shared
-                            .tracker
-                            .spawn(deliver_one(shared, plan, limiter, job, permit));
+                        self.start(plan, limiter, job, permit);
                     }
                 }
                 Ok(Admit::Wait(wait, reason)) => {
