@@ -200,7 +200,7 @@ impl TopicWorker {
                 }
             };
             // In line before looking, so a wake-up sent while this reserve runs is not missed.
-            let mut waiter = self.shared.queue.ready_index().waiter(&topics);
+            let mut waiter = self.shared.queue.ready_index().waiter(&topics, 0);
             let least_ttr = plan.callback.timeout_ms + TTR_MARGIN_MS;
             let options = ReserveOptions {
                 best_first: false,

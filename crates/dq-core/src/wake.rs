@@ -17,6 +17,7 @@
 //! Messages sent while a listener is not subscribed are lost, so after every (re)subscription it
 //! reports [`Wake::Subscribed`] and whoever waits looks again.
 
+mod long_polls;
 mod sharded;
 
 use std::sync::Arc;
@@ -29,6 +30,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::RedisMode;
 use crate::keys::{Keys, WakeKind};
 use crate::queue::Queue;
+
+pub use self::long_polls::serve_long_polls;
 
 /// What a listener reports.
 #[derive(Debug, Clone)]

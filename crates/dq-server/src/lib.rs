@@ -93,6 +93,8 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
         metrics::counter!("dq_auth_refusals_total", "reason" => reason).increment(0);
     }
     let listener_task = dq_core::wake::follow_ready(&queue, shutdown.clone());
+    // Timers hand due jobs straight to long polls that wait for their topic.
+    let handoffs = dq_core::wake::serve_long_polls(&queue, shutdown.clone());
     let refresh = Duration::from_millis(settings.topics.refresh_ms);
     let topics = TopicCache::start(queue.clone(), refresh, shutdown.clone()).await;
     let state = AppState {
@@ -154,6 +156,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     }
     activity_stop.cancel();
     let _ = activity.await;
+    let _ = handoffs.await;
     served?;
     listener_task.abort();
     tracing::info!("dq-server stopped");

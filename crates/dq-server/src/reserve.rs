@@ -107,7 +107,7 @@ pub async fn reserve(
     let mut permit = None;
     loop {
         // In line before looking, so a wake-up sent while this reserve runs is not missed.
-        let mut waiter = (timeout > 0).then(|| app.queue.ready_index().waiter(&topics));
+        let mut waiter = (timeout > 0).then(|| app.queue.ready_index().waiter(&topics, count as u32));
         let jobs: Vec<Reservation> = if topics.is_empty() {
             Vec::new()
         } else {

@@ -133,3 +133,72 @@ async fn a_consumer_killed_while_jobs_are_handed_to_it_loses_none() {
     // Jobs handed to the dead process come back when their reservation ends (timeout + 5 s).
     all_done(&s, "kill", 60).await;
 }
+
+/// Long polls of a dq-server are handed due jobs too: each job is reserved once, and every job the timer
+/// handed off was taken by a long poll or handed back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_long_polls_get_due_jobs_handed_and_each_is_reserved_once() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let timer = start("dq-timer", &[&redis]).await;
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let http = reqwest::Client::new();
+    push_spread(&http, &base, "polled", 40, 1500, 50).await;
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let pollers: Vec<_> = (0..4)
+        .map(|_| {
+            let (http, base, got) = (http.clone(), base.clone(), got.clone());
+            tokio::spawn(async move {
+                while got.lock().unwrap().len() < 40 {
+                    let resp: Value = http
+                        .post(format!("{base}/v1/reserve"))
+                        .json(&json!({"topics": ["polled"], "timeout_ms": 1000}))
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    for job in resp["jobs"].as_array().unwrap() {
+                        let id = job["id"].as_str().unwrap();
+                        let ack = http
+                            .post(format!("{base}/v1/jobs/{id}/ack"))
+                            .json(&json!({"receipt": job["receipt"]}))
+                            .send()
+                            .await
+                            .unwrap();
+                        assert_eq!(ack.status(), 204);
+                        got.lock().unwrap().push(id.to_string());
+                    }
+                }
+            })
+        })
+        .collect();
+    for p in pollers {
+        tokio::time::timeout(Duration::from_secs(90), p)
+            .await
+            .expect("all 40 reserved")
+            .unwrap();
+    }
+    let mut ids = got.lock().unwrap().clone();
+    ids.sort();
+    let n = ids.len();
+    ids.dedup();
+    assert_eq!((n, ids.len()), (40, 40), "each job reserved once");
+    let handed = metric_sum(timer.port, "dq_jobs_handed_off_total").await;
+    assert!(handed > 0.0, "the timer handed no job to the waiting long polls");
+    eventually(
+        Duration::from_secs(30),
+        "every handed job taken or handed back",
+        || async {
+            let taken = metric_sum(server.port, "dq_long_polls_handed_total").await;
+            let back = metric_sum(server.port, "dq_long_polls_handed_back_total").await;
+            taken + back == handed
+        },
+    )
+    .await;
+    eprintln!(
+        "handed {handed} of 40, taken {}",
+        metric_sum(server.port, "dq_long_polls_handed_total").await
+    );
+}

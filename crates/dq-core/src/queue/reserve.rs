@@ -42,9 +42,11 @@ impl Queue {
 
     /// [`Queue::reserve`], as `options` say.
     ///
-    /// Only partitions the [`super::ReadyIndex`] names are asked: those with ready jobs of the first topic
-    /// (in random order, so reservers spread), then of the next. Within a partition the topics' priority
-    /// holds exactly; across partitions it holds as far as the index is current.
+    /// Jobs a timer handed to this process for its long polls are taken first (see
+    /// [`super::ready::HANDED_HOLD`]); then only partitions the [`super::ReadyIndex`] names are asked:
+    /// those with ready jobs of the first topic (in random order, so reservers spread), then of the next.
+    /// Within a partition the topics' priority holds exactly; across partitions it holds as far as the
+    /// index is current.
     pub async fn reserve_with(
         &self,
         topics: &[String],
@@ -54,6 +56,11 @@ impl Queue {
         // Passes the wake-up on when this reserve stopped with partitions it had not asked (they may hold
         // jobs), or when it is cancelled half-way: it may have been the one waiter woken for them.
         // Wake-ups that arrive while it runs wake waiters of their own.
+        let mut out = self.ready.take_handed(topics, count);
+        if out.len() >= count {
+            self.count_reserved(&out);
+            return Ok(out);
+        }
         let mut turn = PassOn {
             index: &self.ready,
             topics,
@@ -67,7 +74,6 @@ impl Queue {
             }
             turns.wait_for_others().await;
         }
-        let mut out = Vec::new();
         let mut failed = None;
         let mut failures = 0;
         // Asked already (skipped by the next look at the index).

@@ -90,7 +90,7 @@ impl Dispatcher {
                 continue;
             }
             // In line for wake-ups before looking, so one sent while the call runs is not missed.
-            let mut wake = queue.ready_index().waiter(&topics);
+            let mut wake = queue.ready_index().waiter(&topics, waiting.min(MOST_PER_CALL) as u32);
             let options = ReserveOptions {
                 least_ttr_ms: None,
                 waits: true,

@@ -2,6 +2,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
@@ -15,27 +16,33 @@ use super::ReadyIndex;
 pub struct Waiter {
     /// One per topic, each enabled: already in line.
     places: Vec<Pin<Box<OwnedNotified>>>,
+    /// Per topic, the jobs its waiting long polls want (see [`super::handed`]).
+    waiting: Vec<Arc<AtomicU32>>,
+    /// What this one wants while it waits.
+    slots: u32,
 }
 
 impl Waiter {
-    /// In line on each of `lines` from now on.
-    pub(super) fn new(lines: Vec<Arc<Notify>>) -> Self {
-        let places = lines
+    /// In line on each of `lines` from now on; wanting `slots` jobs of each while it waits.
+    pub(super) fn new(lines: Vec<(Arc<Notify>, Arc<AtomicU32>)>, slots: u32) -> Self {
+        let (places, waiting) = lines
             .into_iter()
-            .map(|line| {
+            .map(|(line, waiting)| {
                 let mut place = Box::pin(line.notified_owned());
                 place.as_mut().enable();
-                place
+                (place, waiting)
             })
-            .collect();
-        Waiter { places }
+            .unzip();
+        Waiter { places, waiting, slots }
     }
 
-    /// Waits until one of the topics may have become ready. Never returns for no topics.
+    /// Waits until one of the topics may have become ready (or a timer handed this process a job of
+    /// one), counted meanwhile among the topics' waiting long polls. Never returns for no topics.
     pub async fn wait(&mut self) {
         if self.places.is_empty() {
             return std::future::pending().await;
         }
+        let _counted = Counted::new(&self.waiting, self.slots);
         let places = self.places.iter_mut().map(|p| p.as_mut());
         futures_util::future::select_all(places).await;
     }
@@ -52,6 +59,30 @@ impl Waiter {
 impl std::fmt::Debug for Waiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Waiter").field("topics", &self.places.len()).finish()
+    }
+}
+
+/// A waiter's slots added to its topics' waiting counts, until dropped (the wait ended, or was
+/// cancelled).
+struct Counted<'a> {
+    waiting: &'a [Arc<AtomicU32>],
+    slots: u32,
+}
+
+impl<'a> Counted<'a> {
+    fn new(waiting: &'a [Arc<AtomicU32>], slots: u32) -> Self {
+        for w in waiting {
+            w.fetch_add(slots, Ordering::Relaxed);
+        }
+        Counted { waiting, slots }
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        for w in self.waiting {
+            w.fetch_sub(self.slots, Ordering::Relaxed);
+        }
     }
 }
 

@@ -24,19 +24,22 @@
 //! name anyone ever long-polled or that a wake-up named. A dropped topic is read from the counts again
 //! at its next reserve, as a topic never followed is.
 
+mod handed;
 mod line;
 mod listed;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 use tokio::sync::Notify;
 
+pub use self::handed::HANDED_HOLD;
+use self::handed::Handed;
 pub use self::line::{Claim, Tried, Waiter};
 use self::listed::Listed;
 
@@ -90,6 +93,8 @@ struct Entry {
     /// While a reserve reads the topic's counts: woken when it is done, for the reserves that wait for
     /// that read instead of making their own (see [`ReadyIndex::sync_turns`]).
     syncing: Option<Arc<Notify>>,
+    /// The long polls waiting, and the jobs handed to them (see [`handed`]).
+    handed: Handed,
 }
 
 impl Default for Entry {
@@ -101,6 +106,7 @@ impl Default for Entry {
             used: 0,
             busy: Vec::new(),
             syncing: None,
+            handed: Handed::default(),
         }
     }
 }
@@ -130,9 +136,10 @@ impl ReadyIndex {
     }
 
     /// A place in line for `topics`, taken **before** the reserve it may follow, so that a wake-up sent
-    /// while that reserve runs is not missed: [`Waiter::wait`] then returns at once.
-    pub fn waiter(&self, topics: &[String]) -> Waiter {
-        let lines: Vec<Arc<Notify>> = {
+    /// while that reserve runs is not missed: [`Waiter::wait`] then returns at once. While it waits, it
+    /// counts as `slots` jobs wanted of each topic, for the timers' hand-offs.
+    pub fn waiter(&self, topics: &[String], slots: u32) -> Waiter {
+        let lines: Vec<(Arc<Notify>, Arc<AtomicU32>)> = {
             let mut t = self.lock();
             let generation = t.generation;
             topics
@@ -140,11 +147,11 @@ impl ReadyIndex {
                 .map(|topic| {
                     let entry = t.by_topic.entry(topic.clone()).or_default();
                     entry.used = generation;
-                    entry.waiters.clone()
+                    (entry.waiters.clone(), entry.handed.waiting.clone())
                 })
                 .collect()
         };
-        Waiter::new(lines)
+        Waiter::new(lines, slots)
     }
 
     /// Partition `p` may have ready jobs of `topic` (a wake-up, or this process's own write): wakes one
@@ -430,14 +437,15 @@ pub struct Candidates {
     pub more: bool,
 }
 
-/// Drops the entries that no reserve used since the sweep before this one and that nobody waits on
-/// (their line is held by no [`Waiter`]), and publishes how many are left (`dq_ready_index_topics`).
+/// Drops the entries that no reserve used since the sweep before this one, that nobody waits on
+/// (their line is held by no [`Waiter`]) and that hold no hand-off business, and publishes how many are left (`dq_ready_index_topics`).
 fn sweep(t: &mut Topics) {
     t.generation += 1;
     t.swept = Some(Instant::now());
     let keep_from = t.generation.saturating_sub(1);
-    t.by_topic
-        .retain(|_, e| e.used >= keep_from || Arc::strong_count(&e.waiters) > 1 || e.busy.iter().any(|&n| n > 0));
+    t.by_topic.retain(|_, e| {
+        e.used >= keep_from || Arc::strong_count(&e.waiters) > 1 || e.busy.iter().any(|&n| n > 0) || e.handed.busy()
+    });
     metrics::gauge!("dq_ready_index_topics").set(t.by_topic.len() as f64);
 }
 

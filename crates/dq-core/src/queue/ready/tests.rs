@@ -35,7 +35,7 @@ fn priority_order_then_clear_unless_marked_since() {
 fn a_mark_wakes_one_waiter_and_a_reserve_that_leaves_work_passes_it_on() {
     let ix = ReadyIndex::default();
     let topics = t(&["a"]);
-    let (mut w1, mut w2, mut w3) = (ix.waiter(&topics), ix.waiter(&topics), ix.waiter(&topics));
+    let (mut w1, mut w2, mut w3) = (ix.waiter(&topics, 1), ix.waiter(&topics, 1), ix.waiter(&topics, 1));
     ix.mark("a", 7);
     assert!(Waiter::woken(&mut w1), "the first in line is woken");
     assert!(!Waiter::woken(&mut w2) && !Waiter::woken(&mut w3), "and nobody else");
@@ -56,30 +56,30 @@ fn a_partition_being_asked_comes_last_and_its_claim_wakes_the_next_waiter_when_w
     ix.mark("a", 1);
     ix.mark("a", 2);
     // Nobody waited: the next waiter takes the wake-up kept for it.
-    assert!(Waiter::woken(&mut ix.waiter(&topics)));
+    assert!(Waiter::woken(&mut ix.waiter(&topics, 1)));
     let claim = ix.claim(&topics, 1);
     assert_eq!(
         ix.candidates(&topics, &[], 10).list.last(),
         Some(&(1, true)),
         "the claimed one last"
     );
-    let mut w = ix.waiter(&topics);
+    let mut w = ix.waiter(&topics, 1);
     assert!(!Waiter::woken(&mut w));
     // The claim's ask took all it wanted: partition 1 may hold more.
     claim.settle(Tried::Full);
     assert!(Waiter::woken(&mut w));
-    let mut w = ix.waiter(&topics);
+    let mut w = ix.waiter(&topics, 1);
     ix.claim(&topics, 2).settle(Tried::Emptied);
     assert!(!Waiter::woken(&mut w), "an emptied partition wakes nobody");
     assert_eq!(ix.candidates(&topics, &[], 10).list, [(1, false)]);
     // A wake-up while an ask runs keeps the partition listed, and its settling wakes a waiter.
     let claim = ix.claim(&topics, 1);
     ix.mark("a", 1);
-    let mut w2 = ix.waiter(&topics);
+    let mut w2 = ix.waiter(&topics, 1);
     claim.settle(Tried::Emptied);
     assert!(Waiter::woken(&mut w) && Waiter::woken(&mut w2));
     // A failed ask wakes nobody (another waiter would fail the same way) and keeps it listed.
-    let mut w = ix.waiter(&topics);
+    let mut w = ix.waiter(&topics, 1);
     ix.claim(&topics, 1).settle(Tried::Failed);
     assert!(!Waiter::woken(&mut w));
     // A cancelled ask (dropped unsettled) wakes the next waiter: nothing is known.
@@ -91,8 +91,8 @@ fn a_partition_being_asked_comes_last_and_its_claim_wakes_the_next_waiter_when_w
 fn a_waiter_that_goes_away_after_its_wake_up_hands_it_on() {
     let ix = ReadyIndex::default();
     let topics = t(&["a", "b"]);
-    let w1 = ix.waiter(&topics);
-    let mut w2 = ix.waiter(&t(&["b"]));
+    let w1 = ix.waiter(&topics, 1);
+    let mut w2 = ix.waiter(&t(&["b"]), 1);
     // w1 is reserving when b's wake-up reaches it; it returns with jobs of a and drops its place.
     ix.mark("b", 1);
     drop(w1);
@@ -103,14 +103,14 @@ fn a_waiter_that_goes_away_after_its_wake_up_hands_it_on() {
 fn a_wake_up_with_nobody_waiting_is_kept_for_the_next_waiter() {
     let ix = ReadyIndex::default();
     ix.mark("a", 2);
-    let mut w = ix.waiter(&t(&["a"]));
+    let mut w = ix.waiter(&t(&["a"]), 1);
     assert!(Waiter::woken(&mut w));
 }
 
 #[test]
 fn a_resync_wakes_every_waiter() {
     let ix = ReadyIndex::default();
-    let mut ws: Vec<Waiter> = (0..3).map(|_| ix.waiter(&t(&["a"]))).collect();
+    let mut ws: Vec<Waiter> = (0..3).map(|_| ix.waiter(&t(&["a"]), 1)).collect();
     ix.resync();
     assert!(ws.iter_mut().all(Waiter::woken));
 }
@@ -162,7 +162,7 @@ fn entries_nobody_reserves_or_waits_on_are_swept_and_read_again_later() {
     // Wake-ups for topics this process never reserves make entries too.
     ix.mark("elsewhere", 4);
     let held = t(&["held"]);
-    let waiter = ix.waiter(&held);
+    let waiter = ix.waiter(&held, 1);
     let busy = t(&["busy"]);
     ix.unsynced(&busy);
     ix.synced("busy", ix.epoch(), &[2]);
@@ -237,4 +237,91 @@ async fn a_burst_of_reserves_reads_a_topic_s_counts_once() {
     assert!(waiting.as_mut().poll(cx).is_ready());
     drop(waiting);
     assert_eq!(ix.sync_turns(ix.unsynced(&t(&["d"]))).mine, t(&["d"]));
+}
+
+fn handed_job(id: &str, topic: &str) -> crate::job::Reservation {
+    crate::job::Reservation {
+        id: id.into(),
+        topic: topic.into(),
+        body: serde_json::value::RawValue::from_string("1".into()).unwrap(),
+        attempt: 1,
+        receipt: format!("r.{id}"),
+        deadline: 0,
+        run_at: 0,
+    }
+}
+
+fn ids(jobs: &[crate::job::Reservation]) -> Vec<&str> {
+    jobs.iter().map(|j| j.id.as_str()).collect()
+}
+
+#[tokio::test]
+async fn a_waiting_long_poll_is_counted_only_while_it_waits_and_told_once() {
+    let ix = ReadyIndex::default();
+    let mut w = ix.waiter(&t(&["a", "b"]), 3);
+    assert!(ix.to_tell().is_empty(), "in line, but not waiting yet");
+    let waiting = tokio::spawn(async move { w.wait().await });
+    tokio::task::yield_now().await;
+    eventually_told(&ix, &[("a", 3), ("b", 3)]).await;
+    assert!(ix.to_tell().is_empty(), "told already");
+    waiting.abort();
+    let _ = waiting.await;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let mut told = ix.to_tell();
+    told.sort();
+    assert_eq!(told, [("a".to_string(), 0), ("b".to_string(), 0)], "gone: told 0");
+    ix.handed(vec![handed_job("x", "a")]);
+    assert!(ix.untell_all().is_empty(), "0 was told already");
+}
+
+async fn eventually_told(ix: &ReadyIndex, want: &[(&str, u32)]) {
+    for _ in 0..100 {
+        let mut told = ix.to_tell();
+        if !told.is_empty() {
+            told.sort();
+            let want: Vec<(String, u32)> = want.iter().map(|(t, n)| (t.to_string(), *n)).collect();
+            assert_eq!(told, want);
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!("never told");
+}
+
+#[test]
+fn handed_jobs_are_taken_in_topic_priority_order_and_wake_a_waiter_each() {
+    let ix = ReadyIndex::default();
+    let mut w1 = ix.waiter(&t(&["b"]), 1);
+    let mut w2 = ix.waiter(&t(&["b"]), 1);
+    ix.handed(vec![handed_job("b1", "b"), handed_job("b2", "b")]);
+    ix.handed(vec![handed_job("a1", "a")]);
+    assert!(w1.woken() && w2.woken(), "one waiter woken per job");
+    assert_eq!(ids(&ix.take_handed(&t(&["a", "b"]), 2)), ["a1", "b1"]);
+    assert!(ix.take_handed(&t(&["a"]), 5).is_empty());
+    assert_eq!(ids(&ix.take_handed(&t(&["a", "b"]), 5)), ["b2"]);
+}
+
+#[test]
+fn handed_jobs_nobody_took_are_given_back_when_stale_or_all_at_the_end() {
+    let ix = ReadyIndex::default();
+    ix.handed(vec![handed_job("a1", "a")]);
+    assert!(ix.stale_handed(false).is_empty(), "just came");
+    ix.handed(vec![handed_job("b1", "b")]);
+    let mut all = ids(&ix.stale_handed(true))
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    all.sort();
+    assert_eq!(all, ["a1", "b1"]);
+    assert!(ix.take_handed(&t(&["a", "b"]), 5).is_empty());
+}
+
+#[test]
+fn an_entry_with_handed_jobs_outlives_the_sweep() {
+    let ix = ReadyIndex::with_sweep(std::time::Duration::ZERO);
+    ix.handed(vec![handed_job("a1", "a")]);
+    ix.unsynced(&t(&["z"]));
+    ix.unsynced(&t(&["z"]));
+    ix.unsynced(&t(&["z"]));
+    assert_eq!(ids(&ix.take_handed(&t(&["a"]), 1)), ["a1"]);
 }
