@@ -1173,3 +1173,54 @@ async fn reservation_deadlines_earlier_than_known_are_announced_to_the_timers() 
         "none known: any is announced"
     );
 }
+
+/// reserve.lua's last value says whether the queues may hold more: from the topic's count when it says
+/// so, and from the queues themselves when the count says none, so a count that drifted low never hides
+/// ready jobs from a process's ready index.
+#[tokio::test]
+async fn reserve_says_whether_jobs_are_left_even_when_the_count_is_too_low() {
+    let redis = RedisServer::start();
+    let mut s = settings(&redis);
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    for id in ["a", "b", "c"] {
+        q.push(job(&q, serde_json::json!({"id": id, "topic": "t", "body": 1})))
+            .await
+            .unwrap();
+    }
+    let keys = q.partition_keys(0);
+    let mut c = redis.conn();
+    let mut reserve_one = || -> (usize, i64) {
+        let out: Vec<redis::Value> = dq_core::scripts::RESERVE
+            .get(false)
+            .prepare_invoke()
+            .key(keys.reserved())
+            .key(keys.counts())
+            .key(keys.announced())
+            .key(keys.ready("t"))
+            .arg(keys.prefix())
+            .arg(1)
+            .arg("n")
+            .arg("")
+            .arg(keys.timer_channel())
+            .arg("")
+            .invoke(&mut c)
+            .unwrap();
+        let more = match out.last() {
+            Some(redis::Value::Int(n)) => *n,
+            other => panic!("not a flag: {other:?}"),
+        };
+        ((out.len() - 1) / 7, more)
+    };
+    assert_eq!(reserve_one(), (1, 1), "two left, as counted");
+    // The count drifts to 0 with one job still in the queue: the queue itself is looked at.
+    let _: () = redis::cmd("HSET")
+        .arg(keys.counts())
+        .arg("t:ready")
+        .arg(1)
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(reserve_one(), (1, 1), "one left, though the count says none");
+    assert_eq!(reserve_one(), (1, 0), "none left");
+    assert_eq!(reserve_one(), (0, 0), "nothing to take");
+}

@@ -13,8 +13,8 @@
 -- id), as beanstalkd's reserve takes the best job of every watched tube; "" for the queues in the order
 -- given
 -- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at; then 1 when the
--- queues still hold jobs, 0 when they are empty (the caller's process then knows, without another call,
--- that nobody needs waking for them).
+-- queues may still hold jobs (a topic's count says so, or they do), 0 when they are empty (the caller's
+-- process then knows, without another call, that nobody needs waking for them).
 
 local reserved, counts, announced = KEYS[1], KEYS[2], KEYS[3]
 local prefix, want, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -102,8 +102,10 @@ for q = 1, #pops do
   end
 end
 for k = 1, #added, 2000 do redis.call('ZADD', reserved, unpack(added, k, math.min(k + 1999, #added))) end
+-- Whether a topic taken from still has ready jobs here, as its count says after this reserve.
+local counted_more = false
 for topic, m in pairs(moved) do
-  redis.call('HINCRBY', counts, topic .. ':ready', -m)
+  if redis.call('HINCRBY', counts, topic .. ':ready', -m) > 0 then counted_more = true end
   redis.call('HINCRBY', counts, topic .. ':reserved', m)
 end
 -- The timer holding the partition runs expiry by the announced deadline at the latest, and learns the
@@ -113,8 +115,13 @@ if earliest and (told == nil or earliest < told) then
   redis.call('SET', announced, earliest)
   redis.call(publish, ARGV[5], reserved .. ' ' .. earliest)
 end
--- Taking fewer than asked emptied every queue; taking all that was asked may have left some.
+-- Taking fewer than asked emptied every queue; taking all that was asked may have left some. A count
+-- above 0 says so without a look at the queues (a count too high costs one reserve that finds the queue
+-- empty later, and nothing else); otherwise the queues are looked at, so that a count too low never
+-- hides ready jobs from the caller's index.
 local more = 0
-if taken >= want then more = redis.call('EXISTS', unpack(KEYS, 4)) end
+if taken >= want then
+  if counted_more then more = 1 else more = redis.call('EXISTS', unpack(KEYS, 4)) end
+end
 out[#out + 1] = math.min(more, 1)
 return out
