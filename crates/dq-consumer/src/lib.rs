@@ -22,10 +22,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::keys::WakeKind;
-use dq_core::queue::handoff::decode_handoff;
 use dq_core::registry::TopicCache;
-use dq_core::wake::Wake;
 use dq_core::{Queue, Settings};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -117,23 +114,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
 /// Listens on this process's hand-off channels (see `dq_core::queue::handoff`) and gives what comes to
 /// the topics' workers.
 fn listen_handoffs(shared: &Arc<Shared>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
-    let kind = WakeKind::Handoff(shared.process_id.as_str().into());
     let to = shared.clone();
-    dq_core::wake::listen(
-        &shared.queue,
-        kind,
-        shutdown,
-        Arc::new(move |wake| {
-            if let Wake::Message { payload, .. } = wake {
-                match decode_handoff(&payload) {
-                    Ok(jobs) => to.handed(jobs),
-                    Err(e) => {
-                        tracing::warn!(cause = %e, "cannot read a hand-off; its jobs return when their reservation ends")
-                    }
-                }
-            }
-        }),
-    )
+    dq_core::wake::listen_handoffs(&shared.queue, &shared.process_id, shutdown, move |jobs| to.handed(jobs))
 }
 
 /// Starts a worker for each topic that has a callback and is not paused, updates the plan of the others,

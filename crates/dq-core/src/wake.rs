@@ -51,6 +51,28 @@ pub enum Wake {
 /// What a listener calls for every wake-up.
 pub type OnWake = Arc<dyn Fn(Wake) + Send + Sync>;
 
+/// Listens on the hand-off channels of the process `process_id` (see [`crate::queue::handoff`]) until
+/// `shutdown`, and gives each message's jobs (all of one topic) to `on_jobs`. A message that cannot be
+/// read is logged: its jobs return when their reservation ends.
+pub fn listen_handoffs(
+    queue: &Queue,
+    process_id: &str,
+    shutdown: CancellationToken,
+    on_jobs: impl Fn(Vec<crate::job::Reservation>) + Send + Sync + 'static,
+) -> JoinHandle<()> {
+    let on_wake: OnWake = Arc::new(move |wake| {
+        if let Wake::Message { payload, .. } = wake {
+            match crate::queue::handoff::decode_handoff(&payload) {
+                Ok(jobs) => on_jobs(jobs),
+                Err(e) => {
+                    tracing::warn!(cause = %e, "cannot read a hand-off; its jobs return when their reservation ends")
+                }
+            }
+        }
+    });
+    listen(queue, WakeKind::Handoff(process_id.into()), shutdown, on_wake)
+}
+
 /// Listens to every partition's channel of `kind` and calls `on_wake` for every message; reconnects with
 /// backoff until `shutdown`.
 pub fn listen(queue: &Queue, kind: WakeKind, shutdown: CancellationToken, on_wake: OnWake) -> JoinHandle<()> {

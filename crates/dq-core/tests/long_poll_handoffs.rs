@@ -9,11 +9,25 @@ use dq_core::{Queue, Reservation, Settings, State};
 use dq_harness::{RedisServer, eventually};
 use tokio_util::sync::CancellationToken;
 
-async fn queue(redis: &RedisServer) -> Queue {
+/// A queue of one partition that follows ready wake-ups and serves hand-offs to its long polls until
+/// the token is cancelled (the task then ends).
+async fn serve(redis: &RedisServer) -> (Queue, CancellationToken, tokio::task::JoinHandle<()>) {
     let mut s = Settings::default();
     s.redis.urls = vec![redis.url()];
     s.redis.partitions = Some(1);
-    Queue::connect(&s).await.unwrap()
+    let q = Queue::connect(&s).await.unwrap();
+    let stop = CancellationToken::new();
+    let _ready = dq_core::wake::follow_ready(&q, stop.clone());
+    let serving = dq_core::wake::serve_long_polls(&q, stop.clone());
+    (q, stop, serving)
+}
+
+/// Subscribed to the timer channel, where waiting notices go.
+fn timer_notices<'a>(conn: &'a mut redis::Connection, q: &Queue) -> redis::PubSub<'a> {
+    let mut sub = conn.as_pubsub();
+    sub.subscribe(q.partition_keys(0).timer_channel()).unwrap();
+    sub.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    sub
 }
 
 async fn push_due_in(q: &Queue, id: &str, delay_ms: u64) {
@@ -56,14 +70,9 @@ fn notice(sub: &mut redis::PubSub<'_>, slots: u32) -> Waiting {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_long_poll_is_handed_the_due_job() {
     let redis = RedisServer::start();
-    let q = queue(&redis).await;
-    let stop = CancellationToken::new();
-    let _ready = dq_core::wake::follow_ready(&q, stop.clone());
-    let serving = dq_core::wake::serve_long_polls(&q, stop.clone());
+    let (q, stop, serving) = serve(&redis).await;
     let mut conn = redis.conn();
-    let mut sub = conn.as_pubsub();
-    sub.subscribe(q.partition_keys(0).timer_channel()).unwrap();
-    sub.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut sub = timer_notices(&mut conn, &q);
 
     push_due_in(&q, "j", 300).await;
     let poll = tokio::spawn(long_poll(q.clone(), Duration::from_secs(60)));
@@ -86,14 +95,9 @@ async fn a_waiting_long_poll_is_handed_the_due_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_job_no_long_poll_takes_goes_back_to_ready_in_time_and_at_the_stop() {
     let redis = RedisServer::start();
-    let q = queue(&redis).await;
-    let stop = CancellationToken::new();
-    let _ready = dq_core::wake::follow_ready(&q, stop.clone());
-    let serving = dq_core::wake::serve_long_polls(&q, stop.clone());
+    let (q, stop, serving) = serve(&redis).await;
     let mut conn = redis.conn();
-    let mut sub = conn.as_pubsub();
-    sub.subscribe(q.partition_keys(0).timer_channel()).unwrap();
-    sub.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut sub = timer_notices(&mut conn, &q);
 
     push_due_in(&q, "late", 200).await;
     push_due_in(&q, "stop", 400).await;

@@ -42,7 +42,7 @@ async fn the_documented_acl_user_runs_every_process_and_verb() {
     let (sp, tp, cp, kp) = (free_port(), free_port(), free_port(), free_port());
     let server = start_on("dq-server", sp, vars(sp)).await;
     let timer = start_on("dq-timer", tp, vars(tp)).await;
-    let _consumer = start_on("dq-consumer", cp, vars(cp)).await;
+    let consumer = start_on("dq-consumer", cp, vars(cp)).await;
     let _checker = start_on("dq-checker", kp, vars(kp)).await;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -148,7 +148,15 @@ async fn the_documented_acl_user_runs_every_process_and_verb() {
         || async { delivered.load(Ordering::SeqCst) >= 2 },
     )
     .await;
-    assert_eq!(common::metric_sum(timer.port, "dq_jobs_handed_off_total").await, 1.0);
+    // The timer handed it to the consumer (and the first pull job to the long poll, when that waited
+    // in time): every job handed off reached its process.
+    assert_eq!(common::metric_sum(consumer.port, "dq_consumer_handed_total").await, 1.0);
+    let to_long_polls = common::metric_sum(server.port, "dq_long_polls_handed_total").await
+        + common::metric_sum(server.port, "dq_long_polls_handed_back_total").await;
+    assert_eq!(
+        common::metric_sum(timer.port, "dq_jobs_handed_off_total").await,
+        1.0 + to_long_polls
+    );
 
     // dq-checker's one-shot commands.
     for args in [&["audit"][..], &["secrets", "rekey"], &["quarantine", "ls"]] {

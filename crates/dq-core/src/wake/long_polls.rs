@@ -2,17 +2,15 @@
 //! many jobs the process's long polls wait for, per topic, listens on the process's hand-off channels,
 //! and hands back to the ready queue what no long poll took in time, and everything when it stops.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{Wake, listen};
+use super::listen_handoffs;
 use crate::job::Reservation;
-use crate::keys::WakeKind;
 use crate::queue::Queue;
-use crate::queue::handoff::{Waiting, decode_handoff};
+use crate::queue::handoff::Waiting;
 
 /// How often the waiting long polls are compared with what the timers were told, and handed jobs
 /// nobody took are looked for.
@@ -31,21 +29,7 @@ pub fn serve_long_polls(queue: &Queue, shutdown: CancellationToken) -> JoinHandl
     let index = queue.ready_index().clone();
     let listening = CancellationToken::new();
     let to = index.clone();
-    let listener = listen(
-        queue,
-        WakeKind::Handoff(process_id.as_str().into()),
-        listening.clone(),
-        Arc::new(move |wake| {
-            if let Wake::Message { payload, .. } = wake {
-                match decode_handoff(&payload) {
-                    Ok(jobs) => to.handed(jobs),
-                    Err(e) => {
-                        tracing::warn!(cause = %e, "cannot read a hand-off; its jobs return when their reservation ends")
-                    }
-                }
-            }
-        }),
-    );
+    let listener = listen_handoffs(queue, &process_id, listening.clone(), move |jobs| to.handed(jobs));
     let queue = queue.clone();
     tokio::spawn(async move {
         let mut look = tokio::time::interval(LOOK_EVERY);
