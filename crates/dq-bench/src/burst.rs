@@ -15,7 +15,10 @@
 //! time: a scrape costs Redis nothing, while a stats request reads every
 //! partition's counts (256 `HGETALL`s), waits behind the promotion it measures
 //! (about 4 answers a second with 256 partitions) and adds to its load. Only
-//! the burst may fall due meanwhile, since the counter counts every topic.
+//! the burst may fall due meanwhile, since the counter counts every topic. A
+//! timer adds to its counter when a whole pass over its partitions has
+//! ended, so "first ready" is then when the first pass ended, not when the
+//! first job was ready; "all ready" is exact to a poll.
 //! Afterwards (`--cleanup`, on by default) the topic is drained over 16
 //! connections.
 
