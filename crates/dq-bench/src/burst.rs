@@ -171,54 +171,39 @@ pub async fn run(target: &Arc<Target>, args: &BurstArgs) -> Result<Report> {
     loop {
         ticker.tick().await;
         let t0 = Instant::now();
-        if !timers.is_empty() {
-            let n_now = promoted(&mut timers, &errors).await.unwrap_or(base) - base;
-            let since_due = due::unix_us() - due * 1000;
-            report::record(&mut poll_hist, t0.elapsed());
-            if n_now > 0 && first_ready_us.is_none() {
+        let promoted_now = if timers.is_empty() {
+            read_counts(&mut stats_conn, &stats_uri, &topic, &errors)
+                .await
+                .map(|c| {
+                    last = c;
+                    c.promoted()
+                })
+        } else {
+            promoted(&mut timers, &errors)
+                .await
+                .ok()
+                .map(|p| p.saturating_sub(base))
+        };
+        let now_us = due::unix_us();
+        report::record(&mut poll_hist, t0.elapsed());
+        if let Some(p) = promoted_now {
+            let since_due = now_us - due * 1000;
+            if p > 0 && first_ready_us.is_none() {
                 first_ready_us = Some(since_due);
             }
-            if n_now >= n {
+            if p >= n {
                 all_ready_us = Some(since_due);
                 break;
             }
-            if since_due >= args.deadline_ms as i64 * 1000 {
-                break;
-            }
-            continue;
-        }
-        let result = stats_conn.get(stats_uri.clone()).await;
-        let now_us = due::unix_us();
-        report::record(&mut poll_hist, t0.elapsed());
-        match result {
-            Ok(reply) if reply.is_success() => match serde_json::from_slice::<Value>(&reply.body) {
-                Ok(v) => {
-                    last = Counts::of(&v, &topic);
-                    let since_due = now_us - due * 1000;
-                    if last.promoted() > 0 && first_ready_us.is_none() {
-                        first_ready_us = Some(since_due);
-                    }
-                    if last.promoted() >= n {
-                        all_ready_us = Some(since_due);
-                        break;
-                    }
-                }
-                Err(e) => errors.add(1, || format!("stats: unreadable answer ({e}): {}", reply.describe())),
-            },
-            Ok(reply) => errors.add(1, || format!("stats: {}", reply.describe())),
-            Err(e) => errors.add(1, || format!("stats: {e:#}")),
         }
         if now_us >= give_up_us {
             break;
         }
     }
-
     if !timers.is_empty() {
         // The counts for the report, read once the timers are done.
-        if let Ok(reply) = stats_conn.get(stats_uri.clone()).await
-            && let Ok(v) = serde_json::from_slice::<Value>(&reply.body)
-        {
-            last = Counts::of(&v, &topic);
+        if let Some(c) = read_counts(&mut stats_conn, &stats_uri, &topic, &errors).await {
+            last = c;
         }
     }
     let secs = |us: i64| (us as f64 / 1e6 * 1e4).round() / 1e4;
@@ -265,6 +250,27 @@ pub async fn run(target: &Arc<Target>, args: &BurstArgs) -> Result<Report> {
         report = report.with("drained", drained);
     }
     Ok(report)
+}
+
+/// `topic`'s counts from `GET /v1/stats`; `None` (and an error counted) when the request fails.
+async fn read_counts(conn: &mut Conn, uri: &hyper::Uri, topic: &str, errors: &Errors) -> Option<Counts> {
+    match conn.get(uri.clone()).await {
+        Ok(reply) if reply.is_success() => match serde_json::from_slice::<Value>(&reply.body) {
+            Ok(v) => Some(Counts::of(&v, topic)),
+            Err(e) => {
+                errors.add(1, || format!("stats: unreadable answer ({e}): {}", reply.describe()));
+                None
+            }
+        },
+        Ok(reply) => {
+            errors.add(1, || format!("stats: {}", reply.describe()));
+            None
+        }
+        Err(e) => {
+            errors.add(1, || format!("stats: {e:#}"));
+            None
+        }
+    }
 }
 
 /// The sum of the timers' `dq_jobs_promoted_total`; a timer that does not answer fails the poll.

@@ -93,6 +93,7 @@ impl ReadyIndex {
             let entry = t.by_topic.entry(topic).or_default();
             entry.handed.told.handed = entry.handed.told.handed.saturating_add(n as u32);
             entry.handed.jobs.extend(jobs.into_iter().map(|j| (now, j)));
+            self.held.fetch_add(n, Ordering::Relaxed);
             entry.waiters.clone()
         };
         for _ in 0..n {
@@ -102,6 +103,10 @@ impl ReadyIndex {
 
     /// Takes up to `count` handed jobs of `topics`, highest priority first.
     pub fn take_handed(&self, topics: &[String], count: usize) -> Vec<Reservation> {
+        // A job handed while this reads 0 wakes a waiter, whose reserve finds it.
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
         let mut t = self.lock();
         let mut out = Vec::new();
         for topic in topics {
@@ -119,6 +124,7 @@ impl ReadyIndex {
             }
         }
         if !out.is_empty() {
+            self.held.fetch_sub(out.len(), Ordering::Relaxed);
             metrics::counter!("dq_long_polls_handed_total").increment(out.len() as u64);
         }
         out
@@ -145,9 +151,11 @@ impl ReadyIndex {
     }
 
     /// Takes the handed jobs that waited [`HANDED_HOLD`] or longer, to be handed back; with `all`, every
-    /// one, and the topics whose timers were told of waiting long polls are counted as told 0 (the
-    /// caller tells them so: the process stops).
+    /// one (the process stops).
     pub fn stale_handed(&self, all: bool) -> Vec<Reservation> {
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
         let now = Instant::now();
         let mut t = self.lock();
         let mut out = Vec::new();
@@ -160,6 +168,7 @@ impl ReadyIndex {
                 out.extend(jobs.pop_front().map(|(_, j)| j));
             }
         }
+        self.held.fetch_sub(out.len(), Ordering::Relaxed);
         out
     }
 

@@ -31,7 +31,7 @@ mod listed;
 mod tests;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,6 +56,9 @@ pub struct ReadyIndex {
     listening: AtomicBool,
     /// How often unused entries are dropped ([`SWEEP_EVERY`]; shorter in tests).
     sweep_every: Duration,
+    /// Handed jobs held, over every topic (see [`handed`]): a reserve looks for them only when some are,
+    /// so processes that are handed nothing (dq-consumer) take no lock for it.
+    held: AtomicUsize,
 }
 
 impl Default for ReadyIndex {
@@ -118,6 +121,7 @@ impl ReadyIndex {
             topics: Mutex::default(),
             listening: AtomicBool::default(),
             sweep_every,
+            held: AtomicUsize::default(),
         }
     }
 
