@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{Running, env, metric_sum, start, start_on};
+use common::{Running, call, env, metric_sum, start, start_on};
 use dq_harness::{RedisServer, WebhookSink, eventually, free_port};
 use serde_json::{Value, json};
 
@@ -147,27 +147,17 @@ async fn waiting_long_polls_get_due_jobs_handed_and_each_is_reserved_once() {
     let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let pollers: Vec<_> = (0..4)
         .map(|_| {
-            let (http, base, got) = (http.clone(), base.clone(), got.clone());
+            let (http, port, got) = (http.clone(), server.port, got.clone());
             tokio::spawn(async move {
                 while got.lock().unwrap().len() < 40 {
-                    let resp: Value = http
-                        .post(format!("{base}/v1/reserve"))
-                        .json(&json!({"topics": ["polled"], "timeout_ms": 1000}))
-                        .send()
-                        .await
-                        .unwrap()
-                        .json()
-                        .await
-                        .unwrap();
+                    let body = json!({"topics": ["polled"], "timeout_ms": 1000});
+                    let (status, resp) = call(&http, port, "POST", "/v1/reserve", Some(body)).await;
+                    assert_eq!(status, 200, "{resp}");
                     for job in resp["jobs"].as_array().unwrap() {
                         let id = job["id"].as_str().unwrap();
-                        let ack = http
-                            .post(format!("{base}/v1/jobs/{id}/ack"))
-                            .json(&json!({"receipt": job["receipt"]}))
-                            .send()
-                            .await
-                            .unwrap();
-                        assert_eq!(ack.status(), 204);
+                        let receipt = json!({"receipt": job["receipt"]});
+                        let (status, _) = call(&http, port, "POST", &format!("/v1/jobs/{id}/ack"), Some(receipt)).await;
+                        assert_eq!(status, 204);
                         got.lock().unwrap().push(id.to_string());
                     }
                 }
