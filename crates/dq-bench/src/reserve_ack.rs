@@ -261,8 +261,9 @@ struct Tally {
 
 /// One consumer: reserve one job, ack it, repeat.
 ///
-/// A worker claims a slot of the shared budget before each reserve, so no more
-/// than N jobs are reserved in all; it stops when the budget is used up, when
+/// A worker claims slots of the shared budget before each reserve (and gives back
+/// those the answer left empty), so no more than N jobs are reserved in all; it
+/// stops when the budget is used up, when
 /// a reserve comes back empty (topic drained), or when the server is gone.
 async fn worker(
     mut conn: Conn,
@@ -310,6 +311,12 @@ async fn worker(
         if jobs.is_empty() {
             t.empty_reserves += 1;
             break;
+        }
+        // A reserve may answer fewer jobs than it asked for (it takes what the partitions it asked held):
+        // the slots it did not fill go back to the budget.
+        let got = jobs.len() as u64;
+        if got < shared.batch {
+            shared.claimed.fetch_sub(shared.batch - got, Ordering::Relaxed);
         }
         if shared.batch > 1 {
             let Some(uri) = ack_many_uri.clone() else {

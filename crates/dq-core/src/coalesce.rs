@@ -67,6 +67,23 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
         F: Fn(Vec<T>) -> Fut + Send + 'static,
         Fut: Future<Output = Vec<R>> + Send,
     {
+        self.submit_or_return(item, weight, flush, |_| {}).await
+    }
+
+    /// [`Coalescer::submit`], with `unclaimed` given each answer whose caller stopped waiting before it
+    /// came: what the operation took (reserved jobs) can be handed back instead of lost.
+    pub async fn submit_or_return<F, Fut, U>(
+        self: &Arc<Self>,
+        item: T,
+        weight: usize,
+        flush: F,
+        unclaimed: U,
+    ) -> Option<R>
+    where
+        F: Fn(Vec<T>) -> Fut + Send + 'static,
+        Fut: Future<Output = Vec<R>> + Send,
+        U: Fn(R) + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
         let start = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -79,16 +96,17 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
         };
         if start {
             let me = Arc::clone(self);
-            tokio::spawn(async move { me.drain(flush).await });
+            tokio::spawn(async move { me.drain(flush, unclaimed).await });
         }
         rx.await.ok()
     }
 
     /// Sends groups until nothing waits.
-    async fn drain<F, Fut>(&self, flush: F)
+    async fn drain<F, Fut, U>(&self, flush: F, unclaimed: U)
     where
         F: Fn(Vec<T>) -> Fut,
         Fut: Future<Output = Vec<R>>,
+        U: Fn(R),
     {
         let _slot = Slot(self);
         loop {
@@ -113,7 +131,9 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
             debug_assert_eq!(answers.len(), replies.len(), "one answer per operation");
             for (reply, answer) in replies.into_iter().zip(answers) {
                 // A caller that stopped waiting has dropped its receiver; its operation still happened.
-                let _ = reply.send(answer);
+                if let Err(answer) = reply.send(answer) {
+                    unclaimed(answer);
+                }
             }
         }
     }

@@ -39,7 +39,7 @@ use crate::config::{EgressSettings, JobDefaults, Limits, RedisMode, Settings};
 use crate::connection::Redis;
 use crate::egress::Policy;
 use crate::error::{Error, Result};
-use crate::job::{NewJob, PushRequest};
+use crate::job::{NewJob, PushRequest, Reservation};
 use crate::keys::{Keys, PartitionKeys};
 use crate::partition::{Partitions, slot_of};
 use crate::sealed::Sealer;
@@ -78,6 +78,8 @@ pub struct Queue {
     pushes: Arc<Coalescer<push::PushGroup, push::PushOutcome>>,
     /// The group commit of acks.
     acks: Arc<Coalescer<ack::AckOp, Result<()>>>,
+    /// The group commit of reserves.
+    reserves: Arc<Coalescer<reserve::ReserveOp, Result<Vec<Reservation>>>>,
     /// Which partitions may hold ready jobs of which topics, so reserves go straight to them.
     ready: Arc<ReadyIndex>,
     /// On a cluster: wake-ups go over sharded pub/sub (see [`crate::scripts::Waking`]).
@@ -129,6 +131,7 @@ impl Queue {
             sealer: Arc::new(settings.secrets.sealer()),
             pushes: Arc::new(Coalescer::new(push::PUSH_GROUP_JOBS, in_flight)),
             acks: Arc::new(Coalescer::new(ack::ACK_GROUP, in_flight)),
+            reserves: Arc::new(Coalescer::new(reserve::RESERVE_GROUP, in_flight)),
             ready: Arc::new(ReadyIndex::default()),
             sharded: settings.redis.mode == RedisMode::Cluster,
             activity: Arc::default(),

@@ -18,8 +18,11 @@ const MAX_FAILED_PARTITIONS: usize = 2;
 /// the others cost one empty call each and a second look).
 const CANDIDATE_SLACK: usize = 8;
 
+/// The most jobs one grouped reserve call asks for (see [`Queue::reserve_with`]).
+pub(crate) const RESERVE_GROUP: usize = 100;
+
 /// How a reserve asks.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReserveOptions {
     /// Each reservation lasts at least this long, whatever the job's own TTR: dq-consumer's must
     /// outlive the callback's timeout.
@@ -43,24 +46,86 @@ impl Queue {
     /// [`Queue::reserve`], as `options` say.
     ///
     /// Jobs a timer handed to this process for its long polls are taken first (see
-    /// [`super::ready::HANDED_HOLD`]); then only partitions the [`super::ReadyIndex`] names are asked:
-    /// those with ready jobs of the first topic (in random order, so reservers spread), then of the next.
-    /// Within a partition the topics' priority holds exactly; across partitions it holds as far as the
-    /// index is current.
+    /// [`super::ready::HANDED_HOLD`]). The rest goes through the group commit pushes and acks use
+    /// ([`crate::coalesce`]): a lone reserve goes out at once, and reserves of the same topics (asking
+    /// the same way) that arrive while calls are out are sent as one reserve of all their jobs, which
+    /// are then dealt out one at a time in arrival order, each caller up to its `count`. Under load most of a
+    /// reserve's cost in Redis is the call, not the jobs, so a crowd of single reserves shares calls.
+    /// A caller that stops waiting before its group's answer comes gets nothing, and its jobs are
+    /// released (ready again, the attempt not counted).
     pub async fn reserve_with(
         &self,
         topics: &[String],
         count: usize,
         options: ReserveOptions,
     ) -> Result<Vec<Reservation>> {
+        let mut out = self.ready.take_handed(topics, count);
+        if !out.is_empty() {
+            self.count_reserved(&out);
+        }
+        if out.len() >= count {
+            return Ok(out);
+        }
+        let op = ReserveOp {
+            topics: topics.to_vec(),
+            count: count - out.len(),
+            options,
+        };
+        let (me, back) = (self.clone(), self.clone());
+        let flush = move |ops: Vec<ReserveOp>| reserve_group(me.clone(), ops);
+        let unclaimed = move |answer: Result<Vec<Reservation>>| {
+            if let Ok(jobs) = answer
+                && !jobs.is_empty()
+            {
+                tokio::spawn(back.clone().release_unclaimed(jobs));
+            }
+        };
+        let answer = self
+            .reserves
+            .submit_or_return(op, count - out.len(), flush, unclaimed)
+            .await
+            .unwrap_or_else(|| {
+                Err(Error::Redis {
+                    partition: None,
+                    message: "the reserve call ended without an answer".into(),
+                })
+            });
+        match answer {
+            Ok(mut got) => {
+                out.append(&mut got);
+                Ok(out)
+            }
+            // Handed jobs are handed out even when the partitions failed.
+            Err(_) if !out.is_empty() => Ok(out),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Hands back reservations nobody received (their caller stopped waiting).
+    async fn release_unclaimed(self, jobs: Vec<Reservation>) {
+        for job in jobs {
+            if let Err(e) = self.release(&job.id, &job.receipt).await {
+                tracing::warn!(id = %job.id, cause = %e, "cannot hand back a reservation nobody received; it comes back when its TTR ends");
+            }
+        }
+    }
+
+    /// Reserves up to `count` jobs of `topics` in the partitions the [`super::ReadyIndex`] names: those
+    /// with ready jobs of the first topic (in random order, so reservers spread), then of the next.
+    /// Within a partition the topics' priority holds exactly; across partitions it holds as far as the
+    /// index is current. `callers`: how many reserves this one serves (a group's), so that callers that
+    /// will not wait each get a job where there are jobs.
+    async fn reserve_direct(
+        &self,
+        topics: &[String],
+        count: usize,
+        callers: usize,
+        options: ReserveOptions,
+    ) -> Result<Vec<Reservation>> {
+        let mut out = Vec::new();
         // Passes the wake-up on when this reserve stopped with partitions it had not asked (they may hold
         // jobs), or when it is cancelled half-way: it may have been the one waiter woken for them.
         // Wake-ups that arrive while it runs wake waiters of their own.
-        let mut out = self.ready.take_handed(topics, count);
-        if out.len() >= count {
-            self.count_reserved(&out);
-            return Ok(out);
-        }
         let mut turn = PassOn {
             index: &self.ready,
             topics,
@@ -85,10 +150,10 @@ impl Queue {
                 // Partitions on a node that is down each take a connect timeout to fail: after a few, answer
                 // with what there is rather than hold the caller for all of them. A partition another
                 // reserve is asking is left to it (it wakes the next waiter if it leaves jobs there), unless
-                // this reserve found nothing elsewhere and its caller will not wait.
+                // this reserve found too few elsewhere for a job per caller and its callers will not wait.
                 if out.len() >= count
                     || failures >= MAX_FAILED_PARTITIONS
-                    || (contested && (options.waits || !out.is_empty()))
+                    || (contested && (options.waits || out.len() >= callers))
                 {
                     turn.armed = out.len() >= count && (look.more || left.any(|(_, contested)| !contested));
                     break 'looks;
@@ -306,6 +371,76 @@ impl Queue {
             _ => Err(Error::StaleReceipt),
         }
     }
+}
+
+/// One reserve waiting for its group's call.
+#[derive(Debug)]
+pub(crate) struct ReserveOp {
+    topics: Vec<String>,
+    count: usize,
+    options: ReserveOptions,
+}
+
+/// Sends gathered reserves: one reserve per set of ops with the same topics and options, side by side,
+/// for all their jobs, which are then dealt to the ops one at a time in arrival order, each up to its
+/// count. Answers per op, in order.
+async fn reserve_group(queue: Queue, ops: Vec<ReserveOp>) -> Vec<Result<Vec<Reservation>>> {
+    // Ops asking alike, by the index of their first op.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let alike = groups
+            .iter_mut()
+            .find(|g| ops[g[0]].topics == op.topics && ops[g[0]].options == op.options);
+        match alike {
+            Some(g) => g.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    let calls = groups.into_iter().map(|members| {
+        let (queue, ops) = (&queue, &ops);
+        async move {
+            let first = &ops[members[0]];
+            let total = members.iter().map(|&i| ops[i].count).sum();
+            let got = queue
+                .reserve_direct(&first.topics, total, members.len(), first.options)
+                .await;
+            (members, got)
+        }
+    });
+    let mut answers: Vec<Option<Result<Vec<Reservation>>>> = (0..ops.len()).map(|_| None).collect();
+    for (members, got) in futures_util::future::join_all(calls).await {
+        match got {
+            Ok(jobs) => {
+                // Dealt one at a time in arrival order, so each caller gets a job before any gets two.
+                let mut hands: Vec<Vec<Reservation>> = members.iter().map(|_| Vec::new()).collect();
+                let mut jobs = jobs.into_iter();
+                let mut dealt = true;
+                while dealt {
+                    dealt = false;
+                    for (hand, &i) in hands.iter_mut().zip(&members) {
+                        if hand.len() < ops[i].count
+                            && let Some(job) = jobs.next()
+                        {
+                            hand.push(job);
+                            dealt = true;
+                        }
+                    }
+                }
+                for (hand, i) in hands.into_iter().zip(members) {
+                    answers[i] = Some(Ok(hand));
+                }
+            }
+            Err(e) => {
+                for i in members {
+                    answers[i] = Some(Err(e.duplicate()));
+                }
+            }
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| a.unwrap_or_else(|| Ok(Vec::new())))
+        .collect()
 }
 
 /// Wakes the next waiter of each topic that still has partitions listed when a reserve ends, unless
