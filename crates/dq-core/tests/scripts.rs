@@ -832,6 +832,107 @@ async fn the_record_keeps_every_field_and_the_exact_body_through_every_move() {
     assert_consistent(&redis);
 }
 
+/// promote.lua reads a record's topic from its first bytes when it only moves the job to its ready
+/// queue (`rec_topic`), and unpacks the records that function leaves alone: topics of every string
+/// length, records of every field count, a job with a priority, and a record written as a hash all reach
+/// their ready queue whole.
+#[tokio::test]
+async fn promotion_moves_records_of_every_shape_whole() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
+    let mut c = redis.conn();
+    // A one-byte string header up to 31 bytes, a two-byte one from 32 on.
+    let topics = ["a".to_string(), "b".repeat(31), "c".repeat(32), "d".repeat(128)];
+    for (i, t) in topics.iter().enumerate() {
+        q.push(job(
+            &q,
+            serde_json::json!({"id": format!("t{i}"), "topic": t, "body": i, "delay_ms": 30}),
+        ))
+        .await
+        .unwrap();
+    }
+    // A retry age and a backoff list: 14 fields.
+    let full = serde_json::json!({"id": "full", "topic": "a", "body": "x", "delay_ms": 30, "max_age_ms": 600_000, "backoff_ms": [5, 10]});
+    q.push(job(&q, full)).await.unwrap();
+    // A priority (beanstalkd's): 15 fields, and its ready queue scores it by the priority.
+    let mut prio = job(
+        &q,
+        serde_json::json!({"id": "prio", "topic": "a", "body": 1, "delay_ms": 30}),
+    );
+    prio.priority = Some(7);
+    q.push(prio).await.unwrap();
+    // A record written as a hash, as dq wrote them before it packed them.
+    let fields = [
+        ("t", "a"),
+        ("b", "2"),
+        ("r", "1000"),
+        ("ttr", "30000"),
+        ("m", "3"),
+        ("c", "900"),
+        ("s", "delayed"),
+    ];
+    let _: () = redis::cmd("HSET")
+        .arg(key(&q, "old", "job:old"))
+        .arg(&fields[..])
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(key(&q, "old", "delayed"))
+        .arg(1000)
+        .arg("old")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("HINCRBY")
+        .arg(key(&q, "old", "counts"))
+        .arg("a:delayed")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    assert_consistent(&redis);
+
+    let moved = std::sync::atomic::AtomicUsize::new(0);
+    eventually(Duration::from_secs(10), "all seven are promoted", || async {
+        moved.fetch_add(promote_all(&q).await, std::sync::atomic::Ordering::Relaxed);
+        moved.load(std::sync::atomic::Ordering::Relaxed) == 7
+    })
+    .await;
+    for (i, t) in topics.iter().enumerate() {
+        let j = q.get(&format!("t{i}")).await.unwrap();
+        assert_eq!(
+            (j.state, j.topic.as_str(), j.body.get()),
+            (State::Ready, t.as_str(), i.to_string().as_str())
+        );
+    }
+    let j = q.get("full").await.unwrap();
+    assert_eq!(
+        (j.state, j.body.get(), j.backoff_ms.as_deref()),
+        (State::Ready, "\"x\"", Some(&[5u64, 10][..]))
+    );
+    assert!(j.retry_until.is_some());
+    assert_eq!(q.get("prio").await.unwrap().state, State::Ready);
+    let score: f64 = redis::cmd("ZSCORE")
+        .arg(key(&q, "prio", "ready:a"))
+        .arg("prio")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(score, 7.0, "a job with a priority is scored by it");
+    let j = q.get("old").await.unwrap();
+    assert_eq!((j.state, j.body.get(), j.created_at), (State::Ready, "2", 900));
+    assert_consistent(&redis);
+    let mut got: Vec<String> = Vec::new();
+    for t in &topics {
+        got.extend(
+            q.reserve(std::slice::from_ref(t), 10)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.id),
+        );
+    }
+    got.sort();
+    assert_eq!(got, ["full", "old", "prio", "t0", "t1", "t2", "t3"]);
+}
+
 /// A record's Redis memory follows its body's length: there is no step at 64 bytes, where a hash record
 /// would leave Redis's compact encoding and more than double (docs/redis-keys.md).
 #[tokio::test]

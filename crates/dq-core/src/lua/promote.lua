@@ -32,8 +32,22 @@ local recs = {}
 local per_topic = {}
 local was_empty = {}
 local count = #due / 2
+-- Topics a waiting worker takes: their jobs may be handed, which needs the whole record.
+local wanted = {}
+for w = 1, math.floor((#ARGV - 5) / 4) do
+  if tonumber(ARGV[5 + (w - 1) * 4 + 3]) > 0 then wanted[ARGV[5 + (w - 1) * 4 + 1]] = true end
+end
 for i = 1, count do
-  local r = rec_load(prefix .. ':job:' .. due[2 * i - 1], false, bucket, due[2 * i])
+  local key = prefix .. ':job:' .. due[2 * i - 1]
+  local raw = redis.pcall('GET', key)
+  local topic = rec_topic(raw)
+  local r
+  if topic and not wanted[topic] then
+    -- Going to its ready queue: only its topic and state are needed (rec_topic says it has no priority).
+    r = {s = 'delayed', t = topic}
+  elseif raw then
+    r = rec_load(key, false, bucket, due[2 * i], raw)
+  end
   recs[i] = r
   if r then per_topic[r.t] = 0 end
 end

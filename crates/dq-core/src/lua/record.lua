@@ -34,7 +34,7 @@
 -- Returns: nothing (defines local functions).
 
 -- This preamble runs on every call of the scripts that include it, and each function or table it makes
--- costs instructions on each call, so it makes two functions and no table.
+-- costs instructions on each call, so it makes three functions and no table.
 
 -- The record at `key` as a table, or nil when there is none. A read that fails raises the error, so
 -- the script stops; with `soft`, it returns nil and the error instead, for a caller that must undo
@@ -45,8 +45,9 @@
 -- where `source` and `score` say which structure the caller found the id in ("-" when it does not know);
 -- then it reads as no record at all, so the calling script, and every later one, carries on as for a job
 -- without a record (the id leaves its structure), and nothing stalls behind it.
-local function rec_load(key, soft, source, score)
-  local raw = redis.pcall('GET', key)
+-- `raw`, when given, is what the caller's own GET of `key` returned (see rec_topic).
+local function rec_load(key, soft, source, score, raw)
+  raw = raw or redis.pcall('GET', key)
   if not raw then return nil end
   if type(raw) == 'table' then
     if soft and not string.find(raw.err or '', 'WRONGTYPE', 1, true) then return nil, raw.err end
@@ -84,6 +85,23 @@ local function rec_load(key, soft, source, score)
   return {s = s, t = v[2], b = v[3], r = r, ttr = v[5], m = v[6], c = c, a = v[8] or 0,
     d = v[9] or nil, rc = v[10] or nil, e = v[11] or nil, x = v[12] or nil, g = v[13] or nil,
     bo = v[14] or nil, p = v[15] or nil, n = v[16] or nil, k = v[17] or nil}
+end
+
+-- The topic of `raw` (a GET's answer), read from its first bytes without unpacking it, for a caller
+-- that needs nothing else of a record whose state alone it rewrites (promote.lua moving due jobs to
+-- their ready queues: unpacking is most of what a job costs there). Only a packed array of 7 to 14
+-- fields (so without p, n or k: those make it 15 or more) whose state is 1 to 5 and whose topic is a
+-- fixstr or str8 is read so. For anything else it returns nil, and the caller uses rec_load, which
+-- unpacks (and quarantines what it cannot decode).
+local function rec_topic(raw)
+  if type(raw) ~= 'string' then return nil end
+  local h, c, f, n = string.byte(raw, 1, 4)
+  if not f or h < 0x97 or h > 0x9e or c < 1 or c > 5 then return nil end
+  local from, len = 4, f - 0xa0
+  if f == 0xd9 then from, len = 5, n or -1 elseif f < 0xa0 or f > 0xbf then return nil end
+  local topic = string.sub(raw, from, from + len - 1)
+  if len < 1 or #topic ~= len then return nil end
+  return topic
 end
 
 -- Writes `r` at `key`. The fields up to `a` are always there; the optional ones (d, rc, e, x, g, bo) are
