@@ -17,10 +17,9 @@ impl Old {
     async fn push(&mut self, id: &str, topic: &str, delay_ms: u64, max_attempts: u32) {
         let mut inv = scripts::PUSH.get(false).prepare_invoke();
         inv.key("dq:counts")
-            .key(format!("dq:job:{id}"))
             .key("dq:delayed:3")
+            .key(format!("dq:job:{id}"))
             .key(format!("dq:ready:{topic}"))
-            .key("dq:counts")
             .arg("dq:wake:ready")
             .arg("dq:wake:timer")
             .arg(id)
@@ -31,8 +30,6 @@ impl Old {
             .arg(30_000)
             .arg(max_attempts)
             .arg("1")
-            .arg("")
-            .arg("")
             .arg("");
         let _: redis::Value = inv.invoke_async(&mut self.conn).await.unwrap();
     }

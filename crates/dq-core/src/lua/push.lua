@@ -3,18 +3,19 @@
 -- the sorted-set adds, counters and wake-ups gathered per delay set and per topic.
 --
 -- KEYS[1]: counts hash (<prefix>:counts)
--- KEYS[2 + 4*(i-1)]: job i's record      (<prefix>:job:<id>)
--- KEYS[3 + 4*(i-1)]: the partition's delay set (<prefix>:delayed)
--- KEYS[4 + 4*(i-1)]: job i's ready queue  (<prefix>:ready:<topic>)
--- KEYS[5 + 4*(i-1)]: job i's deduplication key (<prefix>:dedup:<topic>:<dedup_key>), or KEYS[1] when it
---          has none
+-- KEYS[2]: the partition's delay set (<prefix>:delayed)
+-- KEYS[1 + 2*i]: job i's record (<prefix>:job:<id>)   KEYS[2 + 2*i]: job i's ready queue (<prefix>:ready:<topic>)
+-- KEYS[2 + 2*n + k]: the deduplication key (<prefix>:dedup:<topic>:<dedup_key>) of the k-th job, in
+--          order, that has one
 -- ARGV[1]: ready wake channel    ARGV[2]: timer wake channel
--- ARGV[3 + 12*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
+-- ARGV[3 + 9*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
 --          delay_ms is given), ttr_ms, max_attempts, mode: "0" an id minted by dq for this push, "1" the
---          producer's id, "2" a retry of a write whose outcome is unknown (it may have run), dedup_ms
---          (the deduplication window, "" for none), max_age_ms (retries end that long after the first
---          due time, "" for no end), backoff list (ms, comma-separated, "" for the caller's at each nack),
---          priority ("" for none: the ready queue's score is then the due time, else the priority)
+--          producer's id, "2" a retry of a write whose outcome is unknown (it may have run); then its
+--          options, "" for none, else four fields, each "" when absent, separated by ";": dedup_ms (the
+--          deduplication window), max_age_ms (retries end that long after the first due time), backoff
+--          list (ms, comma-separated; else the caller's at each nack), priority (the ready queue's score
+--          is then the priority instead of the due time). Options are rare, so most jobs cost Redis one
+--          argument for them instead of four (each argument is a string Redis makes for Lua).
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
 --          of that first job for a duplicate ("" otherwise).
@@ -43,25 +44,39 @@ local order = {}   -- sorted set keys in first-seen order
 local earliest = {} -- delay bucket key -> earliest run_at added
 local topic_of = {} -- ready queue key -> topic
 local tally = {}   -- "<topic>:<state>" -> jobs added
-local n = (#KEYS - 1) / 4
--- The jobs that deduplication keys already name, read before the first write (a record is a key the
--- script cannot declare; see "Scripts on a moving slot" in architecture.md): dedup key -> {id, s, r}.
-local holder = {}
+local delayed = KEYS[2]
+local n = (#ARGV - 2) / 9
+-- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority} (strings, "" when absent), and its
+-- deduplication key; read before the first write, with the jobs those keys already name (a record is a
+-- key the script cannot declare; see "Scripts on a moving slot" in architecture.md): dedup key ->
+-- {id, s, r}.
+local opts, dedup_of, holder = {}, {}, {}
+local next_dedup = 3 + 2 * n
 for i = 0, n - 1 do
-  local dedup, id = KEYS[5 + 4 * i], ARGV[3 + 12 * i]
-  if ARGV[3 + 12 * i + 8] ~= '' and holder[dedup] == nil then
-    local first = redis.call('GET', dedup)
-    local job = KEYS[2 + 4 * i]
-    local r = first and first ~= id and rec_load(string.sub(job, 1, #job - #id) .. first)
-    holder[dedup] = r and {first, r.s, r.r} or false
+  local o = ARGV[11 + 9 * i]
+  if o ~= '' then
+    local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*)$')}
+    opts[i] = f
+    if f[1] ~= '' then
+      local dedup, id = KEYS[next_dedup], ARGV[3 + 9 * i]
+      next_dedup = next_dedup + 1
+      dedup_of[i] = dedup
+      if holder[dedup] == nil then
+        local first = redis.call('GET', dedup)
+        local job = KEYS[3 + 2 * i]
+        local r = first and first ~= id and rec_load(string.sub(job, 1, #job - #id) .. first)
+        holder[dedup] = r and {first, r.s, r.r} or false
+      end
+    end
   end
 end
 for i = 0, n - 1 do
-  local job = KEYS[2 + 4 * i]
-  local a = 3 + 12 * i
+  local job = KEYS[3 + 2 * i]
+  local a = 3 + 9 * i
   local id, topic = ARGV[a], ARGV[a + 1]
-  local dedup, window = KEYS[5 + 4 * i], ARGV[a + 8]
-  local earlier = window ~= '' and holder[dedup]
+  local o = opts[i]
+  local dedup = dedup_of[i]
+  local earlier = dedup and holder[dedup]
   if earlier and earlier[1] ~= id then
     out[#out + 1] = 2
     out[#out + 1] = earlier[2]
@@ -70,19 +85,20 @@ for i = 0, n - 1 do
   else
     local run_at
     if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
-    local state, zset = 'delayed', KEYS[3 + 4 * i]
-    if run_at <= now then state, zset = 'ready', KEYS[4 + 4 * i] end
-    local x, g, bo = nil, nil, nil
-    if ARGV[a + 9] ~= '' then
-      g = tonumber(ARGV[a + 9])
-      x = run_at + g
+    local state, zset = 'delayed', delayed
+    if run_at <= now then state, zset = 'ready', KEYS[4 + 2 * i] end
+    local x, g, bo, p = nil, nil, nil, nil
+    if o then
+      if o[2] ~= '' then
+        g = tonumber(o[2])
+        x = run_at + g
+      end
+      if o[3] ~= '' then
+        bo = {}
+        for d in string.gmatch(o[3], '%d+') do bo[#bo + 1] = tonumber(d) end
+      end
+      if o[4] ~= '' then p = tonumber(o[4]) end
     end
-    if ARGV[a + 10] ~= '' then
-      bo = {}
-      for d in string.gmatch(ARGV[a + 10], '%d+') do bo[#bo + 1] = tonumber(d) end
-    end
-    local p = nil
-    if ARGV[a + 11] ~= '' then p = tonumber(ARGV[a + 11]) end
     local stored = rec_store(job, {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]),
       m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0, x = x, g = g, bo = bo, p = p}, false, true)
     if stored then
@@ -102,8 +118,8 @@ for i = 0, n - 1 do
       z[#z + 1] = id
       local c = topic .. ':' .. state
       tally[c] = (tally[c] or 0) + 1
-      if window ~= '' then
-        redis.call('SET', dedup, id, 'PX', window)
+      if dedup then
+        redis.call('SET', dedup, id, 'PX', o[1])
         holder[dedup] = {id, state, run_at}
       end
       out[#out + 1] = 1

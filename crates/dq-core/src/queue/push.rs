@@ -291,6 +291,26 @@ impl Mode {
     }
 }
 
+/// A job's options as push.lua takes them in one argument: `""` when it has none, else
+/// `dedup_ms;max_age_ms;backoff;priority`, each `""` when absent, the backoff list comma-separated.
+fn options_arg(job: &NewJob) -> String {
+    if job.dedup.is_none() && job.max_age_ms.is_none() && job.backoff_ms.is_none() && job.priority.is_none() {
+        return String::new();
+    }
+    let field = |v: Option<String>| v.unwrap_or_default();
+    format!(
+        "{};{};{};{}",
+        field(job.dedup.as_ref().map(|d| d.window_ms.to_string())),
+        field(job.max_age_ms.map(|a| a.to_string())),
+        field(
+            job.backoff_ms
+                .as_ref()
+                .map(|l| l.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
+        ),
+        field(job.priority.map(|p| p.to_string())),
+    )
+}
+
 /// What push.lua made of one job: its state and due time, and for a duplicate the first job's id.
 type Stored = (State, i64, Option<String>);
 
@@ -298,38 +318,23 @@ type Stored = (State, i64, Option<String>);
 async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Result<Vec<Result<Stored>>> {
     let keys = queue.partition_keys(p);
     let mut inv = queue.script(&scripts::PUSH).prepare_invoke();
-    inv.key(keys.counts());
+    inv.key(keys.counts()).key(keys.delayed());
     inv.arg(keys.ready_channel()).arg(keys.timer_channel());
-    let delayed = keys.delayed();
-    let counts = keys.counts();
     for (id, job, mode) in jobs {
-        inv.key(keys.job(id)).key(&delayed).key(keys.ready(&job.topic));
-        match &job.dedup {
-            Some(d) => inv.key(keys.dedup(&job.topic, &d.key)),
-            None => inv.key(&counts),
-        };
+        inv.key(keys.job(id)).key(keys.ready(&job.topic));
         inv.arg(*id).arg(&job.topic).arg(&job.body);
         match job.schedule {
             Schedule::Delay(d) => inv.arg(d).arg(""),
             Schedule::At(at) => inv.arg("").arg(at),
         };
         inv.arg(job.ttr_ms).arg(job.max_attempts).arg(mode.arg());
-        match &job.dedup {
-            Some(d) => inv.arg(d.window_ms),
-            None => inv.arg(""),
-        };
-        match job.max_age_ms {
-            Some(a) => inv.arg(a),
-            None => inv.arg(""),
-        };
-        match &job.backoff_ms {
-            Some(list) => inv.arg(list.iter().map(u64::to_string).collect::<Vec<_>>().join(",")),
-            None => inv.arg(""),
-        };
-        match job.priority {
-            Some(p) => inv.arg(p),
-            None => inv.arg(""),
-        };
+        inv.arg(options_arg(job));
+    }
+    // The deduplication keys come last, in the order of their jobs.
+    for (_, job, _) in jobs {
+        if let Some(d) = &job.dedup {
+            inv.key(keys.dedup(&job.topic, &d.key));
+        }
     }
     let out: Vec<Value> = queue.write(p, &inv).await?;
     let bad = |what: &str| Error::Redis {
