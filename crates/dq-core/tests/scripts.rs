@@ -438,6 +438,28 @@ async fn delete_and_reschedule_keep_counts_right() {
 }
 
 /// The key `<partition prefix>:<rest>` in the partition of `id`.
+/// Writes job `old` as dq wrote records before it packed them (a hash of `fields`), in `structure` with
+/// score 1000, counted under `count` (`<topic>:<state>`).
+fn plant_hash_record(c: &mut redis::Connection, q: &Queue, fields: &[(&str, &str)], structure: &str, count: &str) {
+    let _: () = redis::cmd("HSET")
+        .arg(key(q, "old", "job:old"))
+        .arg(fields)
+        .query(c)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(key(q, "old", structure))
+        .arg(1000)
+        .arg("old")
+        .query(c)
+        .unwrap();
+    let _: () = redis::cmd("HINCRBY")
+        .arg(key(q, "old", "counts"))
+        .arg(count)
+        .arg(1)
+        .query(c)
+        .unwrap();
+}
+
 fn key(q: &Queue, id: &str, rest: &str) -> String {
     format!("{}:{rest}", q.partition_keys(q.partitions().of_id(id)).prefix())
 }
@@ -871,23 +893,7 @@ async fn promotion_moves_records_of_every_shape_whole() {
         ("c", "900"),
         ("s", "delayed"),
     ];
-    let _: () = redis::cmd("HSET")
-        .arg(key(&q, "old", "job:old"))
-        .arg(&fields[..])
-        .query(&mut c)
-        .unwrap();
-    let _: () = redis::cmd("ZADD")
-        .arg(key(&q, "old", "delayed"))
-        .arg(1000)
-        .arg("old")
-        .query(&mut c)
-        .unwrap();
-    let _: () = redis::cmd("HINCRBY")
-        .arg(key(&q, "old", "counts"))
-        .arg("a:delayed")
-        .arg(1)
-        .query(&mut c)
-        .unwrap();
+    plant_hash_record(&mut c, &q, &fields, "delayed", "a:delayed");
     assert_consistent(&redis);
 
     let moved = std::sync::atomic::AtomicUsize::new(0);
@@ -1034,23 +1040,7 @@ async fn records_written_as_hashes_are_still_read_and_are_packed_when_changed() 
         ("a", "1"),
         ("e", "earlier failure"),
     ];
-    let _: () = redis::cmd("HSET")
-        .arg(key(&q, "old", "job:old"))
-        .arg(&fields[..])
-        .query(&mut c)
-        .unwrap();
-    let _: () = redis::cmd("ZADD")
-        .arg(key(&q, "old", "ready:t"))
-        .arg(1000)
-        .arg("old")
-        .query(&mut c)
-        .unwrap();
-    let _: () = redis::cmd("HINCRBY")
-        .arg(key(&q, "old", "counts"))
-        .arg("t:ready")
-        .arg(1)
-        .query(&mut c)
-        .unwrap();
+    plant_hash_record(&mut c, &q, &fields, "ready:t", "t:ready");
     assert_consistent(&redis);
 
     let j = q.get("old").await.unwrap();
