@@ -239,6 +239,18 @@ struct ReserveReply<'a> {
     jobs: Vec<Reserved<'a>>,
 }
 
+impl Shared {
+    /// Claims a batch of the budget; false when it is used up. A worker that finds it used up adds
+    /// nothing, so slots given back after a short answer can be claimed again.
+    fn claim(&self) -> bool {
+        self.claimed
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                (c < self.total).then_some(c + self.batch)
+            })
+            .is_ok()
+    }
+}
+
 /// State shared by the workers.
 struct Shared {
     /// Jobs claimed so far; a worker claims a batch before each reserve.
@@ -282,7 +294,7 @@ async fn worker(
     let errors = &shared.errors;
     let mut transport_failures = 0;
     let ack_many_uri = target.uri("/v1/jobs/ack").ok();
-    while shared.claimed.fetch_add(shared.batch, Ordering::Relaxed) < shared.total {
+    while shared.claim() {
         if transport_failures >= MAX_TRANSPORT_FAILURES {
             break;
         }
