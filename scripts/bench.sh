@@ -99,8 +99,11 @@ elif want push; then
   # line that names the publish command (crates/dq-core/src/scripts.rs).
   sha=$(rcli script load "$(cat crates/dq-core/src/lua/record.lua; echo "local publish = 'PUBLISH'"; cat crates/dq-core/src/lua/push.lua)")
   body='"'$(printf 'x%.0s' $(seq 62))'"'
-  rb=$(rbench -c 64 -n 200000 -r 1000000000 EVALSHA "$sha" 5 dq:counts dq:job:rb__rand_int__ \
-        dq:delayed:3 dq:ready:rb dq:counts dq:wake:ready dq:wake:timer rb__rand_int__ rb "$body" 3600000 "" 30000 10 0 "" "" "")
+  # Its keys and arguments as docs/redis-keys.md gives them: counts, delay set, then per job its record
+  # and ready queue; the channels, then per job id, topic, body, delay_ms, run_at, ttr_ms, max_attempts,
+  # mode and options.
+  rb=$(rbench -c 64 -n 200000 -r 1000000000 EVALSHA "$sha" 4 dq:counts dq:delayed:3 dq:job:rb__rand_int__ \
+        dq:ready:rb dq:wake:ready dq:wake:timer rb__rand_int__ rb "$body" 3600000 "" 30000 10 0 "")
   rcli flushall >/dev/null
   dq=$(bench --json push -n 200000 -c 64 | tail -1)
   echo "$dq"
