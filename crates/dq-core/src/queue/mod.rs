@@ -54,10 +54,23 @@ pub use self::reserve::ReserveOptions;
 pub use self::stats::{NodeStats, NodeWatch, Stats};
 pub use self::timer::{Balance, Expired, Promoted};
 
-/// The queue: the connection, the partitions, key names, limits and defaults. Cheap to clone; clones
-/// share the connection.
+/// The queue: the connection, the partitions, key names, limits and defaults. Cheap to clone: one
+/// reference count (every request clones it, often more than once, for the group commits' tasks), and
+/// clones share everything.
 #[derive(Debug, Clone)]
-pub struct Queue {
+pub struct Queue(Arc<QueueParts>);
+
+impl std::ops::Deref for Queue {
+    type Target = QueueParts;
+
+    fn deref(&self) -> &QueueParts {
+        &self.0
+    }
+}
+
+/// What a [`Queue`] holds, shared by its clones. Its fields are the queue module's own.
+#[derive(Debug)]
+pub struct QueueParts {
     /// Where jobs live.
     redis: Redis,
     /// How many partitions, their tags, which ones answer.
@@ -120,7 +133,7 @@ impl Queue {
         } else {
             2
         };
-        Queue {
+        Queue(Arc::new(QueueParts {
             redis,
             partitions,
             keys,
@@ -135,7 +148,7 @@ impl Queue {
             ready: Arc::new(ReadyIndex::default()),
             sharded: settings.redis.mode == RedisMode::Cluster,
             activity: Arc::default(),
-        }
+        }))
     }
 
     /// The build of a script that publishes wake-ups for this installation's shape.
