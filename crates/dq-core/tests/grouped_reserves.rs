@@ -36,8 +36,10 @@ async fn push_ready(q: &Queue, topic: &str, n: usize) {
 async fn concurrent_reserves_each_get_their_own_jobs_once() {
     let redis = RedisServer::start();
     let q = queue(&redis, 8).await;
-    push_ready(&q, "a", 150).await;
-    push_ready(&q, "b", 150).await;
+    // Enough of each topic for every reserve that can take it: 40 of a ask 1 each, 40 of b ask 2, and 40
+    // of both ask 3 (b first), so a serves at most 160 and b at most 200.
+    push_ready(&q, "a", 250).await;
+    push_ready(&q, "b", 250).await;
 
     // 120 reserves at once: of a, of b, and of both; asking for 1 to 3 jobs.
     let asks: Vec<(Vec<String>, usize)> = (0..120)
@@ -62,7 +64,7 @@ async fn concurrent_reserves_each_get_their_own_jobs_once() {
     let mut seen = HashSet::new();
     for ((topics, count), task) in asks.iter().zip(tasks) {
         let got = task.await.unwrap();
-        // There are always more jobs than asked for: a reserve that will not wait gets at least one.
+        // Its topics always hold more jobs than asked for: a reserve that will not wait gets at least one.
         assert!(
             (1..=*count).contains(&got.len()),
             "asked for {count}, got {}",
@@ -91,9 +93,9 @@ async fn concurrent_reserves_each_get_their_own_jobs_once() {
     // Every job not handed out is still ready, once.
     let rest = q.reserve(&["a".to_string(), "b".to_string()], 100).await.unwrap();
     let mut all: Vec<_> = rest.iter().map(|r| r.id.clone()).collect();
-    while all.len() + seen.len() < 300 {
+    while all.len() + seen.len() < 500 {
         let more = q.reserve(&["a".to_string(), "b".to_string()], 100).await.unwrap();
-        assert!(!more.is_empty(), "{} jobs missing", 300 - all.len() - seen.len());
+        assert!(!more.is_empty(), "{} jobs missing", 500 - all.len() - seen.len());
         all.extend(more.into_iter().map(|r| r.id));
     }
     for id in &all {
