@@ -275,8 +275,8 @@ struct Tally {
 ///
 /// A worker claims slots of the shared budget before each reserve (and gives back
 /// those the answer left empty), so no more than N jobs are reserved in all; it
-/// stops when the budget is used up, when
-/// a reserve comes back empty (topic drained), or when the server is gone.
+/// stops when the budget is used up, when a reserve comes back empty (topic
+/// drained), or when the server is gone.
 async fn worker(
     mut conn: Conn,
     target: Arc<Target>,

@@ -16,6 +16,13 @@ fn settings(redis: &RedisServer) -> Settings {
     s
 }
 
+/// A queue of one partition, so that every job shares its keys.
+async fn one_partition(redis: &RedisServer) -> Queue {
+    let mut s = settings(redis);
+    s.redis.partitions = Some(1);
+    Queue::connect(&s).await.unwrap()
+}
+
 fn job(queue: &Queue, json: serde_json::Value) -> dq_core::NewJob {
     queue
         .validate(serde_json::from_value::<PushRequest>(json).unwrap())
@@ -203,9 +210,7 @@ async fn promotion_is_exactly_once_under_racing_promoters() {
 #[tokio::test]
 async fn promote_hands_due_jobs_to_waiting_workers_up_to_their_slots() {
     let redis = RedisServer::start();
-    let mut s = settings(&redis);
-    s.redis.partitions = Some(1);
-    let q = Queue::connect(&s).await.unwrap();
+    let q = one_partition(&redis).await;
     let mut sub = redis.conn();
     let mut sub = sub.as_pubsub();
     sub.psubscribe(q.keys().wake_pattern(&dq_core::keys::WakeKind::Handoff("C1".into())))
@@ -258,9 +263,7 @@ async fn promote_hands_due_jobs_to_waiting_workers_up_to_their_slots() {
 #[tokio::test]
 async fn a_promotion_larger_than_one_slice_moves_every_job() {
     let redis = RedisServer::start();
-    let mut s = settings(&redis);
-    s.redis.partitions = Some(1);
-    let q = Queue::connect(&s).await.unwrap();
+    let q = one_partition(&redis).await;
     let jobs: Vec<_> = (0..2500)
         .map(|i| job(&q, serde_json::json!({"topic": "big", "body": i, "delay_ms": 20})))
         .collect();
@@ -288,9 +291,7 @@ async fn a_promotion_larger_than_one_slice_moves_every_job() {
 #[tokio::test]
 async fn a_handoff_nobody_hears_goes_to_the_ready_queue() {
     let redis = RedisServer::start();
-    let mut s = settings(&redis);
-    s.redis.partitions = Some(1);
-    let q = Queue::connect(&s).await.unwrap();
+    let q = one_partition(&redis).await;
     q.push(job(
         &q,
         serde_json::json!({"id": "a", "topic": "t", "body": 1, "delay_ms": 20}),
@@ -1111,9 +1112,7 @@ async fn a_reserve_sees_what_its_own_process_just_made_ready() {
 #[tokio::test]
 async fn entries_without_a_record_are_dropped_and_the_others_move() {
     let redis = RedisServer::start();
-    let mut s = settings(&redis);
-    s.redis.partitions = Some(1);
-    let q = Queue::connect(&s).await.unwrap();
+    let q = one_partition(&redis).await;
     let push = |id: &str, delay: u64, ttr: u64| {
         q.push(job(
             &q,
@@ -1189,9 +1188,7 @@ async fn entries_without_a_record_are_dropped_and_the_others_move() {
 #[tokio::test]
 async fn reservation_deadlines_earlier_than_known_are_announced_to_the_timers() {
     let redis = RedisServer::start();
-    let mut s = settings(&redis);
-    s.redis.partitions = Some(1);
-    let q = Queue::connect(&s).await.unwrap();
+    let q = one_partition(&redis).await;
     let mut sub = redis.conn();
     let mut sub = sub.as_pubsub();
     sub.psubscribe(q.keys().wake_pattern(&dq_core::keys::WakeKind::Timer))
@@ -1271,9 +1268,7 @@ async fn reservation_deadlines_earlier_than_known_are_announced_to_the_timers() 
 #[tokio::test]
 async fn reserve_says_whether_jobs_are_left_even_when_the_count_is_too_low() {
     let redis = RedisServer::start();
-    let mut s = settings(&redis);
-    s.redis.partitions = Some(1);
-    let q = Queue::connect(&s).await.unwrap();
+    let q = one_partition(&redis).await;
     for id in ["a", "b", "c"] {
         q.push(job(&q, serde_json::json!({"id": id, "topic": "t", "body": 1})))
             .await

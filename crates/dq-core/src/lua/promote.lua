@@ -27,16 +27,21 @@ local timer_channel, nonce = ARGV[4], ARGV[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', bucket, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
--- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 local recs = {}
 local per_topic = {}
 local was_empty = {}
 local count = #due / 2
--- Topics a waiting worker takes: their jobs may be handed, which needs the whole record.
+-- The waiting workers; `wanted`: the topics one with free slots takes (their jobs may be handed, which
+-- needs the whole record).
+local waiting = {}
 local wanted = {}
 for w = 1, math.floor((#ARGV - 5) / 4) do
-  if tonumber(ARGV[5 + (w - 1) * 4 + 3]) > 0 then wanted[ARGV[5 + (w - 1) * 4 + 1]] = true end
+  local a = 5 + (w - 1) * 4
+  local slots = tonumber(ARGV[a + 3])
+  waiting[w] = {topic = ARGV[a + 1], channel = ARGV[a + 2], slots = slots, ttr = tonumber(ARGV[a + 4]), jobs = {}}
+  if slots > 0 then wanted[ARGV[a + 1]] = true end
 end
+-- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 for i = 1, count do
   local key = prefix .. ':job:' .. due[2 * i - 1]
   local raw = redis.pcall('GET', key)
@@ -52,17 +57,12 @@ for i = 1, count do
   if r then per_topic[r.t] = 0 end
 end
 
--- The waiting workers, by topic; each takes jobs up to its free slots.
-local waiting = {}
+-- The waiting workers of the due jobs' topics, by topic; each takes jobs up to its free slots.
 local by_topic = {}
-for w = 1, math.floor((#ARGV - 5) / 4) do
-  local a = 5 + (w - 1) * 4
-  local slots = tonumber(ARGV[a + 3])
-  waiting[w] = {channel = ARGV[a + 2], slots = slots, ttr = tonumber(ARGV[a + 4]), jobs = {}}
-  local topic = ARGV[a + 1]
-  if slots > 0 and per_topic[topic] then
-    by_topic[topic] = by_topic[topic] or {}
-    table.insert(by_topic[topic], w)
+for w, wk in ipairs(waiting) do
+  if wk.slots > 0 and per_topic[wk.topic] then
+    by_topic[wk.topic] = by_topic[wk.topic] or {}
+    table.insert(by_topic[wk.topic], w)
   end
 end
 -- handed_to[i]: the worker job i went to (nil: the ready queue); entry[i]: its entry in the message.

@@ -77,7 +77,8 @@ impl Queue {
             if let Ok(jobs) = answer
                 && !jobs.is_empty()
             {
-                tokio::spawn(back.clone().release_unclaimed(jobs));
+                let back = back.clone();
+                tokio::spawn(async move { back.release_all(jobs).await });
             }
         };
         let answer = self
@@ -101,11 +102,13 @@ impl Queue {
         }
     }
 
-    /// Hands back reservations nobody received (their caller stopped waiting).
-    async fn release_unclaimed(self, jobs: Vec<Reservation>) {
+    /// Releases reservations nobody will work on (their caller left, or no long poll took them): each
+    /// job is ready again, its attempt not counted. One that cannot be released comes back when its
+    /// reservation ends.
+    pub(crate) async fn release_all(&self, jobs: Vec<Reservation>) {
         for job in jobs {
             if let Err(e) = self.release(&job.id, &job.receipt).await {
-                tracing::warn!(id = %job.id, cause = %e, "cannot hand back a reservation nobody received; it comes back when its TTR ends");
+                tracing::debug!(id = %job.id, cause = %e, "cannot release a reservation; the job returns when it ends");
             }
         }
     }

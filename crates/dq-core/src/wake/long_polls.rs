@@ -69,10 +69,6 @@ async fn tell(queue: &Queue, process_id: &str, topic: String, slots: u32) {
 
 /// Hands jobs back to the ready queue, for another reserve.
 async fn hand_back(queue: &Queue, jobs: Vec<Reservation>) {
-    for job in jobs {
-        metrics::counter!("dq_long_polls_handed_back_total").increment(1);
-        if let Err(e) = queue.release(&job.id, &job.receipt).await {
-            tracing::debug!(id = %job.id, cause = %e, "cannot hand back a handed job; it returns after its reservation");
-        }
-    }
+    metrics::counter!("dq_long_polls_handed_back_total").increment(jobs.len() as u64);
+    queue.release_all(jobs).await;
 }
