@@ -8,46 +8,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{env_for, start_on};
-use dq_harness::{DqProcess, RedisCluster, WebhookSink, eventually, free_port};
-use serde_json::{Value, json};
-
-struct Api {
-    port: u16,
-    http: reqwest::Client,
-}
-
-impl Api {
-    fn new(port: u16) -> Self {
-        Api {
-            port,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap(),
-        }
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        common::call(&self.http, self.port, method, path, body).await
-    }
-
-    async fn ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let (status, out) = self.call(method, path, body).await;
-        assert!((200..300).contains(&status), "{method} {path}: {status} {out}");
-        out
-    }
-}
-
-/// The job ids a sink received.
-fn sink_ids(sink: &WebhookSink) -> HashSet<String> {
-    sink.received
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|b| b["id"].as_str().map(String::from))
-        .collect()
-}
+use common::{Api, env_for, start_on};
+use dq_harness::{RedisCluster, eventually, free_port};
+use serde_json::json;
 
 fn cluster_env(cluster: &RedisCluster, port: u16, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
     env_for("cluster", &cluster.urls(), port, extra)
@@ -56,178 +19,12 @@ fn cluster_env(cluster: &RedisCluster, port: u16, extra: &[(&'static str, &str)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_verb_the_timer_the_consumer_and_the_checker_work_on_a_cluster() {
     let cluster = RedisCluster::start();
-    let sink = WebhookSink::start().await;
-    let (sp, tp, cp, kp) = (free_port(), free_port(), free_port(), free_port());
-    let server = start_on("dq-server", sp, cluster_env(&cluster, sp, &[])).await;
-    let timer = start_on("dq-timer", tp, cluster_env(&cluster, tp, &[])).await;
-    let _consumer = start_on(
-        "dq-consumer",
-        cp,
-        cluster_env(&cluster, cp, &[("DQ__TOPICS__REFRESH_MS", "200")]),
-    )
-    .await;
-    let _checker = start_on(
-        "dq-checker",
-        kp,
-        cluster_env(&cluster, kp, &[("DQ__CHECKER__INTERVAL_MS", "200")]),
-    )
-    .await;
-    let api = Api::new(server.port);
-
-    // Push delivery through dq-consumer, jobs with and without ids, ready and delayed.
-    api.ok("PUT", "/v1/topics/hook", Some(json!({"callback": {"url": sink.url}})))
-        .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    for i in 0..40 {
-        api.ok(
-            "POST",
-            "/v1/jobs",
-            Some(json!({"id": format!("h{i}"), "topic": "hook", "body": i, "delay_ms": i * 10})),
-        )
-        .await;
-        api.ok("POST", "/v1/jobs", Some(json!({"topic": "hook", "body": 100 + i})))
-            .await;
-    }
-    eventually(Duration::from_secs(60), "80 callbacks", || async {
-        sink_ids(&sink).len() == 80
-    })
-    .await;
-    // Due one by one while the consumer waits: the timer hands them to it over sharded pub/sub.
-    for i in 0..20 {
-        api.ok(
-            "POST",
-            "/v1/jobs",
-            Some(json!({"id": format!("handed{i}"), "topic": "hook", "body": i, "delay_ms": 1500 + i * 50})),
-        )
-        .await;
-    }
-    eventually(Duration::from_secs(60), "100 callbacks", || async {
-        sink_ids(&sink).len() == 100
-    })
-    .await;
-    assert!(
-        common::metric_sum(timer.port, "dq_jobs_handed_off_total").await > 0.0,
-        "the timer handed due jobs to the waiting consumer"
-    );
-
-    // Pull: batch push, reserve, ack, nack, touch, look up, reschedule, cancel.
-    let jobs: Vec<Value> = (0..50)
-        .map(|i| json!({"id": format!("p{i}"), "topic": "pull", "body": i}))
-        .collect();
-    let out = api.ok("POST", "/v1/jobs/batch", Some(json!({"jobs": jobs}))).await;
-    assert_eq!(out["results"].as_array().unwrap().len(), 50);
-    let later = api
-        .ok(
-            "POST",
-            "/v1/jobs",
-            Some(json!({"topic": "pull", "body": "x", "delay_ms": 600000})),
-        )
-        .await;
-    let id = later["id"].as_str().unwrap().to_string();
-    assert_eq!(api.ok("GET", &format!("/v1/jobs/{id}"), None).await["state"], "delayed");
-    assert_eq!(
-        api.ok("PATCH", &format!("/v1/jobs/{id}"), Some(json!({"delay_ms": 0})))
-            .await["state"],
-        "ready"
-    );
-    let (status, _) = api.call("DELETE", &format!("/v1/jobs/{id}"), None).await;
-    assert_eq!(status, 204);
-    let mut seen = HashSet::new();
-    let mut nacked = false;
-    let mut touched = false;
-    while seen.len() < 50 {
-        let got = api
-            .ok(
-                "POST",
-                "/v1/reserve",
-                Some(json!({"topics": ["pull"], "count": 10, "timeout_ms": 5000})),
-            )
-            .await;
-        for j in got["jobs"].as_array().unwrap() {
-            let (jid, receipt) = (j["id"].as_str().unwrap(), j["receipt"].clone());
-            if !touched {
-                let out = api
-                    .ok(
-                        "POST",
-                        &format!("/v1/jobs/{jid}/touch"),
-                        Some(json!({"receipt": receipt})),
-                    )
-                    .await;
-                assert!(out["deadline"].as_i64().unwrap() > 0);
-                touched = true;
-            }
-            if !nacked {
-                api.ok(
-                    "POST",
-                    &format!("/v1/jobs/{jid}/nack"),
-                    Some(json!({"receipt": receipt, "delay_ms": 0})),
-                )
-                .await;
-                nacked = true;
-                continue;
-            }
-            let (status, _) = api
-                .call(
-                    "POST",
-                    &format!("/v1/jobs/{jid}/ack"),
-                    Some(json!({"receipt": receipt})),
-                )
-                .await;
-            assert_eq!(status, 204);
-            seen.insert(jid.to_string());
-        }
-    }
-
-    // Dead letters over the partitions: nack on the last attempt, list, requeue.
-    for i in 0..5 {
-        api.ok(
-            "POST",
-            "/v1/jobs",
-            Some(json!({"id": format!("d{i}"), "topic": "doomed", "body": i, "max_attempts": 1})),
-        )
-        .await;
-    }
-    let got = api
-        .ok("POST", "/v1/reserve", Some(json!({"topics": ["doomed"], "count": 5})))
-        .await;
-    for j in got["jobs"].as_array().unwrap() {
-        let path = format!("/v1/jobs/{}/nack", j["id"].as_str().unwrap());
-        api.ok("POST", &path, Some(json!({"receipt": j["receipt"], "error": "no"})))
-            .await;
-    }
-    let dead = api.ok("GET", "/v1/topics/doomed/dead", None).await;
-    assert_eq!(dead["total"], got["jobs"].as_array().unwrap().len());
-    api.ok("POST", "/v1/topics/doomed/dead/requeue", Some(json!({}))).await;
-
-    let stats = api.ok("GET", "/v1/stats", None).await;
-    assert_eq!(stats["redis"]["mode"], "cluster");
-    assert_eq!(stats["redis"]["partitions"], 256);
-    let nodes = stats["redis"]["nodes"].as_array().unwrap();
-    assert_eq!(nodes.len(), 3, "{stats}");
-    assert!(nodes.iter().all(|n| n["up"] == true), "{stats}");
+    common::tour::every_verb("cluster", &cluster.urls(), &[], 3).await;
     // The partitions spread over every primary.
     for port in cluster.primaries() {
         let n: i64 = redis::cmd("DBSIZE").query(&mut cluster.conn(port)).unwrap();
         assert!(n > 0, "primary {port} holds no key");
     }
-    let checker_metrics = common::metrics(kp).await;
-    assert_eq!(
-        checker_metrics.keys().filter(|k| k.starts_with("dq_redis_up{")).count(),
-        3,
-        "one health gauge per primary"
-    );
-
-    let mut audit = DqProcess::spawn("dq-checker", &cluster_env(&cluster, free_port(), &[]), &["audit"]);
-    let status = audit.wait(Duration::from_secs(60)).expect("the audit finishes");
-    assert_eq!(status.code(), Some(0), "{}", audit.log());
-    let log = audit.log();
-    let report: Value = serde_json::from_str(log.lines().rev().find(|l| l.starts_with('{')).unwrap()).unwrap();
-    assert_eq!(
-        (report["orphan_records"].as_u64(), report["dangling_ids"].as_u64()),
-        (Some(0), Some(0)),
-        "{report}"
-    );
-    assert!(report["records"].as_u64().unwrap() > 0, "{report}");
 }
 
 /// Pushes with ids `<prefix><n>` from `workers` tasks until `stop`, keeping the ids acknowledged (201).

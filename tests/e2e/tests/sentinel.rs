@@ -1,5 +1,6 @@
-//! dq on a real Redis Sentinel set (primary, replica, three sentinels): the verbs and the timer as
-//! processes, kill -9 of the primary under load, and a primary demoted by a failover (READONLY).
+//! dq on a real Redis Sentinel set (primary, replica, three sentinels): every API verb, the timer, the
+//! consumer and the checker as processes; kill -9 of the primary under load, and a primary demoted by a
+//! failover (READONLY).
 
 mod common;
 
@@ -8,6 +9,27 @@ use std::time::{Duration, Instant};
 use common::{call, env_for, start_on};
 use dq_harness::{RedisSentinelSet, eventually, free_port};
 use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_verb_the_timer_the_consumer_and_the_checker_work_on_sentinel() {
+    let set = RedisSentinelSet::start();
+    let extra = [("DQ__REDIS__SENTINEL_MASTER", set.master_name())];
+    common::tour::every_verb("sentinel", &set.sentinel_urls(), &extra, 1).await;
+    // Everything is on the primary the sentinels name, and reaches its replica.
+    let primary = set.primary_port();
+    let n: i64 = redis::cmd("DBSIZE").query(&mut set.conn(primary)).unwrap();
+    assert!(n > 0, "the primary :{primary} holds no key");
+    let replica = set.replica_ports()[0];
+    eventually(
+        Duration::from_secs(30),
+        "the replica holds the primary's keys",
+        || async {
+            let r: i64 = redis::cmd("DBSIZE").query(&mut set.conn(replica)).unwrap_or(0);
+            r > 0
+        },
+    )
+    .await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dq_follows_sentinel_through_a_kill_and_a_demotion_and_loses_no_durable_push() {

@@ -1,5 +1,6 @@
 //! dq-server and dq-timer as processes together: a delayed job reaches a long-polling consumer; the
-//! server drains on signals.
+//! server drains on signals. And the tour of every verb, the timer, the consumer and the checker on one
+//! standalone Redis, as `cluster.rs` and `sentinel.rs` take it on theirs.
 
 mod common;
 
@@ -8,6 +9,12 @@ use std::time::Duration;
 use common::start;
 use dq_harness::RedisServer;
 use serde_json::{Value, json};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_verb_the_timer_the_consumer_and_the_checker_work_on_standalone() {
+    let redis = RedisServer::start();
+    common::tour::every_verb("standalone", &[redis.url()], &[], 1).await;
+}
 
 #[tokio::test]
 async fn a_delayed_job_reaches_a_long_poll_through_server_and_timer() {

@@ -3,6 +3,7 @@
 
 pub mod beanstalkd;
 pub mod dashboard;
+pub mod tour;
 pub mod webdriver;
 
 use std::collections::HashMap;
@@ -177,5 +178,35 @@ pub async fn call(
             (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
         }
         Err(_) => (0, serde_json::Value::Null),
+    }
+}
+
+/// A dq-server's API on a port, with a client whose requests time out after 30 s.
+pub struct Api {
+    pub port: u16,
+    http: reqwest::Client,
+}
+
+impl Api {
+    pub fn new(port: u16) -> Self {
+        Api {
+            port,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+        }
+    }
+
+    /// The status and JSON answer (see [`call`]).
+    pub async fn call(&self, method: &str, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
+        call(&self.http, self.port, method, path, body).await
+    }
+
+    /// The JSON answer of a call that must succeed (2xx).
+    pub async fn ok(&self, method: &str, path: &str, body: Option<serde_json::Value>) -> serde_json::Value {
+        let (status, out) = self.call(method, path, body).await;
+        assert!((200..300).contains(&status), "{method} {path}: {status} {out}");
+        out
     }
 }
