@@ -1,7 +1,8 @@
 //! The Redis ACL user that docs/security.md gives ("Redis access") is enough for every dq process and
 //! every verb: the test reads the `ACL SETUSER` line from the document itself, creates that user on a
 //! real Redis, runs dq-server, dq-timer, dq-consumer and dq-checker (and its one-shot commands) as it,
-//! and finds Redis's `ACL LOG` empty: no command, key or channel was refused.
+//! and finds Redis's `ACL LOG` empty: no command, key or channel was refused. The same rule on every
+//! node of a Redis Cluster (sharded pub/sub, the `CLUSTER` look-ups) takes the tour of every verb.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{call, env_for, start_on};
-use dq_harness::{DqProcess, RedisServer, eventually, free_port};
+use dq_harness::{DqProcess, RedisCluster, RedisServer, eventually, free_port};
 use serde_json::json;
 
 /// The `ACL SETUSER …` line of docs/security.md, split into arguments (after `ACL`).
@@ -169,4 +170,35 @@ async fn the_documented_acl_user_runs_every_process_and_verb() {
 
     let log: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut admin).unwrap();
     assert!(log.is_empty(), "Redis refused dq's user something: {log:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_user_takes_the_tour_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    for port in cluster.ports() {
+        let mut admin = cluster.conn(port);
+        let mut setuser = redis::cmd("ACL");
+        for arg in documented_rule() {
+            setuser.arg(arg.replace(">long-random-password", ">acl-test-pass"));
+        }
+        let _: () = setuser.query(&mut admin).expect("the documented ACL rule is accepted");
+        let _: () = redis::cmd("ACL").arg("LOG").arg("RESET").query(&mut admin).unwrap();
+    }
+    let urls: Vec<String> = cluster
+        .ports()
+        .iter()
+        .map(|p| format!("redis://dq:acl-test-pass@127.0.0.1:{p}"))
+        .collect();
+    let _toured = common::tour::every_verb("cluster", &urls, &[], 3).await;
+    for port in cluster.primaries() {
+        let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut cluster.conn(port)).unwrap();
+        assert!(
+            clients.contains(" user=dq "),
+            "dq is not connected to :{port} as its user: {clients}"
+        );
+    }
+    for port in cluster.ports() {
+        let log: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut cluster.conn(port)).unwrap();
+        assert!(log.is_empty(), "node :{port} refused dq's user something: {log:?}");
+    }
 }
