@@ -23,7 +23,8 @@ if [ -n "${BENCH_PIN:-}" ]; then pin_redis=(taskset -c 0); pin_rest=(taskset -c 
 port() { bash scripts/free-port.sh; }
 rport=$(port); sport=$(port)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+# Reaped quietly: bash would otherwise report each process it killed as "Killed".
+cleanup() { { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait; } 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
 # The Redis nodes: one standalone Redis, or with DQ_REDIS_MODE=cluster a local Redis Cluster of 3
