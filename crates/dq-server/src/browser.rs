@@ -71,9 +71,10 @@ impl Guard {
 ///
 /// A tower layer rather than `axum::middleware::from_fn`: its checks need nothing asynchronous, and
 /// from_fn boxes a future and clones the routes' service for every request, which showed as a few
-/// percent of the push path.
+/// percent of the push path. It wraps the whole router once (see [`crate::app`]), not each route:
+/// axum clones a route's boxed service for every request, one box per layer put on the routes.
 #[derive(Debug, Clone)]
-pub struct GuardLayer(pub Guard);
+pub struct GuardLayer(pub Arc<Guard>);
 
 impl<S> Layer<S> for GuardLayer {
     type Service = Guarded<S>;
@@ -86,10 +87,10 @@ impl<S> Layer<S> for GuardLayer {
     }
 }
 
-/// A route's service behind the [`GuardLayer`].
+/// The router behind the [`GuardLayer`].
 #[derive(Debug, Clone)]
 pub struct Guarded<S> {
-    guard: Guard,
+    guard: Arc<Guard>,
     inner: S,
 }
 
@@ -99,9 +100,11 @@ type Answer<F> = Either<
     Map<F, fn(Result<Response, Infallible>) -> Result<Response, Infallible>>,
 >;
 
-impl<S> Service<Request> for Guarded<S>
+impl<S, B> Service<axum::http::Request<B>> for Guarded<S>
 where
     S: Service<Request, Response = Response, Error = Infallible>,
+    B: HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
 {
     type Response = Response;
     type Error = Infallible;
@@ -111,7 +114,9 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: Request) -> Self::Future {
+    fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
+        // As the router itself would (it takes any body), before the checks read the request.
+        let mut req = req.map(axum::body::Body::new);
         match self.guard.refusal(&mut req) {
             Some(refused) => Either::Left(ready(Ok(with_frame_headers(refused)))),
             None => Either::Right(

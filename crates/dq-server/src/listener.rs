@@ -24,7 +24,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::response::IntoResponse;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -56,7 +55,7 @@ pub struct ConnectionLimits {
 /// Serves `app` on `listener` until `shutdown`, then drains.
 pub async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: crate::App,
     limits: ConnectionLimits,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {

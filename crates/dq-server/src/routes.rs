@@ -82,7 +82,8 @@ pub fn pages() -> Vec<(&'static str, MethodRouter<AppState>)> {
     ]
 }
 
-/// The whole router: [`api`] and [`pages`], JSON 404 and 405 answers, behind the guard.
+/// The whole router: [`api`] and [`pages`], JSON 404 and 405 answers (the guard goes around it: see
+/// [`crate::app`]).
 pub fn router(state: AppState) -> Router {
     let (mut router, _) = api().split_for_parts();
     for (path, method_router) in pages() {
@@ -94,6 +95,5 @@ pub fn router(state: AppState) -> Router {
     router
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::no_method)
-        .layer(crate::browser::GuardLayer(state.guard.clone()))
         .with_state(state)
 }
