@@ -689,6 +689,75 @@ async fn concurrent_pushes_each_get_their_own_answer() {
     assert_consistent(&redis);
 }
 
+/// Script calls Redis ran so far (`EVALSHA` in `INFO commandstats`).
+fn evalsha_calls(redis: &RedisServer) -> u64 {
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut redis.conn()).unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|l| l.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Concurrent batches of producer-given ids that spread thin over the partitions share each partition's
+/// `push.lua` call (group commit), yet each entry gets its own answer: an id two batches both carry is
+/// stored once, and the other batch's entry is a conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_batches_of_spread_ids_share_calls() {
+    let redis = RedisServer::start();
+    let mut s = settings(&redis);
+    s.redis.partitions = Some(64);
+    let q = Queue::connect(&s).await.unwrap();
+    let parts = dq_core::partition::Partitions::new(64);
+    // 20 batches of 40 ids (1 to 3 a partition, so each may be grouped); batch k also carries "shared".
+    let batches: Vec<Vec<String>> = (0..20)
+        .map(|k| {
+            let mut ids: Vec<String> = (0..39).map(|i| format!("b{k}-{i}")).collect();
+            ids.push("shared".into());
+            ids
+        })
+        .collect();
+    let alone: usize = batches
+        .iter()
+        .map(|ids| ids.iter().map(|id| parts.of_id(id)).collect::<HashSet<_>>().len())
+        .sum();
+    let before = evalsha_calls(&redis);
+    let pushes = batches.iter().map(|ids| {
+        let jobs = ids
+            .iter()
+            .map(|id| job(&q, serde_json::json!({"id": id, "topic": "t", "body": id})))
+            .collect();
+        q.push_many(jobs)
+    });
+    let answers = futures_util::future::join_all(pushes).await;
+    let calls = evalsha_calls(&redis) - before;
+    assert!(
+        calls * 2 < alone as u64,
+        "{calls} calls, {alone} if each batch went alone"
+    );
+    let mut shared_stored = 0;
+    for (ids, results) in batches.iter().zip(answers) {
+        for (id, r) in ids.iter().zip(results) {
+            match r {
+                Ok(p) if id == "shared" => {
+                    assert_eq!(p.id, "shared");
+                    shared_stored += 1;
+                }
+                Err(Error::Conflict(_)) if id == "shared" => {}
+                Ok(p) => assert_eq!(&p.id, id),
+                Err(e) => panic!("{id}: {e}"),
+            }
+        }
+    }
+    assert_eq!(shared_stored, 1, "the id both batches carry is stored once");
+    for ids in &batches {
+        for id in ids {
+            assert_eq!(q.get(id).await.unwrap().body.get(), format!("\"{id}\""));
+        }
+    }
+    assert_consistent(&redis);
+}
+
 /// Concurrent acks share script calls (group commit), yet each gets its own answer: the right receipt
 /// acks, a stale one or a second ack of the same job is refused, a job that is gone is not found, and the
 /// counts stay right.
@@ -733,12 +802,7 @@ async fn concurrent_acks_each_get_their_own_answer() {
             assert_eq!(answers, [Ok(())], "job {i}");
         }
     }
-    let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut redis.conn()).unwrap();
-    let calls: usize = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|l| l.split(',').next())
-        .map_or(0, |n| n.parse().unwrap());
+    let calls = evalsha_calls(&redis);
     assert!(calls < 500, "500 acks shared calls: {calls} calls");
     for r in &held {
         assert_eq!(q.get(&r.id).await.unwrap().state, State::Done);

@@ -3,7 +3,7 @@
 //! Pushes that arrive at the same moment share `push.lua` calls (see [`crate::coalesce`]). A job without
 //! an id gets one minted when its group is sent, in the partition the group goes to (the next one, in
 //! turn, that answers), so a crowd of pushes without ids shares one call; jobs with producer-given ids go
-//! to their own partitions, one call per partition touched.
+//! to their own partitions, one call per partition touched, shared with the other requests of the group.
 //!
 //! A job with a deduplication key goes to the partition its topic and key hash to (minted ids included),
 //! so that every push with that key meets the key in one place, atomically with the push.
@@ -33,8 +33,11 @@ use crate::scripts;
 /// few calls, small enough that one call holds Redis for only a few milliseconds.
 pub(crate) const PUSH_GROUP_JOBS: usize = 1000;
 
-/// A request with at least this many jobs is its own call: it already shares the call's cost among its
-/// jobs, and waiting to be grouped would only hold it back (and leave Redis idle between calls).
+/// A request that puts at least this many jobs in one partition is sent alone: its calls already share
+/// their cost among its jobs, and waiting to be grouped would only hold it back (and leave Redis idle
+/// between calls). A request whose producer-given ids spread thinner (1,000 ids over 256 partitions are
+/// about 4 jobs a call) is grouped with the requests that arrive meanwhile, so that each call carries
+/// the jobs of several requests for its partition.
 const PUSH_ALONE_JOBS: usize = 16;
 
 /// Rounds of a push: a job without an id whose call did not run is tried in up to 3 partitions; a job
@@ -90,17 +93,16 @@ impl Queue {
                 jobs: jobs.clone(),
                 picks: pending.clone(),
             };
-            // Retries and big requests go alone; a retry must not wait behind a crowd.
-            let alone = pending.len() >= PUSH_ALONE_JOBS || pending.iter().any(|(_, fixed)| fixed.is_some());
+            // Retries and requests with many jobs per partition go alone; a retry must not wait behind a
+            // crowd.
+            let weight = self.most_in_one_partition(&jobs, &pending);
+            let alone = weight >= PUSH_ALONE_JOBS || pending.iter().any(|(_, fixed)| fixed.is_some());
             let outs = if alone {
                 send(self.clone(), vec![group]).await.pop().unwrap_or_default()
             } else {
                 let me = self.clone();
                 let flush = move |groups: Vec<PushGroup>| send(me.clone(), groups);
-                self.pushes
-                    .submit(group, pending.len(), flush)
-                    .await
-                    .unwrap_or_default()
+                self.pushes.submit(group, weight, flush).await.unwrap_or_default()
             };
             let mut again = Vec::new();
             for ((i, fixed), out) in pending
@@ -182,6 +184,37 @@ impl Queue {
     }
 }
 
+impl Queue {
+    /// The most jobs of `pending` that one call will carry: those with an id (or a deduplication key) in
+    /// their partition, those without together in one. It is the request's weight in the group commit,
+    /// whose cap ([`PUSH_GROUP_JOBS`]) is then a cap on every call of a group.
+    fn most_in_one_partition(&self, jobs: &[NewJob], pending: &[(usize, Option<String>)]) -> usize {
+        if pending.len() < PUSH_ALONE_JOBS {
+            return pending.len();
+        }
+        let mut fresh = 0;
+        let mut placed: HashMap<u16, usize> = HashMap::new();
+        for (i, fixed) in pending {
+            match self.home(&jobs[*i], fixed.as_ref()) {
+                Some(p) => *placed.entry(p).or_default() += 1,
+                None => fresh += 1,
+            }
+        }
+        placed.into_values().max().unwrap_or(0).max(fresh)
+    }
+
+    /// The partition a job must go to: its id's (`fixed`, the id of an earlier attempt, or the
+    /// producer's), or for a job with a deduplication key its topic and key's; `None` for a job that may
+    /// go anywhere (it gets an id where it goes).
+    fn home(&self, job: &NewJob, fixed: Option<&String>) -> Option<u16> {
+        match (fixed.or(job.id.as_ref()), &job.dedup) {
+            (Some(id), _) => Some(self.partitions.of_id(id)),
+            (None, Some(dedup)) => Some(self.partitions.of_id(&format!("{}:{}", job.topic, dedup.key))),
+            (None, None) => None,
+        }
+    }
+}
+
 /// Sends gathered groups: jobs without an id get ids in one partition, the others go to theirs; one
 /// `push.lua` call per partition, side by side. Answers per group, per job.
 async fn send(queue: Queue, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
@@ -193,13 +226,10 @@ async fn send(queue: Queue, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
         let mut ids = Vec::with_capacity(group.picks.len());
         for (k, (i, fixed)) in group.picks.iter().enumerate() {
             let job = &group.jobs[*i];
-            let (id, p) = match (fixed.as_ref().or(job.id.as_ref()), &job.dedup) {
-                (Some(id), _) => (id.clone(), queue.partitions.of_id(id)),
-                (None, Some(dedup)) => {
-                    let p = queue.partitions.of_id(&format!("{}:{}", job.topic, dedup.key));
-                    (queue.partitions.fresh_in(p), p)
-                }
-                (None, None) => (queue.partitions.fresh_in(fresh), fresh),
+            let p = queue.home(job, fixed.as_ref()).unwrap_or(fresh);
+            let id = match fixed.as_ref().or(job.id.as_ref()) {
+                Some(id) => id.clone(),
+                None => queue.partitions.fresh_in(p),
             };
             by_partition.entry(p).or_default().push((g, k));
             ids.push((id, p));
