@@ -38,12 +38,22 @@ pub struct RedisServer {
     aof: bool,
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, and one this process was not given before: a test picks the
+/// ports of its processes before it starts them, and the kernel may hand the same free port out twice
+/// in a row (a dq-consumer then found its port taken by the dq-server started just before it).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 impl RedisServer {
