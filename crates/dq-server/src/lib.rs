@@ -176,19 +176,15 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     Ok(())
 }
 
-/// All routes: the API v1 (see [`routes`]) and the pages for people.
-pub fn router(state: AppState) -> Router {
-    routes::router(state)
-}
-
-/// What the listener serves: the [`router`] with the body limit, behind the guard. Both wrap the router
-/// once rather than each route (`Router::layer`), which would add a boxed service that axum clones for
-/// every request.
+/// What the listener serves: every route (the API v1 and the pages for people, see [`routes::router`])
+/// with the body limit, behind the guard. Both wrap the router once rather than each route
+/// (`Router::layer`), which would add a boxed service that axum clones for every request. There is no
+/// way to serve the routes without the guard.
 pub fn app(state: AppState, max_request: usize) -> App {
     let guard = browser::GuardLayer(state.guard.clone());
     tower::Layer::layer(
         &guard,
-        tower::Layer::layer(&DefaultBodyLimit::max(max_request), router(state)),
+        tower::Layer::layer(&DefaultBodyLimit::max(max_request), routes::router(state)),
     )
 }
 

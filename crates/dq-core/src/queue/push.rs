@@ -182,9 +182,7 @@ impl Queue {
             })
             .collect()
     }
-}
 
-impl Queue {
     /// The most jobs of `pending` that one call will carry: those with an id (or a deduplication key) in
     /// their partition, those without together in one. It is the request's weight in the group commit,
     /// whose cap ([`PUSH_GROUP_JOBS`]) is then a cap on every call of a group.
