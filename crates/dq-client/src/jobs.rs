@@ -226,6 +226,10 @@ pub struct Reserved {
     pub receipt: String,
     /// When the reservation ends, Unix ms on Redis's clock.
     pub deadline: u64,
+    /// How long the reservation lasts from when it was made: touch after half of it, by this
+    /// machine's clock, to keep a long job (0 from a server older than this field).
+    #[serde(default)]
+    pub ttr_ms: u64,
     /// The job's due time.
     pub run_at: u64,
 }

@@ -283,6 +283,7 @@ mod tests {
             receipt: "r".into(),
             deadline: 0,
             run_at: 0,
+            ttr_ms: 30_000,
         }
     }
 

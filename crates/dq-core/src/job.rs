@@ -150,7 +150,7 @@ impl NewJob {
     ) -> Result<Self> {
         validate_topic(&req.topic)?;
         if let Some(id) = &req.id {
-            validate_id(id)?;
+            validate_new_id(id)?;
         }
         let body = req.body.get();
         if body.len() > limits.max_body_bytes {
@@ -316,6 +316,22 @@ pub fn validate_id(id: &str) -> Result<()> {
     }
 }
 
+/// Ids a push may not give: they name routes (`POST /v1/jobs/batch`, `POST /v1/jobs/ack`), so a job
+/// of that id could not be looked up, cancelled or rescheduled by its path, and the OpenAPI document
+/// would have to describe those verbs twice.
+pub const ROUTE_IDS: [&str; 2] = ["ack", "batch"];
+
+/// Checks the id a push gives: the id rule ([`validate_id`]), and not one of [`ROUTE_IDS`].
+pub fn validate_new_id(id: &str) -> Result<()> {
+    validate_id(id)?;
+    if ROUTE_IDS.contains(&id) {
+        return Err(Error::Invalid(format!(
+            "id `{id}` names a route (POST /v1/jobs/{id}): give another id"
+        )));
+    }
+    Ok(())
+}
+
 /// Keeps error messages short when the offending input is huge.
 pub(crate) fn shorten(s: &str) -> String {
     if s.len() <= 64 {
@@ -385,6 +401,9 @@ pub struct Reservation {
     pub deadline: i64,
     /// The job's due time, Unix ms.
     pub run_at: i64,
+    /// How long the reservation lasts from when it was made, ms (`deadline` on Redis's clock minus
+    /// Redis's time then): a worker touches at half of it without comparing its clock to Redis's.
+    pub ttr_ms: u64,
 }
 
 /// The outcome of storing one job.
@@ -437,6 +456,11 @@ mod tests {
         for bad in ["", "a b", "a/b", "a\n", "ü", &"1".repeat(129)] {
             assert!(validate_id(bad).is_err(), "{bad}");
         }
+        for route in ROUTE_IDS {
+            assert!(validate_id(route).is_ok(), "{route} may still be looked up");
+            assert!(validate_new_id(route).is_err(), "{route} is refused at push");
+        }
+        assert!(validate_new_id("acks").is_ok());
     }
 
     #[test]

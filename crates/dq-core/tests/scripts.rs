@@ -1360,7 +1360,7 @@ async fn reserve_says_whether_jobs_are_left_even_when_the_count_is_too_low() {
             Some(redis::Value::Int(n)) => *n,
             other => panic!("not a flag: {other:?}"),
         };
-        ((out.len() - 1) / 7, more)
+        ((out.len() - 1) / 8, more)
     };
     assert_eq!(reserve_one(), (1, 1), "two left, as counted");
     // The count drifts to 0 with one job still in the queue: the queue itself is looked at.

@@ -5,10 +5,8 @@
 //! `Router::route` in this crate but here, and `tests/openapi.rs` checks the list of pages.
 
 use axum::Router;
-use axum::extract::Path;
 use axum::routing::{MethodRouter, get};
-use utoipa::openapi::path::Paths;
-use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
+use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::{AppState, admin, browse, error, jobs, probes, reserve, schedules, spec, topics};
@@ -18,9 +16,7 @@ pub fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(spec::base())
         .routes(routes!(jobs::push))
         .routes(routes!(jobs::push_many))
-        .routes(also_the_job("batch"))
         .routes(routes!(reserve::ack_many))
-        .routes(also_the_job("ack"))
         .routes(routes!(jobs::lookup, jobs::cancel, jobs::reschedule))
         .routes(routes!(reserve::ack))
         .routes(routes!(reserve::nack))
@@ -42,27 +38,6 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(probes::readyz))
         .routes(routes!(probes::metrics))
         .routes(routes!(spec::openapi_json))
-}
-
-/// `/v1/jobs/batch` and `/v1/jobs/ack` are push many and ack many (POST), and `batch` and `ack` are also
-/// valid job ids: the static path wins over `/v1/jobs/{id}`, so it serves that job's look up, cancel and
-/// reschedule too. Described as those of `/v1/jobs/{id}`, without the path parameter.
-fn also_the_job(id: &'static str) -> UtoipaMethodRouter<AppState> {
-    let (schemas, by_id, _) = routes!(jobs::lookup, jobs::cancel, jobs::reschedule);
-    let mut paths = Paths::new();
-    for (_, mut item) in by_id.paths {
-        for op in [&mut item.get, &mut item.delete, &mut item.patch].into_iter().flatten() {
-            op.parameters = None;
-            op.operation_id = op.operation_id.take().map(|o| format!("{o}_{id}"));
-            op.summary = op.summary.take().map(|s| format!("{s} whose id is `{id}`"));
-        }
-        paths.paths.insert(format!("/v1/jobs/{id}"), item);
-    }
-    let method_router = MethodRouter::new()
-        .get(move |st, c| jobs::lookup(st, c, Path(id.into())))
-        .delete(move |st, c| jobs::cancel(st, c, Path(id.into())))
-        .patch(move |st, c, body| jobs::reschedule(st, c, Path(id.into()), body));
-    (schemas, paths, method_router)
 }
 
 /// The routes for people, left out of the OpenAPI document: the admin pages (HTML, a form login) and

@@ -208,18 +208,3 @@ async fn probes_and_metrics() {
     let text = s.text("/metrics").await;
     assert!(text.contains("dq_jobs_pushed_total"), "{text}");
 }
-
-#[tokio::test]
-async fn a_job_may_be_called_batch() {
-    let s = TestServer::start().await;
-    s.push(json!({"id": "batch", "topic": "t", "body": 1, "delay_ms": 60000}))
-        .await;
-    let (status, job) = s.call("GET", "/v1/jobs/batch", None).await;
-    assert_eq!(status, 200, "{job}");
-    assert_eq!(job["id"], "batch");
-    let (status, job) = s.call("PATCH", "/v1/jobs/batch", Some(json!({"delay_ms": 0}))).await;
-    assert_eq!(status, 200, "{job}");
-    assert_eq!(job["state"], "ready");
-    let (status, _) = s.call("DELETE", "/v1/jobs/batch", None).await;
-    assert_eq!(status, 204);
-}

@@ -123,22 +123,53 @@ async fn ack_many_answers_per_entry_in_order() {
     }
 }
 
+/// `ack` and `batch` name routes (`POST /v1/jobs/ack`, `POST /v1/jobs/batch`): a push may not give them
+/// as ids, alone or in a batch, and nothing is written; the paths serve only their own verbs.
 #[tokio::test]
-async fn a_job_may_be_called_ack() {
+async fn the_ids_ack_and_batch_are_refused_at_push() {
     let s = TestServer::start().await;
-    s.push(json!({"id": "ack", "topic": "t", "body": 1, "delay_ms": 60000}))
+    let before = s.snapshot();
+    for id in ["ack", "batch"] {
+        let (status, body) = s
+            .call("POST", "/v1/jobs", Some(json!({"id": id, "topic": "t", "body": 1})))
+            .await;
+        assert_error(status, &body, 400, "invalid_argument");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains("names a route"),
+            "{body}"
+        );
+        let (status, body) = s
+            .call(
+                "POST",
+                "/v1/jobs/batch",
+                Some(json!({"jobs": [{"topic": "t", "body": 1}, {"id": id, "topic": "t", "body": 2}]})),
+            )
+            .await;
+        assert_error(status, &body, 400, "invalid_argument");
+        for method in ["GET", "DELETE", "PATCH"] {
+            let (status, body) = s.call(method, &format!("/v1/jobs/{id}"), None).await;
+            assert_eq!(status.as_u16(), 405, "{method} /v1/jobs/{id}: {body}");
+        }
+    }
+    assert_eq!(s.snapshot(), before, "a refused id wrote something");
+    // Ids that only start so are ids like any other.
+    s.push(json!({"id": "acks", "topic": "t", "body": 1})).await;
+    let (status, job) = s.call("GET", "/v1/jobs/acks", None).await;
+    assert_eq!((status.as_u16(), job["id"].clone()), (200, json!("acks")), "{job}");
+}
+
+/// The reserve answer carries the reservation's length, so a worker touches at half of it without
+/// comparing its clock to Redis's `deadline`.
+#[tokio::test]
+async fn a_reservation_says_its_ttr() {
+    let s = TestServer::start().await;
+    s.push(json!({"id": "j", "topic": "t", "body": 1, "ttr_ms": 45000}))
         .await;
-    let (status, job) = s.call("GET", "/v1/jobs/ack", None).await;
-    assert_eq!((status.as_u16(), job["id"].clone()), (200, json!("ack")), "{job}");
-    let (status, job) = s.call("PATCH", "/v1/jobs/ack", Some(json!({"delay_ms": 0}))).await;
-    assert_eq!((status.as_u16(), job["state"].clone()), (200, json!("ready")), "{job}");
-    let job = &s.reserve(&["t"], 1, 0).await[0];
-    let (status, _) = s
-        .call("POST", "/v1/jobs/ack/ack", Some(json!({"receipt": job["receipt"]})))
-        .await;
-    assert_eq!(status, 204);
-    let (status, _) = s.call("DELETE", "/v1/jobs/ack", None).await;
-    assert_eq!(status, 204);
+    s.push(json!({"id": "k", "topic": "t", "body": 1})).await;
+    let jobs = s.reserve(&["t"], 2, 0).await;
+    let ttr = |id: &str| jobs.iter().find(|j| j["id"] == id).unwrap()["ttr_ms"].clone();
+    assert_eq!(ttr("j"), json!(45000), "{jobs:?}");
+    assert_eq!(ttr("k"), json!(30000), "the default TTR: {jobs:?}");
 }
 
 #[tokio::test]

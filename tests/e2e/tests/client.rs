@@ -209,12 +209,6 @@ async fn every_operation_of_the_openapi_document_has_a_client_method() {
     for item in doc["paths"].as_object().unwrap().values() {
         for op in item.as_object().unwrap().values() {
             let Some(id) = op["operationId"].as_str() else { continue };
-            // `/v1/jobs/batch` and `/v1/jobs/ack` are also job ids: the same look up, cancel, reschedule.
-            let base = id
-                .strip_suffix("_batch")
-                .or_else(|| id.strip_suffix("_ack"))
-                .filter(|b| known.contains_key(b));
-            let id = base.unwrap_or(id);
             assert!(
                 known.contains_key(id),
                 "operation `{id}` has no dq-client method (dq_client::OPERATIONS)"

@@ -35,4 +35,4 @@ if told == nil or r.d < told then
   redis.call('SET', announced, r.d)
   redis.call(publish, ARGV[4], reserved .. ' ' .. r.d)
 end
-return {topic, r.b, r.a, r.rc, r.d}
+return {topic, r.b, r.a, r.rc, r.d, r.ttr}

@@ -18,8 +18,8 @@
 --   always go to the ready queue, whose order is theirs.
 -- Returns: {moved, next_due (-1 when the delay set is empty), now, jobs handed to each waiting worker
 --   (one value per worker, in the order given) ..., lateness of each moved job in ms ...}
---   A hand-off message is a JSON array of jobs, each [id, topic, body, attempt, receipt, deadline, run_at]
---   (the fields and order of reserve.lua's answer).
+--   A hand-off message is a JSON array of jobs, each [id, topic, body, attempt, receipt, deadline, run_at,
+--   ttr] (the fields and order of reserve.lua's answer).
 
 local bucket, counts, reserved, announced = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -77,8 +77,9 @@ for i = 1, count do
       if #wk.jobs < wk.slots then
         n = n + 1
         local id = due[2 * i - 1]
-        local a, rc, d = r.a + 1, nonce .. '.' .. n, now + math.max(r.ttr, wk.ttr)
-        entry[i] = {id, r.t, r.b, a, rc, d, r.r}
+        local ttr = math.max(r.ttr, wk.ttr)
+        local a, rc, d = r.a + 1, nonce .. '.' .. n, now + ttr
+        entry[i] = {id, r.t, r.b, a, rc, d, r.r, ttr}
         table.insert(wk.jobs, entry[i])
         handed_to[i] = w
         break

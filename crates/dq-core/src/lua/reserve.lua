@@ -12,7 +12,8 @@
 -- ARGV[6]: "1" to take each job from the queue whose first job comes first (lowest score, then lowest
 -- id), as beanstalkd's reserve takes the best job of every watched tube; "" for the queues in the order
 -- given
--- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at; then 1 when the
+-- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at, ttr (the
+-- reservation's length in ms, so a worker can touch at half of it without comparing clocks); then 1 when the
 -- queues may still hold jobs (a topic's count says so, or they do), 0 when they are empty (the caller's
 -- process then knows, without another call, that nobody needs waking for them).
 
@@ -85,7 +86,8 @@ for q = 1, #pops do
     if r then
       n = n + 1
       r.a = r.a + 1
-      r.s, r.rc, r.d = 'reserved', nonce .. '.' .. n, now + math.max(r.ttr, least_ttr)
+      local ttr = math.max(r.ttr, least_ttr)
+      r.s, r.rc, r.d = 'reserved', nonce .. '.' .. n, now + ttr
       rec_store(prefix .. ':job:' .. id, r)
       added[#added + 1] = r.d
       added[#added + 1] = id
@@ -98,6 +100,7 @@ for q = 1, #pops do
       out[#out + 1] = r.rc
       out[#out + 1] = r.d
       out[#out + 1] = r.r
+      out[#out + 1] = ttr
     end
   end
 end

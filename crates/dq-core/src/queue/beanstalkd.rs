@@ -244,6 +244,7 @@ impl Queue {
             receipt: out.get(3).and_then(text).ok_or_else(bad)?,
             deadline: out.get(4).and_then(int).ok_or_else(bad)?,
             run_at: 0,
+            ttr_ms: out.get(5).and_then(int).ok_or_else(bad)? as u64,
         }))
     }
 

@@ -91,8 +91,8 @@ impl Queue {
     }
 }
 
-/// A job in a hand-off message: id, topic, body (JSON text), attempt, receipt, deadline, run_at.
-type Entry = (String, String, String, u32, String, i64, i64);
+/// A job in a hand-off message: id, topic, body (JSON text), attempt, receipt, deadline, run_at, ttr.
+type Entry = (String, String, String, u32, String, i64, i64, u64);
 
 /// Reads a hand-off message (see `promote.lua`) into reservations.
 pub fn decode_handoff(payload: &str) -> Result<Vec<Reservation>> {
@@ -103,7 +103,7 @@ pub fn decode_handoff(payload: &str) -> Result<Vec<Reservation>> {
     let entries: Vec<Entry> = serde_json::from_str(payload).map_err(|e| bad(e.to_string()))?;
     entries
         .into_iter()
-        .map(|(id, topic, body, attempt, receipt, deadline, run_at)| {
+        .map(|(id, topic, body, attempt, receipt, deadline, run_at, ttr_ms)| {
             Ok(Reservation {
                 body: RawValue::from_string(body).map_err(|e| bad(format!("body of {id}: {e}")))?,
                 id,
@@ -112,6 +112,7 @@ pub fn decode_handoff(payload: &str) -> Result<Vec<Reservation>> {
                 receipt,
                 deadline,
                 run_at,
+                ttr_ms,
             })
         })
         .collect()
@@ -144,13 +145,14 @@ mod tests {
 
     #[test]
     fn a_handoff_message_reads_as_reservations() {
-        let jobs = decode_handoff(r#"[["01A","t","{\"a\":1}",1,"ab.1",1700000005000,1700000000000]]"#).unwrap();
+        let jobs = decode_handoff(r#"[["01A","t","{\"a\":1}",1,"ab.1",1700000005000,1700000000000,30000]]"#).unwrap();
         assert_eq!(jobs.len(), 1);
         assert_eq!((jobs[0].id.as_str(), jobs[0].topic.as_str()), ("01A", "t"));
         assert_eq!(jobs[0].body.get(), r#"{"a":1}"#);
         assert_eq!((jobs[0].attempt, jobs[0].receipt.as_str()), (1, "ab.1"));
         assert_eq!((jobs[0].deadline, jobs[0].run_at), (1700000005000, 1700000000000));
+        assert_eq!(jobs[0].ttr_ms, 30000);
         assert!(decode_handoff("[[1]]").is_err());
-        assert!(decode_handoff(r#"[["01A","t","not json",1,"ab.1",1,1]]"#).is_err());
+        assert!(decode_handoff(r#"[["01A","t","not json",1,"ab.1",1,1,1]]"#).is_err());
     }
 }

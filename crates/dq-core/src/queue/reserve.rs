@@ -255,9 +255,9 @@ impl Queue {
         };
         let (more, jobs) = out.split_last().ok_or_else(bad)?;
         let jobs = jobs
-            .chunks(7)
+            .chunks(8)
             .map(|c| {
-                if c.len() != 7 {
+                if c.len() != 8 {
                     return Err(bad());
                 }
                 let body = text(&c[2]).ok_or_else(bad)?;
@@ -269,6 +269,7 @@ impl Queue {
                     receipt: text(&c[4]).ok_or_else(bad)?,
                     deadline: int(&c[5]).ok_or_else(bad)?,
                     run_at: int(&c[6]).ok_or_else(bad)?,
+                    ttr_ms: int(&c[7]).ok_or_else(bad)? as u64,
                 })
             })
             .collect::<Result<_>>()?;

@@ -14,9 +14,13 @@ use serde_json::{Value, json};
 pub const TOPIC: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$";
 /// A job id, and a deduplication key (`dq_core::job::validate_id`).
 pub const ID: &str = "^[A-Za-z0-9_.:-]{1,128}$";
+/// The id a push gives: the id rule, but not `ack` or `batch`, which name routes
+/// (`dq_core::job::validate_new_id`).
+const NEW_ID: &str = "^(?!(ack|batch)$)[A-Za-z0-9_.:-]{1,128}$";
 /// A job id in a path: `.` and `..` are valid ids, but a URL cannot carry them as a segment (clients
-/// remove dot segments), so such a job is reached by push and reserve only.
-const PATH_ID: &str = "^(?!\\.\\.?$)[A-Za-z0-9_.:-]{1,128}$";
+/// remove dot segments), so such a job is reached by push and reserve only; `ack` and `batch` are
+/// routes of their own, and no push may give them.
+const PATH_ID: &str = "^(?!(\\.\\.?|ack|batch)$)[A-Za-z0-9_.:-]{1,128}$";
 
 /// Writes the rules into `doc` (the document as utoipa made it).
 pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
@@ -32,7 +36,7 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
 
     let push = schema(schemas, "PushRequest");
     string(push, "topic", TOPIC);
-    string(push, "id", ID);
+    string(push, "id", NEW_ID);
     string(push, "dedup_key", ID);
     int(push, "delay_ms", 0, max_delay);
     run_at(push, max_delay);
@@ -54,7 +58,11 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     let reschedule = schema(schemas, "RescheduleRequest");
     int(reschedule, "delay_ms", 0, max_delay);
     run_at(reschedule, max_delay);
-    reschedule["oneOf"] = json!([given(&["delay_ms"]), given(&["run_at"])]);
+    // Rules between fields go in `allOf`: a generated client (openapi-python-client) reads a top-level
+    // `oneOf`/`anyOf` as a union of other types, and loses the object's own fields.
+    reschedule["allOf"] = json!([
+        {"oneOf": [given(&["delay_ms"]), given(&["run_at"])], "description": "exactly one of `delay_ms` and `run_at`"},
+    ]);
 
     let reserve = schema(schemas, "ReserveRequest");
     items(reserve, "topics", 1, limits.max_reserve_topics);
@@ -90,7 +98,9 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     callback["properties"]["rate_per_s"]["exclusiveMinimum"] = 0.into();
     callback["properties"]["rate_per_s"]["maximum"] = 1_000_000.into();
     int(callback, "burst", 1, 1_000_000);
-    callback["anyOf"] = json!([{"not": given(&["burst"])}, given(&["rate_per_s"])]);
+    callback["allOf"] = json!([
+        {"anyOf": [{"not": given(&["burst"])}, given(&["rate_per_s"])], "description": "`burst` needs `rate_per_s`"},
+    ]);
     callback["description"] = json!("Where and how dq-consumer POSTs the topic's jobs. `burst` needs `rate_per_s`.");
     callback["properties"]["headers"]["propertyNames"] = json!({
         "pattern": "^[A-Za-z0-9_-]+$",

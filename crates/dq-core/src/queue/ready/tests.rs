@@ -248,6 +248,7 @@ fn handed_job(id: &str, topic: &str) -> crate::job::Reservation {
         receipt: format!("r.{id}"),
         deadline: 0,
         run_at: 0,
+        ttr_ms: 30_000,
     }
 }
 
