@@ -59,8 +59,13 @@ pub struct Node {
     responses((status = 200, description = "Counts and health.", body = Stats)))]
 pub async fn stats(State(app): State<AppState>, caller: Caller) -> Result<Json<Stats>, ApiError> {
     caller.allow_scope(Scope::Read)?;
-    let stats = app.queue.stats().await;
+    let (stats, registry) = tokio::join!(app.queue.stats(), app.queue.topics());
     let mut topics: BTreeMap<String, BTreeMap<&'static str, i64>> = BTreeMap::new();
+    // Registered topics are listed with their zeros, as `GET /v1/topics` lists them. Stats still
+    // answer when the registry cannot be read (they report Redis's health): without those zeros.
+    for topic in registry.unwrap_or_default().into_keys().filter(|t| caller.sees(t)) {
+        topics.insert(topic, zero_counts());
+    }
     for (topic, counts) in stats.counts.iter().filter(|(t, _)| caller.sees(t)) {
         let t = topics.entry(topic.clone()).or_insert_with(zero_counts);
         for (state, n) in counts {

@@ -197,6 +197,33 @@ async fn stats_count_per_topic_and_state() {
     assert_eq!(st["redis"]["partitions"], 256);
 }
 
+/// A registered topic without jobs, and a topic whose jobs are all gone, stay listed with zeros in
+/// `GET /v1/stats` and `GET /v1/topics` (a script waiting for a topic to drain sees it reach 0).
+#[tokio::test]
+async fn drained_and_registered_topics_stay_listed_with_zeros() {
+    let s = TestServer::start().await;
+    let (status, body) = s.call("PUT", "/v1/topics/quiet", Some(json!({}))).await;
+    assert_eq!(status, 200, "{body}");
+    s.push(json!({"id": "d1", "topic": "drained", "body": 1})).await;
+    let job = &s.reserve(&["drained"], 1, 0).await[0];
+    let (status, _) = s
+        .call("POST", "/v1/jobs/d1/ack", Some(json!({"receipt": job["receipt"]})))
+        .await;
+    assert_eq!(status, 204);
+    let zeros = json!({"dead": 0, "delayed": 0, "ready": 0, "reserved": 0});
+    let (status, st) = s.call("GET", "/v1/stats", None).await;
+    assert_eq!(status, 200, "{st}");
+    for topic in ["quiet", "drained"] {
+        assert_eq!(st["topics"][topic], zeros, "{topic} in {st}");
+    }
+    let (status, list) = s.call("GET", "/v1/topics", None).await;
+    assert_eq!(status, 200, "{list}");
+    for topic in ["quiet", "drained"] {
+        let t = list["topics"].as_array().unwrap().iter().find(|t| t["topic"] == topic);
+        assert_eq!(t.map(|t| t["counts"].clone()), Some(zeros.clone()), "{topic} in {list}");
+    }
+}
+
 #[tokio::test]
 async fn probes_and_metrics() {
     let s = TestServer::start().await;

@@ -25,7 +25,9 @@ pub struct NodeStats {
 /// Counts and health of the whole installation.
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
-    /// Job counts by topic, then state, summed over the partitions that answered.
+    /// Job counts by topic, then state, summed over the partitions that answered. A topic whose
+    /// fields are all 0 (its jobs are gone, and dq-checker has not yet removed the fields) is here
+    /// with zeros.
     pub counts: HashMap<String, HashMap<State, i64>>,
     /// Dead jobs by partition and topic (partitions that answered, topics with dead jobs): where
     /// dq-checker's retention has work.
@@ -61,6 +63,18 @@ impl Queue {
                     let mut zeros = Vec::new();
                     for (field, n) in raw {
                         if n == 0 {
+                            // The topic had jobs in this state until lately: it stays listed, at 0,
+                            // until dq-checker's housekeeping removes the field.
+                            if let Some((topic, state)) = field.rsplit_once(':')
+                                && let Some(state) = State::parse(state)
+                            {
+                                stats
+                                    .counts
+                                    .entry(topic.to_string())
+                                    .or_default()
+                                    .entry(state)
+                                    .or_default();
+                            }
                             zeros.push(field);
                             continue;
                         }
