@@ -46,8 +46,10 @@ pub(crate) fn view(stored: StoredSchedule, now: i64) -> ScheduleView {
     }
 }
 
-/// The schedule `name`, or 404; 403 unless the caller has `scope` on its topic.
+/// The schedule `name`, or 404; 403 unless the caller has `scope` on its topic. A token without
+/// `scope` at all gets 403 before anything is read, so it never learns which names exist.
 async fn existing(app: &AppState, caller: &Caller, name: &str, scope: Scope) -> Result<StoredSchedule, ApiError> {
+    caller.allow_scope(scope)?;
     validate_name(name)?;
     let stored = app
         .queue
@@ -85,6 +87,7 @@ pub async fn put(
     Path(name): Path<String>,
     JsonBody(config): JsonBody<ScheduleConfig>,
 ) -> Result<Json<ScheduleView>, ApiError> {
+    caller.allow_scope(Scope::Admin)?;
     config.validate(&name, app.queue.limits())?;
     caller.allow(Scope::Admin, &config.topic)?;
     let old = app.queue.schedule(&name).await?;

@@ -4,65 +4,10 @@
 mod common;
 
 use common::TestServer;
-use dq_core::config::{Scope, TokenSpec};
-use dq_harness::RedisServer;
-use reqwest::StatusCode;
+use dq_core::config::Scope;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
-const ROOT: &str = "root-token";
-
-fn spec(name: &str, scopes: &[Scope], topics: Option<&[&str]>) -> TokenSpec {
-    TokenSpec {
-        name: name.into(),
-        sha256: hex::encode(Sha256::digest(format!("{name}-secret").as_bytes())),
-        scopes: scopes.to_vec(),
-        topics: topics.map(|t| t.iter().map(|s| s.to_string()).collect()),
-    }
-}
-
-async fn server() -> TestServer {
-    let redis = vec![RedisServer::start()];
-    let mut s = common::settings(&redis);
-    s.auth.admin_token = Some(ROOT.into());
-    s.auth.tokens = vec![
-        spec("producer", &[Scope::Produce], None),
-        spec("consumer", &[Scope::Consume], None),
-        spec("reader", &[Scope::Read], None),
-        spec("operator", &[Scope::Admin], None),
-        spec(
-            "orders",
-            &[Scope::Produce, Scope::Consume, Scope::Read],
-            Some(&["orders.*"]),
-        ),
-    ];
-    TestServer::with_settings(redis, s).await
-}
-
-async fn send(
-    s: &TestServer,
-    token: Option<&str>,
-    method: &str,
-    path: &str,
-    body: Option<&Value>,
-) -> (StatusCode, Value) {
-    // Redirects are answers here (the admin pages send a caller without a token to the login).
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let mut req = client.request(method.parse().unwrap(), s.url(path));
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    if let Some(b) = body {
-        req = req.json(b);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status();
-    let text = resp.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
-}
+use common::{ROOT, send, server};
 
 /// A fresh ready job of `topic`, reserved (by root) when `reserved`: (id, receipt).
 async fn job(s: &TestServer, topic: &str, reserved: bool) -> (String, String) {

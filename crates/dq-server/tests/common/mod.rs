@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
+use dq_core::config::{Scope, TokenSpec};
 use dq_harness::RedisServer;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 pub struct TestServer {
@@ -174,4 +176,60 @@ pub fn assert_error(status: StatusCode, body: &Value, want_status: u16, want_cod
         body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
         "{body}"
     );
+}
+
+pub const ROOT: &str = "root-token";
+
+pub fn spec(name: &str, scopes: &[Scope], topics: Option<&[&str]>) -> TokenSpec {
+    TokenSpec {
+        name: name.into(),
+        sha256: hex::encode(Sha256::digest(format!("{name}-secret").as_bytes())),
+        scopes: scopes.to_vec(),
+        topics: topics.map(|t| t.iter().map(|s| s.to_string()).collect()),
+    }
+}
+
+/// A server with the root token and one token per scope (and `orders`, limited to `orders.*`).
+pub async fn server() -> TestServer {
+    let redis = vec![RedisServer::start()];
+    let mut s = settings(&redis);
+    s.auth.admin_token = Some(ROOT.into());
+    s.auth.tokens = vec![
+        spec("producer", &[Scope::Produce], None),
+        spec("consumer", &[Scope::Consume], None),
+        spec("reader", &[Scope::Read], None),
+        spec("operator", &[Scope::Admin], None),
+        spec(
+            "orders",
+            &[Scope::Produce, Scope::Consume, Scope::Read],
+            Some(&["orders.*"]),
+        ),
+    ];
+    TestServer::with_settings(redis, s).await
+}
+
+/// Sends `method path` with `token` (none: no header) and a JSON `body`; redirects are answers.
+pub async fn send(
+    s: &TestServer,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (StatusCode, Value) {
+    // Redirects are answers here (the admin pages send a caller without a token to the login).
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let mut req = client.request(method.parse().unwrap(), s.url(path));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
