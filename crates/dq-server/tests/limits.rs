@@ -205,16 +205,46 @@ async fn long_polls_beyond_the_cap_get_a_503_and_the_rest_still_get_jobs() {
     assert_eq!(got, 2);
 }
 
+/// Every route that takes a body (each one of the served document, and the admin login form), over
+/// HTTP/1.1 and HTTP/2, with no token, a wrong one and the right one: a `Content-Length` over the limit
+/// is answered 413 from the request head alone, before any of the body is sent, and nothing is written.
 #[tokio::test]
 async fn a_body_too_large_is_refused_by_its_content_length_before_it_is_sent() {
-    let s = server_with(|_| {}).await;
+    let s = server_with(|s| s.auth.admin_token = Some("limits-token".into())).await;
     let before = s.snapshot();
+    let (_, doc) = s.call("GET", "/openapi.json", None).await;
+    let mut routes = vec![("POST".to_string(), "/admin/login".to_string())];
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            if op["requestBody"].is_object() {
+                let path = path.replace("{id}", "j").replace("{topic}", "t").replace("{name}", "n");
+                routes.push((method.to_uppercase(), path));
+            }
+        }
+    }
+    assert!(routes.len() > 10, "{routes:?}");
+    for (method, path) in &routes {
+        for token in [None, Some("wrong"), Some("limits-token")] {
+            let (status, body) = head_only_h1(&s, method, path, token).await;
+            assert_error(status, &body, 413, "payload_too_large");
+            let (status, body) = head_only_h2(&s, method, path, token).await;
+            assert_error(status, &body, 413, "payload_too_large");
+        }
+    }
+    assert_eq!(s.snapshot(), before);
+}
+
+/// Sends only the head of `method path` announcing 100 MB, over HTTP/1.1: the answer, had the server
+/// one before the body (were it reading the body, it would wait for it until the test timed out).
+async fn head_only_h1(s: &TestServer, method: &str, path: &str, token: Option<&str>) -> (reqwest::StatusCode, Value) {
     let host = s.base.trim_start_matches("http://").to_string();
-    let mut c = connect(&s).await;
-    // Only the head: were the server reading the body, it would wait for it until the test timed out.
+    let mut c = connect(s).await;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     c.write_all(
         format!(
-            "POST /v1/jobs HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n"
         )
         .as_bytes(),
     )
@@ -223,13 +253,52 @@ async fn a_body_too_large_is_refused_by_its_content_length_before_it_is_sent() {
     let mut buf = vec![0u8; 4096];
     let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf))
         .await
-        .expect("an answer before the body is sent")
+        .unwrap_or_else(|_| panic!("{method} {path}: an answer before the body is sent"))
         .unwrap();
     let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
-    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
-    let (status, body) = (reqwest::StatusCode::PAYLOAD_TOO_LARGE, json_of(&answer));
-    assert_error(status, &body, 413, "payload_too_large");
-    assert_eq!(s.snapshot(), before);
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .unwrap_or(0);
+    (reqwest::StatusCode::from_u16(status).unwrap(), json_of(&answer))
+}
+
+/// The same over HTTP/2 (prior knowledge): a request stream whose body never comes.
+async fn head_only_h2(s: &TestServer, method: &str, path: &str, token: Option<&str>) -> (reqwest::StatusCode, Value) {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, StreamBody};
+    let host = s.base.trim_start_matches("http://").to_string();
+    let stream = TcpStream::connect(&host).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("an HTTP/2 handshake with prior knowledge");
+    tokio::spawn(conn);
+    let never = futures_util::stream::pending::<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>>();
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{host}{path}"))
+        .header("content-type", "application/json")
+        .header("content-length", "100000000");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        sender.send_request(req.body(StreamBody::new(never)).unwrap()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{method} {path} (HTTP/2): an answer before the body is sent"))
+    .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        reqwest::StatusCode::from_u16(status).unwrap(),
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+    )
 }
 
 /// HTTP/2 in clear text (prior knowledge): many long polls share one connection, each a stream, and a
