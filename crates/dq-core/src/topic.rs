@@ -98,21 +98,34 @@ impl Callback {
 /// What the API shows in place of a secret, a header value or a URL's credentials.
 pub const MASK: &str = "***";
 
-/// `url` with the credentials it carries masked (`https://user:***@host/`; a user alone, often a token,
-/// as `***`), for the API, the admin pages and logs. Unparsable: shown as it is (registration refuses
-/// such URLs).
+/// `url` with the credentials it carries masked, for the API, the admin pages and logs: the password
+/// (`https://user:***@host/`; a user alone, often a token, as `***`) and every query value
+/// (`https://hooks.example/x?token=***`: webhook URLs often carry their token there). Names of query
+/// parameters stay, so the URL still says what it is. Unparsable: shown as it is (registration refuses
+/// such URLs). The stored URL stays exact: deliveries go to it.
 pub fn masked_url(url: &str) -> String {
     let Ok(mut u) = url::Url::parse(url) else {
         return url.to_string();
     };
+    let mut changed = false;
     if u.password().is_some() {
-        let _ = u.set_password(Some("***"));
+        let _ = u.set_password(Some(MASK));
+        changed = true;
     } else if !u.username().is_empty() {
-        let _ = u.set_username("***");
-    } else {
-        return url.to_string();
+        let _ = u.set_username(MASK);
+        changed = true;
     }
-    u.to_string()
+    if u.query().is_some_and(|q| !q.is_empty()) {
+        let names: Vec<(String, bool)> = u.query_pairs().map(|(k, v)| (k.into_owned(), v.is_empty())).collect();
+        let mut pairs = u.query_pairs_mut();
+        pairs.clear();
+        for (name, empty) in names {
+            pairs.append_pair(&name, if empty { "" } else { MASK });
+        }
+        drop(pairs);
+        changed = true;
+    }
+    if changed { u.to_string() } else { url.to_string() }
 }
 
 impl std::fmt::Debug for Callback {
@@ -554,16 +567,20 @@ mod tests {
     fn masked_values_sent_back_keep_the_stored_ones() {
         let stored: TopicConfig = serde_json::from_str(
             r#"{"callback": {"url": "https://u:pw@h.example/hook", "secret": "a", "previous_secret": "b",
-                             "headers": {"X-Key": "k"}, "on_dead_url": "https://t0k@h.example/dead"}}"#,
+                             "headers": {"X-Key": "k"}, "on_dead_url": "https://h.example/dead?key=t0k"}}"#,
         )
         .unwrap();
         // What GET shows, edited (the timeout) and sent back whole.
         let mut sent = stored.redacted();
+        assert_eq!(
+            sent.callback.as_ref().unwrap().on_dead_url.as_deref(),
+            Some("https://h.example/dead?key=***")
+        );
         sent.callback.as_mut().unwrap().timeout_ms = 900;
         sent.keep_masked(Some(&stored)).unwrap();
         let cb = sent.callback.unwrap();
         assert_eq!(cb.url, "https://u:pw@h.example/hook");
-        assert_eq!(cb.on_dead_url.as_deref(), Some("https://t0k@h.example/dead"));
+        assert_eq!(cb.on_dead_url.as_deref(), Some("https://h.example/dead?key=t0k"));
         assert_eq!(
             (cb.secret.as_deref(), cb.previous_secret.as_deref()),
             (Some("a"), Some("b"))
@@ -603,7 +620,16 @@ mod tests {
     fn credentials_in_the_url_and_every_secret_are_masked_where_shown() {
         assert_eq!(
             masked_url("https://user:pw@hooks.example/x?a=1"),
-            "https://user:***@hooks.example/x?a=1"
+            "https://user:***@hooks.example/x?a=***"
+        );
+        // Webhook URLs carry their token in the query: every value is masked, names and empty values stay.
+        assert_eq!(
+            masked_url("https://hooks.example.com/x?token=s3cr3t&channel=ops&flag="),
+            "https://hooks.example.com/x?token=***&channel=***&flag="
+        );
+        assert_eq!(
+            masked_url("https://hooks.example.com/x?"),
+            "https://hooks.example.com/x?"
         );
         assert_eq!(
             masked_url("https://tok3n@hooks.example/x"),

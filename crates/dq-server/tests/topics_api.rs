@@ -316,8 +316,10 @@ async fn secrets_are_sealed_in_redis_and_masked_everywhere_they_are_shown() {
     let mut settings = common::settings(std::slice::from_ref(&redis));
     settings.secrets.keys = vec!["AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=".into()];
     let s = TestServer::with_settings(vec![redis], settings).await;
-    let config = json!({"callback": {"url": "http://hookuser:hookpass@127.0.0.1:9/hook", "secret": "cur-secret",
-                                     "previous_secret": "prev-secret", "headers": {"X-Api-Key": "hdr-value"}}});
+    let config = json!({"callback": {"url": "http://hookuser:hookpass@127.0.0.1:9/hook?token=query-token&channel=ops",
+                                     "secret": "cur-secret", "previous_secret": "prev-secret",
+                                     "headers": {"X-Api-Key": "hdr-value"},
+                                     "on_dead_url": "http://127.0.0.1:9/dead?key=dead-key"}});
     let (status, out) = s.call("PUT", "/v1/topics/sealed", Some(config)).await;
     assert_eq!(status, 200, "{out}");
     let (_, got) = s.call("GET", "/v1/topics/sealed", None).await;
@@ -340,10 +342,37 @@ async fn secrets_are_sealed_in_redis_and_masked_everywhere_they_are_shown() {
         ("admin", page),
         ("admin topic", topic_page),
     ] {
-        for clear in ["hookpass", "cur-secret", "prev-secret", "hdr-value"] {
+        for clear in [
+            "hookpass",
+            "cur-secret",
+            "prev-secret",
+            "hdr-value",
+            "query-token",
+            "dead-key",
+        ] {
             assert!(!text.contains(clear), "{clear} shown by {place}: {text}");
         }
     }
-    assert_eq!(got["config"]["callback"]["url"], "http://hookuser:***@127.0.0.1:9/hook");
+    assert_eq!(
+        got["config"]["callback"]["url"],
+        "http://hookuser:***@127.0.0.1:9/hook?token=***&channel=***"
+    );
+    assert_eq!(
+        got["config"]["callback"]["on_dead_url"],
+        "http://127.0.0.1:9/dead?key=***"
+    );
+    // The stored URL stays exact (deliveries go to it), and the config sent back as shown keeps it.
+    assert!(stored.contains("token=query-token"), "{stored}");
+    let (status, out) = s.call("PUT", "/v1/topics/sealed", Some(got["config"].clone())).await;
+    assert_eq!(status, 200, "{out}");
+    let kept: String = redis::cmd("HGET")
+        .arg("{dq}:topics")
+        .arg("sealed")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        kept.contains("token=query-token") && kept.contains("key=dead-key"),
+        "{kept}"
+    );
     assert_eq!(got["config"]["callback"]["previous_secret"], "***");
 }

@@ -18,6 +18,8 @@ async fn consumer_finishes_in_flight_deliveries_and_exits_0_on_signals() {
     let base = format!("http://127.0.0.1:{}", server.port);
     let http = reqwest::Client::new();
     let (url, count) = common::hook(Duration::from_millis(1500)).await;
+    // A token in the query, as many webhook URLs carry one: deliveries use it, logs never show it.
+    let url = format!("{url}?token=query-secret");
     let resp = http
         .put(format!("{base}/v1/topics/slow"))
         .json(&json!({"callback": {"url": url}}))
@@ -52,6 +54,8 @@ async fn consumer_finishes_in_flight_deliveries_and_exits_0_on_signals() {
         consumer.signal(sig);
         let status = consumer.wait(Duration::from_secs(30)).expect("exits after the signal");
         assert_eq!(status.code(), Some(0), "SIG{sig}: {}", consumer.log());
+        let log = consumer.log();
+        assert!(log.contains("token=***") && !log.contains("query-secret"), "{log}");
         for id in &ids {
             let job: Value = http
                 .get(format!("{base}/v1/jobs/{id}"))
