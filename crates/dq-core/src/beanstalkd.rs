@@ -7,7 +7,8 @@
 //! [`id_of_number`]: its number in Crockford's base 32, 23 characters, then the three characters that
 //! put it in that partition (a server-made id's form, see [`crate::partition`]). So the id is found from
 //! the number with no index, and ids sort as numbers do, which orders jobs of one priority by number in
-//! a ready queue. A job pushed over HTTP gets a number when the protocol first shows it
+//! a ready queue, and across ready queues when a reserve compares their first jobs (dq-server hands out
+//! numbers that rise in its put order across partitions, see `bs_numbers.lua`). A job pushed over HTTP gets a number when the protocol first shows it
 //! (`bs_number.lua`), kept in its record and in the partition's number index.
 //!
 //! **Tubes.** Every topic name is a valid tube name and is its own tube. A tube name that is not a

@@ -239,12 +239,17 @@ script!(
     BS_NUMBER,
     record + "bs_number.lua"
 );
+script!(
+    /// A dq-server's block of beanstalkd numbers in one partition, from a least one on.
+    BS_NUMBERS,
+    "bs_numbers.lua"
+);
 
 /// Every script, to load them all when a process connects: without that, the first calls of a script
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
 /// NOSCRIPT and send the script's text again.
 /// `sharded` picks the builds of the scripts that publish.
-pub fn all(sharded: bool) -> [&'static Script; 33] {
+pub fn all(sharded: bool) -> [&'static Script; 34] {
     [
         &GET,
         PUSH.get(sharded),
@@ -279,6 +284,7 @@ pub fn all(sharded: bool) -> [&'static Script; 33] {
         BS_KICK.get(sharded),
         &BS_NUMBER,
         BS_TAKE.get(sharded),
+        &BS_NUMBERS,
     ]
 }
 
@@ -310,7 +316,7 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 34);
+        assert_eq!(n, 35);
         assert_eq!(super::all(false).len(), n - 1, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [

@@ -1,7 +1,8 @@
 //! Real beanstalkd clients against dq's beanstalkd listener: greenstalk (Python, from .venv) and Pheanstalk 4
 //! (PHP, Debian's php-pda-pheanstalk) each run a producer and a worker through every verb and check each
-//! answer (tests/e2e/clients/beanstalkd/). Each also runs against the real beanstalkd, which proves the
-//! client program itself right.
+//! answer (tests/e2e/clients/beanstalkd/); greenstalk also runs its own test of a reserve over several
+//! watched tubes, on a dq of many partitions (its tubes have home partitions of their own). Each also runs
+//! against the real beanstalkd, which proves the client program itself right.
 
 mod common;
 
@@ -24,6 +25,14 @@ fn greenstalk() -> Client {
         program: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python"),
         script: "greenstalk_client.py",
         installed_by: "scripts/ensure-python.sh",
+    }
+}
+
+/// greenstalk's own `test_initialize_watch_multiple`.
+fn greenstalk_watch_multiple() -> Client {
+    Client {
+        script: "greenstalk_watch_multiple.py",
+        ..greenstalk()
     }
 }
 
@@ -70,6 +79,20 @@ async fn greenstalk_against_beanstalkd() {
 async fn greenstalk_against_dq() {
     let dq = DqBeanstalkd::start().await;
     passes(&greenstalk(), &dq.addr).await;
+}
+
+#[tokio::test]
+async fn greenstalk_watch_multiple_against_beanstalkd() {
+    let beanstalkd = Beanstalkd::start();
+    passes(&greenstalk_watch_multiple(), &beanstalkd.addr).await;
+}
+
+/// On the default 256 partitions, where `static` and `dynamic` have home partitions of their own (the
+/// later put, into `dynamic`, in the lower one).
+#[tokio::test]
+async fn greenstalk_watch_multiple_against_dq() {
+    let dq = DqBeanstalkd::with_partitions(256).await;
+    passes(&greenstalk_watch_multiple(), &dq.addr).await;
 }
 
 #[tokio::test]

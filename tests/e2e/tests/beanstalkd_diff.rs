@@ -1,7 +1,10 @@
 //! dq's beanstalkd listener against the real beanstalkd 1.12, byte for byte: scripted sessions of raw
 //! protocol exchanges (sessions.rs) run against a fresh beanstalkd and a fresh dq (dq-server with
 //! `beanstalkd.listen`, dq-timer, a Redis with one partition), and every reply is compared. A few steps are
-//! marked with a named difference (`DIFFERENCES`) and compared as that difference allows.
+//! marked with a named difference (`DIFFERENCES`) and compared as that difference allows. Sessions about
+//! the order across tubes in several partitions run against a dq of `sessions::ACROSS_PARTITIONS`, whose
+//! job numbers differ from beanstalkd's: their replies' numbers are compared by the order they first
+//! appear in (`run::renumbered`).
 //!
 //! On failure every mismatching step is printed (session, step, what was sent, both replies), not only
 //! the first. `BEANSTALKD_DIFF_ONLY=<text>` runs only the sessions whose name holds the text;
@@ -17,7 +20,7 @@ mod beanstalkd_diff {
 }
 mod common;
 
-use beanstalkd_diff::run::{Reply, escape, run};
+use beanstalkd_diff::run::{Reply, escape, renumbered, run};
 use beanstalkd_diff::script::Session;
 use beanstalkd_diff::sessions;
 use common::beanstalkd::{Beanstalkd, DqBeanstalkd};
@@ -32,6 +35,10 @@ const DIFFERENCES: &[(&str, &str)] = &[
     (
         "job-stats",
         "stats-job: age and time-left are whole seconds read off each server's clock as it answers; file is a binlog file number (dq has no binlog)",
+    ),
+    (
+        "job-age",
+        "stats-job: age is whole seconds read off each server's clock since the put (time-left is compared: both round the time left down)",
     ),
     (
         "tube-pause",
@@ -59,6 +66,7 @@ fn ignored_keys(name: &str) -> &'static [&'static str] {
             "platform",
         ],
         "job-stats" => &["age", "time-left", "file"],
+        "job-age" => &["age"],
         "tube-pause" => &["pause-time-left"],
         other => panic!("no difference named {other:?} in DIFFERENCES"),
     }
@@ -129,6 +137,16 @@ fn compare(session: &Session, reference: &[Reply], other: &[Reply]) -> Vec<Misma
         }
     }
     found
+}
+
+/// Both servers' replies as `session` compares them: as they are, or renumbered (see [`renumbered`])
+/// when dq ran on several partitions and numbered the jobs otherwise.
+fn comparable(session: &Session, reference: Vec<Reply>, other: Vec<Reply>) -> (Vec<Reply>, Vec<Reply>) {
+    if session.partitions > 1 {
+        (renumbered(&reference), renumbered(&other))
+    } else {
+        (reference, other)
+    }
 }
 
 /// The sessions to run: all, or those `BEANSTALKD_DIFF_ONLY` names.
@@ -205,9 +223,10 @@ async fn dq_answers_as_beanstalkd_does() {
     let mut mismatches = Vec::new();
     for session in chosen() {
         let reference = Beanstalkd::start();
-        let dq = DqBeanstalkd::start().await;
+        let dq = DqBeanstalkd::with_partitions(session.partitions).await;
         let (a, b) = tokio::join!(run(&session, &reference.addr), run(&session, &dq.addr));
         transcript(&session, &a);
+        let (a, b) = comparable(&session, a, b);
         mismatches.extend(compare(&session, &a, &b));
     }
     assert_none(&mismatches, "dq");
@@ -220,6 +239,7 @@ async fn every_step_is_deterministic_on_beanstalkd() {
         let (one, two) = (Beanstalkd::start(), Beanstalkd::start());
         let (a, b) = tokio::join!(run(&session, &one.addr), run(&session, &two.addr));
         transcript(&session, &a);
+        let (a, b) = comparable(&session, a, b);
         mismatches.extend(compare(&session, &a, &b));
     }
     assert_none(&mismatches, "beanstalkd");
@@ -248,4 +268,42 @@ fn differences_compare_as_they_say() {
     for (name, _) in DIFFERENCES {
         assert!(!ignored_keys(name).is_empty());
     }
+}
+
+#[test]
+fn renumbering_keeps_the_order_of_jobs() {
+    let bytes = |s: &str| Reply::Bytes(s.as_bytes().to_vec());
+    let dq = [
+        "INSERTED 196\r\n",
+        "INSERTED 67\r\n",
+        "RESERVED 67 2\r\nab\r\n",
+        "FOUND 196 1\r\nx\r\n",
+        "TIMED_OUT\r\n",
+    ]
+    .map(bytes);
+    let want = [
+        "INSERTED #1\r\n",
+        "INSERTED #2\r\n",
+        "RESERVED #2 2\r\nab\r\n",
+        "FOUND #1 1\r\nx\r\n",
+        "TIMED_OUT\r\n",
+    ]
+    .map(bytes);
+    assert!(renumbered(&dq) == want);
+    let beanstalkd = ["INSERTED 1\r\n", "INSERTED 2\r\n", "RESERVED 1 2\r\nab\r\n"].map(bytes);
+    assert!(
+        renumbered(&beanstalkd)[2] != renumbered(&dq)[2],
+        "another job is another rank"
+    );
+}
+
+/// The sessions over tubes in several partitions test the order across tubes only if the tubes put into
+/// later have lower home partitions: numbers taken from each partition's own sequence would then put the
+/// later jobs first.
+#[test]
+fn tubes_across_partitions_are_in_partitions_that_test_the_order() {
+    use dq_core::beanstalkd::home_partition;
+    let p = sessions::ACROSS_PARTITIONS;
+    let [mail, stat, dynamic] = ["mail", "static", "dynamic"].map(|t| home_partition(t, p));
+    assert!(mail > stat && stat > dynamic, "{mail} {stat} {dynamic}");
 }

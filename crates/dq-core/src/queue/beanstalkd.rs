@@ -57,12 +57,17 @@ pub enum Released {
 const FIELDS: [&str; 11] = ["s", "t", "b", "r", "c", "ttr", "a", "d", "p", "k", "n"];
 
 impl Queue {
-    /// Takes `size` numbers from partition `p`'s sequence: the k of the last one (the block is
-    /// `last - size + 1 ..= last`).
-    pub async fn bs_take_numbers(&self, p: u16, size: u64) -> Result<u64> {
-        let mut cmd = redis::cmd("INCRBY");
-        cmd.arg(self.partition_keys(p).bs_seq()).arg(size);
-        let last: i64 = self.query(p, &cmd).await?;
+    /// Takes `size` numbers from partition `p`'s sequence, the first of them no lower than the k-th
+    /// (`bs_numbers.lua`): the k of the last one (the block is `last - size + 1 ..= last`).
+    pub async fn bs_take_numbers(&self, p: u16, size: u64, least: u64) -> Result<u64> {
+        let least = least.max(1);
+        let mut inv = scripts::BS_NUMBERS.prepare_invoke();
+        inv.key(self.partition_keys(p).bs_seq())
+            .arg(size)
+            .arg(least)
+            .arg(least - 1 + size);
+        // As the INCRBY it replaces: no wait for replicas (the puts that use the numbers wait).
+        let last: i64 = self.run(p, &inv).await?;
         Ok(last as u64)
     }
 

@@ -204,7 +204,10 @@ impl Session {
 /// `topics` with the one whose first ready job (in its home partition, where jobs put over the protocol
 /// are) comes first, then the others by their first jobs, then those with none: beanstalkd's reserve
 /// takes the best job of every watched tube, and the tubes' home partitions may differ (within one
-/// partition `reserve.lua` compares the queues itself). One topic is returned as it is.
+/// partition `reserve.lua` compares the queues itself). Jobs are compared by priority (the score), then
+/// by id, which sorts as the numbers do; a server's numbers rise in its put order across partitions
+/// ([`super::numbers`]), so of jobs of one priority the one put first wins, as in beanstalkd. One topic
+/// is returned as it is.
 pub async fn best_first(queue: &dq_core::Queue, topics: Vec<String>) -> dq_core::Result<Vec<String>> {
     if topics.len() < 2 {
         return Ok(topics);

@@ -20,12 +20,22 @@ pub fn list(names: &[String]) -> Vec<u8> {
     out.into_bytes()
 }
 
+/// The whole seconds left at `now_ms` until `until_ms` (both Unix ms), as beanstalkd shows them
+/// (`time-left`, `pause-time-left`): it cuts the nanoseconds left, and an instant it set is always some
+/// nanoseconds past when it is read, so a TTR of 60 s shows 59 right after the reserve. dq's instants
+/// are whole milliseconds (Redis's clock, cut), so the difference is the time left only to within a
+/// millisecond either way, and is 60,000 when the stats are read in the millisecond of the reserve:
+/// one millisecond is taken off so that such a read shows 59 too. Never below 0.
+pub fn secs_left(until_ms: i64, now_ms: i64) -> i64 {
+    (until_ms - now_ms - 1).max(0) / 1000
+}
+
 /// `stats-job`.
 pub fn job(n: u64, tube: &str, job: &BsJob, now_ms: i64) -> Vec<u8> {
     let secs = |ms: i64| ms.max(0) / 1000;
     let time_left = match job.state {
-        State::Reserved => secs(job.deadline.unwrap_or(now_ms) - now_ms),
-        State::Delayed => secs(job.run_at - now_ms),
+        State::Reserved => job.deadline.map_or(0, |d| secs_left(d, now_ms)),
+        State::Delayed => secs_left(job.run_at, now_ms),
         _ => 0,
     };
     let [timeouts, releases, buries, kicks] = job.counters;
@@ -60,7 +70,7 @@ pub fn tube(
     let [using, watching, waiting] = gauges.tubes.get(topic).copied().unwrap_or_default();
     let now = dq_core::queue::unix_ms();
     let (pause, left) = match paused {
-        Some((until, secs)) if until > now => (secs, (until - now) / 1000),
+        Some((until, secs)) if until > now => (secs, secs_left(until, now)),
         _ => (0, 0),
     };
     format!(
@@ -178,4 +188,23 @@ fn kernel(name: &str) -> String {
     std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
         .map(|h| h.trim().to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::secs_left;
+
+    #[test]
+    fn seconds_left_are_cut_as_beanstalkd_cuts_them() {
+        // Read in the millisecond of a 60 s reservation, and just after it.
+        assert_eq!(secs_left(60_000, 0), 59);
+        assert_eq!(secs_left(60_000, 1), 59);
+        assert_eq!(secs_left(60_000, 998), 59);
+        assert_eq!(secs_left(60_000, 1_001), 58);
+        assert_eq!(secs_left(1_000, 0), 0);
+        assert_eq!(secs_left(1, 0), 0);
+        // Past: 0, never below.
+        assert_eq!(secs_left(0, 0), 0);
+        assert_eq!(secs_left(0, 5_000), 0);
+    }
 }

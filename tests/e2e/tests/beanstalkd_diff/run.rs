@@ -1,5 +1,6 @@
 //! Running a session against one server: the raw bytes each step got back.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,40 @@ pub fn escape(bytes: &[u8]) -> String {
         let cut: String = text.chars().take(300).collect();
         format!("{cut}… ({} bytes)", bytes.len())
     }
+}
+
+/// `replies` with each job number of a reply line (`INSERTED <n>`, `RESERVED <n> <len>`, `FOUND <n> <len>`,
+/// `BURIED <n>`) replaced by `#<rank>`, its rank among the session's numbers in the order they first appear.
+/// Two servers that number jobs otherwise (dq on several partitions) then compare equal when they answer
+/// with the same jobs in the same order, and differ when one hands out another job.
+pub fn renumbered(replies: &[Reply]) -> Vec<Reply> {
+    let mut ranks: HashMap<Vec<u8>, usize> = HashMap::new();
+    let numbered: [&[u8]; 4] = [b"INSERTED", b"RESERVED", b"FOUND", b"BURIED"];
+    replies
+        .iter()
+        .map(|reply| {
+            let Reply::Bytes(bytes) = reply else {
+                return reply.clone();
+            };
+            let line_end = bytes.windows(2).position(|w| w == b"\r\n").unwrap_or(bytes.len());
+            let mut words = bytes[..line_end].splitn(3, |&b| b == b' ');
+            let verb = words.next().unwrap_or_default();
+            let Some(n) = words
+                .next()
+                .filter(|n| !n.is_empty() && n.iter().all(u8::is_ascii_digit))
+            else {
+                return reply.clone();
+            };
+            if !numbered.contains(&verb) {
+                return reply.clone();
+            }
+            let next = ranks.len() + 1;
+            let rank = *ranks.entry(n.to_vec()).or_insert(next);
+            let mut out = format!("{} #{rank}", String::from_utf8_lossy(verb)).into_bytes();
+            out.extend_from_slice(&bytes[verb.len() + 1 + n.len()..]);
+            Reply::Bytes(out)
+        })
+        .collect()
 }
 
 /// One connection of a session.

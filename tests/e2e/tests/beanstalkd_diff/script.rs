@@ -14,6 +14,11 @@ pub struct Session {
     pub conns: usize,
     /// What happens, in order.
     pub steps: Vec<Step>,
+    /// The partitions of the dq it runs against (1: numbers count 1, 2, 3 … as beanstalkd's). With more,
+    /// tubes have home partitions of their own and numbers differ from beanstalkd's: the replies' job
+    /// numbers are then compared by the order they first appear in (see `renumbered`), and the session
+    /// must not name a job by its number.
+    pub partitions: u16,
 }
 
 /// One thing done on one connection.
@@ -71,7 +76,14 @@ impl Session {
             name,
             conns,
             steps: Vec::new(),
+            partitions: 1,
         }
+    }
+
+    /// Runs against a dq of `partitions` partitions (see [`Session::partitions`]).
+    pub fn on_partitions(mut self, partitions: u16) -> Self {
+        self.partitions = partitions;
+        self
     }
 
     fn push(mut self, conn: usize, action: Action) -> Self {

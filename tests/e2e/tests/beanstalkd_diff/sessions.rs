@@ -4,6 +4,14 @@
 
 use super::script::Session;
 
+/// The partitions of the dq the sessions over tubes in several partitions run against: the installation
+/// default, where greenstalk's `static` and `dynamic` (and `mail`) have home partitions of their own, in
+/// the opposite order of the puts (a test in beanstalkd_diff.rs checks it).
+pub const ACROSS_PARTITIONS: u16 = 256;
+
+/// greenstalk's and beanstalkd's default priority.
+const PRI: u32 = 65_536;
+
 /// All sessions, in the order they run.
 pub fn all() -> Vec<Session> {
     vec![
@@ -19,6 +27,10 @@ pub fn all() -> Vec<Session> {
         connections(),
         tube_names(),
         pause_tube(),
+        time_left(),
+        watch_multiple_as_greenstalk(),
+        priorities_across_partitions(),
+        put_order_across_partitions(),
     ]
 }
 
@@ -447,4 +459,154 @@ fn pause_tube() -> Session {
         .cmd(0, "stats-tube default")
         .differs("tube-pause")
         .cmd(0, "pause-tube nosuch 1")
+}
+
+/// `time-left` right after a reserve, a touch, a release with a delay and a put with a delay, and
+/// `pause-time-left` right after a pause: beanstalkd rounds the time left down, so a TTR of 60 s shows 59
+/// at once. Probed again and again, since a dq that
+/// rounds otherwise shows one more only when it answers within the millisecond of the reservation.
+fn time_left() -> Session {
+    let probes = (0..6).fold(
+        Session::new("time-left right after reserve, touch, release and put", 2).put(0, 0, 0, 60, "t1"),
+        |s, _| {
+            s.cmd(1, "reserve")
+                .cmd(1, "stats-job 1")
+                .differs("job-age")
+                .cmd(1, "touch 1")
+                .cmd(1, "stats-job 1")
+                .differs("job-age")
+                .cmd(1, "release 1 0 100")
+                .cmd(1, "stats-job 1")
+                .differs("job-age")
+                .cmd(0, "kick-job 1")
+                .cmd(1, "reserve-job 1")
+                .cmd(1, "stats-job 1")
+                .differs("job-age")
+                .cmd(1, "release 1 0 0")
+                .cmd(1, "stats-job 1")
+                .differs("job-age")
+        },
+    );
+    (0..6)
+        .fold(probes, |s, i| {
+            let n = i + 2;
+            s.put(0, 0, 30, 60, "delayed")
+                .cmd(0, &format!("stats-job {n}"))
+                .differs("job-age")
+        })
+        .put(0, 0, 0, 3600, "t8")
+        .cmd(1, "reserve-job 8")
+        .cmd(1, "stats-job 8")
+        .differs("job-age")
+        .cmd(1, "bury 8 0")
+        .cmd(1, "stats-job 8")
+        .differs("job-age")
+        // pause-time-left is cut the same way.
+        .cmd(0, "pause-tube default 100")
+        .cmd(0, "stats-tube default")
+        .cmd(0, "pause-tube default 10")
+        .cmd(0, "stats-tube default")
+        .cmd(0, "pause-tube default 3600")
+        .cmd(0, "stats-tube default")
+}
+
+/// greenstalk's own `test_initialize_watch_multiple` (tests/test_greenstalk.py), as its client sends it:
+/// beanstalkd takes the job of the lowest number among the first jobs of the watched tubes when their
+/// priorities are equal, whatever the tubes' partitions.
+fn watch_multiple_as_greenstalk() -> Session {
+    Session::new(
+        "reserve over several tubes: greenstalk's test_initialize_watch_multiple",
+        1,
+    )
+    .on_partitions(ACROSS_PARTITIONS)
+    .cmd(0, "watch static")
+    .cmd(0, "watch dynamic")
+    .cmd(0, "ignore default")
+    .cmd(0, "use static")
+    .put(0, PRI, 0, 60, "haskell")
+    .put(0, PRI, 0, 60, "rust")
+    .cmd(0, "use dynamic")
+    .put(0, PRI, 0, 60, "python")
+    .cmd(0, "reserve-with-timeout 0")
+    .cmd(0, "reserve-with-timeout 0")
+    .cmd(0, "reserve-with-timeout 0")
+    .cmd(0, "reserve-with-timeout 0")
+}
+
+/// Priorities first, then numbers, across tubes in different partitions; plain `reserve` (which waits in
+/// line with the server's other reserves) and `reserve-with-timeout 0` (one look) alike.
+fn priorities_across_partitions() -> Session {
+    Session::new("reserve over tubes in several partitions: priorities, then numbers", 2)
+        .on_partitions(ACROSS_PARTITIONS)
+        .cmd(0, "use static")
+        .put(0, 5, 0, 60, "static 5, first")
+        .cmd(0, "use dynamic")
+        .put(0, 5, 0, 60, "dynamic 5, second")
+        .cmd(0, "use static")
+        .put(0, 10, 0, 60, "static 10, third")
+        .cmd(0, "use dynamic")
+        .put(0, 10, 0, 60, "dynamic 10, fourth")
+        .put(0, 0, 0, 60, "dynamic 0, fifth")
+        .cmd(0, "use static")
+        .put(0, 1, 0, 60, "static 1, sixth")
+        .cmd(1, "watch dynamic")
+        .cmd(1, "watch static")
+        .cmd(1, "ignore default")
+        .cmd(1, "reserve")
+        .cmd(1, "reserve-with-timeout 0")
+        .cmd(1, "reserve")
+        .cmd(1, "reserve-with-timeout 0")
+        .cmd(1, "reserve")
+        .cmd(1, "reserve-with-timeout 0")
+        .cmd(1, "reserve-with-timeout 0")
+}
+
+/// Equal priorities over three tubes in three partitions: jobs come in the order they were put, whatever
+/// the order of the watches; a job given back keeps its place (its number).
+fn put_order_across_partitions() -> Session {
+    Session::new(
+        "reserve over tubes in several partitions: equal priorities, in put order",
+        3,
+    )
+    .on_partitions(ACROSS_PARTITIONS)
+    .cmd(0, "use mail")
+    .put(0, PRI, 0, 60, "mail 1")
+    .cmd(0, "use dynamic")
+    .put(0, PRI, 0, 60, "dynamic 2")
+    .cmd(0, "use static")
+    .put(0, PRI, 0, 60, "static 3")
+    .put(0, PRI, 0, 60, "static 4")
+    .cmd(0, "use mail")
+    .put(0, PRI, 0, 60, "mail 5")
+    .cmd(0, "use dynamic")
+    .put(0, PRI, 0, 60, "dynamic 6")
+    .cmd(1, "watch dynamic")
+    .cmd(1, "watch static")
+    .cmd(1, "watch mail")
+    .cmd(1, "ignore default")
+    .cmd(2, "watch static")
+    .cmd(2, "watch mail")
+    .cmd(2, "watch dynamic")
+    .cmd(2, "ignore default")
+    .cmd(1, "reserve")
+    .cmd(2, "reserve-with-timeout 0")
+    .cmd(1, "reserve")
+    // Connection 1 closes: its jobs are back, in their places (their numbers).
+    .close(1)
+    .until(
+        2,
+        "stats-tube mail",
+        &["current-jobs-reserved: 0", "current-watching: 1"],
+    )
+    .until(
+        2,
+        "stats-tube static",
+        &["current-jobs-reserved: 0", "current-watching: 1"],
+    )
+    .cmd(2, "reserve")
+    .cmd(2, "reserve-with-timeout 0")
+    .cmd(2, "reserve")
+    .cmd(2, "reserve-with-timeout 0")
+    .cmd(2, "reserve-with-timeout 0")
+    .cmd(2, "reserve-with-timeout 0")
 }

@@ -56,7 +56,8 @@ impl Drop for Beanstalkd {
 }
 
 /// dq-server with its beanstalkd listener, and dq-timer (which promotes delayed jobs and ends expired
-/// reservations), on a fresh Redis with one partition, so that job ids count 1, 2, 3 … as beanstalkd's do.
+/// reservations), on a fresh Redis, by default with one partition, so that job ids count 1, 2, 3 … as
+/// beanstalkd's do.
 pub struct DqBeanstalkd {
     /// The listener's `127.0.0.1:<port>`.
     pub addr: String,
@@ -68,14 +69,21 @@ pub struct DqBeanstalkd {
 }
 
 impl DqBeanstalkd {
-    /// Starts Redis, dq-server and dq-timer, and waits until the listener accepts connections.
+    /// Starts Redis (one partition), dq-server and dq-timer, and waits until the listener accepts
+    /// connections.
     pub async fn start() -> Self {
+        Self::with_partitions(1).await
+    }
+
+    /// As [`DqBeanstalkd::start`], on `partitions` partitions: tubes then have home partitions of their
+    /// own, and numbers no longer count 1, 2, 3 … (the order across tubes is what such a dq tests).
+    pub async fn with_partitions(partitions: u16) -> Self {
         let redis = RedisServer::start();
         let listen_port = free_port();
         let addr = format!("127.0.0.1:{listen_port}");
         let vars = |port| {
             let mut vars = env(&[&redis], port);
-            vars.push(("DQ__REDIS__PARTITIONS", "1".into()));
+            vars.push(("DQ__REDIS__PARTITIONS", partitions.to_string()));
             vars
         };
         let port = free_port();
