@@ -11,6 +11,10 @@ pub struct Cli {
     /// The dq-server to talk to.
     #[arg(long, global = true, env = "DQ_URL", default_value = "http://127.0.0.1:6789")]
     pub url: String,
+    /// A PEM file of CA certificates to trust for an https:// URL, besides the system's (for a
+    /// dq-server whose certificate a private CA signed).
+    #[arg(long, global = true, env = "DQ_CA_FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
     /// A bearer token, when the server has tokens configured.
     #[arg(long, global = true, env = "DQ_TOKEN", hide_env_values = true)]
     pub token: Option<String>,

@@ -1,5 +1,6 @@
 //! `dq`, the command line over [`dq_client`]: one subcommand per verb of the API, human tables by
-//! default and the API's JSON with `--json`, the server and token from flags or `DQ_URL`/`DQ_TOKEN`.
+//! default and the API's JSON with `--json`, the server, token and CA file from flags or
+//! `DQ_URL`/`DQ_TOKEN`/`DQ_CA_FILE`.
 //!
 //! - `cli.rs`: the commands and their arguments (clap);
 //! - `jobs.rs`: push, get, cancel, reschedule, reserve, ack, nack, touch;
@@ -29,7 +30,10 @@ pub async fn run(cli: Cli) -> Result<()> {
         clap_complete::generate(shell, &mut command, "dq", &mut std::io::stdout());
         return Ok(());
     }
-    let client = Client::builder(&cli.url).token(cli.token.clone()).build()?;
+    let client = Client::builder(&cli.url)
+        .token(cli.token.clone())
+        .ca_file(cli.ca_file.clone())
+        .build()?;
     match cli.command {
         Command::Completions { .. } => unreachable!("answered above"),
         Command::Tail(args) => tail::run(&client, &out, args).await,

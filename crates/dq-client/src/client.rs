@@ -1,5 +1,6 @@
 //! The client: its settings, how a request is sent and tried again, and the job verbs.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
@@ -40,6 +41,7 @@ pub struct ClientBuilder {
     token: Option<String>,
     retry: RetryPolicy,
     timeout: Duration,
+    ca_file: Option<PathBuf>,
 }
 
 impl ClientBuilder {
@@ -61,6 +63,14 @@ impl ClientBuilder {
         self
     }
 
+    /// Trusts the CA certificates in this PEM file for `https://` URLs, besides the system's: for a
+    /// dq-server whose certificate a private CA signed (`None`: the system's alone). Read by
+    /// [`build`](Self::build).
+    pub fn ca_file(mut self, ca_file: Option<PathBuf>) -> Self {
+        self.ca_file = ca_file;
+        self
+    }
+
     /// Builds the client.
     pub fn build(self) -> Result<Client, Error> {
         let mut base = Url::parse(&self.base).map_err(|e| Error::Usage(format!("bad dq URL `{}`: {e}", self.base)))?;
@@ -74,10 +84,11 @@ impl ClientBuilder {
             let path = format!("{}/", base.path());
             base.set_path(&path);
         }
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("dq-client/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| Error::Usage(e.to_string()))?;
+        let mut http = reqwest::Client::builder().user_agent(concat!("dq-client/", env!("CARGO_PKG_VERSION")));
+        if let Some(path) = &self.ca_file {
+            http = http.tls_certs_merge(read_ca_file(path)?);
+        }
+        let http = http.build().map_err(|e| Error::Usage(e.to_string()))?;
         Ok(Client {
             http,
             base,
@@ -86,6 +97,17 @@ impl ClientBuilder {
             timeout: self.timeout,
         })
     }
+}
+
+/// The certificates of a PEM file, or an error naming it.
+fn read_ca_file(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, Error> {
+    let bad = |why: String| Error::Usage(format!("CA file {}: {why}", path.display()));
+    let pem = std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| bad(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(bad("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into()));
+    }
+    Ok(certs)
 }
 
 /// What came back from a call that dq answered with a success.
@@ -116,6 +138,7 @@ impl Client {
             token: None,
             retry: RetryPolicy::default(),
             timeout: DEFAULT_TIMEOUT,
+            ca_file: None,
         }
     }
 

@@ -8,12 +8,14 @@
 
 pub mod cluster;
 mod hook_sink;
+pub mod https;
 mod options;
 pub mod sentinel;
 pub mod tls;
 
 pub use cluster::RedisCluster;
 pub use hook_sink::{HookRequest, HookSink, dead_hooks_waiting};
+pub use https::{HttpsCa, ServerCert};
 pub use options::RedisOptions;
 pub use sentinel::RedisSentinelSet;
 pub use tls::TestCerts;

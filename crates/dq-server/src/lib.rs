@@ -10,7 +10,7 @@
 //! - [`admin`]: the web admin pages over the same API.
 //! - [`auth`]: tokens, scopes and the admin login.
 //! - [`browser`]: cross-site state changes refused, frame headers.
-//! - [`listener`]: connections under a header timeout and a cap.
+//! - [`listener`]: connections under a header timeout and a cap, in clear or over TLS.
 //! - [`routes`]: the router, from the documented API routes and the pages for people.
 //! - [`spec`]: the OpenAPI document (`/openapi.json`) and Swagger UI (`/docs`).
 //! - [`beanstalkd`]: the beanstalkd protocol listener (`beanstalkd.listen`).
@@ -88,6 +88,10 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
 /// `shutdown.grace_ms`.
 pub async fn serve(listener: TcpListener, settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     auth::check_listen(&settings.auth, listener.local_addr()?)?;
+    let tls = listener::Tls::from_settings(&settings.server)?;
+    if let Some(tls) = tls.clone() {
+        dq_core::signals::on_hangup(shutdown.clone(), move || tls.reload())?;
+    }
     let auth = Arc::new(auth::Auth::new(&settings.auth)?);
     {
         let (auth, file) = (auth.clone(), settings.file.clone());
@@ -156,14 +160,15 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     let state_partitions = state.queue.partitions().count();
     let app = app(state, max_request);
 
-    tracing::info!(addr = %listener.local_addr()?, mode = ?settings.redis.mode, partitions = state_partitions, "dq-server listening");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(addr = %listener.local_addr()?, scheme, mode = ?settings.redis.mode, partitions = state_partitions, "dq-server listening");
     dq_core::systemd::ready(&shutdown);
     let limits = listener::ConnectionLimits {
         header_timeout: Duration::from_millis(settings.server.header_timeout_ms),
         max_connections: settings.server.max_connections,
         grace: Duration::from_millis(settings.shutdown.grace_ms),
     };
-    let served = listener::serve(listener, app, limits, shutdown).await;
+    let served = listener::serve(listener, app, limits, tls, shutdown).await;
     if let Some(beanstalkd) = beanstalkd {
         let _ = beanstalkd.await;
     }

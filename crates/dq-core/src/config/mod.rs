@@ -2,7 +2,7 @@
 //! environment as `DQ__SECTION__KEY` (lists comma-separated), defaults that run against one local Redis.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -124,6 +124,12 @@ pub struct ServerSettings {
     /// request authenticated by the admin login's cookie, or a browser's same-origin request): for a
     /// view of production that cannot be clicked into a change. Tokens in `Authorization` still work.
     pub admin_read_only: bool,
+    /// PEM file of the certificate chain dq-server presents, its own certificate first: with `tls_key`
+    /// the API is served over HTTPS (docs/security.md). Read at start and again on SIGHUP, so a renewed
+    /// certificate needs no restart.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of `tls_cert`'s private key.
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for ServerSettings {
@@ -135,6 +141,8 @@ impl Default for ServerSettings {
             max_connections: 16_384,
             max_long_polls: 10_000,
             admin_read_only: false,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -400,6 +408,18 @@ impl Settings {
             .listen
             .parse::<SocketAddr>()
             .map_err(|e| invalid("server.listen", format!("`{}`: {e}", self.server.listen)))?;
+        // The files are read by dq-server at start and on SIGHUP, not here: a certificate being replaced
+        // must not stop a reload of the tokens, which reads these settings again.
+        if self.server.tls_cert.is_some() != self.server.tls_key.is_some() {
+            let (key, other) = match self.server.tls_cert {
+                Some(_) => ("server.tls_key", "server.tls_cert"),
+                None => ("server.tls_cert", "server.tls_key"),
+            };
+            return Err(invalid(
+                key,
+                format!("HTTPS needs the certificate and its key: {other} is set, {key} is not (set both, or neither)"),
+            ));
+        }
         if let Some(listen) = &self.beanstalkd.listen {
             let addr = listen
                 .parse::<SocketAddr>()
@@ -617,11 +637,26 @@ mod tests {
             ("DQ__BEANSTALKD__LISTEN", "0.0.0.0:11300", "beanstalkd.allow_remote"),
             ("DQ__BEANSTALKD__MAX_JOB_SIZE", "0", "beanstalkd.max_job_size"),
             ("DQ__BEANSTALKD__MAX_CONNECTIONS", "0", "beanstalkd.max_connections"),
+            ("DQ__SERVER__TLS_CERT", "/etc/dq/cert.pem", "server.tls_key"),
+            ("DQ__SERVER__TLS_KEY", "/etc/dq/key.pem", "server.tls_cert"),
         ];
         for (k, v, named) in cases {
             let err = Settings::load_from(None, env(&[(k, v)])).unwrap_err().to_string();
             assert!(err.contains(named), "{k}={v}: {err}");
         }
+    }
+
+    #[test]
+    fn https_takes_the_certificate_and_its_key_together() {
+        let both = [
+            ("DQ__SERVER__TLS_CERT", "/etc/dq/cert.pem"),
+            ("DQ__SERVER__TLS_KEY", "/etc/dq/key.pem"),
+        ];
+        let s = Settings::load_from(None, env(&both)).unwrap();
+        assert_eq!(s.server.tls_cert.as_deref(), Some(Path::new("/etc/dq/cert.pem")));
+        assert_eq!(s.server.tls_key.as_deref(), Some(Path::new("/etc/dq/key.pem")));
+        let s = Settings::load_from(None, env(&[])).unwrap();
+        assert!(s.server.tls_cert.is_none() && s.server.tls_key.is_none());
     }
 
     #[test]
