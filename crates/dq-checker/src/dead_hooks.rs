@@ -22,6 +22,12 @@ use futures_util::StreamExt;
 use reqwest::Url;
 use tokio_util::sync::CancellationToken;
 
+/// `dq_dead_hooks_total` with each outcome it counts.
+const HOOKS: dq_core::series::Counter = dq_core::series::Counter::labelled(
+    "dq_dead_hooks_total",
+    &[("outcome", &["sent", "failed", "given_up", "dropped"])],
+);
+
 /// Hooks taken per partition and round.
 const PER_ROUND: usize = 100;
 
@@ -92,6 +98,13 @@ impl Sender {
                 return;
             }
         };
+        // Served at 0 for every topic with a hook, so a rule over given-up hooks has its series.
+        for (topic, _) in topics
+            .iter()
+            .filter(|(_, c)| c.callback.as_ref().is_some_and(|cb| cb.on_dead_url.is_some()))
+        {
+            dq_core::series::serve_for_topic(topic, &[HOOKS]);
+        }
         let longest = topics
             .values()
             .filter_map(|c| c.callback.as_ref())

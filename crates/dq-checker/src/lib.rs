@@ -40,6 +40,7 @@ use dq_core::audit::AuditReport;
 use dq_core::connection::Node;
 use dq_core::egress::Egress;
 use dq_core::queue::{NodeWatch, Stats};
+use dq_core::series::Counter;
 use dq_core::{Queue, Settings, State};
 use tokio_util::sync::CancellationToken;
 
@@ -104,10 +105,40 @@ async fn raise(queue: &Queue, notifier: &Notifier, memory: &mut Memory, field: &
     }
 }
 
+/// What the checker counts, served from the start at 0.
+const COUNTERS: &[Counter] = &[
+    Counter::labelled(
+        "dq_alerts_total",
+        &[(
+            "kind",
+            &[
+                "redis_down",
+                "redis_up",
+                "dead_jobs",
+                "backlog",
+                "backlog_cleared",
+                "quarantined",
+            ],
+        )],
+    ),
+    Counter::labelled("dq_alerts_failed_total", &[("channel", &["webhook", "smtp"])]),
+    Counter::labelled("dq_alert_retries_total", &[("channel", &["webhook", "smtp"])]),
+    Counter::labelled("dq_audit_repairs_total", &[("kind", &["orphan_record", "dangling_id"])]),
+];
+
+/// What the checker counts per registered topic, served at 0 from the topic's registration
+/// (`dq_dead_hooks_total` from its `callback.on_dead_url`, see [`dead_hooks`]).
+const TOPIC_COUNTERS: &[Counter] = &[Counter::labelled(
+    "dq_dead_jobs_dropped_total",
+    &[("reason", &["retention", "cap"])],
+)];
+
 /// Checks until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let notifier = Notifier::new(&settings.checker)?;
+    dq_core::series::serve_from_start(COUNTERS);
+    dq_core::series::serve_per_topic(TOPIC_COUNTERS);
     let (listen, metrics) = dq_core::telemetry::serve_configured_metrics(
         settings.metrics.listen.as_deref(),
         DEFAULT_METRICS_LISTEN,
@@ -315,6 +346,7 @@ async fn depths(queue: &Queue, stats: &Stats, threshold: Option<u64>, notifier: 
     memory.depths = depth.iter().filter(|(_, n)| **n != 0).map(|(k, _)| k.clone()).collect();
     // Registered topics are always published, with their zeros; others only while they have jobs.
     let registry = queue.topics().await.unwrap_or_default();
+    dq_core::series::registered(registry.keys());
     for topic in registry.keys() {
         for state in [State::Delayed, State::Ready, State::Reserved, State::Dead] {
             depth.entry((topic.clone(), state)).or_insert(0);

@@ -49,6 +49,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     // The metrics listener and the registry refresher keep going through the drain; `background` ends them.
     let background = CancellationToken::new();
+    dq_core::series::serve_from_start(dq_core::series::QUEUE);
     let (listen, metrics) = dq_core::telemetry::serve_configured_metrics(
         settings.metrics.listen.as_deref(),
         DEFAULT_METRICS_LISTEN,

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dq_core::condition::Condition;
 use dq_core::queue::ReserveOptions;
+use dq_core::series::Counter;
 use dq_core::topic::Callback;
 use dq_core::{Queue, Reservation, TopicConfig};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
@@ -20,6 +21,35 @@ use crate::limiter::{Admit, Limiter};
 mod handoff;
 
 use self::handoff::{Telling, release_all};
+
+/// What a topic's worker counts, served at 0 from its start.
+const TOPIC_COUNTERS: &[Counter] = &[
+    Counter::labelled(
+        "dq_deliveries_total",
+        &[(
+            "outcome",
+            &[
+                "ok",
+                "timeout",
+                "connect_error",
+                "egress_refused",
+                "http_error",
+                "too_large",
+                "empty",
+                "condition",
+                "handed_back",
+            ],
+        )],
+    ),
+    Counter::plain("dq_jobs_reserved_total"),
+    Counter::plain("dq_consumer_settle_retries_total"),
+    Counter::plain("dq_consumer_handed_total"),
+    Counter::labelled(
+        "dq_consumer_limit_waits_total",
+        &[("reason", &["slots", "rate", "paused"])],
+    ),
+    Counter::plain("dq_consumer_pauses_total"),
+];
 
 /// What every worker of this process shares.
 pub struct Shared {
@@ -149,13 +179,7 @@ impl TopicWorker {
             .spawn(limiter.clone().keep(self.plan.clone(), keep_stop.clone()));
         let _stop_keeping = keep_stop.drop_guard();
         // Shown from the start, so a rate over it reads 0 rather than nothing.
-        metrics::counter!("dq_consumer_settle_retries_total", "topic" => self.topic.clone()).increment(0);
-        metrics::counter!("dq_consumer_handed_total", "topic" => self.topic.clone()).increment(0);
-        for reason in ["slots", "rate", "paused"] {
-            metrics::counter!("dq_consumer_limit_waits_total", "topic" => self.topic.clone(), "reason" => reason)
-                .increment(0);
-        }
-        metrics::counter!("dq_consumer_pauses_total", "topic" => self.topic.clone()).increment(0);
+        dq_core::series::serve_for_topic(&self.topic, TOPIC_COUNTERS);
         let mut slots_for = self.plan.borrow().callback.concurrency;
         let mut slots = Arc::new(Semaphore::new(slots_for as usize));
         let mut retry = RESERVE_RETRY_FIRST;

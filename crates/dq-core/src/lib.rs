@@ -18,7 +18,8 @@
 //! - [`wake`]: pub/sub wake-ups for long polls and timers; [`audit`]: the consistency audit and repair.
 //! - [`process`]: the start-up every binary shares.
 //! - [`config`], [`signals`], [`telemetry`], [`systemd`]: settings, drain on signals, logs and metrics,
-//!   readiness and watchdog for systemd.
+//!   readiness and watchdog for systemd; [`series`]: counters served from the start, and the counters
+//!   of a topic whose registration went left out.
 
 pub mod activity;
 pub mod audit;
@@ -38,6 +39,7 @@ pub mod registry;
 pub mod schedule;
 pub mod scripts;
 pub mod sealed;
+pub mod series;
 pub mod sign;
 pub mod signals;
 pub mod strict;

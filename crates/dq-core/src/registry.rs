@@ -197,8 +197,10 @@ impl TopicCache {
         self.snapshot().get(topic).cloned()
     }
 
-    /// Replaces the cached registry (after a read, or a write by this process).
+    /// Replaces the cached registry (after a read, or a write by this process), and tells the metrics
+    /// which topics are registered ([`crate::series::registered`]).
     pub fn set(&self, topics: Topics) {
+        crate::series::registered(topics.keys());
         *self.topics.write().expect("topic cache lock") = Arc::new(topics);
     }
 

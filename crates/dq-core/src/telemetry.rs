@@ -92,7 +92,7 @@ pub async fn serve_metrics(
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
     use axum::routing::get;
-    let handle = prometheus();
+    prometheus();
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     let app = axum::Router::new()
@@ -101,7 +101,7 @@ pub async fn serve_metrics(
             get(move || async move {
                 (
                     [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                    handle.render(),
+                    crate::series::render(),
                 )
             }),
         )

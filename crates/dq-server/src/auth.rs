@@ -21,6 +21,15 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+/// `dq_auth_refusals_total` with each reason it counts, served from the start.
+pub const REFUSALS: dq_core::series::Counter = dq_core::series::Counter::labelled(
+    "dq_auth_refusals_total",
+    &[(
+        "reason",
+        &["no_token", "bad_token", "bad_login", "cross_site", "host", "read_only"],
+    )],
+);
+
 use crate::error::ApiError;
 
 /// The cookie the admin login sets: the token itself, `HttpOnly; Secure; SameSite=Strict`.

@@ -105,10 +105,12 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     }
     dq_core::telemetry::prometheus();
     // Served from the start (at 0), so a dashboard tells "none" from "not measured".
-    metrics::counter!("dq_writes_not_replicated_total").increment(0);
-    for reason in ["no_token", "bad_token", "bad_login", "cross_site", "host", "read_only"] {
-        metrics::counter!("dq_auth_refusals_total", "reason" => reason).increment(0);
+    dq_core::series::serve_from_start(dq_core::series::QUEUE);
+    dq_core::series::serve_from_start(&[auth::REFUSALS]);
+    if settings.beanstalkd.listen.is_some() {
+        dq_core::series::serve_from_start(&[beanstalkd::counters::COMMANDS]);
     }
+    dq_core::series::serve_per_topic(dq_core::series::QUEUE_PER_TOPIC);
     let listener_task = dq_core::wake::follow_ready(&queue, shutdown.clone());
     // Timers hand due jobs straight to long polls that wait for their topic.
     let handoffs = dq_core::wake::serve_long_polls(&queue, shutdown.clone());

@@ -165,6 +165,6 @@ pub async fn readyz(State(app): State<AppState>) -> axum::response::Response {
     responses((status = 200, description = "Prometheus text format 0.0.4.", body = String, content_type = "text/plain")))]
 pub async fn metrics(caller: Caller) -> Result<impl IntoResponse, ApiError> {
     caller.allow_everywhere(Scope::Read)?;
-    let body = dq_core::telemetry::prometheus().render();
+    let body = dq_core::series::render();
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body))
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use dq_core::registry::TopicCache;
+use dq_core::series::Counter;
 use dq_core::wake::{self, Wake};
 use dq_core::{Queue, Settings};
 use tokio::sync::mpsc;
@@ -31,9 +32,19 @@ use crate::schedules::ScheduleFirer;
 /// Default `/metrics` address of dq-timer.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9791";
 
+/// What a timer counts, served from the start at 0 (`dq_schedule_occurrences_fired_total` is per
+/// schedule, from its first occurrence).
+const COUNTERS: &[Counter] = &[
+    Counter::plain("dq_jobs_promoted_total"),
+    Counter::plain("dq_jobs_handed_off_total"),
+    Counter::labelled("dq_jobs_expired_total", &[("outcome", &["ready", "dead"])]),
+    Counter::plain("dq_jobs_dead_total"),
+];
+
 /// Runs a timer until `shutdown`, then releases its partitions and returns.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    dq_core::series::serve_from_start(COUNTERS);
     let (_, metrics) = dq_core::telemetry::serve_configured_metrics(
         settings.metrics.listen.as_deref(),
         DEFAULT_METRICS_LISTEN,
