@@ -195,3 +195,27 @@ async fn dq_follows_sentinel_through_a_kill_and_a_demotion_and_loses_no_durable_
     .await;
     eprintln!("after the demotion, {failed:?} push(es) failed before dq followed");
 }
+
+/// The egress policy refuses a callback to any Redis node dq uses, and on Sentinel that is the primary's
+/// replicas too (one of them is the primary after a failover), not only the primary and the sentinels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_to_a_sentinel_replica_is_refused_as_a_redis_node() {
+    let set = RedisSentinelSet::start();
+    let sp = free_port();
+    let extra = [("DQ__REDIS__SENTINEL_MASTER", set.master_name())];
+    let server = start_on("dq-server", sp, env_for("sentinel", &set.sentinel_urls(), sp, &extra)).await;
+    let http = reqwest::Client::new();
+    let mut ports = vec![("primary", set.primary_port())];
+    ports.extend(set.replica_ports().into_iter().map(|p| ("replica", p)));
+    ports.extend(set.sentinel_ports().into_iter().map(|p| ("sentinel", p)));
+    for (what, port) in ports {
+        let config = json!({"callback": {"url": format!("http://127.0.0.1:{port}/hook")}});
+        let (status, out) = call(&http, server.port, "PUT", "/v1/topics/to-redis", Some(config)).await;
+        assert_eq!(status, 400, "a callback to the {what} :{port}: {out}");
+        let message = out["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("redis node 127.0.0.1:{port}")),
+            "{what}: {out}"
+        );
+    }
+}

@@ -8,9 +8,9 @@ use super::{Conn, Handle, Redis, Target};
 
 impl Redis {
     /// Host and port of every Redis node dq talks to: the configured URLs (the Redis, the sentinels or
-    /// the cluster's seed nodes), the primary Sentinel names now, and every node of a cluster as CLUSTER
-    /// NODES lists it (replicas included). What cannot be read within `redis.response_timeout_ms` is
-    /// left out; Sentinel's replicas are not listed.
+    /// the cluster's seed nodes), the primary Sentinel names now with its replicas (as its `ROLE` lists
+    /// them: one of them is the primary after a failover), and every node of a cluster as CLUSTER NODES
+    /// lists it (replicas included). What cannot be read within `redis.response_timeout_ms` is left out.
     pub async fn node_addresses(&self) -> Vec<(String, u16)> {
         let settings = &self.inner.settings;
         let mut out: Vec<(String, u16)> = settings
@@ -20,13 +20,18 @@ impl Redis {
             .collect();
         let topology = async {
             match &self.inner.conn {
-                Conn::Primary { target, .. } if matches!(**target, Target::Sentinel(_)) => target
-                    .client()
-                    .await
-                    .ok()
-                    .and_then(|c| tcp_address(c.get_connection_info().addr()))
-                    .into_iter()
-                    .collect(),
+                Conn::Primary { target, .. } if matches!(**target, Target::Sentinel(_)) => {
+                    let mut nodes: Vec<(String, u16)> = target
+                        .client()
+                        .await
+                        .ok()
+                        .and_then(|c| tcp_address(c.get_connection_info().addr()))
+                        .into_iter()
+                        .collect();
+                    let role = self.query::<redis::Value>(&redis::cmd("ROLE")).await;
+                    nodes.extend(role.ok().map(|r| replica_addresses(&r)).unwrap_or_default());
+                    nodes
+                }
                 Conn::Primary { .. } => Vec::new(),
                 Conn::Cluster(_) => self.cluster_addresses().await.unwrap_or_default(),
             }
@@ -61,6 +66,22 @@ fn tcp_address(addr: &ConnectionAddr) -> Option<(String, u16)> {
         ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
         _ => None,
     }
+}
+
+/// The replicas a primary's `ROLE` answer lists (`["master", offset, [[ip, port, offset], …]]`); none
+/// for any other answer (a replica's, a sentinel's).
+fn replica_addresses(role: &redis::Value) -> Vec<(String, u16)> {
+    let Ok((kind, _, replicas)) = redis::from_redis_value::<(String, i64, Vec<(String, String, String)>)>(role.clone())
+    else {
+        return Vec::new();
+    };
+    if kind != "master" {
+        return Vec::new();
+    }
+    replicas
+        .into_iter()
+        .filter_map(|(ip, port, _)| Some((ip, port.parse().ok().filter(|p| *p != 0)?)))
+        .collect()
 }
 
 /// Every node's address in a CLUSTER NODES answer (`127.0.0.1:7000@17000[,hostname]`), primaries and
@@ -102,6 +123,28 @@ f6 :0@0 master,noaddr - 0 1 6 disconnected
                 ("10.0.0.5".to_string(), 7005),
             ]
         );
+    }
+
+    #[test]
+    fn a_primarys_role_gives_its_replicas() {
+        use redis::Value::{Array, BulkString, Int};
+        let s = |t: &str| BulkString(t.as_bytes().to_vec());
+        let role = Array(vec![
+            s("master"),
+            Int(3129659),
+            Array(vec![
+                Array(vec![s("10.0.0.8"), s("6380"), s("3129242")]),
+                Array(vec![s("10.0.0.9"), s("6381"), s("3129543")]),
+            ]),
+        ]);
+        assert_eq!(
+            replica_addresses(&role),
+            [("10.0.0.8".to_string(), 6380), ("10.0.0.9".to_string(), 6381)]
+        );
+        let replica = Array(vec![s("slave"), s("10.0.0.7"), Int(6379), s("connected"), Int(1)]);
+        assert!(replica_addresses(&replica).is_empty());
+        let lonely = Array(vec![s("master"), Int(0), Array(vec![])]);
+        assert!(replica_addresses(&lonely).is_empty());
     }
 
     #[test]
