@@ -15,41 +15,39 @@ use std::time::Duration;
 use dq_core::Queue;
 use tokio_util::sync::CancellationToken;
 
-/// `dq_beanstalkd_commands_total`, with every command dq counts (beanstalkd's `cmd-*` names, and
-/// `reserve-job`, `kick-job`), served from the start.
-pub const COMMANDS: dq_core::series::Counter = dq_core::series::Counter::labelled(
-    "dq_beanstalkd_commands_total",
-    &[(
-        "command",
-        &[
-            "put",
-            "peek",
-            "peek-ready",
-            "peek-delayed",
-            "peek-buried",
-            "reserve",
-            "reserve-with-timeout",
-            "reserve-job",
-            "delete",
-            "release",
-            "use",
-            "watch",
-            "ignore",
-            "bury",
-            "kick",
-            "kick-job",
-            "touch",
-            "stats",
-            "stats-job",
-            "stats-tube",
-            "list-tubes",
-            "list-tube-used",
-            "list-tubes-watched",
-            "pause-tube",
-            "quit",
-        ],
-    )],
-);
+/// Every command dq counts, in the order of beanstalkd's `stats` (which lists all but `reserve-job`,
+/// `kick-job` and `quit`).
+pub const COMMAND_NAMES: &[&str] = &[
+    "put",
+    "peek",
+    "peek-ready",
+    "peek-delayed",
+    "peek-buried",
+    "reserve",
+    "reserve-with-timeout",
+    "reserve-job",
+    "delete",
+    "release",
+    "use",
+    "watch",
+    "ignore",
+    "bury",
+    "kick",
+    "kick-job",
+    "touch",
+    "stats",
+    "stats-job",
+    "stats-tube",
+    "list-tubes",
+    "list-tube-used",
+    "list-tubes-watched",
+    "pause-tube",
+    "quit",
+];
+
+/// `dq_beanstalkd_commands_total` with each command, served from the start.
+pub const COMMANDS: dq_core::series::Counter =
+    dq_core::series::Counter::labelled("dq_beanstalkd_commands_total", &[("command", COMMAND_NAMES)]);
 
 /// How long a server's gauges count after its last write.
 const GAUGES_TTL_MS: i64 = 5_000;

@@ -124,30 +124,12 @@ pub fn stats(
     let _ = writeln!(out, "current-jobs-reserved: {}", sum(State::Reserved));
     let _ = writeln!(out, "current-jobs-delayed: {}", sum(State::Delayed));
     let _ = writeln!(out, "current-jobs-buried: {}", sum(State::Dead));
-    for cmd in [
-        "put",
-        "peek",
-        "peek-ready",
-        "peek-delayed",
-        "peek-buried",
-        "reserve",
-        "reserve-with-timeout",
-        "delete",
-        "release",
-        "use",
-        "watch",
-        "ignore",
-        "bury",
-        "kick",
-        "touch",
-        "stats",
-        "stats-job",
-        "stats-tube",
-        "list-tubes",
-        "list-tube-used",
-        "list-tubes-watched",
-        "pause-tube",
-    ] {
+    // beanstalkd's `stats` lists its own commands, in this order; dq's `reserve-job`, `kick-job` and
+    // `quit` are counted but not listed, as in beanstalkd.
+    for cmd in super::counters::COMMAND_NAMES
+        .iter()
+        .filter(|c| !["reserve-job", "kick-job", "quit"].contains(c))
+    {
         let n = totals.get(&format!("cmd-{cmd}")).copied().unwrap_or(0);
         let _ = writeln!(out, "cmd-{cmd}: {n}");
     }
