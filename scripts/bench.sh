@@ -5,7 +5,7 @@
 #
 #   scripts/bench.sh            all figures
 #   BENCH_ONLY=push scripts/bench.sh   one of: push auth batch reserve memory lateness cpu cpu-deliver burst kill deliver
-#                                      waiters schedules
+#                                      waiters schedules life (LIFE_PATH=push|pull|beanstalkd: scripts/profile-life.sh)
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
 #   DQ_REDIS_MODE=cluster scripts/bench.sh   the same on a local Redis Cluster of 3 primaries
@@ -47,7 +47,8 @@ if [ -n "$cluster" ]; then
   done
   export DQ__REDIS__MODE=cluster DQ__REDIS__URLS=$(printf 'redis://127.0.0.1:%s,' "${nodes[@]}" | sed 's/,$//')
 elif [ -n "${DQ_SHARDS_LAYOUT:-}" ]; then export DQ__REDIS__SHARDS="redis://127.0.0.1:$rport"; else export DQ__REDIS__URLS="redis://127.0.0.1:$rport"; fi
-export DQ__SERVER__LISTEN="127.0.0.1:$sport" DQ__LOG__LEVEL=warn
+bsport=$(port)
+export DQ__SERVER__LISTEN="127.0.0.1:$sport" DQ__BEANSTALKD__LISTEN="127.0.0.1:$bsport" DQ__LOG__LEVEL=warn
 "${pin_rest[@]}" $bin/dq-server >"$work/server.log" 2>&1 &
 pids+=($!)
 timer_pids=(); timer_ports=()
@@ -217,6 +218,57 @@ jobs = run["acked"]
 print(f"idle: {idle * 100:.2f}% of a core")
 print(f"per job: {(c2 - c1) / jobs * 1e6:.1f} us of Redis CPU ({jobs} jobs acked), "
       f"{((c2 - c1) - idle * 10) / jobs * 1e6:.1f} us without the idle share")
+PY
+  rcli flushall >/dev/null
+fi
+
+if want life; then
+  # scripts/profile-life.sh: where Redis's time goes over one job's whole life, on the path LIFE_PATH
+  # names: `push` (pushed with a 1.5 s delay in batches of 500, promoted, delivered by dq-consumer to a
+  # sink that answers at once, acked), `pull` (pushed ready, reserved 10 at a time and acked with ack
+  # many) or `beanstalkd` (put, reserve, delete over the protocol, 4 connections).
+  path=${LIFE_PATH:-push}
+  n=${LIFE_JOBS:-10000}
+  echo; echo "== one job's life on the $path path, $n jobs: Redis CPU, script calls and where the time inside them goes"
+  cpu() { python3 -c "print($(info cpu used_cpu_user) + $(info cpu used_cpu_sys))"; }
+  rcli flushall >/dev/null
+  c0=$(cpu); sleep 5; c1=$(cpu); t1=$(date +%s.%N)
+  rcli config resetstat >/dev/null
+  case "$path" in
+    push) jobs=$(bench --json deliver -n "$n" --rate 5000 --lead-ms 1500 --concurrency 64 --linger-ms 0 | tail -1 |
+                 python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["unique"])') ;;
+    pull) jobs=$(bench --json reserve-ack -n "$n" -c 16 --batch 10 --topic "life-$RANDOM" | tail -1 |
+                 python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["jobs"])') ;;
+    beanstalkd) $bin/dq-bench beanstalkd --addr "127.0.0.1:$bsport" -n $((n / 4)) -c 4 --tube "life-$RANDOM" >/dev/null
+                jobs=$(( n / 4 * 4 )) ;;
+    *) echo "LIFE_PATH is push, pull or beanstalkd, not $path" >&2; exit 2 ;;
+  esac
+  c2=$(cpu); t2=$(date +%s.%N)
+  rcli info commandstats | tr -d '\r' > "$work/commandstats.txt"
+  python3 - "$c0" "$c1" "$c2" "$t1" "$t2" "$jobs" "$work/commandstats.txt" <<'PY'
+import collections, sys
+c0, c1, c2, t1, t2 = map(float, sys.argv[1:6]); jobs = int(sys.argv[6])
+stats = collections.Counter(); calls = collections.Counter()
+for line in open(sys.argv[7]):
+    if not line.startswith("cmdstat_"):
+        continue
+    name, rest = line[8:].strip().split(":", 1)
+    f = dict(kv.split("=") for kv in rest.split(","))
+    stats[name] += float(f["usec"]); calls[name] += int(f["calls"])
+idle = (c1 - c0) / 5
+cpu = ((c2 - c1) - idle * (t2 - t1)) / jobs * 1e6
+scripts = sum(stats[k] for k in ("evalsha", "eval", "fcall")) / jobs
+inner = {k: v for k, v in stats.items() if k not in ("evalsha", "eval", "fcall")}
+commands = sum(inner.values()) / jobs
+lua = scripts - commands
+print(f"| | per job |\n|---|---|")
+print(f"| Redis CPU, whole life (without the idle share, {idle * 100:.2f}% of a core) | {cpu:.1f} us |")
+print(f"| EVALSHA calls | {calls['evalsha'] / jobs:.2f} |")
+print(f"| time inside scripts | {scripts:.1f} us |")
+top = ", ".join(f"{k.upper()} {calls[k] / jobs:.1f}" for k, _ in collections.Counter(inner).most_common(6))
+print(f"| of which Redis commands (those the scripts call, and the few clients send directly) | {commands:.1f} us ({top}) |")
+print(f"| of which Lua itself | {lua:.1f} us ({lua / scripts * 100 if scripts else 0:.0f}% of the time inside scripts) |")
+print(f"({jobs} jobs)")
 PY
   rcli flushall >/dev/null
 fi

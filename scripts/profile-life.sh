@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Where Redis's time goes over one job's whole life (push, delay, promote, deliver, ack), per job: Redis
+# CPU, EVALSHA calls, the time inside scripts, the part of it spent in the Redis commands they call, and
+# the rest, Lua itself. On a private Redis with the release build (scripts/bench.sh's set-up).
+#
+#   scripts/profile-life.sh [push|pull|beanstalkd] [jobs]      default: push 10000
+#   DQ_BIN=/path/to/other/build scripts/profile-life.sh push   another build, for a before/after table
+#   DQ_REDIS_MODE=cluster scripts/profile-life.sh              summed over a local cluster's 3 primaries
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BENCH_ONLY=life LIFE_PATH=${1:-push} LIFE_JOBS=${2:-10000} exec bash scripts/bench.sh
