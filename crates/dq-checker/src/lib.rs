@@ -345,8 +345,14 @@ async fn depths(queue: &Queue, stats: &Stats, threshold: Option<u64>, notifier: 
     }
     memory.depths = depth.iter().filter(|(_, n)| **n != 0).map(|(k, _)| k.clone()).collect();
     // Registered topics are always published, with their zeros; others only while they have jobs.
-    let registry = queue.topics().await.unwrap_or_default();
-    dq_core::series::registered(registry.keys());
+    let registry = match queue.topics().await {
+        Ok(registry) => {
+            dq_core::series::registered(registry.keys());
+            registry
+        }
+        // Unread is not empty: no topic's counters are forgotten for it.
+        Err(_) => Default::default(),
+    };
     for topic in registry.keys() {
         for state in [State::Delayed, State::Ready, State::Reserved, State::Dead] {
             depth.entry((topic.clone(), state)).or_insert(0);
