@@ -18,7 +18,7 @@
 //! - [`wake`]: pub/sub wake-ups for long polls and timers; [`audit`]: the consistency audit and repair.
 //! - [`process`]: the start-up every binary shares.
 //! - [`config`], [`signals`], [`telemetry`], [`systemd`]: settings, drain on signals, logs and metrics,
-//!   readiness and watchdog for systemd.
+//!   readiness and watchdog for systemd; [`reload`]: the configuration read again on SIGHUP.
 
 pub mod activity;
 pub mod audit;
@@ -35,6 +35,7 @@ pub mod partition;
 pub mod process;
 pub mod queue;
 pub mod registry;
+pub mod reload;
 pub mod schedule;
 pub mod scripts;
 pub mod sealed;
