@@ -62,6 +62,8 @@ pub enum Outcome {
         changed: Vec<String>,
         /// The changed keys that need a restart.
         restart: Vec<String>,
+        /// The changed keys this binary does not read.
+        ignored: Vec<String>,
     },
     /// The configuration could not be read, or a part could not use it: nothing changed.
     Refused(String),
@@ -155,6 +157,7 @@ impl Reload {
                 parts,
                 changed,
                 restart,
+                ignored,
             } => {
                 for key in restart {
                     tracing::warn!("SIGHUP: {key} changed; it takes effect at the next restart");
@@ -164,6 +167,8 @@ impl Reload {
                     "SIGHUP: configuration read again; applied: {}",
                     parts.join(", ")
                 );
+                // Under the level just put in force.
+                tracing::debug!(?ignored, "SIGHUP: changed keys this binary does not read");
             }
         }
         outcome
@@ -182,11 +187,13 @@ impl Reload {
                 Err(cause) => return Outcome::Refused(format!("{}: {cause}", part.name)),
             }
         }
-        let (mut changed, mut restart) = (Vec::new(), Vec::new());
+        let (mut changed, mut restart, mut ignored) = (Vec::new(), Vec::new(), Vec::new());
         for key in changed_keys(&self.in_force, &new) {
             if self.parts.iter().any(|p| covers(p.keys, &key)) {
                 changed.push(key);
-            } else if !covers(self.unused, &key) {
+            } else if covers(self.unused, &key) {
+                ignored.push(key);
+            } else {
                 restart.push(key);
             }
         }
@@ -199,6 +206,7 @@ impl Reload {
             parts: self.parts.iter().map(|p| p.name).collect(),
             changed,
             restart,
+            ignored,
         }
     }
 }
@@ -271,6 +279,7 @@ mod tests {
                 parts: vec!["log level", "egress policy", "alert channels"],
                 changed: vec!["egress.deny".into(), "log.level".into()],
                 restart: vec!["redis.urls".into()],
+                ignored: vec!["server.listen".into()],
             }
         );
         assert_eq!(*seen.lock().unwrap(), [vec!["10.0.0.0/8".to_string()]]);
