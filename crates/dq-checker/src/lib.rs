@@ -136,7 +136,7 @@ const TOPIC_COUNTERS: &[Counter] = &[Counter::labelled(
 /// Checks until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    let notifier = Notifier::new(&settings.checker)?;
+    let (notifiers, _) = tokio::sync::watch::channel(Arc::new(Notifier::new(&settings.checker)?));
     dq_core::series::serve_from_start(COUNTERS);
     dq_core::series::serve_per_topic(TOPIC_COUNTERS);
     let (listen, metrics) = dq_core::telemetry::serve_configured_metrics(
@@ -148,7 +148,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     tracing::info!(metrics = %listen, partitions = queue.partitions().count(), "dq-checker starting");
     dq_core::systemd::ready(&shutdown);
 
-    let interval = Duration::from_millis(settings.checker.interval_ms);
+    let mut interval = Duration::from_millis(settings.checker.interval_ms);
     // The audit scans every partition: it runs on its own, so health checks and alerts never wait for it.
     let audit_every = Duration::from_millis(settings.checker.audit_interval_ms);
     if !audit_every.is_zero() {
@@ -166,6 +166,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let leader = Arc::new(AtomicBool::new(false));
     let egress = Arc::new(Egress::new(&settings.egress, queue.egress().await));
     tokio::spawn(egress.clone().follow_nodes(queue.clone(), shutdown.clone()));
+    let reload = reload(&settings, &notifiers, &egress);
+    let in_force = reload.subscribe();
+    reload.start(shutdown.clone())?;
     let hooks = dead_hooks::Sender::new(
         queue.clone(),
         egress,
@@ -179,12 +182,19 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let me = format!("checker-{}-{}", std::process::id(), ulid::Ulid::new());
-    let lease_ms = (3 * settings.checker.interval_ms).max(3000);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shutdown.cancelled() => break,
         }
+        // What a SIGHUP changed applies from the next round on; the round itself is never interrupted.
+        let (settings, notifier) = (in_force.borrow().clone(), notifiers.borrow().clone());
+        if settings.checker.interval_ms != interval.as_millis() as u64 {
+            interval = Duration::from_millis(settings.checker.interval_ms);
+            tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
+        let lease_ms = (3 * settings.checker.interval_ms).max(3000);
         // Bounded: the Redis of the lease may be the one that is down, and the round must go on.
         let lease = tokio::time::timeout(
             interval.max(Duration::from_secs(1)),
@@ -241,6 +251,50 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let _ = metrics.await;
     tracing::info!("dq-checker stopped");
     Ok(())
+}
+
+/// What SIGHUP applies without a restart: the log level, the alert channels (`notifiers`, built from
+/// the new settings before anything changes, so an unusable SMTP URL leaves every part as it was), the
+/// round's interval, thresholds and retention (read from the settings in force each round), and the
+/// egress policy of dead-job hooks.
+fn reload(
+    settings: &Settings,
+    notifiers: &tokio::sync::watch::Sender<Arc<Notifier>>,
+    egress: &Arc<Egress>,
+) -> dq_core::reload::Reload {
+    let (notifiers, egress) = (notifiers.clone(), egress.clone());
+    dq_core::reload::Reload::new(settings)
+        .unused(&["server", "beanstalkd", "auth", "timer"])
+        .part(
+            "alert channels",
+            &[
+                "checker.webhook_url",
+                "checker.smtp_url",
+                "checker.mail_from",
+                "checker.mail_to",
+                "checker.alert_timeout_ms",
+            ],
+            move |s| {
+                let notifier = Arc::new(Notifier::new(&s.checker).map_err(|e| format!("{e:#}"))?);
+                let notifiers = notifiers.clone();
+                Ok(Box::new(move || {
+                    notifiers.send_replace(notifier);
+                }))
+            },
+        )
+        .follows(
+            "check interval and thresholds",
+            &[
+                "checker.interval_ms",
+                "checker.backlog_threshold",
+                "checker.housekeeping_interval_ms",
+                "jobs.dead_retention_ms",
+                "jobs.dead_max_per_topic",
+            ],
+        )
+        .apply("egress policy", &["egress.deny", "egress.allow"], move |s| {
+            egress.set_lists(&s.egress)
+        })
 }
 
 /// Probes one node (a primary, or a former one being watched until it answers; see `NodeWatch`):

@@ -8,7 +8,8 @@
 //! - [`worker`]: one topic's loop: reserve as many jobs as the limits and free delivery slots allow,
 //!   deliver each, ack or nack it.
 //!
-//! This module follows the topic registry and keeps one worker per deliverable topic. On SIGTERM,
+//! This module follows the topic registry and keeps one worker per deliverable topic. SIGHUP reads the
+//! configuration again and applies the egress policy's lists and the log level ([`dq_core::reload`]). On SIGTERM,
 //! SIGINT or SIGUSR2 it stops reserving, lets deliveries in flight finish within `shutdown.grace_ms`
 //! (acking or retrying them by their outcome), hands back the ones still running after that for
 //! immediate redelivery, and returns.
@@ -59,6 +60,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let egress = Arc::new(Egress::new(&settings.egress, queue.egress().await));
     tracing::info!(nodes = ?egress.policy().redis_nodes(), "Redis nodes refused to callbacks");
     tokio::spawn(egress.clone().follow_nodes(queue.clone(), background.clone()));
+    let reload = reload(&settings, &egress);
+    let in_force = reload.subscribe();
+    reload.start(background.clone())?;
     let listener = dq_core::wake::follow_ready(&queue, background.clone());
     let refresh = Duration::from_millis(settings.topics.refresh_ms);
     let topics = TopicCache::start(queue.clone(), refresh, background.clone()).await;
@@ -94,7 +98,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         let _ = w.task.await;
     }
     shared.tracker.close();
-    let grace = Duration::from_millis(settings.shutdown.grace_ms);
+    let grace = Duration::from_millis(in_force.borrow().shutdown.grace_ms);
     if tokio::time::timeout(grace, shared.tracker.wait()).await.is_err() {
         tracing::warn!(
             in_flight = shared.tracker.len(),
@@ -110,6 +114,18 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let _ = metrics.await;
     tracing::info!("dq-consumer stopped");
     Ok(())
+}
+
+/// What SIGHUP applies without a restart: the log level, the egress policy's lists, and the grace period
+/// of a drain to come. (The sections of dq-server, dq-timer and dq-checker are theirs.)
+fn reload(settings: &Settings, egress: &Arc<Egress>) -> dq_core::reload::Reload {
+    let egress = egress.clone();
+    dq_core::reload::Reload::new(settings)
+        .unused(&["server", "beanstalkd", "auth", "checker", "timer"])
+        .apply("egress policy", &["egress.deny", "egress.allow"], move |s| {
+            egress.set_lists(&s.egress)
+        })
+        .follows("drain grace period", &["shutdown.grace_ms"])
 }
 
 /// Listens on this process's hand-off channels (see `dq_core::queue::handoff`) and gives what comes to

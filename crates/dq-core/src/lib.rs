@@ -18,8 +18,9 @@
 //! - [`wake`]: pub/sub wake-ups for long polls and timers; [`audit`]: the consistency audit and repair.
 //! - [`process`]: the start-up every binary shares.
 //! - [`config`], [`signals`], [`telemetry`], [`systemd`]: settings, drain on signals, logs and metrics,
-//!   readiness and watchdog for systemd; [`series`]: counters served from the start, and the counters
-//!   of a topic whose registration went left out.
+//!   readiness and watchdog for systemd; [`reload`]: the configuration read again on SIGHUP;
+//!   [`series`]: counters served from the start, and the counters of a topic whose registration went
+//!   left out.
 
 pub mod activity;
 pub mod audit;
@@ -36,6 +37,7 @@ pub mod partition;
 pub mod process;
 pub mod queue;
 pub mod registry;
+pub mod reload;
 pub mod schedule;
 pub mod scripts;
 pub mod sealed;

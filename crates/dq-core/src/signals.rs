@@ -31,8 +31,8 @@ pub fn shutdown_token() -> std::io::Result<CancellationToken> {
     Ok(token)
 }
 
-/// Calls `reload` on every SIGHUP until `shutdown`: dq-server reads its tokens again. (Installed, the
-/// handler also keeps SIGHUP from ending the process, its default.)
+/// Calls `reload` on every SIGHUP until `shutdown`: each binary's [`crate::reload::Reload`] reads the
+/// configuration again. (Installed, the handler also keeps SIGHUP from ending the process, its default.)
 pub fn on_hangup(shutdown: CancellationToken, mut reload: impl FnMut() + Send + 'static) -> std::io::Result<()> {
     let mut signals = Signals::new([signal_hook::consts::SIGHUP])?;
     tokio::spawn(async move {

@@ -17,19 +17,73 @@ pub type LogGuard = tracing_appender::non_blocking::WorkerGuard;
 /// does not keep up (a stalled pipe); a write that fails (a closed pipe) is dropped silently, where
 /// tracing-subscriber would report it with `eprintln!`, which panics on a closed stderr. So a drain on
 /// SIGTERM finishes whatever becomes of stderr.
+///
+/// The filter sits behind a reload handle, so SIGHUP can change `log.level` ([`set_log_level`]).
 pub fn init_logging(settings: &LogSettings) -> Option<LogGuard> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&settings.level));
+    let filter = rust_log()
+        .and_then(|dirs| EnvFilter::builder().parse(dirs).ok())
+        .unwrap_or_else(|| EnvFilter::new(&settings.level));
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
         .log_internal_errors(false);
+    // The two formats are two subscriber types, so their handles are too: each is kept as a closure.
     let installed = if settings.format == "json" {
-        builder.json().try_init()
+        let builder = builder.json().with_filter_reloading();
+        let handle = builder.reload_handle();
+        builder
+            .try_init()
+            .map(|()| Box::new(move |f: EnvFilter| handle.reload(f).is_ok()) as SetFilter)
     } else {
-        builder.try_init()
+        let builder = builder.with_filter_reloading();
+        let handle = builder.reload_handle();
+        builder
+            .try_init()
+            .map(|()| Box::new(move |f: EnvFilter| handle.reload(f).is_ok()) as SetFilter)
     };
-    installed.ok().map(|()| guard)
+    let set = installed.ok()?;
+    let _ = SET_FILTER.set(set);
+    Some(guard)
+}
+
+/// Replaces the filter of the subscriber [`init_logging`] installed.
+type SetFilter = Box<dyn Fn(EnvFilter) -> bool + Send + Sync>;
+
+/// The filter's reload handle, once logging is installed.
+static SET_FILTER: OnceLock<SetFilter> = OnceLock::new();
+
+/// `RUST_LOG`, when set and not empty: it wins over `log.level`, at start and on reload.
+fn rust_log() -> Option<String> {
+    std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty())
+}
+
+/// What [`set_log_level`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LogLevelSet {
+    /// The new filter is in force.
+    Applied,
+    /// `RUST_LOG` is set and wins: the filter stays.
+    RustLogWins,
+    /// This process's logging was not installed by [`init_logging`] (a test running services in one
+    /// process): nothing to change.
+    NotInstalled,
+}
+
+/// Puts `level` (a tracing filter, checked when the settings were read) in force for every line from now on.
+pub fn set_log_level(level: &str) -> LogLevelSet {
+    if rust_log().is_some() {
+        return LogLevelSet::RustLogWins;
+    }
+    let (Some(set), Ok(filter)) = (SET_FILTER.get(), EnvFilter::builder().parse(level)) else {
+        return LogLevelSet::NotInstalled;
+    };
+    if set(filter) {
+        LogLevelSet::Applied
+    } else {
+        LogLevelSet::NotInstalled
+    }
 }
 
 /// The process-wide Prometheus recorder, installed on first use, so every `metrics::counter!` in dq

@@ -7,7 +7,7 @@
 //! time taken tells nothing about which key came close) and hands the handler a [`Caller`]; each handler
 //! asks the caller for the scope and topic it needs. Without any token configured the API is open, and
 //! dq-server listens on loopback only (see [`check_listen`]). Tokens are never logged: a caller is known
-//! by its token's name. SIGHUP reads the settings file again and swaps the keys ([`Auth::reload`]).
+//! by its token's name. SIGHUP reads the settings again and swaps the keys ([`Auth::reload`]).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -126,13 +126,10 @@ impl Auth {
         self.ring().is_open()
     }
 
-    /// Reads the settings again (the file they came from, then the environment) and takes their tokens;
-    /// keeps the ones in force when the settings cannot be read.
-    pub fn reload(&self, file: Option<&std::path::Path>) {
-        let fresh = dq_core::Settings::load(file)
-            .map_err(anyhow::Error::from)
-            .and_then(|s| Keyring::new(&s.auth));
-        match fresh {
+    /// Takes the tokens of `settings`, read again on SIGHUP; keeps the ones in force when they cannot be
+    /// used.
+    pub fn reload(&self, settings: &AuthSettings) {
+        match Keyring::new(settings) {
             Ok(ring) => {
                 let names: Vec<&str> = ring.keys.iter().map(|k| k.name.as_str()).collect();
                 tracing::info!(tokens = ?names, "SIGHUP: tokens read again");
@@ -142,7 +139,7 @@ impl Auth {
                 }
                 *self.ring.write().expect("auth lock") = Arc::new(ring);
             }
-            Err(e) => tracing::warn!(cause = %e, "SIGHUP: cannot read the settings; the tokens in force stay"),
+            Err(e) => tracing::warn!(cause = %e, "SIGHUP: cannot use the tokens; the ones in force stay"),
         }
     }
 }

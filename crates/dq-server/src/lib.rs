@@ -89,14 +89,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
 pub async fn serve(listener: TcpListener, settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     auth::check_listen(&settings.auth, listener.local_addr()?)?;
     let tls = listener::Tls::from_settings(&settings.server)?;
-    if let Some(tls) = tls.clone() {
-        dq_core::signals::on_hangup(shutdown.clone(), move || tls.reload())?;
-    }
     let auth = Arc::new(auth::Auth::new(&settings.auth)?);
-    {
-        let (auth, file) = (auth.clone(), settings.file.clone());
-        dq_core::signals::on_hangup(shutdown.clone(), move || auth.reload(file.as_deref()))?;
-    }
+    reload(&settings, &auth, tls.clone()).start(shutdown.clone())?;
     let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     if !queue.sealer().seals() {
         tracing::warn!(
@@ -181,6 +175,21 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     listener_task.abort();
     tracing::info!("dq-server stopped");
     Ok(())
+}
+
+/// What SIGHUP applies without a restart: the log level, the tokens, and the TLS files read again (their
+/// paths are taken at start).
+fn reload(settings: &Settings, auth: &Arc<auth::Auth>, tls: Option<listener::Tls>) -> dq_core::reload::Reload {
+    let auth = auth.clone();
+    let reload = dq_core::reload::Reload::new(settings)
+        .unused(&["checker", "timer", "metrics"])
+        .apply("tokens", &["auth.admin_token", "auth.tokens"], move |s| {
+            auth.reload(&s.auth)
+        });
+    match tls {
+        Some(tls) => reload.apply("TLS certificate", &[], move |_| tls.reload()),
+        None => reload,
+    }
 }
 
 /// What the listener serves: every route (the API v1 and the pages for people, see [`routes::router`])

@@ -51,6 +51,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         shutdown.clone(),
     )
     .await?;
+    // Only the log level changes live: batch sizes and leases are shared with the other timers' shares
+    // and taken at start.
+    dq_core::reload::Reload::new(&settings)
+        .unused(&["server", "beanstalkd", "auth", "checker", "egress"])
+        .start(shutdown.clone())?;
     let id = format!("timer-{}-{}", std::process::id(), ulid::Ulid::new());
     tracing::info!(timer = %id, partitions = queue.partitions().count(), "dq-timer starting");
 

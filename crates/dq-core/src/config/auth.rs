@@ -2,13 +2,13 @@
 //! SHA-256; the one admin token (`auth.admin_token`, meant for `DQ__AUTH__ADMIN_TOKEN` in the
 //! environment file) is hashed when the settings are read and then forgotten.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{ConfigError, invalid};
 
 /// What a token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Push, push many, reschedule and cancel jobs.
@@ -34,7 +34,7 @@ impl Scope {
 }
 
 /// One scoped token (`[[auth.tokens]]`).
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenSpec {
     /// Shown in logs and metrics, never the token.
@@ -72,7 +72,7 @@ pub struct KeySpec {
 }
 
 /// `[auth]`.
-#[derive(Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthSettings {
     /// One token with every scope, in clear (from `DQ__AUTH__ADMIN_TOKEN`, in the environment file).

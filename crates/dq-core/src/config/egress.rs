@@ -1,13 +1,13 @@
 //! `[egress]`: which addresses callbacks may reach, and how much of an answer dq-consumer reads.
 
 use ipnet::IpNet;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, invalid};
 use crate::egress::parse_net;
 
 /// The callback egress policy's settings (the built-in refusals are in [`crate::egress`]).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EgressSettings {
     /// CIDRs (or single addresses) no callback may reach, on top of the built-in refusals, e.g.

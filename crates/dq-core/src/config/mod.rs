@@ -4,13 +4,15 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 mod auth;
+mod diff;
 mod egress;
 mod redis;
 mod secrets;
 pub use self::auth::{AuthSettings, KeySpec, Scope, TokenSpec};
+pub use self::diff::changed_keys;
 pub use self::egress::EgressSettings;
 pub use self::redis::{RedisMode, RedisSettings, redact};
 pub use self::secrets::SecretsSettings;
@@ -40,8 +42,9 @@ fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-/// All settings. Each binary reads the sections it needs.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// All settings. Each binary reads the sections it needs. `Serialize` is for comparing two of them
+/// ([`changed_keys`], on SIGHUP), never for showing them: they hold secrets.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// Where the jobs live.
@@ -72,13 +75,13 @@ pub struct Settings {
     pub secrets: SecretsSettings,
     /// dq-server's beanstalkd protocol listener.
     pub beanstalkd: BeanstalkdSettings,
-    /// The file these settings were read from, if any: read again on SIGHUP (dq-server's tokens).
+    /// The file these settings were read from, if any: read again on SIGHUP ([`crate::reload`]).
     #[serde(skip)]
     pub file: Option<std::path::PathBuf>,
 }
 
 /// dq-server's beanstalkd protocol listener (docs/beanstalkd.md).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BeanstalkdSettings {
     /// Address to listen on for the protocol; none (the default) serves no protocol.
@@ -104,7 +107,7 @@ impl Default for BeanstalkdSettings {
 }
 
 /// dq-server's listener.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerSettings {
     /// Address the HTTP API binds.
@@ -148,7 +151,7 @@ impl Default for ServerSettings {
 }
 
 /// Limits on requests. Anything outside them is refused with a 4xx before reaching Redis.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Largest job body (its JSON text), in bytes.
@@ -199,7 +202,7 @@ impl Limits {
 }
 
 /// Defaults for what a push does not say.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct JobDefaults {
     /// TTR of a job whose push does not give one, in ms.
@@ -234,7 +237,7 @@ impl Default for JobDefaults {
 }
 
 /// Metrics listener of the binaries that have no HTTP API of their own.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsSettings {
     /// Address serving `/metrics`; each binary has its own default port.
@@ -242,7 +245,7 @@ pub struct MetricsSettings {
 }
 
 /// Draining.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ShutdownSettings {
     /// How long a draining process may take to finish in-flight work before handing it back, in ms.
@@ -256,7 +259,7 @@ impl Default for ShutdownSettings {
 }
 
 /// dq-timer.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TimerSettings {
     /// Most jobs one promotion or expiry script moves, so that one call never holds Redis long.
@@ -278,7 +281,7 @@ impl Default for TimerSettings {
 }
 
 /// The topic registry as every process follows it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TopicSettings {
     /// How often a process re-reads the registry: the bound on how long a registration change takes to
@@ -293,7 +296,7 @@ impl Default for TopicSettings {
 }
 
 /// dq-checker.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CheckerSettings {
     /// How often every shard is checked and queue depths are published, in ms.
@@ -342,7 +345,7 @@ impl Default for CheckerSettings {
 }
 
 /// Logging.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogSettings {
     /// `text` for people, `json` for log pipelines.
@@ -478,6 +481,9 @@ impl Settings {
         }
         if self.jobs.max_attempts > self.limits.max_attempts {
             return Err(invalid("jobs.max_attempts", "must not exceed limits.max_attempts"));
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&self.log.level) {
+            return Err(invalid("log.level", format!("`{}`: {e}", self.log.level)));
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid("log.format", "must be `text` or `json`"));
@@ -623,6 +629,7 @@ mod tests {
             ("DQ__REDIS__SHARDS", "redis://x", "redis.shards"),
             ("DQ__REDIS__WAIT_TIMEOUT_MS", "0", "redis.wait_timeout_ms"),
             ("DQ__LOG__FORMAT", "xml", "log.format"),
+            ("DQ__LOG__LEVEL", "dq_core=loud", "log.level"),
             ("DQ__SHUTDOWN__GRACE_MS", "soon", "grace_ms"),
             ("DQ__SERVER__LISTN", "x", "listn"),
             ("DQ__LIMITS__MAX_RESERVE_COUNT", "0", "limits.max_reserve_count"),

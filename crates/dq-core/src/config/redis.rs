@@ -2,13 +2,13 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, invalid};
 use crate::partition::MAX_PARTITIONS;
 
 /// The shape of dq's Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum RedisMode {
@@ -23,7 +23,7 @@ pub enum RedisMode {
 }
 
 /// Redis and how we talk to it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisSettings {
     /// Standalone, Sentinel or Cluster.
@@ -66,6 +66,7 @@ pub struct RedisSettings {
     /// logs an error and sets `dq_redis_config_ok{check="maxmemory_policy"}` to 0.
     pub allow_eviction: bool,
     /// The old setting, refused with a message saying what replaced it.
+    #[serde(skip_serializing)]
     shards: Option<serde::de::IgnoredAny>,
 }
 

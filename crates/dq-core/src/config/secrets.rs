@@ -2,13 +2,13 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, invalid};
 use crate::sealed::Sealer;
 
 /// The sealing keys (see [`crate::sealed`]).
-#[derive(Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecretsSettings {
     /// 32-byte keys in base64 (`openssl rand -base64 32`), the one that seals first; every one opens.

@@ -101,6 +101,15 @@ impl Egress {
         *self.policy.write().expect("policy lock") = Arc::new(policy);
     }
 
+    /// Puts `egress.allow` and `egress.deny` of `settings` in force (SIGHUP), keeping the Redis nodes. The
+    /// clients go, and their pooled connections with them: a connection kept alive to a network now
+    /// refused would otherwise go on being used.
+    pub fn set_lists(&self, settings: &EgressSettings) {
+        let mut policy = self.policy.write().expect("policy lock");
+        *policy = Arc::new(Policy::new(settings, policy.redis_nodes().to_vec()));
+        self.clients.lock().expect("clients lock").clear();
+    }
+
     /// The client to POST to `url` with; refused when its host is an IP address the policy refuses.
     pub fn client(&self, url: &Url) -> Result<reqwest::Client, CannotCall> {
         self.policy().check_url(url)?;
@@ -134,11 +143,16 @@ impl Egress {
                 _ = tokio::time::sleep(NODE_REFRESH) => {}
                 _ = stop.cancelled() => return,
             }
-            let policy = queue.egress().await;
-            if policy.redis_nodes() != self.policy().redis_nodes() {
-                tracing::info!(nodes = ?policy.redis_nodes(), "Redis nodes refused to callbacks changed");
+            let nodes = queue.egress().await.redis_nodes;
+            // The lists in force stay: a reload may have changed them since the queue was made.
+            let mut policy = self.policy.write().expect("policy lock");
+            if nodes != policy.redis_nodes {
+                tracing::info!(?nodes, "Redis nodes refused to callbacks changed");
             }
-            self.set_policy(policy);
+            *policy = Arc::new(Policy {
+                redis_nodes: nodes,
+                ..Policy::clone(&policy)
+            });
         }
     }
 }
@@ -230,6 +244,26 @@ mod tests {
         e.client(&Url::parse("http://localhost:8080/").unwrap()).unwrap();
         e.client(&Url::parse("https://localhost/").unwrap()).unwrap();
         assert_eq!(e.clients.lock().unwrap().len(), 2, "one client per port");
+    }
+
+    #[tokio::test]
+    async fn new_lists_keep_the_redis_nodes_and_drop_the_pooled_clients() {
+        let e = egress(&[], &["127.0.0.1:6379"]);
+        e.client(&Url::parse("http://127.0.0.1:8080/").unwrap()).unwrap();
+        let deny = EgressSettings {
+            deny: vec!["127.0.0.0/8".into()],
+            ..EgressSettings::default()
+        };
+        e.set_lists(&deny);
+        assert!(
+            e.clients.lock().unwrap().is_empty(),
+            "no connection kept alive survives"
+        );
+        assert_eq!(e.policy().redis_nodes(), ["127.0.0.1:6379".parse().unwrap()]);
+        let err = e.client(&Url::parse("http://127.0.0.1:8080/").unwrap()).unwrap_err();
+        assert!(err.to_string().contains("egress.deny 127.0.0.0/8"), "{err}");
+        e.set_lists(&EgressSettings::default());
+        e.client(&Url::parse("http://127.0.0.1:8080/").unwrap()).unwrap();
     }
 
     #[tokio::test]
