@@ -116,7 +116,7 @@ impl Consumer {
 
 async fn register(q: &Queue, topic: &str, json: serde_json::Value) {
     let config: TopicConfig = serde_json::from_value(json).unwrap();
-    config.validate(q.limits(), &q.egress().await).unwrap();
+    config.validate(&q.limits(), &q.egress().await).unwrap();
     q.put_topic(topic, &config).await.unwrap();
 }
 

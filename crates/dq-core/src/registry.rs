@@ -174,7 +174,7 @@ impl Queue {
             }
         }
         let max_age_ms = topic.and_then(|t| t.retry.max_age_ms);
-        NewJob::from_request(req, self.limits(), &defaults, max_age_ms, unix_ms())
+        NewJob::from_request(req, &self.limits(), &defaults, max_age_ms, unix_ms())
     }
 }
 

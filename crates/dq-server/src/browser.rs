@@ -34,14 +34,15 @@ use crate::auth::Auth;
 use crate::error::ApiError;
 
 /// What the guard needs: whether the API is open now, and the allowed host names.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Guard {
     /// The tokens in force.
     pub auth: Arc<Auth>,
     /// `server.allowed_hosts`, lowercase.
     pub allowed_hosts: Arc<Vec<String>>,
-    /// The largest request body read; a larger `Content-Length` is refused before the body is read.
-    pub max_body: usize,
+    /// The largest request body read (`limits`, read again on SIGHUP): a larger `Content-Length` is
+    /// refused before the body is read, and a body without one is cut off there.
+    pub max_body: std::sync::atomic::AtomicUsize,
     /// `server.admin_read_only`: changes that come from the admin pages are refused.
     pub admin_read_only: bool,
 }
@@ -115,9 +116,13 @@ where
     }
 
     fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
-        // As the router itself would (it takes any body), before the checks read the request.
-        let mut req = req.map(axum::body::Body::new);
-        match self.guard.refusal(&mut req) {
+        // As the router itself would (it takes any body), before the checks read the request; limited
+        // here rather than by axum's `DefaultBodyLimit`, whose limit is fixed when the router is made.
+        let max = self.guard.max_body.load(std::sync::atomic::Ordering::Relaxed);
+        // hyper's size hint is the `Content-Length` (read before the limit caps the hint).
+        let declared = req.body().size_hint().lower();
+        let mut req = req.map(|body| axum::body::Body::new(http_body_util::Limited::new(body, max)));
+        match self.guard.refusal(&mut req, declared, max) {
             Some(refused) => Either::Left(ready(Ok(with_frame_headers(refused)))),
             None => Either::Right(
                 self.inner
@@ -131,7 +136,7 @@ where
 impl Guard {
     /// Why `req` may not reach its route, as the answer to send; `None` when it may (its [`crate::auth::Caller`]
     /// then in its extensions).
-    fn refusal(&self, req: &mut Request) -> Option<Response> {
+    fn refusal(&self, req: &mut Request, declared: u64, max_body: usize) -> Option<Response> {
         let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
         let host = req
             .headers()
@@ -168,12 +173,12 @@ impl Guard {
                 ApiError::invalid("a request body must be sent with `Content-Type: application/json`").into_response(),
             );
         }
-        if req.body().size_hint().lower() > self.max_body as u64 {
-            // hyper's size hint is the `Content-Length`: the answer goes out before any of the body is read.
+        if declared > max_body as u64 {
+            // The answer goes out before any of the body is read.
             return Some(
                 ApiError::too_large(format!(
                     "the request body is larger than the limit of {} bytes",
-                    self.max_body
+                    max_body
                 ))
                 .into_response(),
             );
@@ -266,7 +271,7 @@ mod tests {
         Guard {
             auth: Arc::new(Auth::new(&settings).unwrap()),
             allowed_hosts: Arc::new(allowed.iter().map(|s| s.to_string()).collect()),
-            max_body: 1024,
+            max_body: 1024.into(),
             admin_read_only: false,
         }
     }

@@ -72,8 +72,9 @@ pub struct AppParts {
     pub guard: Arc<browser::Guard>,
     /// One permit per long poll allowed to wait at once (`server.max_long_polls`).
     pub long_polls: Arc<long_polls::LongPolls>,
-    /// The OpenAPI document, made at start for this server's limits (`GET /openapi.json`).
-    pub openapi: Bytes,
+    /// The OpenAPI document, made for this server's limits at start and at each SIGHUP
+    /// (`GET /openapi.json`).
+    pub openapi: std::sync::RwLock<Bytes>,
 }
 
 /// Binds `server.listen` and serves until `shutdown`.
@@ -90,7 +91,6 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     auth::check_listen(&settings.auth, listener.local_addr()?)?;
     let tls = listener::Tls::from_settings(&settings.server)?;
     let auth = Arc::new(auth::Auth::new(&settings.auth)?);
-    reload(&settings, &auth, tls.clone()).start(shutdown.clone())?;
     let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     if !queue.sealer().seals() {
         tracing::warn!(
@@ -124,16 +124,14 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
                     .map(|h| h.trim().to_ascii_lowercase())
                     .collect(),
             ),
-            max_body: settings.limits.max_request_bytes(),
+            max_body: settings.limits.max_request_bytes().into(),
             admin_read_only: settings.server.admin_read_only,
         }),
         auth,
         long_polls: Arc::new(long_polls::LongPolls::new(settings.server.max_long_polls)),
-        openapi: Bytes::from(
-            serde_json::to_vec(&spec::document(&settings.limits, dq_core::queue::unix_ms()))
-                .expect("the OpenAPI document serializes"),
-        ),
+        openapi: spec::served(&settings.limits).into(),
     }));
+    reload(&settings, &state, tls.clone()).start(shutdown.clone())?;
     let beanstalkd = match &settings.beanstalkd.listen {
         Some(listen) => {
             let listener = beanstalkd::bind(listen).await?;
@@ -148,13 +146,12 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
         }
         None => None,
     };
-    let max_request = settings.limits.max_request_bytes();
     state.queue.spawn_health_probe(Duration::from_secs(5), shutdown.clone());
     // Stopped after the requests of the drain finished, so their acks and nacks are counted too.
     let activity_stop = CancellationToken::new();
     let activity = state.queue.spawn_activity_flush(activity_stop.clone());
     let state_partitions = state.queue.partitions().count();
-    let app = app(state, max_request);
+    let app = app(state);
 
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(addr = %listener.local_addr()?, scheme, mode = ?settings.redis.mode, partitions = state_partitions, "dq-server listening");
@@ -177,14 +174,32 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     Ok(())
 }
 
-/// What SIGHUP applies without a restart: the log level, the tokens, and the TLS files read again (their
-/// paths are taken at start).
-fn reload(settings: &Settings, auth: &Arc<auth::Auth>, tls: Option<listener::Tls>) -> dq_core::reload::Reload {
-    let auth = auth.clone();
+/// What SIGHUP applies without a restart: the log level, the tokens, the limits (with the request size
+/// and the OpenAPI document made from them), the egress lists registrations are checked against, and
+/// the TLS files read again (their paths are taken at start).
+fn reload(settings: &Settings, state: &AppState, tls: Option<listener::Tls>) -> dq_core::reload::Reload {
+    let (auth, app) = (state.auth.clone(), state.clone());
+    let egress_queue = state.queue.clone();
     let reload = dq_core::reload::Reload::new(settings)
-        .unused(&["checker", "timer", "metrics"])
+        .unused(&[
+            "checker",
+            "timer",
+            "metrics",
+            "egress.max_answer_bytes",
+            "egress.excerpt_bytes",
+        ])
         .apply("tokens", &["auth.admin_token", "auth.tokens"], move |s| {
             auth.reload(&s.auth)
+        })
+        .apply("limits", &["limits"], move |s| {
+            app.queue.set_limits(s.limits.clone());
+            app.guard
+                .max_body
+                .store(s.limits.max_request_bytes(), std::sync::atomic::Ordering::Relaxed);
+            *app.openapi.write().unwrap_or_else(|e| e.into_inner()) = spec::served(&s.limits);
+        })
+        .apply("egress policy", &["egress.deny", "egress.allow"], move |s| {
+            egress_queue.set_egress(s.egress.clone())
         });
     match tls {
         Some(tls) => reload.apply("TLS certificate", &[], move |_| tls.reload()),
@@ -193,14 +208,15 @@ fn reload(settings: &Settings, auth: &Arc<auth::Auth>, tls: Option<listener::Tls
 }
 
 /// What the listener serves: every route (the API v1 and the pages for people, see [`routes::router`])
-/// with the body limit, behind the guard. Both wrap the router once rather than each route
+/// behind the guard, which also limits the body (axum's own limit is off: it is fixed when the router is
+/// made, and `limits` change on SIGHUP). Both wrap the router once rather than each route
 /// (`Router::layer`), which would add a boxed service that axum clones for every request. There is no
 /// way to serve the routes without the guard.
-pub fn app(state: AppState, max_request: usize) -> App {
+pub fn app(state: AppState) -> App {
     let guard = browser::GuardLayer(state.guard.clone());
     tower::Layer::layer(
         &guard,
-        tower::Layer::layer(&DefaultBodyLimit::max(max_request), routes::router(state)),
+        tower::Layer::layer(&DefaultBodyLimit::disable(), routes::router(state)),
     )
 }
 

@@ -88,7 +88,7 @@ pub async fn put(
     JsonBody(config): JsonBody<ScheduleConfig>,
 ) -> Result<Json<ScheduleView>, ApiError> {
     caller.allow_scope(Scope::Admin)?;
-    config.validate(&name, app.queue.limits())?;
+    config.validate(&name, &app.queue.limits())?;
     caller.allow(Scope::Admin, &config.topic)?;
     let old = app.queue.schedule(&name).await?;
     if let Some(old) = &old {

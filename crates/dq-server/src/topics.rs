@@ -114,7 +114,7 @@ pub async fn put(
         config.keep_masked(stored.as_ref())?;
     }
     // A callback to an IP address the egress policy refuses is refused here; one to a name, at connect.
-    config.validate(app.queue.limits(), &app.queue.egress().await)?;
+    config.validate(&app.queue.limits(), &app.queue.egress().await)?;
     store(&app, &topic, &config).await?;
     Ok(Json(view(&app, topic, Some(config)).await))
 }

@@ -32,7 +32,7 @@ async fn target() -> (u16, Arc<AtomicUsize>) {
 async fn register_and_push(q: &Queue, topic: &str, url: &str, checked: bool) -> String {
     let config: TopicConfig = serde_json::from_value(json!({"callback": {"url": url, "timeout_ms": 2000}})).unwrap();
     if checked {
-        config.validate(q.limits(), &q.egress().await).unwrap();
+        config.validate(&q.limits(), &q.egress().await).unwrap();
     }
     q.put_topic(topic, &config).await.unwrap();
     let pushed = q

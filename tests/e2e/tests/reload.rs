@@ -36,8 +36,9 @@ impl ConfigFile {
 }
 
 /// Starts `name` with `--config file` and the test environment, with `RUST_LOG` empty so that
-/// `log.level` decides, and waits until it serves `/metrics`.
-async fn start(name: &str, redis: &RedisServer, file: &Path, extra: &[(&'static str, String)]) -> DqProcess {
+/// `log.level` decides, and waits until it serves `/metrics`; with the port it serves on (dq-server's
+/// API too).
+async fn start(name: &str, redis: &RedisServer, file: &Path, extra: &[(&'static str, String)]) -> (DqProcess, u16) {
     let port = free_port();
     let mut vars = env(&[redis], port);
     vars.push(("RUST_LOG", String::new()));
@@ -48,7 +49,7 @@ async fn start(name: &str, redis: &RedisServer, file: &Path, extra: &[(&'static 
         reqwest::get(&url).await.is_ok_and(|r| r.status().is_success())
     })
     .await;
-    process
+    (process, port)
 }
 
 /// Sends SIGHUP and waits until the `n`-th line containing `line` is logged.
@@ -88,7 +89,7 @@ fn terminates_cleanly(mut process: DqProcess) {
 async fn dq_timer_reloads_its_log_level_names_restart_keys_and_refuses_a_bad_file() {
     let redis = RedisServer::start();
     let file = ConfigFile::new("[log]\nlevel = \"info\"\n");
-    let timer = start("dq-timer", &redis, &file.path, &[]).await;
+    let (timer, _) = start("dq-timer", &redis, &file.path, &[]).await;
     assert!(!timer.log().contains("DEBUG"), "info at start:\n{}", timer.log());
 
     file.write("[log]\nlevel = \"debug\"\n[timer]\nbatch_size = 500\n");
@@ -119,7 +120,7 @@ async fn dq_consumer_applies_a_new_egress_policy_on_sighup() {
     let config: TopicConfig = serde_json::from_value(json!({"callback": {"url": url, "timeout_ms": 2000}})).unwrap();
     q.put_topic("reload", &config).await.unwrap();
     let file = ConfigFile::new("[log]\nlevel = \"info\"\n");
-    let consumer = start("dq-consumer", &redis, &file.path, &[]).await;
+    let (consumer, _) = start("dq-consumer", &redis, &file.path, &[]).await;
     let push = || async {
         let pushed = q
             .push(job(&q, json!({"topic": "reload", "body": 1, "max_attempts": 1})))
@@ -179,7 +180,7 @@ async fn dq_checker_sends_alerts_to_the_new_webhook_after_sighup() {
         )
     };
     let file = ConfigFile::new(&config("info", &old.url, 600_000));
-    let checker = start("dq-checker", &redis, &file.path, &[]).await;
+    let (checker, _) = start("dq-checker", &redis, &file.path, &[]).await;
     let backlog = |topic: &'static str| {
         let q = q.clone();
         async move {
@@ -225,4 +226,67 @@ async fn dq_checker_sends_alerts_to_the_new_webhook_after_sighup() {
     assert!(!topics(&old).contains(&"after".to_string()), "{:?}", topics(&old));
     assert!(!topics(&new).contains(&"before".to_string()), "{:?}", topics(&new));
     terminates_cleanly(checker);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dq_server_applies_new_limits_and_egress_lists_on_sighup() {
+    let redis = RedisServer::start();
+    let file = ConfigFile::new("[limits]\nmax_body_bytes = 100\n");
+    let (server, port) = start("dq-server", &redis, &file.path, &[]).await;
+    let http = reqwest::Client::new();
+    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    let push = |bytes: usize| {
+        http.post(url("/v1/jobs"))
+            .json(&json!({"topic": "limits", "body": "x".repeat(bytes)}))
+            .send()
+    };
+    let register = || {
+        http.put(url("/v1/topics/hooked"))
+            .json(&json!({"callback": {"url": "http://127.0.0.1:9/hook"}}))
+            .send()
+    };
+    let body_limit = || async {
+        let doc: serde_json::Value = http
+            .get(url("/openapi.json"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        doc["components"]["schemas"]["PushRequest"]["properties"]["body"].to_string()
+    };
+    assert_eq!(push(200).await.unwrap().status(), 413);
+    // A request over the 8 MiB request limit is refused from its Content-Length.
+    assert_eq!(push(9 << 20).await.unwrap().status(), 413);
+    assert_eq!(
+        register().await.unwrap().status(),
+        200,
+        "loopback is allowed by default"
+    );
+    assert!(body_limit().await.contains("100"), "{}", body_limit().await);
+
+    // 16 MiB bodies (so requests of 16 MiB + 1 KiB), and no loopback callbacks.
+    file.write(
+        "[limits]\nmax_body_bytes = 16777216\n[egress]\ndeny = [\"127.0.0.0/8\"]\n[server]\nmax_connections = 5\n",
+    );
+    hang_up(&server, RELOADED, 1).await;
+    let log = server.log();
+    let applied = log.lines().find(|l| l.contains(RELOADED)).unwrap();
+    assert!(
+        applied.contains("limits") && applied.contains("egress policy"),
+        "{applied}"
+    );
+    assert!(
+        log.contains("SIGHUP: server.max_connections changed; it takes effect at the next restart"),
+        "{log}"
+    );
+    assert_eq!(push(200).await.unwrap().status(), 201);
+    assert_eq!(push(9 << 20).await.unwrap().status(), 201);
+    let refused = register().await.unwrap();
+    assert_eq!(refused.status(), 400);
+    let message = refused.text().await.unwrap();
+    assert!(message.contains("egress.deny 127.0.0.0/8"), "{message}");
+    assert!(body_limit().await.contains("16777216"), "{}", body_limit().await);
+    terminates_cleanly(server);
 }

@@ -79,12 +79,12 @@ pub struct QueueParts {
     keys: Keys,
     /// Each partition's key names, by partition.
     partition_keys: Arc<[PartitionKeys]>,
-    /// Bounds on requests.
-    limits: Limits,
+    /// Bounds on requests; replaced whole by [`Queue::set_limits`] (SIGHUP).
+    limits: std::sync::RwLock<Arc<Limits>>,
     /// Values for what a push leaves out.
     defaults: JobDefaults,
-    /// Where callbacks may go (`egress.*`).
-    egress: EgressSettings,
+    /// Where callbacks may go (`egress.*`); replaced whole by [`Queue::set_egress`] (SIGHUP).
+    egress: std::sync::RwLock<Arc<EgressSettings>>,
     /// Seals callback secrets and header values in the registry (`secrets.keys`).
     sealer: Arc<Sealer>,
     /// The group commit of pushes.
@@ -138,9 +138,9 @@ impl Queue {
             partitions,
             keys,
             partition_keys,
-            limits: settings.limits.clone(),
+            limits: std::sync::RwLock::new(Arc::new(settings.limits.clone())),
             defaults: settings.jobs.clone(),
-            egress: settings.egress.clone(),
+            egress: std::sync::RwLock::new(Arc::new(settings.egress.clone())),
             sealer: Arc::new(settings.secrets.sealer()),
             pushes: Arc::new(Coalescer::new(push::PUSH_GROUP_JOBS, in_flight)),
             acks: Arc::new(Coalescer::new(ack::ACK_GROUP, in_flight)),
@@ -191,9 +191,20 @@ impl Queue {
         &self.sealer
     }
 
-    /// Request limits.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
+    /// The limits in force (those at start, or of the last [`Queue::set_limits`]).
+    pub fn limits(&self) -> Arc<Limits> {
+        self.limits.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts `limits` in force for every request from now on (dq-server's SIGHUP).
+    pub fn set_limits(&self, limits: Limits) {
+        *self.limits.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limits);
+    }
+
+    /// Puts the egress lists of `egress` in force for the registrations checked from now on (dq-server's
+    /// SIGHUP).
+    pub fn set_egress(&self, egress: EgressSettings) {
+        *self.egress.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(egress);
     }
 
     /// Job defaults (`jobs.*`).
@@ -206,12 +217,13 @@ impl Queue {
     /// delivery.
     pub async fn egress(&self) -> Policy {
         let nodes = crate::egress::resolve(&self.redis.node_addresses().await).await;
-        Policy::new(&self.egress, nodes)
+        let egress = self.egress.read().unwrap_or_else(|e| e.into_inner()).clone();
+        Policy::new(&egress, nodes)
     }
 
     /// Checks a push and fills in defaults; nothing touches Redis.
     pub fn validate(&self, req: PushRequest) -> Result<NewJob> {
-        NewJob::from_request(req, &self.limits, &self.defaults, None, unix_ms())
+        NewJob::from_request(req, &self.limits(), &self.defaults, None, unix_ms())
     }
 
     /// Runs a script on partition `p`, noting whether the partition answered.

@@ -100,12 +100,20 @@ pub fn document(limits: &Limits, now_ms: i64) -> serde_json::Value {
     doc
 }
 
-/// `GET /openapi.json`: the document, as it was made at start.
+/// The document as `GET /openapi.json` serves it, for `limits`.
+pub fn served(limits: &Limits) -> Bytes {
+    Bytes::from(
+        serde_json::to_vec(&document(limits, dq_core::queue::unix_ms())).expect("the OpenAPI document serializes"),
+    )
+}
+
+/// `GET /openapi.json`: the document, as made at start or at the last SIGHUP.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", operation_id = "openapi",
     summary = "This document (OpenAPI 3.1); no token needed",
     responses((status = 200, description = "The OpenAPI document of this server.", body = Object)))]
 pub async fn openapi_json(State(app): State<AppState>) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], Bytes::clone(&app.openapi)).into_response()
+    let doc = app.openapi.read().unwrap_or_else(|e| e.into_inner()).clone();
+    ([(header::CONTENT_TYPE, "application/json")], doc).into_response()
 }
 
 /// Swagger UI's settings: the document at `/openapi.json`, and no validator badge (Swagger UI would
