@@ -66,6 +66,10 @@ pub async fn stats(State(app): State<AppState>, caller: Caller) -> Result<Json<S
     for topic in registry.unwrap_or_default().into_keys().filter(|t| caller.sees(t)) {
         topics.insert(topic, zero_counts());
     }
+    // So are topics whose jobs left lately (their counts fields are at 0 until the checker removes them).
+    for topic in stats.drained().filter(|t| caller.sees(t)) {
+        topics.entry(topic.to_string()).or_insert_with(zero_counts);
+    }
     for (topic, counts) in stats.counts.iter().filter(|(t, _)| caller.sees(t)) {
         let t = topics.entry(topic.clone()).or_insert_with(zero_counts);
         for (state, n) in counts {

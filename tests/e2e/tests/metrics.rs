@@ -214,6 +214,7 @@ async fn every_binary_serves_the_documented_metrics() {
                 "dq_dead_jobs_dropped_total",
                 "dq_dead_hooks_total",
                 "dq_dead_hooks_waiting",
+                "dq_quarantined_jobs",
             ],
         ),
     ];

@@ -256,9 +256,9 @@ async fn dq_server_applies_new_limits_and_egress_lists_on_sighup() {
             .unwrap();
         doc["components"]["schemas"]["PushRequest"]["properties"]["body"].to_string()
     };
+    // (A request over the 8 MiB request limit is answered 413 from its Content-Length before its body
+    // is read, and the client, still sending, may see the connection closed instead: tests/limits.rs.)
     assert_eq!(push(200).await.unwrap().status(), 413);
-    // A request over the 8 MiB request limit is refused from its Content-Length.
-    assert_eq!(push(9 << 20).await.unwrap().status(), 413);
     assert_eq!(
         register().await.unwrap().status(),
         200,

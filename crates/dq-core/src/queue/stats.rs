@@ -25,9 +25,7 @@ pub struct NodeStats {
 /// Counts and health of the whole installation.
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
-    /// Job counts by topic, then state, summed over the partitions that answered. A topic whose
-    /// fields are all 0 (its jobs are gone, and dq-checker has not yet removed the fields) is here
-    /// with zeros.
+    /// Job counts by topic, then state, summed over the partitions that answered.
     pub counts: HashMap<String, HashMap<State, i64>>,
     /// Dead jobs by partition and topic (partitions that answered, topics with dead jobs): where
     /// dq-checker's retention has work.
@@ -39,6 +37,22 @@ pub struct Stats {
     pub partitions_down: Vec<u16>,
     /// Every primary (an empty list when the topology could not be read, or from [`Queue::counts`]).
     pub nodes: Vec<NodeStats>,
+}
+
+impl Stats {
+    /// The topics whose counts fields are all 0 in some partition and that have no job anywhere: their
+    /// jobs left lately (dq-checker's housekeeping removes such fields from time to time).
+    pub fn drained(&self) -> impl Iterator<Item = &str> {
+        self.zeros
+            .iter()
+            .flat_map(|(_, fields)| fields.iter())
+            .filter_map(|f| {
+                f.rsplit_once(':')
+                    .filter(|(_, s)| State::parse(s).is_some())
+                    .map(|(t, _)| t)
+            })
+            .filter(|t| !self.counts.contains_key(*t))
+    }
 }
 
 impl Queue {
@@ -63,18 +77,6 @@ impl Queue {
                     let mut zeros = Vec::new();
                     for (field, n) in raw {
                         if n == 0 {
-                            // The topic had jobs in this state until lately: it stays listed, at 0,
-                            // until dq-checker's housekeeping removes the field.
-                            if let Some((topic, state)) = field.rsplit_once(':')
-                                && let Some(state) = State::parse(state)
-                            {
-                                stats
-                                    .counts
-                                    .entry(topic.to_string())
-                                    .or_default()
-                                    .entry(state)
-                                    .or_default();
-                            }
                             zeros.push(field);
                             continue;
                         }
