@@ -100,8 +100,11 @@ pub async fn reserve(
     };
 
     // A paused topic hands out nothing; when all are paused, the long poll just runs out.
-    let registry = app.topics.snapshot();
-    topics.retain(|t| !registry.get(t).is_some_and(|c| c.paused));
+    {
+        // Not held while waiting: that would keep a registry the cache has since replaced.
+        let registry = app.topics.snapshot();
+        topics.retain(|t| !registry.get(t).is_some_and(|c| c.paused));
+    }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout);
     // Held while waiting, released with the answer.
     let mut permit = None;

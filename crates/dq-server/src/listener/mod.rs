@@ -177,6 +177,13 @@ impl Protocols {
             }
             return;
         };
+        // On the heap: held inline, the handshake's and rustls's state would size every clear-text
+        // connection's task too (5.9 KB rather than 1.1 KB, for as long as the connection lives).
+        Box::pin(self.serve_tls(tls, stream, service)).await;
+    }
+
+    /// Serves one connection over TLS: the handshake, then the version ALPN chose.
+    async fn serve_tls(&self, tls: &Tls, stream: TcpStream, service: Service) {
         if let Some(stream) = self.handshake(&tls.acceptor, stream).await {
             let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
             self.serve_http(TokioIo::new(stream), h2, service).await;
