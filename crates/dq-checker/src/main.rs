@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc, as in the other dq binaries.
+/// mimalloc, as dq-timer and dq-consumer (dq-server uses jemalloc, for its memory per idle connection).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
