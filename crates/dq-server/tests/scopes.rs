@@ -85,7 +85,7 @@ async fn every_route_checks_the_scope_before_it_reads_anything() {
             for token in ["producer", "consumer", "reader", "operator"] {
                 let scope = token_scope(token);
                 let allowed = need.is_none_or(|need| scope == need || scope == "admin");
-                let before = s.snapshot();
+                let before = stored(&s);
                 let secret = format!("{token}-secret");
                 let (status, answer) = send(&s, Some(&secret), &method, &path, body(id).as_ref()).await;
                 if allowed {
@@ -93,7 +93,7 @@ async fn every_route_checks_the_scope_before_it_reads_anything() {
                 } else {
                     assert_eq!(status, 403, "{token} ({scope}) on {method} {path} ({id}): {answer}");
                     assert_eq!(answer["error"]["code"], "forbidden", "{method} {path}: {answer}");
-                    assert_eq!(s.snapshot(), before, "{token} on {method} {path} wrote something");
+                    assert_eq!(stored(&s), before, "{token} on {method} {path} wrote something");
                 }
             }
             // The root token has every scope.
@@ -104,6 +104,15 @@ async fn every_route_checks_the_scope_before_it_reads_anything() {
     seen.sort();
     let listed: Vec<&str> = scopes.keys().copied().collect();
     assert_eq!(seen, listed, "the table lists exactly the document's operations");
+}
+
+/// What Redis holds, but the dashboard's counts per minute, which the server adds in batches in the
+/// background (the pushes of the tokens that may push are counted there whenever the batch goes).
+fn stored(s: &common::TestServer) -> Vec<(String, Vec<u8>)> {
+    s.snapshot()
+        .into_iter()
+        .filter(|(k, _)| !k.contains(":activity:"))
+        .collect()
 }
 
 fn token_scope(token: &str) -> &'static str {
