@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use dq_core::condition::Condition;
 use dq_core::queue::ReserveOptions;
@@ -383,7 +383,7 @@ async fn deliver_one(
     let in_flight = metrics::gauge!("dq_consumer_in_flight", "topic" => topic.clone());
     in_flight.increment(1.0);
     if job.attempt == 1 {
-        let now = unix_ms();
+        let now = dq_core::clock::unix_ms();
         metrics::histogram!("dq_delivery_lateness_seconds", "topic" => topic.clone())
             .record((now - job.run_at).max(0) as f64 / 1000.0);
     }
@@ -416,12 +416,4 @@ async fn deliver_one(
         // Most likely the reservation expired and the job went to another delivery: it is not lost.
         tracing::warn!(id = %job.id, %topic, cause = %e, "cannot settle the delivery");
     }
-}
-
-/// This machine's clock, Unix ms.
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

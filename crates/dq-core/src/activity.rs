@@ -155,7 +155,7 @@ impl Activity {
     fn add(&self, f: impl FnOnce(&mut Tally)) {
         // A poisoned lock (a panic while counting) only costs counts, never the job's operation.
         if let Ok(mut pending) = self.pending.lock() {
-            f(pending.entry(crate::queue::unix_ms().div_euclid(60_000)).or_default());
+            f(pending.entry(crate::clock::unix_ms().div_euclid(60_000)).or_default());
         }
     }
 

@@ -25,6 +25,7 @@
 pub mod activity;
 pub mod audit;
 pub mod beanstalkd;
+pub mod clock;
 pub mod coalesce;
 pub mod condition;
 pub mod config;

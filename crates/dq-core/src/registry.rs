@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::unix_ms;
 use crate::condition::Condition;
 use crate::error::{Error, Result};
 use crate::job::{NewJob, PushRequest};
-use crate::queue::{Queue, unix_ms};
+use crate::queue::Queue;
 use crate::scripts;
 use crate::topic::TopicConfig;
 

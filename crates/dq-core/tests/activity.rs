@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use dq_core::activity::{KEEP_SECS, MinuteActivity};
-use dq_core::queue::unix_ms;
+use dq_core::clock::unix_ms;
 use dq_core::{PushRequest, Queue, Settings};
 use dq_harness::{RedisServer, eventually};
 use serde_json::json;

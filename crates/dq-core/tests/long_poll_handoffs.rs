@@ -79,7 +79,7 @@ async fn a_waiting_long_poll_is_handed_the_due_job() {
     let waiting = notice(&mut sub, 1);
     assert_eq!((waiting.topic.as_str(), waiting.least_ttr_ms), ("t", 0));
     eventually(Duration::from_secs(10), "the job is due", || async {
-        q.get("j").await.unwrap().run_at <= dq_core::queue::unix_ms()
+        q.get("j").await.unwrap().run_at <= dq_core::clock::unix_ms()
     })
     .await;
     let p = q.promote_for(0, 100, std::slice::from_ref(&waiting)).await.unwrap();
@@ -106,7 +106,7 @@ async fn a_handed_job_no_long_poll_takes_goes_back_to_ready_in_time_and_at_the_s
     let waiting = notice(&mut sub, 1);
     assert!(poll.await.unwrap().is_empty());
     eventually(Duration::from_secs(10), "the jobs are due", || async {
-        q.get("stop").await.unwrap().run_at <= dq_core::queue::unix_ms()
+        q.get("stop").await.unwrap().run_at <= dq_core::clock::unix_ms()
     })
     .await;
     // The timers still believed it waited: the first job is handed to the process, nobody takes it.

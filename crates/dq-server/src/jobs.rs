@@ -267,7 +267,7 @@ pub async fn reschedule(
                 "`delay_ms` must be between 0 and {horizon}, got {d}"
             )));
         }
-        (None, Some(at)) if at >= 0 && at <= dq_core::queue::unix_ms().saturating_add(horizon as i64) => {
+        (None, Some(at)) if at >= 0 && at <= dq_core::clock::unix_ms().saturating_add(horizon as i64) => {
             Schedule::At(at)
         }
         (None, Some(at)) => {

@@ -34,7 +34,7 @@ async fn put_get_list_pause_resume_and_delete() {
         c
     });
     let next = out["next_fire_at"].as_i64().expect("a next fire time");
-    assert!(next > dq_core::queue::unix_ms(), "{out}");
+    assert!(next > dq_core::clock::unix_ms(), "{out}");
     assert_eq!(next % 60_000, 0, "on a whole minute: {out}");
     assert_eq!(out["last_fired_at"], Value::Null);
     let raw = stored(&s, "nightly").expect("stored");

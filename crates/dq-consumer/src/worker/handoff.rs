@@ -10,7 +10,7 @@ use dq_core::queue::Waiting;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::{Plan, Shared, TopicWorker, unix_ms};
+use super::{Plan, Shared, TopicWorker};
 use crate::limiter::{Admit, Limiter};
 
 impl Shared {
@@ -121,7 +121,7 @@ impl TopicWorker {
         let mut left: VecDeque<Reservation> = jobs.into();
         let cb = &plan.callback;
         loop {
-            let now = unix_ms();
+            let now = dq_core::clock::unix_ms();
             let (fresh, late): (VecDeque<_>, VecDeque<_>) = left
                 .into_iter()
                 .partition(|j| j.deadline - now > cb.timeout_ms as i64 + HANDED_MARGIN_MS);

@@ -77,7 +77,7 @@ impl Queue {
                 "minutes must be between 1 and {MAX_MINUTES}, not {minutes}"
             )));
         }
-        let now = super::unix_ms().div_euclid(60_000);
+        let now = crate::clock::unix_ms().div_euclid(60_000);
         let first = now - i64::from(minutes) + 1;
         let mut pipe = redis::pipe();
         for m in first..=now {

@@ -85,7 +85,7 @@ impl Queue {
             metrics::counter!("dq_jobs_reserved_total", "topic" => r.topic.clone()).increment(1);
         }
         // Retries are left out: their due time is the backoff's, not the producer's.
-        let now = super::unix_ms();
+        let now = crate::clock::unix_ms();
         let firsts = jobs.iter().filter(|r| r.attempt == 1).map(|r| now - r.run_at);
         self.activity.first_deliveries(firsts);
     }

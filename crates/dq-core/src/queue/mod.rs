@@ -30,7 +30,6 @@ pub mod stats;
 pub mod timer;
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::{FromRedisValue, ScriptInvocation};
 
@@ -223,7 +222,7 @@ impl Queue {
 
     /// Checks a push and fills in defaults; nothing touches Redis.
     pub fn validate(&self, req: PushRequest) -> Result<NewJob> {
-        NewJob::from_request(req, &self.limits(), &self.defaults, None, unix_ms())
+        NewJob::from_request(req, &self.limits(), &self.defaults, None, crate::clock::unix_ms())
     }
 
     /// Runs a script on partition `p`, noting whether the partition answered.
@@ -282,12 +281,4 @@ impl Queue {
             }
         }
     }
-}
-
-/// The current Unix time in ms on this machine, for bounds checks only (due times are Redis's).
-pub fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

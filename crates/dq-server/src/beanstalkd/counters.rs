@@ -140,7 +140,7 @@ impl Counters {
     pub async fn all_gauges(&self, queue: &Queue) -> Gauges {
         let mut sum = self.gauges.lock().expect("not poisoned").clone();
         let keys = queue.keys();
-        let now = dq_core::queue::unix_ms();
+        let now = dq_core::clock::unix_ms();
         let mut cmd = redis::cmd("ZRANGE");
         cmd.arg(keys.bs_servers()).arg(now).arg("+inf").arg("BYSCORE");
         let servers: Vec<String> = queue.bs_query(&cmd).await.unwrap_or_default();
@@ -194,7 +194,7 @@ impl Counters {
         let counts: HashMap<String, i64> = std::mem::take(&mut *self.unwritten.lock().expect("not poisoned"));
         let gauges = self.gauges.lock().expect("not poisoned").clone();
         let own = keys.bs_server(&self.server_id);
-        let now = dq_core::queue::unix_ms();
+        let now = dq_core::clock::unix_ms();
         let mut pipe = redis::pipe();
         for (field, n) in &counts {
             pipe.cmd("HINCRBY").arg(keys.bs_stats()).arg(field).arg(n).ignore();

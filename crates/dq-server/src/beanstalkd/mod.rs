@@ -132,7 +132,7 @@ impl Shared {
         let Ok(stored) = self.queue.bs_hash(&self.queue.keys().bs_paused()).await else {
             return;
         };
-        let now = dq_core::queue::unix_ms();
+        let now = dq_core::clock::unix_ms();
         let mut map = HashMap::new();
         for (topic, v) in stored {
             let mut parts = v.split(' ').map(|x| x.parse::<i64>().unwrap_or(0));

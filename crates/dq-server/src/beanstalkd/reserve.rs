@@ -23,7 +23,7 @@ impl Session {
     pub(super) fn live_topics(&self) -> (Vec<String>, Option<Instant>) {
         let registry = self.shared.topics.snapshot();
         let paused = self.shared.paused.read().expect("not poisoned").clone();
-        let now = dq_core::queue::unix_ms();
+        let now = dq_core::clock::unix_ms();
         let mut next_end: Option<Instant> = None;
         let mut topics = Vec::new();
         for t in &self.watched {

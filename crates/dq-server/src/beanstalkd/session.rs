@@ -336,7 +336,7 @@ impl Session {
 
 /// A reservation's deadline (Unix ms, Redis's clock) as an instant of this server's clock.
 pub fn local_deadline(deadline_ms: i64) -> Instant {
-    let left = (deadline_ms - dq_core::queue::unix_ms()).max(0) as u64;
+    let left = (deadline_ms - dq_core::clock::unix_ms()).max(0) as u64;
     Instant::now() + Duration::from_millis(left)
 }
 

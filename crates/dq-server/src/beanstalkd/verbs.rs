@@ -81,7 +81,7 @@ impl Session {
                     let tube = self.shared.tube_name(&job.topic).await?;
                     Ok(reply::with_body(
                         "OK",
-                        &yaml::job(n, &tube, &job, dq_core::queue::unix_ms()),
+                        &yaml::job(n, &tube, &job, dq_core::clock::unix_ms()),
                     ))
                 }
                 None => Ok(reply::NOT_FOUND.to_vec()),

@@ -68,7 +68,7 @@ pub fn tube(
 ) -> Vec<u8> {
     let total = |k: &str| totals.get(&format!("{topic}:{k}")).copied().unwrap_or(0);
     let [using, watching, waiting] = gauges.tubes.get(topic).copied().unwrap_or_default();
-    let now = dq_core::queue::unix_ms();
+    let now = dq_core::clock::unix_ms();
     let (pause, left) = match paused {
         Some((until, secs)) if until > now => (secs, secs_left(until, now)),
         _ => (0, 0),

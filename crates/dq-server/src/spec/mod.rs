@@ -103,7 +103,7 @@ pub fn document(limits: &Limits, now_ms: i64) -> serde_json::Value {
 /// The document as `GET /openapi.json` serves it, for `limits`.
 pub fn served(limits: &Limits) -> Bytes {
     Bytes::from(
-        serde_json::to_vec(&document(limits, dq_core::queue::unix_ms())).expect("the OpenAPI document serializes"),
+        serde_json::to_vec(&document(limits, dq_core::clock::unix_ms())).expect("the OpenAPI document serializes"),
     )
 }
 
