@@ -100,7 +100,7 @@ elif want push; then
   echo "   and vs the bare axum + redis-rs push path (dq-bench baseline) loaded the same way"
   # push.lua as dq-server loads it on a standalone Redis: after record.lua, the record's format, and the
   # line that names the publish command (crates/dq-core/src/scripts.rs).
-  sha=$(rcli script load "$(cat crates/dq-core/src/lua/record.lua; echo "local publish = 'PUBLISH'"; cat crates/dq-core/src/lua/push.lua)")
+  sha=$(rcli script load "$(cat crates/dq-core/src/store/scripts/record.lua; echo "local publish = 'PUBLISH'"; cat crates/dq-core/src/store/scripts/push.lua)")
   body='"'$(printf 'x%.0s' $(seq 62))'"'
   pairs=()
   for _ in 1 2 3; do
@@ -300,7 +300,7 @@ PY
     # BENCH_SLOWLOG=1: Redis's time per script (every call logged; the names from the scripts' SHA1s).
     if [ -n "${BENCH_SLOWLOG:-}" ]; then
       rcli slowlog get 1000000 > "$work/slowlog.txt"
-      python3 - "$work/slowlog.txt" crates/dq-core/src/lua <<'PY'
+      python3 - "$work/slowlog.txt" crates/dq-core/src/store/scripts <<'PY'
 import hashlib, os, sys, collections
 lua = sys.argv[2]
 rec = open(os.path.join(lua, "record.lua")).read()

@@ -37,10 +37,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dq_core::audit::AuditReport;
-use dq_core::connection::Node;
 use dq_core::egress::Egress;
 use dq_core::queue::{NodeWatch, Stats};
 use dq_core::series::Counter;
+use dq_core::store::connection::Node;
 use dq_core::{Queue, Settings, State};
 use tokio_util::sync::CancellationToken;
 

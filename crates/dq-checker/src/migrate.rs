@@ -12,7 +12,8 @@
 use std::collections::HashMap;
 
 use anyhow::Context;
-use dq_core::{Queue, Settings, scripts};
+use dq_core::store::scripts;
+use dq_core::{Queue, Settings};
 use redis::aio::MultiplexedConnection;
 
 /// What a conversion did.
@@ -56,8 +57,8 @@ pub async fn run(settings: &Settings, from: &[String]) -> anyhow::Result<Migrate
 }
 
 async fn connect_target(settings: &mut Settings) -> anyhow::Result<Queue> {
-    let redis = dq_core::connection::Redis::new(&settings.redis)?;
-    let keys = dq_core::keys::Keys::new(settings.redis.prefix.clone());
+    let redis = dq_core::store::connection::Redis::new(&settings.redis)?;
+    let keys = dq_core::store::keys::Keys::new(settings.redis.prefix.clone());
     // Hide the old marker from the layout check by creating the new layout first when absent.
     let stored: Option<u32> = redis
         .query(redis::cmd("HGET").arg(keys.layout()).arg("partitions"))
@@ -67,7 +68,7 @@ async fn connect_target(settings: &mut Settings) -> anyhow::Result<Queue> {
         let want = settings
             .redis
             .partitions
-            .unwrap_or(dq_core::partition::DEFAULT_PARTITIONS);
+            .unwrap_or(dq_core::store::partition::DEFAULT_PARTITIONS);
         let _: bool = redis
             .query(redis::cmd("HSETNX").arg(keys.layout()).arg("partitions").arg(want))
             .await?;

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use dq_core::scripts;
+use dq_core::store::scripts;
 use dq_core::{Queue, Settings, State};
 use dq_harness::RedisServer;
 

@@ -9,7 +9,7 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 use crate::queue::Queue;
-use crate::scripts;
+use crate::store::scripts;
 
 /// What one audit found (and repaired).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]

@@ -5,7 +5,7 @@
 //! `(k - 1) * P + p + 1`, so numbers are unique per installation, count 1, 2, 3 … with one partition,
 //! and every number names its partition (`(n - 1) mod P`). A job put over the protocol gets the id
 //! [`id_of_number`]: its number in Crockford's base 32, 23 characters, then the three characters that
-//! put it in that partition (a server-made id's form, see [`crate::partition`]). So the id is found from
+//! put it in that partition (a server-made id's form, see [`crate::store::partition`]). So the id is found from
 //! the number with no index, and ids sort as numbers do, which orders jobs of one priority by number in
 //! a ready queue, and across ready queues when a reserve compares their first jobs (dq-server hands out
 //! numbers that rise in its put order across partitions, see `bs_numbers.lua`). A job pushed over HTTP gets a number when the protocol first shows it
@@ -18,7 +18,7 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::partition::fixed_id_in;
+use crate::store::partition::fixed_id_in;
 
 /// Longest tube name, in bytes (beanstalkd's).
 pub const MAX_TUBE_NAME: usize = 200;
@@ -120,7 +120,7 @@ pub fn home_partition(topic: &str, partitions: u16) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::partition_of;
+    use crate::store::partition::partition_of;
 
     #[test]
     fn numbers_name_their_partition_and_ids_sort_like_numbers() {

@@ -12,7 +12,7 @@ use crate::condition::Condition;
 use crate::error::{Error, Result};
 use crate::job::{NewJob, PushRequest};
 use crate::queue::Queue;
-use crate::scripts;
+use crate::store::scripts;
 use crate::topic::TopicConfig;
 
 /// Topic name → registration.

@@ -2,7 +2,7 @@
 //! being empty or the delay set's earliest due time (or the announced deadline) moves earlier, so long
 //! polls and timers wait for an event instead of polling Redis.
 //!
-//! Two ways to listen, by shape (see [`crate::scripts::Waking`] for the two ways to publish):
+//! Two ways to listen, by shape (see [`crate::store::scripts::Waking`] for the two ways to publish):
 //!
 //! - **Standalone and Sentinel**: classic pub/sub. One connection to the primary subscribes to every
 //!   partition's channel with one pattern (`PSUBSCRIBE <prefix>:{*}:wake:<kind>`), or, for a
@@ -28,8 +28,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RedisMode;
-use crate::keys::{Keys, WakeKind};
 use crate::queue::Queue;
+use crate::store::keys::{Keys, WakeKind};
 
 pub use self::long_polls::serve_long_polls;
 

@@ -46,7 +46,7 @@ fn assert_consistent(redis: &RedisServer) {
         }
     }
     let mut counted: HashMap<String, i64> = HashMap::new();
-    let mut read = dq_core::scripts::GET.prepare_invoke();
+    let mut read = dq_core::store::scripts::GET.prepare_invoke();
     for key in &jobs {
         read.key(key);
     }
@@ -213,8 +213,11 @@ async fn promote_hands_due_jobs_to_waiting_workers_up_to_their_slots() {
     let q = one_partition(&redis).await;
     let mut sub = redis.conn();
     let mut sub = sub.as_pubsub();
-    sub.psubscribe(q.keys().wake_pattern(&dq_core::keys::WakeKind::Handoff("C1".into())))
-        .unwrap();
+    sub.psubscribe(
+        q.keys()
+            .wake_pattern(&dq_core::store::keys::WakeKind::Handoff("C1".into())),
+    )
+    .unwrap();
     sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     for (id, topic) in [("t1", "t"), ("t2", "t"), ("t3", "t"), ("u1", "u")] {
         q.push(job(
@@ -708,7 +711,7 @@ async fn concurrent_batches_of_spread_ids_share_calls() {
     let mut s = settings(&redis);
     s.redis.partitions = Some(64);
     let q = Queue::connect(&s).await.unwrap();
-    let parts = dq_core::partition::Partitions::new(64);
+    let parts = dq_core::store::partition::Partitions::new(64);
     // 20 batches of 40 ids (1 to 3 a partition, so each may be grouped); batch k also carries "shared".
     let batches: Vec<Vec<String>> = (0..20)
         .map(|k| {
@@ -1255,7 +1258,7 @@ async fn reservation_deadlines_earlier_than_known_are_announced_to_the_timers() 
     let q = one_partition(&redis).await;
     let mut sub = redis.conn();
     let mut sub = sub.as_pubsub();
-    sub.psubscribe(q.keys().wake_pattern(&dq_core::keys::WakeKind::Timer))
+    sub.psubscribe(q.keys().wake_pattern(&dq_core::store::keys::WakeKind::Timer))
         .unwrap();
     sub.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
     let mut next = || -> Option<String> { sub.get_message().ok().map(|m| m.get_payload::<String>().unwrap()) };
@@ -1341,7 +1344,7 @@ async fn reserve_says_whether_jobs_are_left_even_when_the_count_is_too_low() {
     let keys = q.partition_keys(0);
     let mut c = redis.conn();
     let mut reserve_one = || -> (usize, i64) {
-        let out: Vec<redis::Value> = dq_core::scripts::RESERVE
+        let out: Vec<redis::Value> = dq_core::store::scripts::RESERVE
             .get(false)
             .prepare_invoke()
             .key(keys.reserved())

@@ -64,7 +64,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let timer = PartitionTimer::new(queue.clone(), id.clone(), settings.timer.clone(), rx, resync.clone());
     let listener = wake::listen(
         &queue,
-        dq_core::keys::WakeKind::Timer,
+        dq_core::store::keys::WakeKind::Timer,
         shutdown.clone(),
         Arc::new(move |w: Wake| {
             if tx.try_send(w).is_err() {

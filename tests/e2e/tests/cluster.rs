@@ -91,8 +91,8 @@ async fn a_primary_killed_under_load_fails_over_and_loses_no_acknowledged_durabl
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // Kill the primary of partition 0, then time until a push to that partition succeeds again.
-    let parts = dq_core::partition::Partitions::new(256);
-    let slot = dq_core::partition::slot_of(parts.tag(0));
+    let parts = dq_core::store::partition::Partitions::new(256);
+    let slot = dq_core::store::partition::slot_of(parts.tag(0));
     let victim = cluster.primary_for_slot(slot);
     let id_in_0 = |n: u32| {
         (0..)
@@ -392,11 +392,11 @@ async fn wake_ups_follow_partitions_whose_slots_move() {
         ])
     });
     assert!(!out.contains("[ERR]"), "{out}");
-    let partitions = dq_core::partition::Partitions::new(256);
+    let partitions = dq_core::store::partition::Partitions::new(256);
     let moved: Vec<String> = (0..)
         .map(|i| format!("w{i}"))
         .filter(|id| {
-            let slot = dq_core::partition::slot_of(partitions.tag(partitions.of_id(id)));
+            let slot = dq_core::store::partition::slot_of(partitions.tag(partitions.of_id(id)));
             cluster.primary_for_slot(slot) == new
         })
         .take(5)

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, invalid};
-use crate::partition::MAX_PARTITIONS;
+use crate::store::partition::MAX_PARTITIONS;
 
 /// The shape of dq's Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]

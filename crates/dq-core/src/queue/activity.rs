@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::Queue;
 use crate::activity::{Activity, FLUSH_EVERY, KEEP_SECS, MinuteActivity};
 use crate::error::{Error, Result};
-use crate::scripts;
+use crate::store::scripts;
 
 /// The most minutes one read returns: the minute hashes are kept about a day.
 pub const MAX_MINUTES: u32 = 24 * 60;

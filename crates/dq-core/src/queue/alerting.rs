@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::Queue;
 use crate::error::{Error, Result};
-use crate::scripts;
+use crate::store::scripts;
 
 impl Queue {
     /// Takes or keeps the checkers' lease for `ttl_ms` as `who`; whether `who` holds it now.

@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use redis::Value;
 
 use super::Queue;
-use super::decode::{int, text};
 use crate::beanstalkd::{id_of_number, number_of_id, partition_of_number};
 use crate::error::{Error, Result};
 use crate::job::{Reservation, State};
-use crate::scripts;
+use crate::store::decode::{int, text};
+use crate::store::scripts;
 use rand::Rng;
 
 /// A job as the protocol shows it (`peek`, `stats-job`).

@@ -3,7 +3,7 @@
 use super::Queue;
 use crate::error::Result;
 use crate::job::Job;
-use crate::scripts;
+use crate::store::scripts;
 
 /// A page of a topic's dead list.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -6,9 +6,9 @@
 use redis::Value;
 
 use super::Queue;
-use super::decode::{int, text};
 use crate::error::Result;
-use crate::scripts;
+use crate::store::decode::{int, text};
+use crate::store::scripts;
 
 /// One dead-job hook as the set holds it: `<failed tries> <died at ms> <topic> <id>` (topics and ids
 /// hold no space).

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use redis::Value;
 
 use super::Queue;
-use super::decode::{ParseJob, int, parse_job, text};
 use crate::error::{Error, Result};
 use crate::job::{Job, Schedule, State};
-use crate::scripts;
+use crate::store::decode::{ParseJob, int, parse_job, text};
+use crate::store::scripts;
 
 impl Queue {
     /// Looks a job up by id.

@@ -3,7 +3,7 @@
 
 use super::Queue;
 use crate::error::{Error, Result};
-use crate::scripts;
+use crate::store::scripts;
 
 /// What a dq-consumer worker asks of its topic's limits.
 #[derive(Debug, Clone, Copy, PartialEq)]

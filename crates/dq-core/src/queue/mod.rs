@@ -16,10 +16,8 @@ pub mod beanstalkd;
 pub mod browse;
 pub mod dead;
 pub mod dead_hooks;
-mod decode;
 pub mod handoff;
 pub mod jobs;
-pub mod layout;
 pub mod limit;
 pub mod push;
 pub mod quarantine;
@@ -33,15 +31,16 @@ use std::sync::Arc;
 
 use redis::{FromRedisValue, ScriptInvocation};
 
-use crate::coalesce::Coalescer;
 use crate::config::{EgressSettings, JobDefaults, Limits, RedisMode, Settings};
-use crate::connection::Redis;
 use crate::egress::Policy;
 use crate::error::{Error, Result};
 use crate::job::{NewJob, PushRequest, Reservation};
-use crate::keys::{Keys, PartitionKeys};
-use crate::partition::{Partitions, slot_of};
 use crate::sealed::Sealer;
+use crate::store::coalesce::Coalescer;
+use crate::store::connection::Redis;
+use crate::store::keys::{Keys, PartitionKeys};
+use crate::store::layout;
+use crate::store::partition::{Partitions, slot_of};
 
 pub use self::browse::JobPage;
 pub use self::dead_hooks::DeadHook;
@@ -94,7 +93,7 @@ pub struct QueueParts {
     reserves: Arc<Coalescer<reserve::ReserveOp, Result<Vec<Reservation>>>>,
     /// Which partitions may hold ready jobs of which topics, so reserves go straight to them.
     ready: Arc<ReadyIndex>,
-    /// On a cluster: wake-ups go over sharded pub/sub (see [`crate::scripts::Waking`]).
+    /// On a cluster: wake-ups go over sharded pub/sub (see [`crate::store::scripts::Waking`]).
     sharded: bool,
     /// What this process counted for the dashboard and has not yet added to Redis.
     activity: Arc<crate::activity::Activity>,
@@ -112,7 +111,7 @@ impl Queue {
             layout::require_sharded_pubsub(&redis).await?;
         }
         layout::require_noeviction(&redis, settings.redis.allow_eviction).await?;
-        for script in crate::scripts::all(settings.redis.mode == RedisMode::Cluster) {
+        for script in crate::store::scripts::all(settings.redis.mode == RedisMode::Cluster) {
             // Only saves the first calls a round trip; a script missing later is loaded on NOSCRIPT.
             if let Err(e) = redis.load_script(script).await {
                 tracing::debug!(cause = %e, "cannot load a script ahead");
@@ -151,7 +150,7 @@ impl Queue {
     }
 
     /// The build of a script that publishes wake-ups for this installation's shape.
-    pub fn script(&self, script: &'static crate::scripts::Waking) -> &'static redis::Script {
+    pub fn script(&self, script: &'static crate::store::scripts::Waking) -> &'static redis::Script {
         script.get(self.sharded)
     }
 

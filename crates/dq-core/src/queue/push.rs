@@ -1,6 +1,6 @@
 //! Storing jobs: push and push many, with the group commit.
 //!
-//! Pushes that arrive at the same moment share `push.lua` calls (see [`crate::coalesce`]). A job without
+//! Pushes that arrive at the same moment share `push.lua` calls (see [`crate::store::coalesce`]). A job without
 //! an id gets one minted when its group is sent, in the partition the group goes to (the next one, in
 //! turn, that answers), so a crowd of pushes without ids shares one call; jobs with producer-given ids go
 //! to their own partitions, one call per partition touched, shared with the other requests of the group.
@@ -24,10 +24,10 @@ use std::time::Duration;
 use redis::Value;
 
 use super::Queue;
-use super::decode::{int, text};
 use crate::error::{Error, Result};
 use crate::job::{NewJob, Pushed, Schedule, State};
-use crate::scripts;
+use crate::store::decode::{int, text};
+use crate::store::scripts;
 
 /// The most jobs one coalesced push call carries: big enough that a crowd of single pushes costs Redis a
 /// few calls, small enough that one call holds Redis for only a few milliseconds.

@@ -4,7 +4,7 @@
 
 use super::Queue;
 use crate::error::{Error, Result};
-use crate::scripts;
+use crate::store::scripts;
 
 /// A quarantined record.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -5,11 +5,11 @@ use redis::Value;
 use serde_json::value::RawValue;
 
 use super::Queue;
-use super::decode::{int, text};
 use super::ready::Tried;
 use crate::error::{Error, Result};
 use crate::job::{Reservation, State};
-use crate::scripts;
+use crate::store::decode::{int, text};
+use crate::store::scripts;
 
 /// Partitions that may fail in one reserve before it answers with what it has.
 const MAX_FAILED_PARTITIONS: usize = 2;
@@ -47,7 +47,7 @@ impl Queue {
     ///
     /// Jobs a timer handed to this process for its long polls are taken first (see
     /// [`super::ready::HANDED_HOLD`]). The rest goes through the group commit pushes and acks use
-    /// ([`crate::coalesce`]): a lone reserve goes out at once, and reserves of the same topics (asking
+    /// ([`crate::store::coalesce`]): a lone reserve goes out at once, and reserves of the same topics (asking
     /// the same way) that arrive while calls are out are sent as one reserve of all their jobs, which
     /// are then dealt out one at a time in arrival order, each caller up to its `count`. Under load most of a
     /// reserve's cost in Redis is the call, not the jobs, so a crowd of single reserves shares calls.

@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use redis::Value;
 
 use super::Queue;
-use super::decode::int;
 use crate::error::{Error, Result};
 use crate::schedule::ScheduleConfig;
-use crate::scripts;
+use crate::store::decode::int;
+use crate::store::scripts;
 
 /// A schedule as the registry holds it.
 #[derive(Debug, Clone)]

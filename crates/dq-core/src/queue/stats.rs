@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::Queue;
-use crate::connection::Node;
 use crate::job::State;
+use crate::store::connection::Node;
 
 /// Health of one Redis primary.
 #[derive(Debug, Clone)]
@@ -118,7 +118,7 @@ impl Queue {
 
     /// Removes the counts fields of partition `p` among `fields` that are still 0. Returns how many went.
     pub async fn prune_zero_counts(&self, p: u16, fields: &[String]) -> crate::error::Result<u64> {
-        let mut inv = crate::scripts::COUNTS_PRUNE.prepare_invoke();
+        let mut inv = crate::store::scripts::COUNTS_PRUNE.prepare_invoke();
         inv.key(self.partition_keys(p).counts());
         for f in fields {
             inv.arg(f);

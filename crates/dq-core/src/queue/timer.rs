@@ -5,7 +5,7 @@ use rand::Rng;
 
 use super::{Queue, Waiting};
 use crate::error::{Error, Result};
-use crate::scripts;
+use crate::store::scripts;
 
 /// What a promotion call did in one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,8 +26,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Backoff, OnWake, Wake, message};
-use crate::keys::WakeKind;
 use crate::queue::Queue;
+use crate::store::keys::WakeKind;
 
 /// How often the connection is checked and failed subscriptions are tried again.
 const CHECK_EVERY: Duration = Duration::from_secs(2);

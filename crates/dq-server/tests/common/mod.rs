@@ -63,8 +63,8 @@ impl TestServer {
 
     /// The key `<partition prefix>:<rest>` of the partition that holds `id` (the default 256 partitions).
     pub fn key(&self, id: &str, rest: &str) -> String {
-        let parts = dq_core::partition::Partitions::new(256);
-        let keys = dq_core::keys::Keys::new("dq")
+        let parts = dq_core::store::partition::Partitions::new(256);
+        let keys = dq_core::store::keys::Keys::new("dq")
             .partition(parts.tag(parts.of_id(id)))
             .prefix()
             .to_string();

@@ -1,7 +1,7 @@
 //! Every Redis key and channel name dq uses, built in one place.
 //!
 //! A job's keys live in its partition: `<prefix>:{<tag>}:…`, where the hash tag puts every key of the
-//! partition in one Redis Cluster slot (see [`crate::partition`]). Names that a script can know only from
+//! partition in one Redis Cluster slot (see [`crate::store::partition`]). Names that a script can know only from
 //! a job's record (the ready queue and dead list of the job's topic) are built inside the scripts from the
 //! partition's prefix, the same way as here. The few keys that are not a job's (the layout, the topic
 //! registry, the schedules, the timers' leases) share the tag `{<prefix>}`. `docs/redis-keys.md` documents the layout.

@@ -1,10 +1,10 @@
-//! The Lua scripts, one file per atomic operation under `src/lua/`, each loaded once and run by EVALSHA.
+//! The Lua scripts, one file per atomic operation beside this one, each loaded once and run by EVALSHA.
 //!
 //! `redis::Script` sends EVALSHA and, on NOSCRIPT (a restarted or failed-over Redis), loads the script and
 //! retries; no script text is ever built from runtime values (invariant 7).
 //!
 //! Every script touches the keys of one partition only, so it runs in one Redis Cluster slot: in the
-//! headers, `<prefix>` of a job's keys is the partition's prefix `<prefix>:{<tag>}` (see [`crate::keys`]).
+//! headers, `<prefix>` of a job's keys is the partition's prefix `<prefix>:{<tag>}` (see [`crate::store::keys`]).
 //! The exceptions are `balance.lua`, whose keys are the timers' own, the schedules' scripts
 //! (`{<prefix>}:…`, one slot too), `activity_add.lua` (the dashboard's minute hashes, `{<prefix>}:…`), and `limit.lua`, whose one key is a topic's
 //! (`<prefix>:{topic:<topic>}:limit`).
@@ -39,7 +39,7 @@ macro_rules! script {
     ($(#[$doc:meta])* $name:ident, $file:literal) => {
         $(#[$doc])*
         pub static $name: LazyLock<Script> =
-            LazyLock::new(|| Script::new(include_str!(concat!("lua/", $file))));
+            LazyLock::new(|| Script::new(include_str!($file)));
     };
     // A script that reads or writes job records and publishes wake-ups: `record.lua`, then the line that
     // names the publish command of each build.
@@ -48,16 +48,16 @@ macro_rules! script {
         pub static $name: Waking = Waking {
             classic: LazyLock::new(|| {
                 Script::new(concat!(
-                    include_str!("lua/record.lua"),
+                    include_str!("record.lua"),
                     "local publish = 'PUBLISH'\n",
-                    include_str!(concat!("lua/", $file))
+                    include_str!($file)
                 ))
             }),
             sharded: LazyLock::new(|| {
                 Script::new(concat!(
-                    include_str!("lua/record.lua"),
+                    include_str!("record.lua"),
                     "local publish = 'SPUBLISH'\n",
-                    include_str!(concat!("lua/", $file))
+                    include_str!($file)
                 ))
             }),
         };
@@ -66,7 +66,7 @@ macro_rules! script {
     ($(#[$doc:meta])* $name:ident, record + $file:literal) => {
         $(#[$doc])*
         pub static $name: LazyLock<Script> = LazyLock::new(|| {
-            Script::new(concat!(include_str!("lua/record.lua"), include_str!(concat!("lua/", $file))))
+            Script::new(concat!(include_str!("record.lua"), include_str!($file)))
         });
     };
 }
@@ -293,11 +293,14 @@ mod tests {
     /// Every script opens with the header that says what it touches and returns, and is loaded here.
     #[test]
     fn every_script_has_its_header_and_is_loaded() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lua");
-        let this = include_str!("scripts.rs");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/scripts");
+        let this = include_str!("mod.rs");
         let mut n = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "lua") {
+                continue;
+            }
             let name = path.file_name().unwrap().to_str().unwrap().to_string();
             let text = std::fs::read_to_string(&path).unwrap();
             let header: String = text
@@ -310,7 +313,7 @@ mod tests {
             }
             if name == "record.lua" {
                 // Not a script: the record's format, put in front of the scripts that use records.
-                assert!(this.contains("include_str!(\"lua/record.lua\")"));
+                assert!(this.contains("include_str!(\"record.lua\")"));
             } else {
                 assert!(this.contains(&format!("\"{name}\"")), "{name} is not loaded");
             }

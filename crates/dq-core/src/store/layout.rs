@@ -1,10 +1,10 @@
 //! The installation's layout in Redis: its partition count, fixed at creation, and the refusal of the
 //! layout dq used before partitions; and what a cluster must be able to do for it.
 
-use crate::connection::Redis;
 use crate::error::{Error, Result};
-use crate::keys::Keys;
-use crate::partition::DEFAULT_PARTITIONS;
+use crate::store::connection::Redis;
+use crate::store::keys::Keys;
+use crate::store::partition::DEFAULT_PARTITIONS;
 
 /// The partition count of the installation in Redis: the stored one (which must equal `configured` when
 /// that is set), or, for a new installation, `configured` (else the default), stored now. An old layout
