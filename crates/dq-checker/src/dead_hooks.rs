@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use dq_core::admin::topics::Topics;
+use dq_core::checker::DeadHook;
 use dq_core::egress::{CannotCall, Egress, NameRefused};
-use dq_core::queue::DeadHook;
-use dq_core::registry::Topics;
 use dq_core::topic::Callback;
 use dq_core::{Error, Queue};
 use futures_util::StreamExt;
@@ -91,7 +91,7 @@ impl Sender {
 
     /// Takes every partition's due hooks and tries each once; publishes how many wait.
     async fn round(&self) {
-        let topics = match self.queue.topics().await {
+        let topics = match self.queue.admin().topics().await {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!(cause = %e, "cannot read the topic registry; dead-job hooks wait");
@@ -115,7 +115,7 @@ impl Sender {
         let claim_ms = longest + CLAIM_MARGIN_MS;
         let mut waiting = 0;
         for p in self.queue.partitions().all() {
-            let hooks = match self.queue.take_dead_hooks(p, PER_ROUND, claim_ms).await {
+            let hooks = match self.queue.checker().take_dead_hooks(p, PER_ROUND, claim_ms).await {
                 Ok((hooks, held)) => {
                     waiting += held;
                     hooks
@@ -149,7 +149,7 @@ impl Sender {
                 Some(&wait) => {
                     tracing::debug!(topic = %hook.topic, id = %hook.id, kind, %reason, tries = hook.tries + 1,
                         "dead-job hook failed; trying again in {wait} ms");
-                    if let Err(e) = self.queue.dead_hook_failed(p, &hook, wait).await {
+                    if let Err(e) = self.queue.checker().dead_hook_failed(p, &hook, wait).await {
                         tracing::warn!(partition = p, cause = %e, "cannot reschedule a dead-job hook; it is tried again when its claim ends");
                     }
                     metrics::counter!("dq_dead_hooks_total", "topic" => hook.topic.clone(), "outcome" => "failed")
@@ -163,7 +163,7 @@ impl Sender {
                 }
             },
         };
-        if let Err(e) = self.queue.dead_hook_done(p, &hook).await {
+        if let Err(e) = self.queue.checker().dead_hook_done(p, &hook).await {
             tracing::warn!(partition = p, cause = %e, "cannot forget a dead-job hook; it may be sent again");
         }
         metrics::counter!("dq_dead_hooks_total", "topic" => hook.topic.clone(), "outcome" => label).increment(1);
@@ -183,7 +183,7 @@ impl Sender {
         else {
             return Try::Dropped("the topic has no callback.on_dead_url any more");
         };
-        let job = match self.queue.get(&hook.id).await {
+        let job = match self.queue.producer().get(&hook.id).await {
             Ok(job) => job,
             Err(Error::NotFound(_)) => return Try::Dropped("the job is gone (deleted)"),
             Err(e) => return Try::Failed("redis_error", format!("cannot look the job up: {e}")),

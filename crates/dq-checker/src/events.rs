@@ -18,7 +18,7 @@ const PER_ROUND: usize = 1000;
 pub(crate) async fn alert_dead_jobs(queue: &Queue, notifier: &Notifier) {
     // Which topics have hooks is known before any event is taken: an event taken without it would lose
     // its hook.
-    let hooked: Vec<String> = match queue.topics().await {
+    let hooked: Vec<String> = match queue.admin().topics().await {
         Ok(topics) => topics
             .into_iter()
             .filter(|(_, c)| c.callback.as_ref().is_some_and(|cb| cb.on_dead_url.is_some()))
@@ -31,7 +31,7 @@ pub(crate) async fn alert_dead_jobs(queue: &Queue, notifier: &Notifier) {
     };
     let hooked = &hooked;
     let takes = queue.partitions().all().map(|p| async move {
-        match queue.take_events(p, PER_ROUND, hooked).await {
+        match queue.checker().take_events(p, PER_ROUND, hooked).await {
             Ok(events) => (p, events),
             Err(e) => {
                 tracing::warn!(partition = p, cause = %e, "cannot read dead-job events");
@@ -82,7 +82,7 @@ pub(crate) async fn alert_dead_jobs(queue: &Queue, notifier: &Notifier) {
         if failed.contains(&p) {
             continue;
         }
-        if let Err(e) = queue.events_sent(p, events.len()).await {
+        if let Err(e) = queue.checker().events_sent(p, events.len()).await {
             tracing::warn!(partition = p, cause = %e, "cannot forget sent dead-job events; they will be sent again");
         }
     }

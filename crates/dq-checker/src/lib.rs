@@ -36,9 +36,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use dq_core::audit::AuditReport;
+use dq_core::admin::{NodeWatch, Stats};
+use dq_core::checker::audit::AuditReport;
 use dq_core::egress::Egress;
-use dq_core::queue::{NodeWatch, Stats};
 use dq_core::series::Counter;
 use dq_core::store::connection::Node;
 use dq_core::{Queue, Settings, State};
@@ -52,7 +52,7 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9793";
 /// Runs the audit once over every partition and repairs what it finds.
 pub async fn audit(settings: &Settings) -> anyhow::Result<AuditReport> {
     let queue = Queue::connect(settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(dq_core::audit::run(&queue).await?)
+    Ok(queue.checker().audit().await?)
 }
 
 /// What the checker remembers between rounds.
@@ -99,7 +99,7 @@ async fn raise(queue: &Queue, notifier: &Notifier, memory: &mut Memory, field: &
     }
     if notifier.send(alert).await {
         memory.sent.insert(field.to_string(), state.to_string());
-        if let Err(e) = queue.set_alert_sent(field, state).await {
+        if let Err(e) = queue.checker().set_alert_sent(field, state).await {
             tracing::debug!(cause = %e, "cannot record an alert as sent");
         }
     }
@@ -198,7 +198,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         // Bounded: the Redis of the lease may be the one that is down, and the round must go on.
         let lease = tokio::time::timeout(
             interval.max(Duration::from_secs(1)),
-            queue.take_checker_lease(&me, lease_ms),
+            queue.checker().take_checker_lease(&me, lease_ms),
         );
         match lease.await.unwrap_or_else(|_| {
             Err(dq_core::Error::Indeterminate {
@@ -211,7 +211,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
                 memory.leader = true;
                 memory.pruned = None;
                 // Send what the last checker to hold the lease had not.
-                if let Ok(sent) = queue.alerts_sent().await {
+                if let Ok(sent) = queue.checker().alerts_sent().await {
                     memory.sent = sent;
                 }
                 tracing::info!("this checker sends the alerts now");
@@ -222,7 +222,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         }
         metrics::gauge!("dq_checker_leader").set(if memory.leader { 1.0 } else { 0.0 });
         leader.store(memory.leader, Ordering::Relaxed);
-        let primaries = queue.primaries().await;
+        let primaries = queue.admin().primaries().await;
         for node in &watch.nodes(primaries.clone()) {
             let former = !primaries.contains(node);
             let up = check_node(&queue, node, former, interval, &notifier, &mut memory).await;
@@ -231,7 +231,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         if memory.leader {
             events::alert_dead_jobs(&queue, &notifier).await;
         }
-        let stats = queue.counts().await;
+        let stats = queue.admin().counts().await;
         depths(
             &queue,
             &stats,
@@ -310,7 +310,7 @@ async fn check_node(
 ) -> bool {
     let label = node.name.clone();
     let ping = queue
-        .redis()
+        .checker()
         .ping(node, interval.clamp(Duration::from_millis(100), Duration::from_secs(1)))
         .await;
     let up = ping.is_ok();
@@ -339,7 +339,7 @@ async fn check_node(
     if !up || former {
         return up;
     }
-    if let Ok(info) = queue.redis().query_node::<String>(node, redis::cmd("INFO")).await {
+    if let Ok(info) = queue.checker().info(node).await {
         let info: HashMap<&str, &str> = info.lines().filter_map(|l| l.trim_end().split_once(':')).collect();
         let number = |k: &str| info.get(k).and_then(|v| v.parse::<f64>().ok());
         if let Some(v) = number("used_memory") {
@@ -352,12 +352,7 @@ async fn check_node(
         metrics::gauge!("dq_redis_primary", "node" => label.clone()).set(if primary { 1.0 } else { 0.0 });
         let policy_ok = info.get("maxmemory_policy").is_none_or(|p| *p == "noeviction");
         // RDB is on when `save` has rules; AOF shows in INFO.
-        let rdb = queue
-            .redis()
-            .query_node::<Vec<String>>(node, redis::cmd("CONFIG").arg("GET").arg("save").clone())
-            .await
-            .map(|v| v.get(1).is_some_and(|rules| !rules.trim().is_empty()))
-            .unwrap_or(true);
+        let rdb = queue.checker().rdb_on(node).await.unwrap_or(true);
         let persistence_ok = rdb || info.get("aof_enabled") == Some(&"1");
         for (check, ok, why) in [
             (
@@ -399,7 +394,7 @@ async fn depths(queue: &Queue, stats: &Stats, threshold: Option<u64>, notifier: 
     }
     memory.depths = depth.iter().filter(|(_, n)| **n != 0).map(|(k, _)| k.clone()).collect();
     // Registered topics are always published, with their zeros; others only while they have jobs.
-    let registry = match queue.topics().await {
+    let registry = match queue.admin().topics().await {
         Ok(registry) => {
             dq_core::series::registered(registry.keys());
             registry
@@ -424,23 +419,11 @@ async fn depths(queue: &Queue, stats: &Stats, threshold: Option<u64>, notifier: 
         .map(|d| d.as_millis() as f64)
         .unwrap_or(0.0);
     for (topic, n) in &ready {
-        let mut oldest: Option<f64> = None;
-        if *n > 0 {
-            let heads = queue.partitions().all().map(|p| async move {
-                let cmd = redis::cmd("ZRANGE")
-                    .arg(queue.partition_keys(p).ready(topic))
-                    .arg(0)
-                    .arg(0)
-                    .arg("WITHSCORES")
-                    .clone();
-                queue.query::<Vec<(String, f64)>>(p, &cmd).await.unwrap_or_default()
-            });
-            for head in futures_util::future::join_all(heads).await {
-                if let Some((_, score)) = head.first() {
-                    oldest = Some(oldest.map_or(*score, |o: f64| o.min(*score)));
-                }
-            }
-        }
+        let oldest = if *n > 0 {
+            queue.checker().oldest_ready(topic).await
+        } else {
+            None
+        };
         let age = oldest.map_or(0.0, |o| ((now_ms - o) / 1000.0).max(0.0));
         metrics::gauge!("dq_oldest_ready_age_seconds", "topic" => topic.clone()).set(age);
         // A topic's own threshold wins over checker.backlog_threshold.
@@ -484,7 +467,7 @@ async fn housekeeping(queue: &Queue, stats: &Stats, every: Duration, memory: &mu
     memory.pruned = Some(Instant::now());
     let mut fields = 0;
     for (p, zeros) in &stats.zeros {
-        match queue.prune_zero_counts(*p, zeros).await {
+        match queue.checker().prune_zero_counts(*p, zeros).await {
             Ok(n) => fields += n,
             Err(e) => tracing::debug!(partition = p, cause = %e, "cannot remove zero counts"),
         }
@@ -492,7 +475,7 @@ async fn housekeeping(queue: &Queue, stats: &Stats, every: Duration, memory: &mu
     if fields > 0 {
         tracing::debug!(fields, "removed counts fields at 0");
     }
-    match queue.prune_topic_tombstones().await {
+    match queue.checker().prune_topic_tombstones().await {
         Ok(0) => {}
         Ok(n) => tracing::info!(tombstones = n, "removed deleted topics' tombstones from the registry"),
         Err(e) => tracing::debug!(cause = %e, "cannot prune the registry's tombstones"),
@@ -500,7 +483,7 @@ async fn housekeeping(queue: &Queue, stats: &Stats, every: Duration, memory: &mu
 }
 
 async fn run_audit(queue: &Queue) {
-    match dq_core::audit::run(queue).await {
+    match queue.checker().audit().await {
         Ok(r) => {
             metrics::counter!("dq_audit_repairs_total", "kind" => "orphan_record").increment(r.orphan_records);
             metrics::counter!("dq_audit_repairs_total", "kind" => "dangling_id").increment(r.dangling_ids);

@@ -82,7 +82,7 @@ async fn main() -> anyhow::Result<()> {
             command: SecretsCommand::Rekey,
         }) => {
             let queue = dq_core::Queue::connect(&settings).await?;
-            let rekeyed = queue.rekey_topics().await?;
+            let rekeyed = queue.checker().rekey_topics().await?;
             println!("{}", serde_json::json!({ "rekeyed": rekeyed }));
             Ok(())
         }

@@ -1,4 +1,4 @@
-//! Quarantined records (see `dq_core::queue::quarantine`): each round, their number as a metric and an
+//! Quarantined records (see `dq_core::admin::quarantine`): each round, their number as a metric and an
 //! alert when it grows; on demand, `dq-checker quarantine ls|drop|restore`.
 
 use dq_core::{Queue, Settings};
@@ -8,18 +8,18 @@ use crate::alert::{Alert, Notifier};
 /// Publishes `dq_quarantined_jobs` and raises a `quarantined` alert when more records are quarantined
 /// than when the last one was sent.
 pub(crate) async fn check(queue: &Queue, notifier: &Notifier, memory: &mut crate::Memory) {
-    let n = queue.quarantined_count().await;
+    let n = queue.admin().quarantined_count().await;
     metrics::gauge!("dq_quarantined_jobs").set(n as f64);
     let sent: u64 = memory.sent.get(FIELD).and_then(|v| v.parse().ok()).unwrap_or(0);
     if n < sent {
         // Fewer now (dropped or restored): the next growth is measured from here.
         memory.sent.insert(FIELD.into(), n.to_string());
         if memory.leader {
-            let _ = queue.set_alert_sent(FIELD, &n.to_string()).await;
+            let _ = queue.checker().set_alert_sent(FIELD, &n.to_string()).await;
         }
     }
     if n > sent {
-        let sample: Vec<serde_json::Value> = match queue.quarantined().await {
+        let sample: Vec<serde_json::Value> = match queue.admin().quarantined().await {
             Ok(all) => all
                 .iter()
                 .take(20)
@@ -68,19 +68,19 @@ pub async fn run(settings: &Settings, command: Command) -> anyhow::Result<()> {
     let queue = Queue::connect(settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     match command {
         Command::Ls => {
-            for q in queue.quarantined().await? {
+            for q in queue.admin().quarantined().await? {
                 println!("{}", serde_json::to_string(&q)?);
             }
         }
         Command::Drop { ids } => {
             for id in ids {
-                let dropped = queue.drop_quarantined(&id).await?;
+                let dropped = queue.admin().drop_quarantined(&id).await?;
                 println!("{}", serde_json::json!({"id": id, "dropped": dropped}));
             }
         }
         Command::Restore { ids } => {
             for id in ids {
-                let restored = queue.restore_quarantined(&id).await;
+                let restored = queue.admin().restore_quarantined(&id).await;
                 let line = match &restored {
                     Ok(()) => serde_json::json!({"id": id, "restored": true}),
                     Err(e) => serde_json::json!({"id": id, "restored": false, "error": e.to_string()}),

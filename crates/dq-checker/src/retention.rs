@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use dq_core::Queue;
+use dq_core::admin::Stats;
 use dq_core::config::JobDefaults;
-use dq_core::queue::Stats;
 
 /// Dead jobs one trimming step drops at most per topic, so a topic far over its cap (say, a lower cap
 /// on a long list) is brought down over some rounds without one round taking long.
@@ -46,7 +46,7 @@ impl Retention {
 /// Drops the dead jobs that died more than `retention_ms` ago, in every partition that has some.
 async fn expire(queue: &Queue, stats: &Stats, retention_ms: u64) {
     for (p, topic, _) in &stats.dead {
-        match queue.purge_dead_older(*p, topic, retention_ms).await {
+        match queue.checker().delete_dead_older(*p, topic, retention_ms).await {
             Ok(0) => {}
             Ok(n) => {
                 dropped(topic, "retention", n);
@@ -111,7 +111,7 @@ async fn step(
 ) -> dq_core::Result<(u64, HashMap<u16, u64>)> {
     let reads = parts.iter().filter(|(_, n)| *n > 0).map(|&(p, n)| async move {
         let share = ((want as u64 * n).div_ceil(total.max(1)) + 1).min(n) as usize;
-        (p, share, n as usize, queue.oldest_dead(p, topic, share).await)
+        (p, share, n as usize, queue.checker().oldest_dead(p, topic, share).await)
     });
     let mut heads = Vec::new();
     for (p, share, n, read) in futures_util::future::join_all(reads).await {
@@ -130,7 +130,7 @@ async fn step(
         *taken.entry(*p).or_default() += 1;
     }
     let ids: Vec<String> = ids.into_iter().map(|(_, id)| id).collect();
-    let n = queue.purge_dead(topic, Some(&ids)).await?;
+    let n = queue.admin().delete_dead(topic, Some(&ids)).await?;
     Ok((n, taken))
 }
 

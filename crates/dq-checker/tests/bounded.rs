@@ -23,18 +23,24 @@ fn settings(redis: &RedisServer) -> Settings {
 async fn kill(redis: &RedisServer, q: &Queue, topic: &str, n: usize, deaths: impl Fn(usize) -> i64) {
     for i in 0..n {
         let json = serde_json::json!({"id": format!("{topic}-{i}"), "topic": topic, "body": i, "max_attempts": 1});
-        q.push(
-            q.validate(serde_json::from_value::<PushRequest>(json).unwrap())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+        q.producer()
+            .push(
+                q.producer()
+                    .validate(serde_json::from_value::<PushRequest>(json).unwrap())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
     }
     let mut left = n;
     while left > 0 {
-        for r in q.reserve(&[topic.to_string()], 100).await.unwrap() {
+        for r in q.reservations().reserve(&[topic.to_string()], 100).await.unwrap() {
             assert_eq!(
-                q.nack(&r.id, &r.receipt, None, None, None).await.unwrap().0,
+                q.reservations()
+                    .nack(&r.id, &r.receipt, None, None, None)
+                    .await
+                    .unwrap()
+                    .0,
                 State::Dead
             );
             left -= 1;
@@ -56,7 +62,7 @@ async fn kill(redis: &RedisServer, q: &Queue, topic: &str, n: usize, deaths: imp
 
 /// The ids in `topic`'s dead list, and what the counts hashes say it holds.
 async fn dead(redis: &RedisServer, q: &Queue, topic: &str) -> (Vec<String>, i64) {
-    let page = q.dead(topic, 0, 1000).await.unwrap();
+    let page = q.admin().dead(topic, 0, 1000).await.unwrap();
     let mut ids: Vec<String> = page.jobs.into_iter().map(|j| j.id).collect();
     ids.sort();
     let mut counted = 0;
@@ -162,9 +168,9 @@ async fn deleting_a_topic_leaves_nothing_and_old_tombstones_are_pruned() {
     let s = settings(&redis);
     let q = Queue::connect(&s).await.unwrap();
     let config: dq_core::TopicConfig = serde_json::from_value(serde_json::json!({})).unwrap();
-    q.put_topic("kept", &config).await.unwrap();
-    q.put_topic("gone", &config).await.unwrap();
-    q.delete_topic("gone").await.unwrap();
+    q.admin().put_topic("kept", &config).await.unwrap();
+    q.admin().put_topic("gone", &config).await.unwrap();
+    q.admin().delete_topic("gone").await.unwrap();
     let registry = |redis: &RedisServer| -> HashMap<String, String> {
         redis::cmd("HGETALL")
             .arg("{dq}:topics")
@@ -181,7 +187,11 @@ async fn deleting_a_topic_leaves_nothing_and_old_tombstones_are_pruned() {
             .query(&mut redis.conn())
             .unwrap();
     }
-    assert_eq!(q.topics().await.unwrap().len(), 1, "a tombstone is no registration");
+    assert_eq!(
+        q.admin().topics().await.unwrap().len(),
+        1,
+        "a tombstone is no registration"
+    );
 
     let stop = CancellationToken::new();
     let task = tokio::spawn(dq_checker::run(s.clone(), stop.clone()));
@@ -190,7 +200,7 @@ async fn deleting_a_topic_leaves_nothing_and_old_tombstones_are_pruned() {
     })
     .await;
     assert!(
-        q.topics().await.unwrap().contains_key("kept"),
+        q.admin().topics().await.unwrap().contains_key("kept"),
         "a registration is no tombstone"
     );
     stop.cancel();
@@ -205,22 +215,31 @@ async fn counts_fields_at_zero_are_removed_and_a_topic_used_once_leaves_nothing(
     let q = Queue::connect(&s).await.unwrap();
     for i in 0..20 {
         let json = serde_json::json!({"topic": format!("once{i}"), "body": i});
-        q.push(
-            q.validate(serde_json::from_value::<PushRequest>(json).unwrap())
+        q.producer()
+            .push(
+                q.producer()
+                    .validate(serde_json::from_value::<PushRequest>(json).unwrap())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let r = q
+            .reservations()
+            .reserve(&[format!("once{i}")], 1)
+            .await
+            .unwrap()
+            .remove(0);
+        q.reservations().ack(&r.id, &r.receipt).await.unwrap();
+    }
+    let json = serde_json::json!({"topic": "kept", "body": 1});
+    q.producer()
+        .push(
+            q.producer()
+                .validate(serde_json::from_value::<PushRequest>(json).unwrap())
                 .unwrap(),
         )
         .await
         .unwrap();
-        let r = q.reserve(&[format!("once{i}")], 1).await.unwrap().remove(0);
-        q.ack(&r.id, &r.receipt).await.unwrap();
-    }
-    let json = serde_json::json!({"topic": "kept", "body": 1});
-    q.push(
-        q.validate(serde_json::from_value::<PushRequest>(json).unwrap())
-            .unwrap(),
-    )
-    .await
-    .unwrap();
     // The scripts leave the fields at 0; readers already ignore them.
     assert!(dead(&redis, &q, "once0").await.1 == 0);
     let fields = |redis: &RedisServer| {
@@ -237,7 +256,7 @@ async fn counts_fields_at_zero_are_removed_and_a_topic_used_once_leaves_nothing(
         all
     };
     assert!(fields(&redis).iter().any(|(f, n)| f.starts_with("once") && *n == 0));
-    let stats = q.stats().await;
+    let stats = q.admin().stats().await;
     assert_eq!(
         stats.counts.keys().collect::<Vec<_>>(),
         ["kept"],

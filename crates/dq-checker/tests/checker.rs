@@ -75,22 +75,25 @@ async fn dead_jobs_and_backlogs_raise_alerts_and_depths_are_published() {
     let push = |json: serde_json::Value| {
         let q = q.clone();
         async move {
-            q.push(
-                q.validate(serde_json::from_value::<PushRequest>(json).unwrap())
-                    .unwrap(),
-            )
-            .await
-            .unwrap()
+            q.producer()
+                .push(
+                    q.producer()
+                        .validate(serde_json::from_value::<PushRequest>(json).unwrap())
+                        .unwrap(),
+                )
+                .await
+                .unwrap()
         }
     };
     push(serde_json::json!({"id": "doomed", "topic": "pay", "body": 1, "max_attempts": 1})).await;
-    let r = q.reserve(&["pay".into()], 1).await.unwrap().remove(0);
-    q.nack(&r.id, &r.receipt, None, Some("remote said 500"), None)
+    let r = q.reservations().reserve(&["pay".into()], 1).await.unwrap().remove(0);
+    q.reservations()
+        .nack(&r.id, &r.receipt, None, Some("remote said 500"), None)
         .await
         .unwrap();
     // A topic's own threshold (3) wins over the checker's default (1000).
     let config: dq_core::TopicConfig = serde_json::from_value(serde_json::json!({"backlog_threshold": 3})).unwrap();
-    q.put_topic("busy", &config).await.unwrap();
+    q.admin().put_topic("busy", &config).await.unwrap();
     for i in 0..5 {
         push(serde_json::json!({"topic": "busy", "body": i})).await;
         push(serde_json::json!({"topic": "calm", "body": i})).await;
@@ -120,8 +123,8 @@ async fn dead_jobs_and_backlogs_raise_alerts_and_depths_are_published() {
     );
 
     // Drain the backlog: the alert clears.
-    for r in q.reserve(&["busy".into()], 10).await.unwrap() {
-        q.ack(&r.id, &r.receipt).await.unwrap();
+    for r in q.reservations().reserve(&["busy".into()], 10).await.unwrap() {
+        q.reservations().ack(&r.id, &r.receipt).await.unwrap();
     }
     eventually(Duration::from_secs(30), "backlog_cleared", || async {
         !alerts.of_kind("backlog_cleared").is_empty()
@@ -143,7 +146,7 @@ async fn a_quarantined_record_raises_one_alert_and_the_commands_list_and_drop_it
     s.redis.partitions = Some(4);
     let q = Queue::connect(&s).await.unwrap();
     let req: PushRequest = serde_json::from_value(serde_json::json!({"id": "p", "topic": "t", "body": 1})).unwrap();
-    q.push(q.validate(req).unwrap()).await.unwrap();
+    q.producer().push(q.producer().validate(req).unwrap()).await.unwrap();
     let key = q.partition_keys(q.partitions().of_id("p")).job("p");
     let _: () = redis::cmd("SET")
         .arg(key)
@@ -152,7 +155,7 @@ async fn a_quarantined_record_raises_one_alert_and_the_commands_list_and_drop_it
         .unwrap();
     let (stop, task) = start(&s);
     // The reserve meets it and moves it aside.
-    assert!(q.reserve(&["t".into()], 1).await.unwrap().is_empty());
+    assert!(q.reservations().reserve(&["t".into()], 1).await.unwrap().is_empty());
     eventually(Duration::from_secs(30), "a quarantined alert", || async {
         !alerts.of_kind("quarantined").is_empty()
     })
@@ -169,13 +172,13 @@ async fn a_quarantined_record_raises_one_alert_and_the_commands_list_and_drop_it
     stop.cancel();
     task.await.unwrap().unwrap();
 
-    let listed = q.quarantined().await.unwrap();
+    let listed = q.admin().quarantined().await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].raw, b"not a record");
     dq_checker::quarantine::run(&s, dq_checker::quarantine::Command::Drop { ids: vec!["p".into()] })
         .await
         .unwrap();
-    assert_eq!(q.quarantined_count().await, 0);
+    assert_eq!(q.admin().quarantined_count().await, 0);
 }
 
 fn dead_event(id: &str) -> String {
@@ -265,7 +268,7 @@ async fn dead_job_events_outlive_a_checker_that_died_and_a_webhook_that_refused(
         .query(&mut redis.conn())
         .unwrap();
     // Taken, as by a checker that then died before sending.
-    assert_eq!(q.take_events(p, 1000, &[]).await.unwrap().len(), 1);
+    assert_eq!(q.checker().take_events(p, 1000, &[]).await.unwrap().len(), 1);
     let (stop, task) = start(&s);
     eventually(Duration::from_secs(30), "the pending event alerted", || async {
         alerts

@@ -32,12 +32,12 @@ async fn register(q: &Queue, topic: &str, on_dead_url: &str) {
                      "timeout_ms": 2000}
     }))
     .unwrap();
-    q.put_topic(topic, &config).await.unwrap();
+    q.admin().put_topic(topic, &config).await.unwrap();
 }
 
 async fn push(q: &Queue, json: serde_json::Value) -> String {
     let req: PushRequest = serde_json::from_value(json).unwrap();
-    q.push(q.validate(req).unwrap()).await.unwrap().id
+    q.producer().push(q.producer().validate(req).unwrap()).await.unwrap().id
 }
 
 fn waiting(redis: &RedisServer) -> usize {
@@ -58,8 +58,9 @@ async fn a_nacked_job_hooks_once_signed_and_retried_past_failures() {
         serde_json::json!({"topic": "orders", "body": {"n": 1}, "max_attempts": 1}),
     )
     .await;
-    let r = q.reserve(&["orders".into()], 1).await.unwrap().remove(0);
-    q.nack(&r.id, &r.receipt, None, Some("remote said 500"), None)
+    let r = q.reservations().reserve(&["orders".into()], 1).await.unwrap().remove(0);
+    q.reservations()
+        .nack(&r.id, &r.receipt, None, Some("remote said 500"), None)
         .await
         .unwrap();
 
@@ -112,7 +113,7 @@ async fn a_job_expired_at_its_last_attempt_hooks_and_topics_without_a_hook_do_no
     register(&q, "slow", &sink.url).await;
     let plain: TopicConfig =
         serde_json::from_value(serde_json::json!({"callback": {"url": "http://127.0.0.1:9/unused"}})).unwrap();
-    q.put_topic("plain", &plain).await.unwrap();
+    q.admin().put_topic("plain", &plain).await.unwrap();
     let id = push(
         &q,
         serde_json::json!({"topic": "slow", "body": 2, "max_attempts": 1, "ttr_ms": 10}),
@@ -123,15 +124,22 @@ async fn a_job_expired_at_its_last_attempt_hooks_and_topics_without_a_hook_do_no
         serde_json::json!({"topic": "plain", "body": 3, "max_attempts": 1, "ttr_ms": 10}),
     )
     .await;
-    assert_eq!(q.reserve(&["slow".into(), "plain".into()], 2).await.unwrap().len(), 2);
+    assert_eq!(
+        q.reservations()
+            .reserve(&["slow".into(), "plain".into()], 2)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
     // No timer runs here: expire as the timer holding each partition would.
     eventually(Duration::from_secs(10), "both reservations expired", || async {
         for p in q.partitions().all() {
-            q.expire(p, 100).await.unwrap();
+            q.timer().expire(p, 100).await.unwrap();
         }
         let dead = |id: String| {
             let q = q.clone();
-            async move { q.get(&id).await.unwrap().state == dq_core::State::Dead }
+            async move { q.producer().get(&id).await.unwrap().state == dq_core::State::Dead }
         };
         dead(id.clone()).await && dead(other.clone()).await
     })
@@ -169,8 +177,11 @@ async fn a_hook_to_a_refused_address_connects_nowhere_and_is_given_up() {
     let url = sink.url.replace("127.0.0.1", "localhost");
     register(&q, "walled", &url).await;
     push(&q, serde_json::json!({"topic": "walled", "body": 4, "max_attempts": 1})).await;
-    let r = q.reserve(&["walled".into()], 1).await.unwrap().remove(0);
-    q.nack(&r.id, &r.receipt, None, None, None).await.unwrap();
+    let r = q.reservations().reserve(&["walled".into()], 1).await.unwrap().remove(0);
+    q.reservations()
+        .nack(&r.id, &r.receipt, None, None, None)
+        .await
+        .unwrap();
 
     let (stop, task) = start(&s);
     eventually(Duration::from_secs(10), "the first try failed", || async {
@@ -199,16 +210,19 @@ async fn a_hook_taken_and_claimed_by_a_checker_that_died_is_sent_once_by_the_nex
     let q = Queue::connect(&s).await.unwrap();
     register(&q, "orders", &sink.url).await;
     let id = push(&q, serde_json::json!({"topic": "orders", "body": 5, "max_attempts": 1})).await;
-    let r = q.reserve(&["orders".into()], 1).await.unwrap().remove(0);
-    q.nack(&r.id, &r.receipt, None, None, None).await.unwrap();
+    let r = q.reservations().reserve(&["orders".into()], 1).await.unwrap().remove(0);
+    q.reservations()
+        .nack(&r.id, &r.receipt, None, None, None)
+        .await
+        .unwrap();
 
     // What the checker that died did: took the event (twice: its alert never went out), then claimed
     // the hook for a moment.
     let p = q.partitions().of_id(&id);
     let hooked = ["orders".to_string()];
-    assert_eq!(q.take_events(p, 1000, &hooked).await.unwrap().len(), 1);
+    assert_eq!(q.checker().take_events(p, 1000, &hooked).await.unwrap().len(), 1);
     assert_eq!(
-        q.take_events(p, 1000, &hooked).await.unwrap().len(),
+        q.checker().take_events(p, 1000, &hooked).await.unwrap().len(),
         1,
         "pending, handed out again"
     );
@@ -218,11 +232,11 @@ async fn a_hook_taken_and_claimed_by_a_checker_that_died_is_sent_once_by_the_nex
         "one hook per death: {:?}",
         dead_hooks_waiting(&redis)
     );
-    let (claimed, held) = q.take_dead_hooks(p, 10, 1500).await.unwrap();
+    let (claimed, held) = q.checker().take_dead_hooks(p, 10, 1500).await.unwrap();
     assert_eq!((claimed.len(), held), (1, 1));
     assert_eq!((claimed[0].tries, claimed[0].id.as_str()), (0, id.as_str()));
     assert_eq!(
-        q.take_dead_hooks(p, 10, 1500).await.unwrap(),
+        q.checker().take_dead_hooks(p, 10, 1500).await.unwrap(),
         (Vec::new(), 1),
         "claimed"
     );
@@ -256,14 +270,22 @@ async fn during_a_key_rotation_hooks_are_signed_with_both_secrets() {
                      "on_dead_url": sink.url, "timeout_ms": 2000}
     }))
     .unwrap();
-    q.put_topic("rotating", &config).await.unwrap();
+    q.admin().put_topic("rotating", &config).await.unwrap();
     push(
         &q,
         serde_json::json!({"topic": "rotating", "body": 1, "max_attempts": 1}),
     )
     .await;
-    let r = q.reserve(&["rotating".into()], 1).await.unwrap().remove(0);
-    q.nack(&r.id, &r.receipt, None, Some("boom"), None).await.unwrap();
+    let r = q
+        .reservations()
+        .reserve(&["rotating".into()], 1)
+        .await
+        .unwrap()
+        .remove(0);
+    q.reservations()
+        .nack(&r.id, &r.receipt, None, Some("boom"), None)
+        .await
+        .unwrap();
     let (stop, task) = start(&s);
     eventually(Duration::from_secs(30), "the hook accepted", || async {
         !sink.accepted().is_empty()

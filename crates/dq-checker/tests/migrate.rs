@@ -181,31 +181,31 @@ async fn an_old_data_set_in_every_state_converts_survives_a_second_run_and_drain
     ]
     .into();
     for (id, state) in &states {
-        let j = q.get(id).await.unwrap();
+        let j = q.producer().get(id).await.unwrap();
         assert_eq!(j.state, *state, "{id}");
         assert_eq!(j.body.get(), format!("{{\"n\":\"{id}\"}}"));
     }
-    let retried = q.get("retried").await.unwrap();
+    let retried = q.producer().get("retried").await.unwrap();
     assert_eq!((retried.attempts, retried.last_error.as_deref()), (1, Some("boom")));
     assert_eq!(
-        q.get("dead").await.unwrap().last_error.as_deref(),
+        q.producer().get("dead").await.unwrap().last_error.as_deref(),
         Some("remote said 500")
     );
-    assert_eq!(q.dead("x", 0, 10).await.unwrap().total, 1);
-    assert!(q.topics().await.unwrap().contains_key("t"));
-    let audit = dq_core::audit::run(&q).await.unwrap();
+    assert_eq!(q.admin().dead("x", 0, 10).await.unwrap().total, 1);
+    assert!(q.admin().topics().await.unwrap().contains_key("t"));
+    let audit = q.checker().audit().await.unwrap();
     assert_eq!((audit.orphan_records, audit.dangling_ids), (0, 0), "{audit:?}");
     assert_eq!(audit.records, 6, "{audit:?}");
 
     // It drains: the ready job, the dead one requeued, the delayed ones rescheduled.
-    assert_eq!(q.requeue_dead("x", None).await.unwrap(), 1);
+    assert_eq!(q.admin().requeue_dead("x", None).await.unwrap(), 1);
     for id in ["delayed", "retried"] {
-        q.reschedule(id, dq_core::Schedule::Delay(0)).await.unwrap();
+        q.producer().reschedule(id, dq_core::Schedule::Delay(0)).await.unwrap();
     }
     let mut got = Vec::new();
     for topic in ["t", "x", "e"] {
-        for r in q.reserve(&[topic.to_string()], 10).await.unwrap() {
-            q.ack(&r.id, &r.receipt).await.unwrap();
+        for r in q.reservations().reserve(&[topic.to_string()], 10).await.unwrap() {
+            q.reservations().ack(&r.id, &r.receipt).await.unwrap();
             got.push(r.id);
         }
     }

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::registry::TopicCache;
+use dq_core::admin::topics::TopicCache;
 use dq_core::{Queue, Settings};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -128,7 +128,7 @@ fn reload(settings: &Settings, egress: &Arc<Egress>) -> dq_core::reload::Reload 
         .follows("drain grace period", &["shutdown.grace_ms"])
 }
 
-/// Listens on this process's hand-off channels (see `dq_core::queue::handoff`) and gives what comes to
+/// Listens on this process's hand-off channels (see `dq_core::reservations::handoff`) and gives what comes to
 /// the topics' workers.
 fn listen_handoffs(shared: &Arc<Shared>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
     let to = shared.clone();

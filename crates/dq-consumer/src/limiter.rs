@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dq_core::Queue;
-use dq_core::queue::{LimitAsk, LimitGrant};
+use dq_core::reservations::{LimitAsk, LimitGrant};
 use dq_core::topic::Callback;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -204,7 +204,7 @@ impl Limiter {
             burst: cb.burst_or_default(),
             pause_ms,
         };
-        let grant = self.queue.limit(&self.topic, &self.holder, ask).await?;
+        let grant = self.queue.reservations().limit(&self.topic, &self.holder, ask).await?;
         let mut s = self.share();
         s.held = grant.held;
         s.paused_until = grant

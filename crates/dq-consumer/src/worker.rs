@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dq_core::condition::Condition;
-use dq_core::queue::ReserveOptions;
+use dq_core::reservations::ReserveOptions;
 use dq_core::series::Counter;
 use dq_core::topic::Callback;
 use dq_core::{Queue, Reservation, TopicConfig};
@@ -66,7 +66,7 @@ pub struct Shared {
     pub backoff_default: Vec<u64>,
     /// This process's name in the topics' limits and its hand-off channels (a fresh ULID per start).
     pub process_id: String,
-    /// Each topic worker's in-box for jobs a timer handed to it (see `dq_core::queue::handoff`).
+    /// Each topic worker's in-box for jobs a timer handed to it (see `dq_core::reservations::handoff`).
     pub handoffs: Mutex<HashMap<String, mpsc::UnboundedSender<Vec<Reservation>>>>,
 }
 
@@ -224,7 +224,7 @@ impl TopicWorker {
                 }
             };
             // In line before looking, so a wake-up sent while this reserve runs is not missed.
-            let mut waiter = self.shared.queue.ready_index().waiter(&topics, 0);
+            let mut waiter = self.shared.queue.reservations().ready_index().waiter(&topics, 0);
             let least_ttr = plan.callback.timeout_ms + TTR_MARGIN_MS;
             let options = ReserveOptions {
                 best_first: false,
@@ -234,6 +234,7 @@ impl TopicWorker {
             let reserved = self
                 .shared
                 .queue
+                .reservations()
                 .reserve_with(&topics, admitted as usize, options)
                 .await;
             let started = reserved.as_ref().map_or(0, |jobs| jobs.len() as u32);
@@ -332,11 +333,12 @@ async fn settle(shared: &Shared, plan: &Plan, job: &Reservation, outcome: &Outco
     let mut retried = false;
     loop {
         let r = match outcome {
-            Outcome::Delivered => shared.queue.ack(&job.id, &job.receipt).await.map(|_| ()),
+            Outcome::Delivered => shared.queue.reservations().ack(&job.id, &job.receipt).await.map(|_| ()),
             Outcome::Failed { reason, .. } => {
                 let backoff = plan.config.backoff(&shared.backoff_default);
                 match shared
                     .queue
+                    .reservations()
                     .nack(&job.id, &job.receipt, None, Some(reason), Some(backoff))
                     .await
                 {
@@ -399,7 +401,7 @@ async fn deliver_one(
         retry_after,
     }) = posted
     else {
-        match shared.queue.release(&job.id, &job.receipt).await {
+        match shared.queue.reservations().release(&job.id, &job.receipt).await {
             Ok(()) => tracing::info!(id = %job.id, %topic, "handed back unfinished"),
             Err(e) => tracing::warn!(id = %job.id, %topic, cause = %e, "cannot hand back; it returns after its TTR"),
         }

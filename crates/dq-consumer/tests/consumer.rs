@@ -117,19 +117,23 @@ impl Consumer {
 async fn register(q: &Queue, topic: &str, json: serde_json::Value) {
     let config: TopicConfig = serde_json::from_value(json).unwrap();
     config.validate(&q.limits(), &q.egress().await).unwrap();
-    q.put_topic(topic, &config).await.unwrap();
+    q.admin().put_topic(topic, &config).await.unwrap();
 }
 
 /// Pushes as dq-server does: the topic's registration supplies the defaults.
 async fn push(q: &Queue, json: serde_json::Value) -> String {
     let req: PushRequest = serde_json::from_value(json).unwrap();
-    let topics = q.topics().await.unwrap();
+    let topics = q.admin().topics().await.unwrap();
     let config = topics.get(&req.topic);
-    q.push(q.validate_for(req, config).unwrap()).await.unwrap().id
+    q.producer()
+        .push(q.producer().validate_for(req, config).unwrap())
+        .await
+        .unwrap()
+        .id
 }
 
 async fn state_of(q: &Queue, id: &str) -> JobState {
-    q.get(id).await.unwrap().state
+    q.producer().get(id).await.unwrap().state
 }
 
 #[tokio::test]
@@ -187,7 +191,7 @@ async fn a_failed_delivery_is_retried_after_its_backoff() {
     let got = hook.all();
     assert_eq!(got.len(), 2);
     assert_eq!(got[1].headers["x-dq-attempt"], "2");
-    assert_eq!(q.get(&id).await.unwrap().attempts, 2);
+    assert_eq!(q.producer().get(&id).await.unwrap().attempts, 2);
     consumer.drain().await;
 }
 
@@ -247,14 +251,22 @@ async fn timeouts_and_empty_answers_fail_and_the_last_attempt_is_dead_with_an_ev
         state_of(&q, &a).await == JobState::Dead && state_of(&q, &b).await == JobState::Dead
     })
     .await;
-    let ja = q.get(&a).await.unwrap();
+    let ja = q.producer().get(&a).await.unwrap();
     assert_eq!(ja.attempts, 2);
     assert!(
         ja.last_error.as_deref().unwrap().contains("no answer within 100 ms"),
         "{:?}",
         ja.last_error
     );
-    assert!(q.get(&b).await.unwrap().last_error.unwrap().contains("empty body"));
+    assert!(
+        q.producer()
+            .get(&b)
+            .await
+            .unwrap()
+            .last_error
+            .unwrap()
+            .contains("empty body")
+    );
     let mut events: Vec<String> = Vec::new();
     for key in redis::cmd("KEYS")
         .arg("dq:{*}:events")
@@ -288,7 +300,10 @@ async fn timeouts_and_empty_answers_fail_and_the_last_attempt_is_dead_with_an_ev
     eventually(Duration::from_secs(20), "the requeued job is done", || async {
         if state_of(&q, &b).await == JobState::Dead {
             assert_eq!(
-                q.requeue_dead("empty", Some(std::slice::from_ref(&b))).await.unwrap(),
+                q.admin()
+                    .requeue_dead("empty", Some(std::slice::from_ref(&b)))
+                    .await
+                    .unwrap(),
                 1
             );
         }
@@ -434,7 +449,7 @@ async fn drain_hands_back_only_what_outlives_the_grace_period() {
         JobState::Done,
         "answered: acked, not handed back"
     );
-    let job = q.get(&slow).await.unwrap();
+    let job = q.producer().get(&slow).await.unwrap();
     assert_eq!(job.state, JobState::Ready, "handed back for immediate redelivery");
     assert_eq!(job.attempts, 0, "the unfinished delivery does not count");
 }
@@ -465,7 +480,7 @@ async fn an_ack_that_found_no_redis_is_sent_again() {
     let consumer = Consumer::start(&s);
     let id = push(&q, serde_json::json!({"topic": "outage", "body": 1})).await;
     eventually(Duration::from_secs(15), "the job is done", || async {
-        q.get(&id).await.is_ok_and(|j| j.state == JobState::Done)
+        q.producer().get(&id).await.is_ok_and(|j| j.state == JobState::Done)
     })
     .await;
     assert_eq!(hook.count(), 1, "delivered once");
@@ -531,17 +546,23 @@ async fn sealed_secrets_are_sent_in_clear_and_both_signing_secrets_sign() {
     }
 
     // Rekey: sealed again under the new key, so the old one can go.
-    assert_eq!(q.rekey_topics().await.unwrap(), vec!["sealed".to_string()]);
-    assert!(q.rekey_topics().await.unwrap().is_empty(), "nothing left to rekey");
+    assert_eq!(q.checker().rekey_topics().await.unwrap(), vec!["sealed".to_string()]);
+    assert!(
+        q.checker().rekey_topics().await.unwrap().is_empty(),
+        "nothing left to rekey"
+    );
     s.secrets.keys = vec![new_key.into()];
     let only_new = Queue::connect(&s).await.unwrap();
-    let cb = only_new.topics().await.unwrap()["sealed"].callback.clone().unwrap();
+    let cb = only_new.admin().topics().await.unwrap()["sealed"]
+        .callback
+        .clone()
+        .unwrap();
     assert_eq!(cb.secret.as_deref(), Some("new-secret"));
     assert_eq!(cb.headers["Authorization"], "Bearer hook-token");
     // A process with only the old key cannot open it: the topic is skipped, not delivered unsigned.
     s.secrets.keys = vec![old_key.into()];
     let only_old = Queue::connect(&s).await.unwrap();
-    assert!(!only_old.topics().await.unwrap().contains_key("sealed"));
+    assert!(!only_old.admin().topics().await.unwrap().contains_key("sealed"));
 }
 
 /// A worker that waits for delayed jobs has them handed by the timer; once its topic is paused it tells
@@ -575,7 +596,7 @@ async fn a_paused_topic_gets_no_handed_delivery_and_resumes() {
     .await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(hook.count(), 1, "nothing delivered while paused");
-    let job = q.get(&b).await.unwrap();
+    let job = q.producer().get(&b).await.unwrap();
     assert_eq!((job.state, job.attempts), (JobState::Ready, 0));
     register(&q, "h", serde_json::json!({"callback": {"url": hook.url}})).await;
     eventually(Duration::from_secs(20), "resumed and delivered", || async {

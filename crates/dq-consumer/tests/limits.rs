@@ -103,13 +103,13 @@ impl Consumers {
 async fn register(q: &Queue, topic: &str, json: serde_json::Value) {
     let config: TopicConfig = serde_json::from_value(json).unwrap();
     config.validate(&q.limits(), &q.egress().await).unwrap();
-    q.put_topic(topic, &config).await.unwrap();
+    q.admin().put_topic(topic, &config).await.unwrap();
 }
 
 async fn push_ready(q: &Queue, topic: &str, n: usize) {
     for i in 0..n {
         let req: PushRequest = serde_json::from_value(serde_json::json!({"topic": topic, "body": i})).unwrap();
-        q.push(q.validate(req).unwrap()).await.unwrap();
+        q.producer().push(q.producer().validate(req).unwrap()).await.unwrap();
     }
 }
 

@@ -23,8 +23,9 @@
 //!   left out.
 
 pub mod activity;
-pub mod audit;
+pub mod admin;
 pub mod beanstalkd;
+pub mod checker;
 pub mod clock;
 pub mod condition;
 pub mod config;
@@ -32,23 +33,32 @@ pub mod egress;
 pub mod error;
 pub mod job;
 pub mod process;
+pub mod producer;
 pub mod queue;
-pub mod registry;
 pub mod reload;
+pub mod reservations;
 pub mod schedule;
 pub mod sealed;
 pub mod series;
+mod shared;
 pub mod sign;
 pub mod signals;
 pub mod store;
 pub mod strict;
 pub mod systemd;
 pub mod telemetry;
+pub mod timer;
 pub mod topic;
 pub mod wake;
 
+pub use admin::Admin;
+pub use beanstalkd::Beanstalkd;
+pub use checker::Checker;
 pub use config::Settings;
 pub use error::{Error, Result};
 pub use job::{Job, NewJob, PushRequest, Pushed, Reservation, Schedule, State};
+pub use producer::Producer;
 pub use queue::Queue;
+pub use reservations::Reservations;
+pub use timer::Timer;
 pub use topic::TopicConfig;

@@ -51,7 +51,7 @@ pub enum Wake {
 /// What a listener calls for every wake-up.
 pub type OnWake = Arc<dyn Fn(Wake) + Send + Sync>;
 
-/// Listens on the hand-off channels of the process `process_id` (see [`crate::queue::handoff`]) until
+/// Listens on the hand-off channels of the process `process_id` (see [`crate::reservations::handoff`]) until
 /// `shutdown`, and gives each message's jobs (all of one topic) to `on_jobs`. A message that cannot be
 /// read is logged: its jobs return when their reservation ends.
 pub fn listen_handoffs(
@@ -62,7 +62,7 @@ pub fn listen_handoffs(
 ) -> JoinHandle<()> {
     let on_wake: OnWake = Arc::new(move |wake| {
         if let Wake::Message { payload, .. } = wake {
-            match crate::queue::handoff::decode_handoff(&payload) {
+            match crate::reservations::handoff::decode_handoff(&payload) {
                 Ok(jobs) => on_jobs(jobs),
                 Err(e) => {
                     tracing::warn!(cause = %e, "cannot read a hand-off; its jobs return when their reservation ends")

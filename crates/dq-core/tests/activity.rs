@@ -21,7 +21,8 @@ fn settings(redis: &RedisServer) -> Settings {
 }
 
 fn job(q: &Queue, json: serde_json::Value) -> dq_core::NewJob {
-    q.validate(serde_json::from_value::<PushRequest>(json).unwrap())
+    q.producer()
+        .validate(serde_json::from_value::<PushRequest>(json).unwrap())
         .unwrap()
 }
 
@@ -60,24 +61,42 @@ async fn counts_are_flushed_summed_over_processes_read_back_per_minute_and_expir
             json!({"id": format!("j{i}"), "topic": "late", "body": i, "run_at": now - late, "max_attempts": attempts}),
         ));
     }
-    assert!(q.push_many(jobs).await.iter().all(|r| r.is_ok()));
-    let got = q.reserve(&["late".to_string()], 100).await.unwrap();
+    assert!(q.producer().push_many(jobs).await.iter().all(|r| r.is_ok()));
+    let got = q.reservations().reserve(&["late".to_string()], 100).await.unwrap();
     assert_eq!(got.len(), 100, "one reserve takes the 100 ready jobs");
     let (mut acked, mut failed, mut dead) = (0, 0, 0);
     for r in &got {
         let i: usize = r.id[1..].parse().unwrap();
         match i {
             // 45 acked and 15 nacked on their last attempt: dead.
-            0..45 => q.ack(&r.id, &r.receipt).await.map(|_| acked += 1).unwrap(),
+            0..45 => q
+                .reservations()
+                .ack(&r.id, &r.receipt)
+                .await
+                .map(|_| acked += 1)
+                .unwrap(),
             45..60 => {
-                let (state, _) = q.nack(&r.id, &r.receipt, None, Some("no"), None).await.unwrap();
+                let (state, _) = q
+                    .reservations()
+                    .nack(&r.id, &r.receipt, None, Some("no"), None)
+                    .await
+                    .unwrap();
                 assert_eq!(state, dq_core::State::Dead);
                 dead += 1;
             }
             // 9 acked, 30 nacked to be retried.
-            60..69 | 99 => q.ack(&r.id, &r.receipt).await.map(|_| acked += 1).unwrap(),
+            60..69 | 99 => q
+                .reservations()
+                .ack(&r.id, &r.receipt)
+                .await
+                .map(|_| acked += 1)
+                .unwrap(),
             _ => {
-                let (state, _) = q.nack(&r.id, &r.receipt, None, Some("no"), None).await.unwrap();
+                let (state, _) = q
+                    .reservations()
+                    .nack(&r.id, &r.receipt, None, Some("no"), None)
+                    .await
+                    .unwrap();
                 assert_eq!(state, dq_core::State::Delayed);
                 failed += 1;
             }
@@ -87,28 +106,37 @@ async fn counts_are_flushed_summed_over_processes_read_back_per_minute_and_expir
 
     // One more dies by TTR expiry, the timer's way, counted by the process that expired it.
     other
+        .producer()
         .push(job(
             &other,
             json!({"id": "ttr", "topic": "ttr", "body": 0, "ttr_ms": 1000, "max_attempts": 1}),
         ))
         .await
         .unwrap();
-    assert_eq!(other.reserve(&["ttr".to_string()], 1).await.unwrap().len(), 1);
+    assert_eq!(
+        other
+            .reservations()
+            .reserve(&["ttr".to_string()], 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     let expired = std::sync::atomic::AtomicUsize::new(0);
     eventually(Duration::from_secs(30), "the reservation expired to dead", || async {
-        let n = other.expire(0, 10).await.unwrap().to_dead;
+        let n = other.timer().expire(0, 10).await.unwrap().to_dead;
         expired.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n == 1
     })
     .await;
 
     // Nothing reaches Redis before a flush.
-    assert_eq!(totals(&q.activity(10).await.unwrap()), (0, 0, 0, 0, 0));
+    assert_eq!(totals(&q.admin().activity(10).await.unwrap()), (0, 0, 0, 0, 0));
     q.flush_activity().await.unwrap();
     other.flush_activity().await.unwrap();
     // A flush with nothing counted since changes nothing.
     q.flush_activity().await.unwrap();
 
-    let minutes = q.activity(10).await.unwrap();
+    let minutes = q.admin().activity(10).await.unwrap();
     assert_eq!(minutes.len(), 10);
     assert!(
         minutes.windows(2).all(|w| w[1].minute == w[0].minute + 1),
@@ -140,8 +168,11 @@ async fn counts_are_flushed_summed_over_processes_read_back_per_minute_and_expir
     }
 
     // Bad windows are refused before anything is read.
-    assert!(matches!(q.activity(0).await, Err(dq_core::Error::Invalid(_))));
-    assert!(matches!(q.activity(24 * 60 + 1).await, Err(dq_core::Error::Invalid(_))));
+    assert!(matches!(q.admin().activity(0).await, Err(dq_core::Error::Invalid(_))));
+    assert!(matches!(
+        q.admin().activity(24 * 60 + 1).await,
+        Err(dq_core::Error::Invalid(_))
+    ));
 }
 
 #[tokio::test]
@@ -151,7 +182,7 @@ async fn a_flush_that_failed_keeps_its_counts_for_the_next() {
     let jobs = (0..3)
         .map(|i| job(&q, json!({"topic": "t", "body": i, "delay_ms": 60_000})))
         .collect();
-    assert!(q.push_many(jobs).await.iter().all(|r| r.is_ok()));
+    assert!(q.producer().push_many(jobs).await.iter().all(|r| r.is_ok()));
 
     redis.stop();
     assert!(q.flush_activity().await.is_err(), "Redis is down");
@@ -161,6 +192,6 @@ async fn a_flush_that_failed_keeps_its_counts_for_the_next() {
         q.flush_activity().await.is_ok()
     })
     .await;
-    let minutes = q.activity(10).await.unwrap();
+    let minutes = q.admin().activity(10).await.unwrap();
     assert_eq!(totals(&minutes).0, 5, "{minutes:?}");
 }

@@ -18,7 +18,8 @@ fn settings(redis: &RedisServer) -> Settings {
 }
 
 fn job(q: &Queue, json: serde_json::Value) -> dq_core::NewJob {
-    q.validate(serde_json::from_value::<PushRequest>(json).unwrap())
+    q.producer()
+        .validate(serde_json::from_value::<PushRequest>(json).unwrap())
         .unwrap()
 }
 
@@ -33,6 +34,7 @@ async fn a_second_push_with_the_key_inside_the_window_is_the_first_job() {
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
     let first = q
+        .producer()
         .push(job(
             &q,
             json!({"topic": "orders", "body": 1, "delay_ms": 60000, "dedup_key": "order-7", "dedup_ms": 60000}),
@@ -43,6 +45,7 @@ async fn a_second_push_with_the_key_inside_the_window_is_the_first_job() {
     assert_eq!(first.state, State::Delayed);
     // Another body, another delay: still the first job, unchanged.
     let again = q
+        .producer()
         .push(job(
             &q,
             json!({"topic": "orders", "body": 2, "dedup_key": "order-7", "dedup_ms": 60000}),
@@ -54,9 +57,10 @@ async fn a_second_push_with_the_key_inside_the_window_is_the_first_job() {
         (again.id.as_str(), again.state, again.run_at),
         (first.id.as_str(), first.state, first.run_at)
     );
-    assert_eq!(q.get(&first.id).await.unwrap().body.get(), "1");
+    assert_eq!(q.producer().get(&first.id).await.unwrap().body.get(), "1");
     // The key belongs to its topic; another key is another job.
     let other_topic = q
+        .producer()
         .push(job(
             &q,
             json!({"topic": "invoices", "body": 3, "dedup_key": "order-7", "dedup_ms": 60000}),
@@ -64,6 +68,7 @@ async fn a_second_push_with_the_key_inside_the_window_is_the_first_job() {
         .await
         .unwrap();
     let other_key = q
+        .producer()
         .push(job(
             &q,
             json!({"topic": "orders", "body": 4, "dedup_key": "order-8", "dedup_ms": 60000}),
@@ -72,7 +77,7 @@ async fn a_second_push_with_the_key_inside_the_window_is_the_first_job() {
         .unwrap();
     assert!(!other_topic.duplicate && !other_key.duplicate);
     assert_eq!(records(&redis), 3);
-    let counts = q.counts().await.counts;
+    let counts = q.admin().counts().await.counts;
     assert_eq!(counts["orders"][&State::Delayed], 1, "{counts:?}");
     assert_eq!(counts["orders"][&State::Ready], 1, "{counts:?}");
 }
@@ -93,7 +98,13 @@ async fn a_batch_with_one_key_twice_stores_one_job() {
         ),
         job(&q, json!({"topic": "t", "body": "d", "dedup_key": "k", "dedup_ms": 1})),
     ];
-    let out: Vec<_> = q.push_many(jobs).await.into_iter().map(Result::unwrap).collect();
+    let out: Vec<_> = q
+        .producer()
+        .push_many(jobs)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
     assert!(!out[0].duplicate && !out[1].duplicate);
     assert!(out[2].duplicate && out[3].duplicate, "{out:?}");
     assert_eq!(out[2].id, out[0].id);
@@ -108,12 +119,13 @@ async fn the_window_ends_and_a_cancelled_job_frees_its_key() {
     let push = |body: i32, ms: u64| {
         let q = q.clone();
         async move {
-            q.push(job(
-                &q,
-                json!({"topic": "t", "body": body, "delay_ms": 60000, "dedup_key": "k", "dedup_ms": ms}),
-            ))
-            .await
-            .unwrap()
+            q.producer()
+                .push(job(
+                    &q,
+                    json!({"topic": "t", "body": body, "delay_ms": 60000, "dedup_key": "k", "dedup_ms": ms}),
+                ))
+                .await
+                .unwrap()
         }
     };
     let first = push(1, 300).await;
@@ -130,7 +142,7 @@ async fn the_window_ends_and_a_cancelled_job_frees_its_key() {
     assert_ne!(second.id, first.id);
     assert!(push(3, 60000).await.duplicate);
     // Cancelled, the job no longer holds the key, though the window runs.
-    q.delete(&second.id).await.unwrap();
+    q.producer().cancel(&second.id).await.unwrap();
     let third = push(4, 60000).await;
     assert!(!third.duplicate);
     assert_ne!(third.id, second.id);
@@ -151,7 +163,7 @@ async fn concurrent_pushes_of_one_key_make_exactly_one_job() {
                 &q,
                 json!({"topic": "t", "body": n, "dedup_key": "once", "dedup_ms": 60000}),
             );
-            q.push(j).await.unwrap()
+            q.producer().push(j).await.unwrap()
         }));
     }
     let mut ids = HashSet::new();
@@ -196,7 +208,7 @@ async fn a_push_whose_answer_was_lost_keeps_one_job_per_key() {
                     &q,
                     json!({"topic": "t", "body": key, "dedup_key": key, "dedup_ms": 60000}),
                 );
-                answers.push((key, q.push(j).await));
+                answers.push((key, q.producer().push(j).await));
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             answers

@@ -17,7 +17,7 @@ async fn racing_reservers_drain_every_job() {
     let q = Queue::connect(&s).await.unwrap();
     // As in a process whose listener is subscribed: reserves go by the index, fed by this process's
     // own pushes (no wake-up comes here).
-    q.ready_index().set_listening(true);
+    q.reservations().ready_index().set_listening(true);
     for round in 0..5 {
         let topic = format!("race{round}");
         let n = 2000;
@@ -27,11 +27,12 @@ async fn racing_reservers_drain_every_job() {
             let jobs = (0..50)
                 .map(|i| {
                     let body = serde_json::json!({"topic": topic, "body": chunk * 50 + i});
-                    q.validate(serde_json::from_value::<PushRequest>(body).unwrap())
+                    q.producer()
+                        .validate(serde_json::from_value::<PushRequest>(body).unwrap())
                         .unwrap()
                 })
                 .collect();
-            for r in q.push_many(jobs).await {
+            for r in q.producer().push_many(jobs).await {
                 r.unwrap();
             }
         }
@@ -41,12 +42,12 @@ async fn racing_reservers_drain_every_job() {
                 let (q, taken, topic) = (q.clone(), taken.clone(), topic.clone());
                 tokio::spawn(async move {
                     loop {
-                        let got = q.reserve(std::slice::from_ref(&topic), 1).await.unwrap();
+                        let got = q.reservations().reserve(std::slice::from_ref(&topic), 1).await.unwrap();
                         if got.is_empty() {
                             return;
                         }
                         for r in got {
-                            q.ack(&r.id, &r.receipt).await.unwrap();
+                            q.reservations().ack(&r.id, &r.receipt).await.unwrap();
                             taken.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -58,7 +59,12 @@ async fn racing_reservers_drain_every_job() {
         }
         // A worker stops at its first empty answer; the others may still be busy then, so count what
         // is left in Redis rather than what each worker saw.
-        let left: usize = q.reserve(std::slice::from_ref(&topic), 100).await.unwrap().len();
+        let left: usize = q
+            .reservations()
+            .reserve(std::slice::from_ref(&topic), 100)
+            .await
+            .unwrap()
+            .len();
         assert_eq!((taken.load(Ordering::Relaxed), left), (n, 0), "round {round}");
     }
 }

@@ -24,10 +24,10 @@ async fn push_ready(q: &Queue, topic: &str, n: usize) {
             let req =
                 serde_json::from_value(serde_json::json!({"id": format!("{topic}-{i}"), "topic": topic, "body": i}))
                     .unwrap();
-            q.validate(req).unwrap()
+            q.producer().validate(req).unwrap()
         })
         .collect();
-    for r in q.push_many(jobs).await {
+    for r in q.producer().push_many(jobs).await {
         r.unwrap();
     }
 }
@@ -58,7 +58,7 @@ async fn concurrent_reserves_each_get_their_own_jobs_once() {
         .cloned()
         .map(|(topics, count)| {
             let q = q.clone();
-            tokio::spawn(async move { q.reserve(&topics, count).await.unwrap() })
+            tokio::spawn(async move { q.reservations().reserve(&topics, count).await.unwrap() })
         })
         .collect();
     let mut seen = HashSet::new();
@@ -78,7 +78,7 @@ async fn concurrent_reserves_each_get_their_own_jobs_once() {
             );
             assert_eq!(r.attempt, 1);
             assert!(seen.insert(r.id.clone()), "{} reserved twice", r.id);
-            q.ack(&r.id, &r.receipt).await.unwrap();
+            q.reservations().ack(&r.id, &r.receipt).await.unwrap();
         }
     }
     let calls = calls(&redis, "evalsha") - calls_before;
@@ -91,10 +91,18 @@ async fn concurrent_reserves_each_get_their_own_jobs_once() {
     );
 
     // Every job not handed out is still ready, once.
-    let rest = q.reserve(&["a".to_string(), "b".to_string()], 100).await.unwrap();
+    let rest = q
+        .reservations()
+        .reserve(&["a".to_string(), "b".to_string()], 100)
+        .await
+        .unwrap();
     let mut all: Vec<_> = rest.iter().map(|r| r.id.clone()).collect();
     while all.len() + seen.len() < 500 {
-        let more = q.reserve(&["a".to_string(), "b".to_string()], 100).await.unwrap();
+        let more = q
+            .reservations()
+            .reserve(&["a".to_string(), "b".to_string()], 100)
+            .await
+            .unwrap();
         assert!(!more.is_empty(), "{} jobs missing", 500 - all.len() - seen.len());
         all.extend(more.into_iter().map(|r| r.id));
     }
@@ -113,17 +121,21 @@ async fn a_reserve_whose_caller_stopped_waiting_hands_its_job_back() {
     // The reserve is sent at its first poll; its caller is gone before the answer can come.
     {
         let topics = ["t".to_string()];
-        let mut reserve = std::pin::pin!(q.reserve(&topics, 1));
+        let mut reserve = std::pin::pin!(q.reservations().reserve(&topics, 1));
         let first = std::future::poll_fn(|cx| Poll::Ready(reserve.as_mut().poll(cx))).await;
         assert!(first.is_pending(), "the reserve answered at its first poll");
     }
     eventually(Duration::from_secs(30), "the job is handed back", || async {
         // ZPOPMIN runs in reserves only: the reserve ran, and the job is ready again.
-        calls(&redis, "zpopmin") >= 1 && q.get("t-0").await.unwrap().state == State::Ready
+        calls(&redis, "zpopmin") >= 1 && q.producer().get("t-0").await.unwrap().state == State::Ready
     })
     .await;
-    assert_eq!(q.get("t-0").await.unwrap().attempts, 0, "a hand-back is not a delivery");
-    let again = q.reserve(&["t".to_string()], 1).await.unwrap();
+    assert_eq!(
+        q.producer().get("t-0").await.unwrap().attempts,
+        0,
+        "a hand-back is not a delivery"
+    );
+    let again = q.reservations().reserve(&["t".to_string()], 1).await.unwrap();
     assert_eq!((again.len(), again[0].attempt), (1, 1));
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dq_core::queue::{ReserveOptions, Waiting};
+use dq_core::reservations::{ReserveOptions, Waiting};
 use dq_core::{Queue, Reservation, Settings, State};
 use dq_harness::{RedisServer, eventually};
 use tokio_util::sync::CancellationToken;
@@ -33,7 +33,7 @@ fn timer_notices<'a>(conn: &'a mut redis::Connection, q: &Queue) -> redis::PubSu
 async fn push_due_in(q: &Queue, id: &str, delay_ms: u64) {
     let req =
         serde_json::from_value(serde_json::json!({"id": id, "topic": "t", "body": 1, "delay_ms": delay_ms})).unwrap();
-    q.push(q.validate(req).unwrap()).await.unwrap();
+    q.producer().push(q.producer().validate(req).unwrap()).await.unwrap();
 }
 
 /// What dq-server's `POST /v1/reserve` does: a look, then waiting in line, until a job or `timeout`.
@@ -41,12 +41,12 @@ async fn long_poll(q: Queue, timeout: Duration) -> Vec<Reservation> {
     let topics = vec!["t".to_string()];
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let mut waiter = q.ready_index().waiter(&topics, 1);
+        let mut waiter = q.reservations().ready_index().waiter(&topics, 1);
         let options = ReserveOptions {
             waits: true,
             ..Default::default()
         };
-        let jobs = q.reserve_with(&topics, 1, options).await.unwrap();
+        let jobs = q.reservations().reserve_with(&topics, 1, options).await.unwrap();
         if !jobs.is_empty() {
             return jobs;
         }
@@ -79,15 +79,19 @@ async fn a_waiting_long_poll_is_handed_the_due_job() {
     let waiting = notice(&mut sub, 1);
     assert_eq!((waiting.topic.as_str(), waiting.least_ttr_ms), ("t", 0));
     eventually(Duration::from_secs(10), "the job is due", || async {
-        q.get("j").await.unwrap().run_at <= dq_core::clock::unix_ms()
+        q.producer().get("j").await.unwrap().run_at <= dq_core::clock::unix_ms()
     })
     .await;
-    let p = q.promote_for(0, 100, std::slice::from_ref(&waiting)).await.unwrap();
+    let p = q
+        .timer()
+        .promote_for(0, 100, std::slice::from_ref(&waiting))
+        .await
+        .unwrap();
     assert_eq!(p.handed, [1], "handed to the waiting long poll");
     let got = poll.await.unwrap();
     assert_eq!((got.len(), got[0].id.as_str(), got[0].attempt), (1, "j", 1));
-    q.ack(&got[0].id, &got[0].receipt).await.unwrap();
-    assert_eq!(q.get("j").await.unwrap().state, State::Done);
+    q.reservations().ack(&got[0].id, &got[0].receipt).await.unwrap();
+    assert_eq!(q.producer().get("j").await.unwrap().state, State::Done);
     stop.cancel();
     serving.await.unwrap();
 }
@@ -106,26 +110,34 @@ async fn a_handed_job_no_long_poll_takes_goes_back_to_ready_in_time_and_at_the_s
     let waiting = notice(&mut sub, 1);
     assert!(poll.await.unwrap().is_empty());
     eventually(Duration::from_secs(10), "the jobs are due", || async {
-        q.get("stop").await.unwrap().run_at <= dq_core::clock::unix_ms()
+        q.producer().get("stop").await.unwrap().run_at <= dq_core::clock::unix_ms()
     })
     .await;
     // The timers still believed it waited: the first job is handed to the process, nobody takes it.
-    let p = q.promote_for(0, 1, std::slice::from_ref(&waiting)).await.unwrap();
+    let p = q
+        .timer()
+        .promote_for(0, 1, std::slice::from_ref(&waiting))
+        .await
+        .unwrap();
     assert_eq!((p.moved, p.handed.clone()), (1, vec![1]));
-    assert_eq!(q.get("late").await.unwrap().state, State::Reserved);
+    assert_eq!(q.producer().get("late").await.unwrap().state, State::Reserved);
     eventually(Duration::from_secs(30), "the job is handed back", || async {
-        q.get("late").await.unwrap().state == State::Ready
+        q.producer().get("late").await.unwrap().state == State::Ready
     })
     .await;
-    let back = q.get("late").await.unwrap();
+    let back = q.producer().get("late").await.unwrap();
     assert_eq!(back.attempts, 0, "a hand-back is not a delivery");
 
     // The second is handed and the process stops at once: it hands the job back before it ends.
-    let p = q.promote_for(0, 1, std::slice::from_ref(&waiting)).await.unwrap();
+    let p = q
+        .timer()
+        .promote_for(0, 1, std::slice::from_ref(&waiting))
+        .await
+        .unwrap();
     assert_eq!(p.handed, [1]);
     stop.cancel();
     serving.await.unwrap();
     for id in ["late", "stop"] {
-        assert_eq!(q.get(id).await.unwrap().state, State::Ready, "{id}");
+        assert_eq!(q.producer().get(id).await.unwrap().state, State::Ready, "{id}");
     }
 }

@@ -19,7 +19,8 @@ fn settings(redis: &RedisServer) -> Settings {
 }
 
 fn job(q: &Queue, json: serde_json::Value) -> dq_core::NewJob {
-    q.validate(serde_json::from_value::<PushRequest>(json).unwrap())
+    q.producer()
+        .validate(serde_json::from_value::<PushRequest>(json).unwrap())
         .unwrap()
 }
 
@@ -73,7 +74,7 @@ async fn a_push_whose_answer_was_lost_is_never_stored_twice() {
                     .map(|k| job(&q, serde_json::json!({"topic": "t", "body": format!("{t}-{n}-{k}")})))
                     .collect();
                 let bodies: Vec<String> = (0..size).map(|k| format!("\"{t}-{n}-{k}\"")).collect();
-                for (body, r) in bodies.into_iter().zip(q.push_many(jobs).await) {
+                for (body, r) in bodies.into_iter().zip(q.producer().push_many(jobs).await) {
                     answers.push((body, r));
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -121,7 +122,8 @@ async fn redis_out_of_memory_refuses_the_push_whole() {
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
     let mut c = redis.conn();
-    q.push(job(&q, serde_json::json!({"topic": "t", "body": 1})))
+    q.producer()
+        .push(job(&q, serde_json::json!({"topic": "t", "body": 1})))
         .await
         .unwrap();
     let used: String = redis::cmd("INFO").arg("memory").query(&mut c).unwrap();
@@ -147,7 +149,7 @@ async fn redis_out_of_memory_refuses_the_push_whole() {
             )
         })
         .collect();
-    for r in q.push_many(jobs).await {
+    for r in q.producer().push_many(jobs).await {
         let e = r.unwrap_err();
         assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
         assert!(e.to_string().contains("out of memory"), "{e}");
@@ -159,7 +161,8 @@ async fn redis_out_of_memory_refuses_the_push_whole() {
         .arg(0)
         .query(&mut c)
         .unwrap();
-    q.push(job(&q, serde_json::json!({"id": "oom0", "topic": "t", "body": 0})))
+    q.producer()
+        .push(job(&q, serde_json::json!({"id": "oom0", "topic": "t", "body": 0})))
         .await
         .unwrap();
 }
@@ -171,7 +174,8 @@ async fn a_demoted_primary_is_unavailable_not_an_internal_error() {
     let primary = RedisServer::start();
     let other = RedisServer::start();
     let q = Queue::connect(&settings(&primary)).await.unwrap();
-    q.push(job(&q, serde_json::json!({"topic": "t", "body": 1})))
+    q.producer()
+        .push(job(&q, serde_json::json!({"topic": "t", "body": 1})))
         .await
         .unwrap();
     let _: () = redis::cmd("REPLICAOF")
@@ -180,6 +184,7 @@ async fn a_demoted_primary_is_unavailable_not_an_internal_error() {
         .query(&mut primary.conn())
         .unwrap();
     let e = q
+        .producer()
         .push(job(&q, serde_json::json!({"id": "ro", "topic": "t", "body": 2})))
         .await
         .unwrap_err();

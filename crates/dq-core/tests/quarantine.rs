@@ -17,7 +17,7 @@ fn settings(redis: &RedisServer) -> Settings {
 async fn push(q: &Queue, id: &str, delay_ms: u64) {
     let req: PushRequest =
         serde_json::from_value(serde_json::json!({"id": id, "topic": "t", "body": id, "delay_ms": delay_ms})).unwrap();
-    q.push(q.validate(req).unwrap()).await.unwrap();
+    q.producer().push(q.producer().validate(req).unwrap()).await.unwrap();
 }
 
 /// Overwrites a job's record with bytes no decoder takes.
@@ -44,12 +44,13 @@ async fn a_poisoned_record_in_a_delay_set_is_quarantined_and_the_others_move() {
         Duration::from_secs(30),
         "the two good delayed jobs were promoted",
         || async {
-            let n = q.promote(0, 100).await.unwrap().moved;
+            let n = q.timer().promote(0, 100).await.unwrap().moved;
             moved.fetch_add(n as usize, std::sync::atomic::Ordering::SeqCst) + n as usize == 2
         },
     )
     .await;
     let got: Vec<String> = q
+        .reservations()
         .reserve(&["t".into()], 10)
         .await
         .unwrap()
@@ -58,15 +59,18 @@ async fn a_poisoned_record_in_a_delay_set_is_quarantined_and_the_others_move() {
         .collect();
     assert_eq!(got.len(), 2);
     assert!(got.contains(&"a".to_string()) && got.contains(&"c".to_string()));
-    let quarantined = q.quarantined().await.unwrap();
+    let quarantined = q.admin().quarantined().await.unwrap();
     assert_eq!(quarantined.len(), 1);
     let bad = &quarantined[0];
     assert_eq!(bad.id, "bad");
     assert_eq!(bad.raw, b"\xc1\xff not msgpack");
     assert_eq!(bad.source.as_deref(), Some(q.partition_keys(0).delayed().as_str()));
     assert!(bad.score.is_some());
-    assert!(matches!(q.get("bad").await, Err(dq_core::Error::NotFound(_))));
-    assert_eq!(q.quarantined_count().await, 1);
+    assert!(matches!(
+        q.producer().get("bad").await,
+        Err(dq_core::Error::NotFound(_))
+    ));
+    assert_eq!(q.admin().quarantined_count().await, 1);
 }
 
 #[tokio::test]
@@ -79,15 +83,22 @@ async fn a_poisoned_record_in_a_ready_queue_is_skipped_by_reserve_and_the_audit_
     push(&q, "later", 3_600_000).await;
     poison(&redis, &q, "bad");
     poison(&redis, &q, "later");
-    let got = q.reserve(&["t".into()], 10).await.unwrap();
+    let got = q.reservations().reserve(&["t".into()], 10).await.unwrap();
     assert_eq!(got.len(), 2, "the two readable ready jobs");
     // The audit reads every record: it quarantines the second poisoned one, and finishes.
-    let report = dq_core::audit::run(&q).await.unwrap();
+    let report = q.checker().audit().await.unwrap();
     assert_eq!(
         report.dangling_ids, 1,
         "the delay set's id of the quarantined record: {report:?}"
     );
-    let mut ids: Vec<String> = q.quarantined().await.unwrap().into_iter().map(|x| x.id).collect();
+    let mut ids: Vec<String> = q
+        .admin()
+        .quarantined()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|x| x.id)
+        .collect();
     ids.sort();
     assert_eq!(ids, ["bad", "later"]);
 }
@@ -105,12 +116,12 @@ async fn a_quarantined_record_can_be_dropped_or_put_back() {
     poison(&redis, &q, "x");
     poison(&redis, &q, "y");
     eventually(Duration::from_secs(10), "the jobs are due and looked at", || async {
-        q.promote(0, 100).await.unwrap();
-        q.quarantined_count().await == 2
+        q.timer().promote(0, 100).await.unwrap();
+        q.admin().quarantined_count().await == 2
     })
     .await;
-    assert!(q.drop_quarantined("y").await.unwrap());
-    assert!(!q.drop_quarantined("y").await.unwrap());
+    assert!(q.admin().drop_quarantined("y").await.unwrap());
+    assert!(!q.admin().drop_quarantined("y").await.unwrap());
     // Say an operator mended x's bytes in the quarantine: restoring puts the record and its id back.
     let entry_key = q.partition_keys(0).quarantine();
     let entry: Vec<u8> = redis::cmd("HGET")
@@ -126,12 +137,12 @@ async fn a_quarantined_record_can_be_dropped_or_put_back() {
         .arg(mended)
         .query(&mut redis.conn())
         .unwrap();
-    q.restore_quarantined("x").await.unwrap();
-    assert_eq!(q.quarantined_count().await, 0);
-    assert_eq!(q.get("x").await.unwrap().state, State::Delayed);
+    q.admin().restore_quarantined("x").await.unwrap();
+    assert_eq!(q.admin().quarantined_count().await, 0);
+    assert_eq!(q.producer().get("x").await.unwrap().state, State::Delayed);
     eventually(Duration::from_secs(10), "x is promoted again", || async {
-        q.promote(0, 100).await.unwrap().moved == 1
+        q.timer().promote(0, 100).await.unwrap().moved == 1
     })
     .await;
-    assert_eq!(q.reserve(&["t".into()], 10).await.unwrap()[0].id, "x");
+    assert_eq!(q.reservations().reserve(&["t".into()], 10).await.unwrap()[0].id, "x");
 }

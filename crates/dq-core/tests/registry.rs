@@ -29,9 +29,9 @@ async fn a_condition_stored_with_the_old_meaning_is_read_with_it() {
         r#"{"callback":{"url":"http://127.0.0.1:9/h"},"retry":{"condition":"{res.code} != 200 && {res.data.status} != 2"}}"#,
     )
     .unwrap();
-    q.put_topic("new", &new).await.unwrap();
+    q.admin().put_topic("new", &new).await.unwrap();
 
-    let topics = q.topics().await.unwrap();
+    let topics = q.admin().topics().await.unwrap();
     assert_eq!(
         topics["old"].retry.condition.as_deref(),
         Some("{http.status} != 200 && {res.status} != 2"),
@@ -46,9 +46,9 @@ async fn a_condition_stored_with_the_old_meaning_is_read_with_it() {
     assert!(stored.contains(r#""dq_format":2"#), "{stored}");
 
     // Written again (a PUT of what was read), the old one is stored in today's terms with the mark.
-    q.put_topic("old", &topics["old"]).await.unwrap();
+    q.admin().put_topic("old", &topics["old"]).await.unwrap();
     assert_eq!(
-        q.topics().await.unwrap()["old"].retry.condition.as_deref(),
+        q.admin().topics().await.unwrap()["old"].retry.condition.as_deref(),
         Some("{http.status} != 200 && {res.status} != 2")
     );
 }

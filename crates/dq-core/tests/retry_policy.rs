@@ -28,7 +28,7 @@ fn redis_now(redis: &RedisServer) -> i64 {
 
 /// Reserves the one ready job of `t`; its receipt.
 async fn reserve_one(q: &Queue, id: &str) -> String {
-    let got = q.reserve(&["t".into()], 1).await.unwrap();
+    let got = q.reservations().reserve(&["t".into()], 1).await.unwrap();
     assert_eq!(got.len(), 1, "a ready job to reserve");
     assert_eq!(got[0].id, id);
     got[0].receipt.clone()
@@ -38,7 +38,11 @@ async fn reserve_one(q: &Queue, id: &str) -> String {
 /// delay it was given, bounded by Redis's clock read before and after.
 async fn nack(q: &Queue, redis: &RedisServer, id: &str, receipt: &str) -> (State, i64, i64) {
     let before = redis_now(redis);
-    let (state, run_at) = q.nack(id, receipt, None, Some("failed"), Some(&[1])).await.unwrap();
+    let (state, run_at) = q
+        .reservations()
+        .nack(id, receipt, None, Some("failed"), Some(&[1]))
+        .await
+        .unwrap();
     let after = redis_now(redis);
     (state, run_at - after, run_at - before)
 }
@@ -48,12 +52,13 @@ async fn a_jobs_own_backoff_list_wins_over_the_callers_and_its_last_delay_repeat
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
     let job = q
+        .producer()
         .validate(request(
             json!({"id": "j", "topic": "t", "body": 1, "backoff_ms": [0, 60000, 120000]}),
         ))
         .unwrap();
-    q.push(job).await.unwrap();
-    let looked = q.get("j").await.unwrap();
+    q.producer().push(job).await.unwrap();
+    let looked = q.producer().get("j").await.unwrap();
     assert_eq!(looked.backoff_ms, Some(vec![0, 60000, 120000]));
     // First failure: 0 ms, straight back to ready.
     let receipt = reserve_one(&q, "j").await;
@@ -66,13 +71,13 @@ async fn a_jobs_own_backoff_list_wins_over_the_callers_and_its_last_delay_repeat
     assert!(low <= 60000 && 60000 <= high, "{low}..{high}");
     // Third and later: 120 s, the last one, again and again.
     for _ in 0..2 {
-        q.reschedule("j", dq_core::Schedule::Delay(0)).await.unwrap();
+        q.producer().reschedule("j", dq_core::Schedule::Delay(0)).await.unwrap();
         let receipt = reserve_one(&q, "j").await;
         let (state, low, high) = nack(&q, &redis, "j", &receipt).await;
         assert_eq!(state, State::Delayed);
         assert!(low <= 120000 && 120000 <= high, "{low}..{high}");
     }
-    assert_eq!(q.get("j").await.unwrap().attempts, 4);
+    assert_eq!(q.producer().get("j").await.unwrap().attempts, 4);
 }
 
 #[tokio::test]
@@ -83,24 +88,31 @@ async fn a_failure_whose_retry_would_come_after_the_max_age_is_dead() {
     // inside the age; for 50 s, it would come after it.
     for (id, age) in [("inside", 90000), ("past", 50000)] {
         let job = q
+            .producer()
             .validate(request(json!({"id": id, "topic": "t", "body": 1, "max_attempts": 0,
                                      "max_age_ms": age, "backoff_ms": [60000]})))
             .unwrap();
-        let pushed = q.push(job).await.unwrap();
-        assert_eq!(q.get(id).await.unwrap().retry_until, Some(pushed.run_at + age));
+        let pushed = q.producer().push(job).await.unwrap();
+        assert_eq!(
+            q.producer().get(id).await.unwrap().retry_until,
+            Some(pushed.run_at + age)
+        );
         let receipt = reserve_one(&q, id).await;
         nack(&q, &redis, id, &receipt).await;
     }
-    assert_eq!(q.get("inside").await.unwrap().state, State::Delayed);
-    let dead = q.get("past").await.unwrap();
+    assert_eq!(q.producer().get("inside").await.unwrap().state, State::Delayed);
+    let dead = q.producer().get("past").await.unwrap();
     assert_eq!((dead.state, dead.attempts), (State::Dead, 1));
     let error = dead.last_error.unwrap();
     assert!(error.contains("failed") && error.contains("max age"), "{error}");
-    assert_eq!(q.dead("t", 0, 10).await.unwrap().total, 1);
+    assert_eq!(q.admin().dead("t", 0, 10).await.unwrap().total, 1);
     // Requeued, it starts its age again from the requeue: its retry is inside it once more.
     let before = redis_now(&redis);
-    assert_eq!(q.requeue_dead("t", Some(&["past".to_string()])).await.unwrap(), 1);
-    let requeued = q.get("past").await.unwrap();
+    assert_eq!(
+        q.admin().requeue_dead("t", Some(&["past".to_string()])).await.unwrap(),
+        1
+    );
+    let requeued = q.producer().get("past").await.unwrap();
     let until = requeued.retry_until.unwrap();
     assert!(until >= before + 50000 && until <= redis_now(&redis) + 50000, "{until}");
     let receipt = reserve_one(&q, "past").await;
@@ -108,12 +120,13 @@ async fn a_failure_whose_retry_would_come_after_the_max_age_is_dead() {
     assert_eq!(state, State::Dead, "60 s of backoff is still past a 50 s age");
     // With a shorter retry the age allows it.
     let job = q
+        .producer()
         .validate(request(
             json!({"id": "short", "topic": "t", "body": 1, "max_attempts": 0,
                                  "max_age_ms": 50000, "backoff_ms": [1000]}),
         ))
         .unwrap();
-    q.push(job).await.unwrap();
+    q.producer().push(job).await.unwrap();
     let receipt = reserve_one(&q, "short").await;
     assert_eq!(nack(&q, &redis, "short", &receipt).await.0, State::Delayed);
 }
@@ -123,23 +136,25 @@ async fn an_expired_reservation_past_the_max_age_is_dead() {
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
     let job = q
+        .producer()
         .validate(request(json!({"id": "old", "topic": "t", "body": 1, "max_attempts": 0,
                                  "max_age_ms": 1, "ttr_ms": 10})))
         .unwrap();
-    q.push(job).await.unwrap();
+    q.producer().push(job).await.unwrap();
     let job = q
+        .producer()
         .validate(request(
             json!({"id": "young", "topic": "t", "body": 2, "max_attempts": 0, "ttr_ms": 10}),
         ))
         .unwrap();
-    q.push(job).await.unwrap();
-    let got = q.reserve(&["t".into()], 2).await.unwrap();
+    q.producer().push(job).await.unwrap();
+    let got = q.reservations().reserve(&["t".into()], 2).await.unwrap();
     assert_eq!(got.len(), 2);
     // Each expiry call ends what has expired by then: count what all of them ended.
     let ended = std::sync::Mutex::new((0, 0));
     eventually(Duration::from_secs(30), "both reservations ended", || async {
         for p in q.partitions().all() {
-            let x = q.expire(p, 100).await.unwrap();
+            let x = q.timer().expire(p, 100).await.unwrap();
             let mut e = ended.lock().unwrap();
             e.0 += x.to_ready;
             e.1 += x.to_dead;
@@ -147,9 +162,9 @@ async fn an_expired_reservation_past_the_max_age_is_dead() {
         *ended.lock().unwrap() == (1, 1)
     })
     .await;
-    assert_eq!(q.get("old").await.unwrap().state, State::Dead);
-    assert_eq!(q.get("young").await.unwrap().state, State::Ready);
-    let error = q.get("old").await.unwrap().last_error.unwrap();
+    assert_eq!(q.producer().get("old").await.unwrap().state, State::Dead);
+    assert_eq!(q.producer().get("young").await.unwrap().state, State::Ready);
+    let error = q.producer().get("old").await.unwrap().last_error.unwrap();
     assert!(error.contains("ttr") && error.contains("max age"), "{error}");
 }
 
@@ -159,15 +174,18 @@ async fn a_topics_max_age_is_written_into_its_jobs_at_push_and_a_push_may_set_it
     let q = Queue::connect(&settings(&redis)).await.unwrap();
     let topic: TopicConfig = serde_json::from_value(json!({"retry": {"max_age_ms": 3600000}})).unwrap();
     let inherits = q
+        .producer()
         .validate_for(request(json!({"id": "a", "topic": "t", "body": 1})), Some(&topic))
         .unwrap();
     let own = q
+        .producer()
         .validate_for(
             request(json!({"id": "b", "topic": "t", "body": 1, "max_age_ms": 5000})),
             Some(&topic),
         )
         .unwrap();
     let plain = q
+        .producer()
         .validate_for(request(json!({"id": "c", "topic": "t", "body": 1})), None)
         .unwrap();
     assert_eq!(
@@ -175,13 +193,13 @@ async fn a_topics_max_age_is_written_into_its_jobs_at_push_and_a_push_may_set_it
         (Some(3600000), Some(5000), None)
     );
     for job in [inherits, own, plain] {
-        q.push(job).await.unwrap();
+        q.producer().push(job).await.unwrap();
     }
-    let run_at = q.get("a").await.unwrap().run_at;
-    assert_eq!(q.get("a").await.unwrap().retry_until, Some(run_at + 3600000));
+    let run_at = q.producer().get("a").await.unwrap().run_at;
+    assert_eq!(q.producer().get("a").await.unwrap().retry_until, Some(run_at + 3600000));
     assert_eq!(
-        q.get("b").await.unwrap().retry_until,
-        Some(q.get("b").await.unwrap().run_at + 5000)
+        q.producer().get("b").await.unwrap().retry_until,
+        Some(q.producer().get("b").await.unwrap().run_at + 5000)
     );
-    assert_eq!(q.get("c").await.unwrap().retry_until, None);
+    assert_eq!(q.producer().get("c").await.unwrap().retry_until, None);
 }

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use dq_core::queue::Waiting;
+use dq_core::reservations::Waiting;
 use dq_core::{Error, PushRequest, Queue, Schedule, Settings, State};
 use dq_harness::{RedisServer, eventually};
 
@@ -25,6 +25,7 @@ async fn one_partition(redis: &RedisServer) -> Queue {
 
 fn job(queue: &Queue, json: serde_json::Value) -> dq_core::NewJob {
     queue
+        .producer()
         .validate(serde_json::from_value::<PushRequest>(json).unwrap())
         .unwrap()
 }
@@ -79,7 +80,7 @@ fn assert_consistent(redis: &RedisServer) {
 async fn promote_all(q: &Queue) -> usize {
     let mut moved = 0;
     for p in q.partitions().all() {
-        moved += q.promote(p, 1000).await.unwrap().moved;
+        moved += q.timer().promote(p, 1000).await.unwrap().moved;
     }
     moved
 }
@@ -88,13 +89,13 @@ async fn promote_all(q: &Queue) -> usize {
 async fn push_and_get_round_trip() {
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
-    let p = q.push(job(&q, serde_json::json!({"topic": "t", "body": {"a": [1, 2]}, "delay_ms": 5000, "ttr_ms": 2000, "max_attempts": 3}))).await.unwrap();
+    let p = q.producer().push(job(&q, serde_json::json!({"topic": "t", "body": {"a": [1, 2]}, "delay_ms": 5000, "ttr_ms": 2000, "max_attempts": 3}))).await.unwrap();
     assert_eq!(p.state, State::Delayed);
-    let j = q.get(&p.id).await.unwrap();
+    let j = q.producer().get(&p.id).await.unwrap();
     assert_eq!(j.body.get(), r#"{"a":[1,2]}"#);
     assert_eq!((j.ttr_ms, j.max_attempts, j.attempts), (2000, 3, 0));
     assert_eq!(j.run_at - j.created_at, 5000);
-    assert!(matches!(q.get("missing").await, Err(Error::NotFound(_))));
+    assert!(matches!(q.producer().get("missing").await, Err(Error::NotFound(_))));
     assert_consistent(&redis);
 }
 
@@ -104,49 +105,52 @@ async fn promote_moves_only_due_jobs_and_reports_the_next() {
     let q = Queue::connect(&settings(&redis)).await.unwrap();
     // A past run_at is ready at push; a 30 ms delay becomes due soon; a 10 minute one stays.
     for i in 0..10 {
-        q.push(job(
-            &q,
-            serde_json::json!({"id": format!("past{i}"), "topic": "t", "body": i, "run_at": 1000 + i}),
-        ))
-        .await
-        .unwrap();
-        q.push(job(
-            &q,
-            serde_json::json!({"id": format!("later{i}"), "topic": "t", "body": i, "delay_ms": 600_000}),
-        ))
-        .await
-        .unwrap();
+        q.producer()
+            .push(job(
+                &q,
+                serde_json::json!({"id": format!("past{i}"), "topic": "t", "body": i, "run_at": 1000 + i}),
+            ))
+            .await
+            .unwrap();
+        q.producer()
+            .push(job(
+                &q,
+                serde_json::json!({"id": format!("later{i}"), "topic": "t", "body": i, "delay_ms": 600_000}),
+            ))
+            .await
+            .unwrap();
     }
     for i in 0..5 {
-        q.push(job(
-            &q,
-            serde_json::json!({"id": format!("soon{i}"), "topic": "u", "body": i, "delay_ms": 30}),
-        ))
-        .await
-        .unwrap();
+        q.producer()
+            .push(job(
+                &q,
+                serde_json::json!({"id": format!("soon{i}"), "topic": "u", "body": i, "delay_ms": 30}),
+            ))
+            .await
+            .unwrap();
     }
     assert_consistent(&redis);
     let promoted = std::sync::atomic::AtomicUsize::new(0);
     eventually(Duration::from_secs(10), "the five soon jobs are promoted", || async {
         for b in q.partitions().all() {
-            let p = q.promote(b, 1000).await.unwrap();
+            let p = q.timer().promote(b, 1000).await.unwrap();
             assert!(p.lateness_ms.iter().all(|l| *l >= 0));
             promoted.fetch_add(p.moved, std::sync::atomic::Ordering::Relaxed);
         }
         promoted.load(std::sync::atomic::Ordering::Relaxed) == 5
     })
     .await;
-    assert_eq!(q.reserve(&["u".into()], 10).await.unwrap().len(), 5);
+    assert_eq!(q.reservations().reserve(&["u".into()], 10).await.unwrap().len(), 5);
     // Nothing else is due: the later jobs stay, and each partition reports when its next job is due.
     for b in q.partitions().all() {
-        let p = q.promote(b, 1000).await.unwrap();
+        let p = q.timer().promote(b, 1000).await.unwrap();
         assert_eq!(p.moved, 0);
         if let Some(next) = p.next_due {
             assert!(next > p.now + 500_000);
         }
     }
     assert_eq!(
-        q.reserve(&["t".into()], 100).await.unwrap().len(),
+        q.reservations().reserve(&["t".into()], 100).await.unwrap().len(),
         10,
         "the ten past run_at jobs only"
     );
@@ -161,7 +165,7 @@ async fn promotion_is_exactly_once_under_racing_promoters() {
     let jobs: Vec<_> = (0..n)
         .map(|i| job(&q, serde_json::json!({"topic": "race", "body": i, "delay_ms": 200})))
         .collect();
-    for r in q.push_many(jobs).await {
+    for r in q.producer().push_many(jobs).await {
         r.unwrap();
     }
     let racers: Vec<_> = (0..8)
@@ -173,7 +177,7 @@ async fn promotion_is_exactly_once_under_racing_promoters() {
                 loop {
                     let mut left = false;
                     for b in q.partitions().all() {
-                        let p = q.promote(b, 100).await.unwrap();
+                        let p = q.timer().promote(b, 100).await.unwrap();
                         moved += p.moved;
                         left |= p.next_due.is_some();
                     }
@@ -192,7 +196,7 @@ async fn promotion_is_exactly_once_under_racing_promoters() {
     assert_eq!(total, n, "every job promoted once in total");
     let mut seen = HashSet::new();
     loop {
-        let got = q.reserve(&["race".into()], 100).await.unwrap();
+        let got = q.reservations().reserve(&["race".into()], 100).await.unwrap();
         if got.is_empty() {
             break;
         }
@@ -220,12 +224,13 @@ async fn promote_hands_due_jobs_to_waiting_workers_up_to_their_slots() {
     .unwrap();
     sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     for (id, topic) in [("t1", "t"), ("t2", "t"), ("t3", "t"), ("u1", "u")] {
-        q.push(job(
-            &q,
-            serde_json::json!({"id": id, "topic": topic, "body": {"n": id}, "delay_ms": 20, "ttr_ms": 1000}),
-        ))
-        .await
-        .unwrap();
+        q.producer()
+            .push(job(
+                &q,
+                serde_json::json!({"id": id, "topic": topic, "body": {"n": id}, "delay_ms": 20, "ttr_ms": 1000}),
+            ))
+            .await
+            .unwrap();
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let waiting = [Waiting {
@@ -234,29 +239,33 @@ async fn promote_hands_due_jobs_to_waiting_workers_up_to_their_slots() {
         slots: 2,
         least_ttr_ms: 60_000,
     }];
-    let p = q.promote_for(0, 100, &waiting).await.unwrap();
+    let p = q.timer().promote_for(0, 100, &waiting).await.unwrap();
     assert_eq!((p.moved, p.handed.clone(), p.lateness_ms.len()), (4, vec![2], 4));
     let message: String = sub.get_message().unwrap().get_payload().unwrap();
-    let handed = dq_core::queue::handoff::decode_handoff(&message).unwrap();
+    let handed = dq_core::reservations::handoff::decode_handoff(&message).unwrap();
     assert_eq!(handed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["t1", "t2"]);
     for j in &handed {
         assert_eq!((j.topic.as_str(), j.attempt), ("t", 1));
         assert_eq!(j.body.get(), format!(r#"{{"n":"{}"}}"#, j.id));
         assert!(j.deadline >= p.now + 60_000, "the least TTR is kept");
-        let rec = q.get(&j.id).await.unwrap();
+        let rec = q.producer().get(&j.id).await.unwrap();
         assert_eq!((rec.state, rec.attempts), (State::Reserved, 1));
     }
     assert_eq!(
-        q.get("t3").await.unwrap().state,
+        q.producer().get("t3").await.unwrap().state,
         State::Ready,
         "past the worker's slots"
     );
-    assert_eq!(q.get("u1").await.unwrap().state, State::Ready, "nobody waits for u");
+    assert_eq!(
+        q.producer().get("u1").await.unwrap().state,
+        State::Ready,
+        "nobody waits for u"
+    );
     assert_consistent(&redis);
     for j in &handed {
-        q.ack(&j.id, &j.receipt).await.unwrap();
+        q.reservations().ack(&j.id, &j.receipt).await.unwrap();
     }
-    let t = q.reserve(&["t".to_string()], 10).await.unwrap();
+    let t = q.reservations().reserve(&["t".to_string()], 10).await.unwrap();
     assert_eq!(t.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["t3"]);
     assert_consistent(&redis);
 }
@@ -270,16 +279,16 @@ async fn a_promotion_larger_than_one_slice_moves_every_job() {
     let jobs: Vec<_> = (0..2500)
         .map(|i| job(&q, serde_json::json!({"topic": "big", "body": i, "delay_ms": 20})))
         .collect();
-    for r in q.push_many(jobs).await {
+    for r in q.producer().push_many(jobs).await {
         r.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let p = q.promote(0, 5000).await.unwrap();
+    let p = q.timer().promote(0, 5000).await.unwrap();
     assert_eq!((p.moved, p.next_due), (2500, None));
     assert_consistent(&redis);
     let mut got = 0;
     loop {
-        let r = q.reserve(&["big".to_string()], 100).await.unwrap();
+        let r = q.reservations().reserve(&["big".to_string()], 100).await.unwrap();
         if r.is_empty() {
             break;
         }
@@ -295,12 +304,13 @@ async fn a_promotion_larger_than_one_slice_moves_every_job() {
 async fn a_handoff_nobody_hears_goes_to_the_ready_queue() {
     let redis = RedisServer::start();
     let q = one_partition(&redis).await;
-    q.push(job(
-        &q,
-        serde_json::json!({"id": "a", "topic": "t", "body": 1, "delay_ms": 20}),
-    ))
-    .await
-    .unwrap();
+    q.producer()
+        .push(job(
+            &q,
+            serde_json::json!({"id": "a", "topic": "t", "body": 1, "delay_ms": 20}),
+        ))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let waiting = [Waiting {
         topic: "t".into(),
@@ -308,9 +318,9 @@ async fn a_handoff_nobody_hears_goes_to_the_ready_queue() {
         slots: 5,
         least_ttr_ms: 1000,
     }];
-    let p = q.promote_for(0, 100, &waiting).await.unwrap();
+    let p = q.timer().promote_for(0, 100, &waiting).await.unwrap();
     assert_eq!((p.moved, p.handed.clone()), (1, vec![0]));
-    let a = q.get("a").await.unwrap();
+    let a = q.producer().get("a").await.unwrap();
     assert_eq!((a.state, a.attempts), (State::Ready, 0));
     assert_consistent(&redis);
 }
@@ -319,37 +329,41 @@ async fn a_handoff_nobody_hears_goes_to_the_ready_queue() {
 async fn expiry_returns_the_job_and_fences_the_old_receipt() {
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
-    q.push(job(
-        &q,
-        serde_json::json!({"id": "e", "topic": "t", "body": 1, "ttr_ms": 50}),
-    ))
-    .await
-    .unwrap();
-    let first = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
+    q.producer()
+        .push(job(
+            &q,
+            serde_json::json!({"id": "e", "topic": "t", "body": 1, "ttr_ms": 50}),
+        ))
+        .await
+        .unwrap();
+    let first = q.reservations().reserve(&["t".into()], 1).await.unwrap().remove(0);
     assert_eq!(first.attempt, 1);
     let p = q.partitions().of_id("e");
     eventually(Duration::from_secs(10), "the reservation expires", || async {
-        q.expire(p, 100).await.unwrap().to_ready == 1
+        q.timer().expire(p, 100).await.unwrap().to_ready == 1
     })
     .await;
     assert_consistent(&redis);
-    let j = q.get("e").await.unwrap();
+    let j = q.producer().get("e").await.unwrap();
     assert_eq!(j.state, State::Ready);
     assert_eq!(j.last_error.as_deref(), Some("reservation expired (ttr)"));
-    let second = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
+    let second = q.reservations().reserve(&["t".into()], 1).await.unwrap().remove(0);
     assert_eq!(second.attempt, 2, "the expired reservation counted as a delivery");
     for r in [
-        q.ack("e", &first.receipt).await,
-        q.nack("e", &first.receipt, None, None, None).await.map(|_| ()),
+        q.reservations().ack("e", &first.receipt).await,
+        q.reservations()
+            .nack("e", &first.receipt, None, None, None)
+            .await
+            .map(|_| ()),
     ] {
         assert!(matches!(r, Err(Error::StaleReceipt)), "{r:?}");
     }
     assert!(matches!(
-        q.touch("e", &first.receipt, None).await,
+        q.reservations().touch("e", &first.receipt, None).await,
         Err(Error::StaleReceipt)
     ));
-    q.ack("e", &second.receipt).await.unwrap();
-    assert_eq!(q.get("e").await.unwrap().state, State::Done);
+    q.reservations().ack("e", &second.receipt).await.unwrap();
+    assert_eq!(q.producer().get("e").await.unwrap().state, State::Done);
     assert_consistent(&redis);
 }
 
@@ -357,19 +371,20 @@ async fn expiry_returns_the_job_and_fences_the_old_receipt() {
 async fn expiry_on_the_last_attempt_is_dead() {
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
-    q.push(job(
-        &q,
-        serde_json::json!({"id": "d", "topic": "t", "body": 1, "ttr_ms": 20, "max_attempts": 1}),
-    ))
-    .await
-    .unwrap();
-    q.reserve(&["t".into()], 1).await.unwrap();
+    q.producer()
+        .push(job(
+            &q,
+            serde_json::json!({"id": "d", "topic": "t", "body": 1, "ttr_ms": 20, "max_attempts": 1}),
+        ))
+        .await
+        .unwrap();
+    q.reservations().reserve(&["t".into()], 1).await.unwrap();
     let p = q.partitions().of_id("d");
     eventually(Duration::from_secs(10), "the reservation expires", || async {
-        q.expire(p, 100).await.unwrap().to_dead == 1
+        q.timer().expire(p, 100).await.unwrap().to_dead == 1
     })
     .await;
-    assert_eq!(q.get("d").await.unwrap().state, State::Dead);
+    assert_eq!(q.producer().get("d").await.unwrap().state, State::Dead);
     assert_consistent(&redis);
 }
 
@@ -377,20 +392,25 @@ async fn expiry_on_the_last_attempt_is_dead() {
 async fn nack_uses_the_given_backoff_list() {
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
-    q.push(job(
-        &q,
-        serde_json::json!({"id": "b", "topic": "t", "body": 1, "max_attempts": 0}),
-    ))
-    .await
-    .unwrap();
+    q.producer()
+        .push(job(
+            &q,
+            serde_json::json!({"id": "b", "topic": "t", "body": 1, "max_attempts": 0}),
+        ))
+        .await
+        .unwrap();
     let backoff = [100_000u64, 200_000];
     let mut delays = Vec::new();
     for _ in 0..3 {
-        let r = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
-        let (state, run_at) = q.nack("b", &r.receipt, None, Some("x"), Some(&backoff)).await.unwrap();
+        let r = q.reservations().reserve(&["t".into()], 1).await.unwrap().remove(0);
+        let (state, run_at) = q
+            .reservations()
+            .nack("b", &r.receipt, None, Some("x"), Some(&backoff))
+            .await
+            .unwrap();
         assert_eq!(state, State::Delayed);
         delays.push(run_at - (r.deadline - 30_000));
-        q.reschedule("b", Schedule::Delay(0)).await.unwrap();
+        q.producer().reschedule("b", Schedule::Delay(0)).await.unwrap();
     }
     // The i-th delay after the i-th failure; the last repeats. (Reserve-to-nack time is added on top.)
     for (d, want) in delays.iter().zip([100_000, 200_000, 200_000]) {
@@ -403,14 +423,16 @@ async fn nack_uses_the_given_backoff_list() {
 async fn scripts_reload_after_script_flush() {
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
-    q.push(job(&q, serde_json::json!({"topic": "t", "body": 1})))
+    q.producer()
+        .push(job(&q, serde_json::json!({"topic": "t", "body": 1})))
         .await
         .unwrap();
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut redis.conn()).unwrap();
-    q.push(job(&q, serde_json::json!({"topic": "t", "body": 2})))
+    q.producer()
+        .push(job(&q, serde_json::json!({"topic": "t", "body": 2})))
         .await
         .unwrap();
-    assert_eq!(q.reserve(&["t".into()], 10).await.unwrap().len(), 2);
+    assert_eq!(q.reservations().reserve(&["t".into()], 10).await.unwrap().len(), 2);
 }
 
 #[tokio::test]
@@ -418,6 +440,7 @@ async fn delete_and_reschedule_keep_counts_right() {
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
     let ids: Vec<String> = q
+        .producer()
         .push_many(
             (0..20)
                 .map(|i| job(&q, serde_json::json!({"topic": "c", "body": i, "delay_ms": 60_000})))
@@ -428,15 +451,18 @@ async fn delete_and_reschedule_keep_counts_right() {
         .map(|r| r.unwrap().id)
         .collect();
     for id in &ids[..5] {
-        q.reschedule(id, Schedule::Delay(0)).await.unwrap();
+        q.producer().reschedule(id, Schedule::Delay(0)).await.unwrap();
     }
-    let got = q.reserve(&["c".into()], 3).await.unwrap();
-    q.ack(&got[0].id, &got[0].receipt).await.unwrap();
-    q.nack(&got[1].id, &got[1].receipt, Some(0), None, None).await.unwrap();
+    let got = q.reservations().reserve(&["c".into()], 3).await.unwrap();
+    q.reservations().ack(&got[0].id, &got[0].receipt).await.unwrap();
+    q.reservations()
+        .nack(&got[1].id, &got[1].receipt, Some(0), None, None)
+        .await
+        .unwrap();
     for id in &ids[10..15] {
-        q.delete(id).await.unwrap();
+        q.producer().cancel(id).await.unwrap();
     }
-    q.delete(&got[2].id).await.unwrap();
+    q.producer().cancel(&got[2].id).await.unwrap();
     assert_consistent(&redis);
     assert_eq!(promote_all(&q).await, 0);
 }
@@ -525,15 +551,20 @@ async fn requeue_and_purge_keep_counts_right_even_for_ids_that_lost_their_record
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
     for i in 0..4 {
-        q.push(job(
-            &q,
-            serde_json::json!({"id": format!("d{i}"), "topic": "t", "body": i, "max_attempts": 1}),
-        ))
-        .await
-        .unwrap();
-        let r = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
+        q.producer()
+            .push(job(
+                &q,
+                serde_json::json!({"id": format!("d{i}"), "topic": "t", "body": i, "max_attempts": 1}),
+            ))
+            .await
+            .unwrap();
+        let r = q.reservations().reserve(&["t".into()], 1).await.unwrap().remove(0);
         assert_eq!(
-            q.nack(&r.id, &r.receipt, None, None, None).await.unwrap().0,
+            q.reservations()
+                .nack(&r.id, &r.receipt, None, None, None)
+                .await
+                .unwrap()
+                .0,
             State::Dead
         );
     }
@@ -549,9 +580,15 @@ async fn requeue_and_purge_keep_counts_right_even_for_ids_that_lost_their_record
         .arg(0)
         .query(&mut redis.conn())
         .unwrap();
-    assert_eq!(q.requeue_dead("t", Some(&["d0".into(), "d1".into()])).await.unwrap(), 1);
-    assert_eq!(q.purge_dead("t", Some(&["d2".into()])).await.unwrap(), 1);
-    assert_eq!(q.requeue_dead("t", None).await.unwrap(), 1, "d3, the last one");
+    assert_eq!(
+        q.admin()
+            .requeue_dead("t", Some(&["d0".into(), "d1".into()]))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(q.admin().delete_dead("t", Some(&["d2".into()])).await.unwrap(), 1);
+    assert_eq!(q.admin().requeue_dead("t", None).await.unwrap(), 1, "d3, the last one");
     let counts = total_counts(&redis);
     assert_eq!(counts.get("t:dead"), Some(&0));
     assert_eq!(counts.get("t:ready"), Some(&2));
@@ -570,22 +607,23 @@ async fn the_audit_repairs_every_kind_of_damage_and_leaves_healthy_jobs_alone() 
     ] {
         let mut j = serde_json::json!({"id": id, "topic": "a", "body": 1});
         j.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        q.push(job(&q, j)).await.unwrap();
+        q.producer().push(job(&q, j)).await.unwrap();
     }
-    q.push(job(&q, serde_json::json!({"id": "done", "topic": "a", "body": 1})))
+    q.producer()
+        .push(job(&q, serde_json::json!({"id": "done", "topic": "a", "body": 1})))
         .await
         .unwrap();
-    let got = q.reserve(&["a".into()], 10).await.unwrap();
+    let got = q.reservations().reserve(&["a".into()], 10).await.unwrap();
     for r in &got {
         if r.id == "done" {
-            q.ack(&r.id, &r.receipt).await.unwrap();
+            q.reservations().ack(&r.id, &r.receipt).await.unwrap();
         } else {
-            q.release(&r.id, &r.receipt).await.unwrap();
+            q.reservations().release(&r.id, &r.receipt).await.unwrap();
         }
     }
     assert_consistent(&redis);
     assert_eq!(
-        dq_core::audit::run(&q).await.unwrap().orphan_records + dq_core::audit::run(&q).await.unwrap().dangling_ids,
+        q.checker().audit().await.unwrap().orphan_records + q.checker().audit().await.unwrap().dangling_ids,
         0,
         "nothing to repair"
     );
@@ -628,22 +666,22 @@ async fn the_audit_repairs_every_kind_of_damage_and_leaves_healthy_jobs_alone() 
         .query(&mut c)
         .unwrap();
 
-    let report = dq_core::audit::run(&q).await.unwrap();
+    let report = q.checker().audit().await.unwrap();
     assert_eq!(report.orphan_records, 2, "{report:?}");
     assert_eq!(report.dangling_ids, 4, "{report:?}");
     assert!(report.records >= 5 && report.ids >= 4, "{report:?}");
     // The counts hash still says "delayed" for the job that was delayed; the audit moved it and its count.
     assert_consistent(&redis);
     for id in ["ready-lost", "delayed-lost"] {
-        let j = q.get(id).await.unwrap();
+        let j = q.producer().get(id).await.unwrap();
         assert_eq!(j.state, State::Ready, "{id}");
         assert_eq!(j.last_error.as_deref(), Some("restored by the consistency audit"));
     }
-    assert_eq!(q.get("healthy-delayed").await.unwrap().state, State::Delayed);
-    assert_eq!(q.get("done").await.unwrap().state, State::Done);
+    assert_eq!(q.producer().get("healthy-delayed").await.unwrap().state, State::Delayed);
+    assert_eq!(q.producer().get("done").await.unwrap().state, State::Done);
     assert_eq!(
-        dq_core::audit::run(&q).await.unwrap(),
-        dq_core::audit::AuditReport {
+        q.checker().audit().await.unwrap(),
+        dq_core::checker::audit::AuditReport {
             records: 5,
             ids: 4,
             ..Default::default()
@@ -667,7 +705,7 @@ async fn concurrent_pushes_each_get_their_own_answer() {
             _ => serde_json::json!({"topic": "later", "body": i, "delay_ms": 60_000 + i}),
         };
         let new = job(&q, req);
-        tasks.push(tokio::spawn(async move { (i, q.push(new).await) }));
+        tasks.push(tokio::spawn(async move { (i, q.producer().push(new).await) }));
     }
     let (mut stored, mut conflicts, mut ids) = (0, 0, HashSet::new());
     for t in tasks {
@@ -678,7 +716,7 @@ async fn concurrent_pushes_each_get_their_own_answer() {
                 assert!(ids.insert(p.id.clone()), "id {} answered twice", p.id);
                 let want = if i % 4 < 2 { State::Ready } else { State::Delayed };
                 assert_eq!(p.state, want, "push {i}");
-                let got = q.get(&p.id).await.unwrap();
+                let got = q.producer().get(&p.id).await.unwrap();
                 assert_eq!(got.body.get(), i.to_string(), "push {i} answered with another job's id");
             }
             Err(Error::Conflict(_)) => {
@@ -730,7 +768,7 @@ async fn concurrent_batches_of_spread_ids_share_calls() {
             .iter()
             .map(|id| job(&q, serde_json::json!({"id": id, "topic": "t", "body": id})))
             .collect();
-        q.push_many(jobs)
+        q.producer().push_many(jobs)
     });
     let answers = futures_util::future::join_all(pushes).await;
     let calls = evalsha_calls(&redis) - before;
@@ -755,7 +793,7 @@ async fn concurrent_batches_of_spread_ids_share_calls() {
     assert_eq!(shared_stored, 1, "the id both batches carry is stored once");
     for ids in &batches {
         for id in ids {
-            assert_eq!(q.get(id).await.unwrap().body.get(), format!("\"{id}\""));
+            assert_eq!(q.producer().get(id).await.unwrap().body.get(), format!("\"{id}\""));
         }
     }
     assert_consistent(&redis);
@@ -771,12 +809,12 @@ async fn concurrent_acks_each_get_their_own_answer() {
     let jobs: Vec<_> = (0..300)
         .map(|i| job(&q, serde_json::json!({"topic": "t", "body": i})))
         .collect();
-    for r in q.push_many(jobs).await {
+    for r in q.producer().push_many(jobs).await {
         r.unwrap();
     }
     let mut held = Vec::new();
     while held.len() < 300 {
-        held.extend(q.reserve(&["t".into()], 100).await.unwrap());
+        held.extend(q.reservations().reserve(&["t".into()], 100).await.unwrap());
     }
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut redis.conn()).unwrap();
     let mut tasks = Vec::new();
@@ -787,11 +825,11 @@ async fn concurrent_acks_each_get_their_own_answer() {
             // Every third job: a wrong receipt first, then its own, then its own again.
             let mut answers = Vec::new();
             if i % 3 == 0 {
-                answers.push(q.ack(&id, "nonce.1").await.map_err(|e| e.to_string()));
+                answers.push(q.reservations().ack(&id, "nonce.1").await.map_err(|e| e.to_string()));
             }
-            answers.push(q.ack(&id, &receipt).await.map_err(|e| e.to_string()));
+            answers.push(q.reservations().ack(&id, &receipt).await.map_err(|e| e.to_string()));
             if i % 3 == 0 {
-                answers.push(q.ack(&id, &receipt).await.map_err(|e| e.to_string()));
+                answers.push(q.reservations().ack(&id, &receipt).await.map_err(|e| e.to_string()));
             }
             (i, answers)
         }));
@@ -808,15 +846,22 @@ async fn concurrent_acks_each_get_their_own_answer() {
     let calls = evalsha_calls(&redis);
     assert!(calls < 500, "500 acks shared calls: {calls} calls");
     for r in &held {
-        assert_eq!(q.get(&r.id).await.unwrap().state, State::Done);
+        assert_eq!(q.producer().get(&r.id).await.unwrap().state, State::Done);
     }
-    assert!(matches!(q.ack("gone", "x.1").await, Err(Error::NotFound(_))));
+    assert!(matches!(
+        q.reservations().ack("gone", "x.1").await,
+        Err(Error::NotFound(_))
+    ));
     // The same ack twice in one call: side by side, so they likely share one.
-    q.push(job(&q, serde_json::json!({"topic": "u", "body": 1, "id": "twice"})))
+    q.producer()
+        .push(job(&q, serde_json::json!({"topic": "u", "body": 1, "id": "twice"})))
         .await
         .unwrap();
-    let r = q.reserve(&["u".into()], 1).await.unwrap().remove(0);
-    let (a, b) = tokio::join!(q.ack("twice", &r.receipt), q.ack("twice", &r.receipt));
+    let r = q.reservations().reserve(&["u".into()], 1).await.unwrap().remove(0);
+    let (a, b) = tokio::join!(
+        q.reservations().ack("twice", &r.receipt),
+        q.reservations().ack("twice", &r.receipt)
+    );
     let mut outcomes = [a.is_ok(), b.is_ok()];
     outcomes.sort();
     assert_eq!(
@@ -842,13 +887,14 @@ async fn the_record_keeps_every_field_and_the_exact_body_through_every_move() {
     ];
     for (i, body) in bodies.iter().enumerate() {
         let text = format!(r#"{{"id":"b{i}","topic":"t","body":{body},"ttr_ms":30000,"max_attempts":2}}"#);
-        q.push(q.validate(serde_json::from_str(&text).unwrap()).unwrap())
+        q.producer()
+            .push(q.producer().validate(serde_json::from_str(&text).unwrap()).unwrap())
             .await
             .unwrap();
-        assert_eq!(q.get(&format!("b{i}")).await.unwrap().body.get(), body);
+        assert_eq!(q.producer().get(&format!("b{i}")).await.unwrap().body.get(), body);
     }
     let mut held = HashMap::new();
-    for r in q.reserve(&["t".into()], 10).await.unwrap() {
+    for r in q.reservations().reserve(&["t".into()], 10).await.unwrap() {
         let i: usize = r.id[1..].parse().unwrap();
         assert_eq!(r.body.get(), bodies[i]);
         assert_eq!(r.attempt, 1);
@@ -857,7 +903,7 @@ async fn the_record_keeps_every_field_and_the_exact_body_through_every_move() {
     assert_eq!(held.len(), bodies.len());
     assert_consistent(&redis);
 
-    let fresh = q.get("b3").await.unwrap();
+    let fresh = q.producer().get("b3").await.unwrap();
     assert_eq!(
         (fresh.state, fresh.attempts, fresh.max_attempts, fresh.ttr_ms),
         (State::Reserved, 1, 2, 30000)
@@ -870,30 +916,42 @@ async fn the_record_keeps_every_field_and_the_exact_body_through_every_move() {
             ("t", fresh.created_at, 30000)
         );
     };
-    let deadline = q.touch("b3", &held["b3"].receipt, Some(90_000)).await.unwrap();
-    assert_eq!(q.get("b3").await.unwrap().deadline, Some(deadline));
-
-    q.nack("b3", &held["b3"].receipt, Some(0), Some("boom"), None)
+    let deadline = q
+        .reservations()
+        .touch("b3", &held["b3"].receipt, Some(90_000))
         .await
         .unwrap();
-    let j = q.get("b3").await.unwrap();
+    assert_eq!(q.producer().get("b3").await.unwrap().deadline, Some(deadline));
+
+    q.reservations()
+        .nack("b3", &held["b3"].receipt, Some(0), Some("boom"), None)
+        .await
+        .unwrap();
+    let j = q.producer().get("b3").await.unwrap();
     assert_eq!((j.state, j.attempts, j.deadline), (State::Ready, 1, None));
     assert_eq!(j.last_error.as_deref(), Some("boom"));
     unchanged(&j);
 
-    let r = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
+    let r = q.reservations().reserve(&["t".into()], 1).await.unwrap().remove(0);
     assert_eq!((r.id.as_str(), r.attempt), ("b3", 2));
-    q.release("b3", &r.receipt).await.unwrap();
-    let j = q.get("b3").await.unwrap();
+    q.reservations().release("b3", &r.receipt).await.unwrap();
+    let j = q.producer().get("b3").await.unwrap();
     assert_eq!(
         (j.state, j.attempts, j.deadline),
         (State::Ready, 1, None),
         "a release does not count"
     );
 
-    let r = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
-    assert_eq!(q.nack("b3", &r.receipt, None, None, None).await.unwrap().0, State::Dead);
-    let j = q.get("b3").await.unwrap();
+    let r = q.reservations().reserve(&["t".into()], 1).await.unwrap().remove(0);
+    assert_eq!(
+        q.reservations()
+            .nack("b3", &r.receipt, None, None, None)
+            .await
+            .unwrap()
+            .0,
+        State::Dead
+    );
+    let j = q.producer().get("b3").await.unwrap();
     assert_eq!((j.state, j.attempts), (State::Dead, 2));
     assert_eq!(
         j.last_error.as_deref(),
@@ -902,13 +960,13 @@ async fn the_record_keeps_every_field_and_the_exact_body_through_every_move() {
     );
     unchanged(&j);
 
-    assert_eq!(q.requeue_dead("t", Some(&["b3".into()])).await.unwrap(), 1);
-    let j = q.get("b3").await.unwrap();
+    assert_eq!(q.admin().requeue_dead("t", Some(&["b3".into()])).await.unwrap(), 1);
+    let j = q.producer().get("b3").await.unwrap();
     assert_eq!((j.state, j.attempts), (State::Ready, 0));
     unchanged(&j);
-    let r = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
-    q.ack("b3", &r.receipt).await.unwrap();
-    let j = q.get("b3").await.unwrap();
+    let r = q.reservations().reserve(&["t".into()], 1).await.unwrap().remove(0);
+    q.reservations().ack("b3", &r.receipt).await.unwrap();
+    let j = q.producer().get("b3").await.unwrap();
     assert_eq!((j.state, j.attempts, j.deadline), (State::Done, 1, None));
     unchanged(&j);
     let ttl: i64 = redis::cmd("PTTL")
@@ -917,8 +975,8 @@ async fn the_record_keeps_every_field_and_the_exact_body_through_every_move() {
         .unwrap();
     assert!(ttl > 0, "a done record expires after the retention period");
 
-    q.ack("b4", &held["b4"].receipt).await.unwrap();
-    assert_eq!(q.get("b4").await.unwrap().body.get(), bodies[4]);
+    q.reservations().ack("b4", &held["b4"].receipt).await.unwrap();
+    assert_eq!(q.producer().get("b4").await.unwrap().body.get(), bodies[4]);
     assert_consistent(&redis);
 }
 
@@ -934,23 +992,24 @@ async fn promotion_moves_records_of_every_shape_whole() {
     // A one-byte string header up to 31 bytes, a two-byte one from 32 on.
     let topics = ["a".to_string(), "b".repeat(31), "c".repeat(32), "d".repeat(128)];
     for (i, t) in topics.iter().enumerate() {
-        q.push(job(
-            &q,
-            serde_json::json!({"id": format!("t{i}"), "topic": t, "body": i, "delay_ms": 30}),
-        ))
-        .await
-        .unwrap();
+        q.producer()
+            .push(job(
+                &q,
+                serde_json::json!({"id": format!("t{i}"), "topic": t, "body": i, "delay_ms": 30}),
+            ))
+            .await
+            .unwrap();
     }
     // A retry age and a backoff list: 14 fields.
     let full = serde_json::json!({"id": "full", "topic": "a", "body": "x", "delay_ms": 30, "max_age_ms": 600_000, "backoff_ms": [5, 10]});
-    q.push(job(&q, full)).await.unwrap();
+    q.producer().push(job(&q, full)).await.unwrap();
     // A priority (beanstalkd's): 15 fields, and its ready queue scores it by the priority.
     let mut prio = job(
         &q,
         serde_json::json!({"id": "prio", "topic": "a", "body": 1, "delay_ms": 30}),
     );
     prio.priority = Some(7);
-    q.push(prio).await.unwrap();
+    q.producer().push(prio).await.unwrap();
     // A record written as a hash, as dq wrote them before it packed them.
     let fields = [
         ("t", "a"),
@@ -971,32 +1030,33 @@ async fn promotion_moves_records_of_every_shape_whole() {
     })
     .await;
     for (i, t) in topics.iter().enumerate() {
-        let j = q.get(&format!("t{i}")).await.unwrap();
+        let j = q.producer().get(&format!("t{i}")).await.unwrap();
         assert_eq!(
             (j.state, j.topic.as_str(), j.body.get()),
             (State::Ready, t.as_str(), i.to_string().as_str())
         );
     }
-    let j = q.get("full").await.unwrap();
+    let j = q.producer().get("full").await.unwrap();
     assert_eq!(
         (j.state, j.body.get(), j.backoff_ms.as_deref()),
         (State::Ready, "\"x\"", Some(&[5u64, 10][..]))
     );
     assert!(j.retry_until.is_some());
-    assert_eq!(q.get("prio").await.unwrap().state, State::Ready);
+    assert_eq!(q.producer().get("prio").await.unwrap().state, State::Ready);
     let score: f64 = redis::cmd("ZSCORE")
         .arg(key(&q, "prio", "ready:a"))
         .arg("prio")
         .query(&mut c)
         .unwrap();
     assert_eq!(score, 7.0, "a job with a priority is scored by it");
-    let j = q.get("old").await.unwrap();
+    let j = q.producer().get("old").await.unwrap();
     assert_eq!((j.state, j.body.get(), j.created_at), (State::Ready, "2", 900));
     assert_consistent(&redis);
     let mut got: Vec<String> = Vec::new();
     for t in &topics {
         got.extend(
-            q.reserve(std::slice::from_ref(t), 10)
+            q.reservations()
+                .reserve(std::slice::from_ref(t), 10)
                 .await
                 .unwrap()
                 .into_iter()
@@ -1017,7 +1077,8 @@ async fn a_records_memory_follows_its_body_without_a_step() {
     for n in [64, 65, 200] {
         let body = format!("\"{}\"", "x".repeat(n - 2));
         let text = format!(r#"{{"id":"m{n}","topic":"t","body":{body},"delay_ms":60000}}"#);
-        q.push(q.validate(serde_json::from_str(&text).unwrap()).unwrap())
+        q.producer()
+            .push(q.producer().validate(serde_json::from_str(&text).unwrap()).unwrap())
             .await
             .unwrap();
         let bytes: i64 = redis::cmd("MEMORY")
@@ -1043,7 +1104,8 @@ async fn records_store_created_at_as_a_delay_and_read_the_full_times_written_bef
     let body = format!("\"{}\"", "x".repeat(62));
     let text = format!(r#"{{"id":"small","topic":"bench","body":{body},"delay_ms":3600000}}"#);
     let pushed = q
-        .push(q.validate(serde_json::from_str(&text).unwrap()).unwrap())
+        .producer()
+        .push(q.producer().validate(serde_json::from_str(&text).unwrap()).unwrap())
         .await
         .unwrap();
     let len: usize = redis::cmd("STRLEN")
@@ -1051,7 +1113,7 @@ async fn records_store_created_at_as_a_delay_and_read_the_full_times_written_bef
         .query(&mut c)
         .unwrap();
     assert!(len <= 92, "the record is {len} bytes");
-    let j = q.get("small").await.unwrap();
+    let j = q.producer().get("small").await.unwrap();
     assert_eq!(j.run_at, pushed.run_at);
     assert_eq!(j.created_at, pushed.run_at - 3_600_000);
 
@@ -1078,11 +1140,11 @@ async fn records_store_created_at_as_a_delay_and_read_the_full_times_written_bef
         .arg(1)
         .query(&mut c)
         .unwrap();
-    let j = q.get("before").await.unwrap();
+    let j = q.producer().get("before").await.unwrap();
     assert_eq!((j.run_at, j.created_at, j.attempts), (run_at, created_at, 1));
     // Written back by a move, it keeps its times.
-    q.reserve(&["t".into()], 1).await.unwrap().remove(0);
-    let j = q.get("before").await.unwrap();
+    q.reservations().reserve(&["t".into()], 1).await.unwrap().remove(0);
+    let j = q.producer().get("before").await.unwrap();
     assert_eq!(
         (j.state, j.run_at, j.created_at, j.attempts),
         (State::Reserved, run_at, created_at, 2)
@@ -1111,7 +1173,7 @@ async fn records_written_as_hashes_are_still_read_and_are_packed_when_changed() 
     plant_hash_record(&mut c, &q, &fields, "ready:t", "t:ready");
     assert_consistent(&redis);
 
-    let j = q.get("old").await.unwrap();
+    let j = q.producer().get("old").await.unwrap();
     assert_eq!(
         (j.state, j.run_at, j.created_at, j.ttr_ms),
         (State::Ready, 1000, 900, 30000)
@@ -1119,18 +1181,18 @@ async fn records_written_as_hashes_are_still_read_and_are_packed_when_changed() 
     assert_eq!((j.attempts, j.max_attempts), (1, 3));
     assert_eq!(j.last_error.as_deref(), Some("earlier failure"));
 
-    let r = q.reserve(&["t".into()], 1).await.unwrap().remove(0);
+    let r = q.reservations().reserve(&["t".into()], 1).await.unwrap().remove(0);
     assert_eq!(
         (r.id.as_str(), r.body.get(), r.attempt, r.run_at),
         ("old", r#"{"a": 1}"#, 2, 1000)
     );
     let kind: String = redis::cmd("TYPE").arg(key(&q, "old", "job:old")).query(&mut c).unwrap();
     assert_eq!(kind, "string", "the reservation wrote the record back packed");
-    let j = q.get("old").await.unwrap();
+    let j = q.producer().get("old").await.unwrap();
     assert_eq!((j.state, j.attempts, j.created_at), (State::Reserved, 2, 900));
     assert_eq!(j.last_error.as_deref(), Some("earlier failure"));
-    q.ack("old", &r.receipt).await.unwrap();
-    assert_eq!(q.get("old").await.unwrap().state, State::Done);
+    q.reservations().ack("old", &r.receipt).await.unwrap();
+    assert_eq!(q.producer().get("old").await.unwrap().state, State::Done);
     assert_consistent(&redis);
 }
 
@@ -1140,35 +1202,41 @@ async fn records_written_as_hashes_are_still_read_and_are_packed_when_changed() 
 async fn a_reserve_sees_what_its_own_process_just_made_ready() {
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
-    q.ready_index().set_listening(true);
+    q.reservations().ready_index().set_listening(true);
     let t = vec!["t".to_string()];
     assert!(
-        q.reserve(&t, 1).await.unwrap().is_empty(),
+        q.reservations().reserve(&t, 1).await.unwrap().is_empty(),
         "the index is synced, and empty"
     );
 
     let pushed = q
+        .producer()
         .push(job(&q, serde_json::json!({"topic": "t", "body": 1})))
         .await
         .unwrap();
-    let r = q.reserve(&t, 1).await.unwrap();
+    let r = q.reservations().reserve(&t, 1).await.unwrap();
     assert_eq!(r.len(), 1, "a pushed job is reserved at once");
     assert_eq!(r[0].id, pushed.id);
 
-    let (state, _) = q.nack(&pushed.id, &r[0].receipt, Some(0), None, None).await.unwrap();
+    let (state, _) = q
+        .reservations()
+        .nack(&pushed.id, &r[0].receipt, Some(0), None, None)
+        .await
+        .unwrap();
     assert_eq!(state, State::Ready);
-    let r = q.reserve(&t, 1).await.unwrap();
+    let r = q.reservations().reserve(&t, 1).await.unwrap();
     assert_eq!(r.len(), 1, "a job nacked with no delay is reserved at once");
 
     let later = q
+        .producer()
         .push(job(
             &q,
             serde_json::json!({"topic": "t", "body": 2, "delay_ms": 600_000}),
         ))
         .await
         .unwrap();
-    q.reschedule(&later.id, Schedule::Delay(0)).await.unwrap();
-    let r = q.reserve(&t, 1).await.unwrap();
+    q.producer().reschedule(&later.id, Schedule::Delay(0)).await.unwrap();
+    let r = q.reservations().reserve(&t, 1).await.unwrap();
     assert_eq!(r.len(), 1, "a job rescheduled to now is reserved at once");
     assert_eq!(r[0].id, later.id);
     assert_consistent(&redis);
@@ -1181,7 +1249,7 @@ async fn entries_without_a_record_are_dropped_and_the_others_move() {
     let redis = RedisServer::start();
     let q = one_partition(&redis).await;
     let push = |id: &str, delay: u64, ttr: u64| {
-        q.push(job(
+        q.producer().push(job(
             &q,
             serde_json::json!({"id": id, "topic": "t", "body": 1, "delay_ms": delay, "ttr_ms": ttr}),
         ))
@@ -1212,7 +1280,7 @@ async fn entries_without_a_record_are_dropped_and_the_others_move() {
     let delayed: i64 = redis::cmd("ZCARD").arg(key(&q, "d1", "delayed")).query(&mut c).unwrap();
     assert_eq!(delayed, 0, "the entry without a record left the delay set too");
     for id in ["d1", "d3"] {
-        assert_eq!(q.get(id).await.unwrap().state, State::Ready);
+        assert_eq!(q.producer().get(id).await.unwrap().state, State::Ready);
     }
 
     for id in ["r1", "r2", "r3"] {
@@ -1220,6 +1288,7 @@ async fn entries_without_a_record_are_dropped_and_the_others_move() {
     }
     drop_record(&mut c, "r2");
     let got: HashSet<String> = q
+        .reservations()
         .reserve(&["t".into()], 10)
         .await
         .unwrap()
@@ -1232,10 +1301,10 @@ async fn entries_without_a_record_are_dropped_and_the_others_move() {
 
     drop_record(&mut c, "r1");
     eventually(Duration::from_secs(10), "the 10 ms reservations expire", || async {
-        q.expire(0, 100).await.unwrap().to_ready > 0
+        q.timer().expire(0, 100).await.unwrap().to_ready > 0
     })
     .await;
-    assert_eq!(q.get("r3").await.unwrap().state, State::Ready);
+    assert_eq!(q.producer().get("r3").await.unwrap().state, State::Ready);
     let reserved: Vec<String> = redis::cmd("ZRANGE")
         .arg(key(&q, "r1", "reserved"))
         .arg(0)
@@ -1264,7 +1333,7 @@ async fn reservation_deadlines_earlier_than_known_are_announced_to_the_timers() 
     let mut next = || -> Option<String> { sub.get_message().ok().map(|m| m.get_payload::<String>().unwrap()) };
     let reserved_key = key(&q, "a", "reserved");
     let push = |id: &str, ttr: u64| {
-        q.push(job(
+        q.producer().push(job(
             &q,
             serde_json::json!({"id": id, "topic": "t", "body": 1, "ttr_ms": ttr}),
         ))
@@ -1272,56 +1341,56 @@ async fn reservation_deadlines_earlier_than_known_are_announced_to_the_timers() 
     let t = vec!["t".to_string()];
 
     push("a", 60_000).await.unwrap();
-    let a = q.reserve(&t, 1).await.unwrap().remove(0);
+    let a = q.reservations().reserve(&t, 1).await.unwrap().remove(0);
     assert_eq!(
         next(),
         Some(format!("{reserved_key} {}", a.deadline)),
         "the first reservation"
     );
     push("b", 120_000).await.unwrap();
-    q.reserve(&t, 1).await.unwrap();
+    q.reservations().reserve(&t, 1).await.unwrap();
     assert_eq!(next(), None, "a later deadline says nothing");
     push("c", 10_000).await.unwrap();
-    let c = q.reserve(&t, 1).await.unwrap().remove(0);
+    let c = q.reservations().reserve(&t, 1).await.unwrap().remove(0);
     assert_eq!(
         next(),
         Some(format!("{reserved_key} {}", c.deadline)),
         "an earlier deadline"
     );
-    let touched = q.touch("a", &a.receipt, Some(1_000)).await.unwrap();
+    let touched = q.reservations().touch("a", &a.receipt, Some(1_000)).await.unwrap();
     assert_eq!(
         next(),
         Some(format!("{reserved_key} {touched}")),
         "a touch that shortens one"
     );
-    q.touch("a", &a.receipt, Some(600_000)).await.unwrap();
+    q.reservations().touch("a", &a.receipt, Some(600_000)).await.unwrap();
     assert_eq!(next(), None, "a touch that lengthens one says nothing");
 
     // Once every reservation ended, a new one later than the announced deadline still says nothing:
     // the timer runs expiry by the announced deadline anyway and learns the next one from it.
     for id in ["a", "b", "c"] {
-        q.delete(id).await.unwrap();
+        q.producer().cancel(id).await.unwrap();
     }
     push("d", 120_000).await.unwrap();
-    q.reserve(&t, 1).await.unwrap();
+    q.reservations().reserve(&t, 1).await.unwrap();
     assert_eq!(next(), None, "later than the one announced");
     // The timer's expiry call: what it returns is now what the timers know, so the next earlier
     // deadline is announced again.
     let p = q.partitions().of_id("d");
-    let e = q.expire(p, 100).await.unwrap();
+    let e = q.timer().expire(p, 100).await.unwrap();
     assert!(e.next_deadline.is_some());
     push("e", 30_000).await.unwrap();
-    let r = q.reserve(&t, 1).await.unwrap().remove(0);
+    let r = q.reservations().reserve(&t, 1).await.unwrap().remove(0);
     assert_eq!(
         next(),
         Some(format!("{reserved_key} {}", r.deadline)),
         "earlier than the one learned"
     );
-    q.delete("d").await.unwrap();
-    q.delete("e").await.unwrap();
-    assert_eq!(q.expire(p, 100).await.unwrap().next_deadline, None);
+    q.producer().cancel("d").await.unwrap();
+    q.producer().cancel("e").await.unwrap();
+    assert_eq!(q.timer().expire(p, 100).await.unwrap().next_deadline, None);
     push("f", 600_000).await.unwrap();
-    let r = q.reserve(&t, 1).await.unwrap().remove(0);
+    let r = q.reservations().reserve(&t, 1).await.unwrap().remove(0);
     assert_eq!(
         next(),
         Some(format!("{reserved_key} {}", r.deadline)),
@@ -1337,7 +1406,8 @@ async fn reserve_says_whether_jobs_are_left_even_when_the_count_is_too_low() {
     let redis = RedisServer::start();
     let q = one_partition(&redis).await;
     for id in ["a", "b", "c"] {
-        q.push(job(&q, serde_json::json!({"id": id, "topic": "t", "body": 1})))
+        q.producer()
+            .push(job(&q, serde_json::json!({"id": id, "topic": "t", "body": 1})))
             .await
             .unwrap();
     }

@@ -1,12 +1,12 @@
 //! `GET /v1/topics/{topic}/jobs?state=&offset=&limit=`: a page of a topic's jobs in one state, for
-//! people looking (the admin's job lists). See `dq_core::queue::browse` for how delayed and reserved
+//! people looking (the admin's job lists). See `dq_core::admin::browse` for how delayed and reserved
 //! jobs, which share their partition's sets with every topic, are looked for.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use dq_core::State as JobState;
+use dq_core::admin::JobPage;
 use dq_core::config::Scope;
-use dq_core::queue::JobPage;
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
@@ -74,5 +74,7 @@ pub async fn jobs(
     caller.allow(Scope::Read, &topic)?;
     let Query(q) = query.map_err(|e| ApiError::invalid(format!("invalid query: {}", e.body_text())))?;
     let (offset, limit) = paging(q.offset, q.limit, 50)?;
-    Ok(Json(app.queue.browse(&topic, q.state.into(), offset, limit).await?))
+    Ok(Json(
+        app.queue.admin().browse(&topic, q.state.into(), offset, limit).await?,
+    ))
 }

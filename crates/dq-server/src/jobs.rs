@@ -83,9 +83,9 @@ pub async fn push(
     caller.allow(Scope::Produce, &req.topic)?;
     let registry = app.topics.snapshot();
     let config = registry.get(&req.topic);
-    let job = app.queue.validate_for(req, config)?;
+    let job = app.queue.producer().validate_for(req, config)?;
     let topic = job.topic.clone();
-    let pushed = app.queue.push(job).await?;
+    let pushed = app.queue.producer().push(job).await?;
     let status = if pushed.duplicate {
         StatusCode::OK
     } else {
@@ -150,12 +150,14 @@ pub async fn push_many(
         let config = registry.get(&parsed.topic);
         let job = app
             .queue
+            .producer()
             .validate_for(parsed, config)
             .map_err(|e| ApiError::from(e).in_entry("jobs", i))?;
         jobs.push(job);
     }
     let results = app
         .queue
+        .producer()
         .push_many(jobs)
         .await
         .into_iter()
@@ -192,7 +194,7 @@ pub async fn lookup(
 ) -> Result<Json<Job>, ApiError> {
     caller.allow_scope(Scope::Read)?;
     checked_id(&id)?;
-    let job = app.queue.get(&id).await?;
+    let job = app.queue.producer().get(&id).await?;
     caller.allow(Scope::Read, &job.topic)?;
     Ok(Json(job))
 }
@@ -202,7 +204,7 @@ pub async fn lookup(
 pub async fn allow_job(app: &AppState, caller: &Caller, scope: Scope, id: &str) -> Result<(), ApiError> {
     caller.allow_scope(scope)?;
     if caller.limited() {
-        let job = app.queue.get(id).await?;
+        let job = app.queue.producer().get(id).await?;
         caller.allow(scope, &job.topic)?;
     }
     Ok(())
@@ -225,7 +227,7 @@ pub async fn cancel(
     caller.allow_scope(Scope::Produce)?;
     checked_id(&id)?;
     allow_job(&app, &caller, Scope::Produce, &id).await?;
-    app.queue.delete(&id).await?;
+    app.queue.producer().cancel(&id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -280,5 +282,5 @@ pub async fn reschedule(
         }
     };
     allow_job(&app, &caller, Scope::Produce, &id).await?;
-    Ok(Json(app.queue.reschedule(&id, schedule).await?))
+    Ok(Json(app.queue.producer().reschedule(&id, schedule).await?))
 }

@@ -39,7 +39,7 @@ use anyhow::Context;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::DefaultBodyLimit;
-use dq_core::registry::TopicCache;
+use dq_core::admin::topics::TopicCache;
 use dq_core::{Queue, Settings};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -92,7 +92,7 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     let tls = listener::Tls::from_settings(&settings.server)?;
     let auth = Arc::new(auth::Auth::new(&settings.auth)?);
     let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    if !queue.sealer().seals() {
+    if !queue.seals() {
         tracing::warn!(
             "callback secrets and header values are stored in Redis in clear: set secrets.keys (docs/security.md)"
         );

@@ -7,9 +7,9 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
+use dq_core::admin::NodeStats;
 use dq_core::config::RedisMode;
 use dq_core::config::Scope;
-use dq_core::queue::NodeStats;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -59,7 +59,7 @@ pub struct Node {
     responses((status = 200, description = "Counts and health.", body = Stats)))]
 pub async fn stats(State(app): State<AppState>, caller: Caller) -> Result<Json<Stats>, ApiError> {
     caller.allow_scope(Scope::Read)?;
-    let (stats, registry) = tokio::join!(app.queue.stats(), app.queue.topics());
+    let (stats, registry) = tokio::join!(app.queue.admin().stats(), app.queue.admin().topics());
     let mut topics: BTreeMap<String, BTreeMap<&'static str, i64>> = BTreeMap::new();
     // Registered topics are listed with their zeros, as `GET /v1/topics` lists them. Stats still
     // answer when the registry cannot be read (they report Redis's health): without those zeros.
@@ -79,7 +79,7 @@ pub async fn stats(State(app): State<AppState>, caller: Caller) -> Result<Json<S
     Ok(Json(Stats {
         topics,
         redis: RedisStats {
-            mode: app.queue.redis().mode(),
+            mode: app.queue.mode(),
             partitions: app.queue.partitions().count(),
             partitions_down: stats.partitions_down,
             nodes: nodes(&stats.nodes),
@@ -142,7 +142,7 @@ pub struct NotReady {
         (status = 503, description = "No Redis primary answers, or the server is draining.", body = NotReady),
     ))]
 pub async fn readyz(State(app): State<AppState>) -> axum::response::Response {
-    let nodes = app.queue.node_health(Duration::from_millis(500)).await;
+    let nodes = app.queue.admin().node_health(Duration::from_millis(500)).await;
     let up = nodes.iter().any(|n| n.up);
     let nodes = self::nodes(&nodes);
     let not_ready = |message: &str, nodes| {

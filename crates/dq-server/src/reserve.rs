@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use dq_core::Reservation;
 use dq_core::config::Scope;
 use dq_core::job::{validate_id, validate_topic};
-use dq_core::queue::ReserveOptions;
+use dq_core::reservations::ReserveOptions;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -110,7 +110,7 @@ pub async fn reserve(
     let mut permit = None;
     loop {
         // In line before looking, so a wake-up sent while this reserve runs is not missed.
-        let mut waiter = (timeout > 0).then(|| app.queue.ready_index().waiter(&topics, count as u32));
+        let mut waiter = (timeout > 0).then(|| app.queue.reservations().ready_index().waiter(&topics, count as u32));
         let jobs: Vec<Reservation> = if topics.is_empty() {
             Vec::new()
         } else {
@@ -119,7 +119,7 @@ pub async fn reserve(
                 least_ttr_ms: None,
                 waits: waiter.is_some(),
             };
-            app.queue.reserve_with(&topics, count, options).await?
+            app.queue.reservations().reserve_with(&topics, count, options).await?
         };
         let Some(waiter) = waiter.as_mut().filter(|_| jobs.is_empty()) else {
             return Ok(Json(Reserved { jobs }));
@@ -171,7 +171,7 @@ pub async fn ack(
     caller.allow_scope(Scope::Consume)?;
     check(&id, &req.receipt)?;
     allow_job(&app, &caller, Scope::Consume, &id).await?;
-    app.queue.ack(&id, &req.receipt).await?;
+    app.queue.reservations().ack(&id, &req.receipt).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -224,7 +224,7 @@ pub async fn ack_many(
     let (app, caller) = (&app, &caller);
     let acks = req.acks.iter().map(|a| async move {
         allow_job(app, caller, Scope::Consume, &a.id).await?;
-        app.queue.ack(&a.id, &a.receipt).await?;
+        app.queue.reservations().ack(&a.id, &a.receipt).await?;
         Ok::<(), ApiError>(())
     });
     let results = futures_util::future::join_all(acks)
@@ -313,6 +313,7 @@ pub async fn nack(
         )));
     }
     app.queue
+        .reservations()
         .nack(&id, &req.receipt, delay, req.error.as_deref(), None)
         .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -366,6 +367,6 @@ pub async fn touch(
             )));
         }
     };
-    let deadline = app.queue.touch(&id, &req.receipt, ttr).await?;
+    let deadline = app.queue.reservations().touch(&id, &req.receipt, ttr).await?;
     Ok(Json(Touched { deadline }))
 }

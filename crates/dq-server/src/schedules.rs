@@ -7,8 +7,8 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use dq_core::admin::schedules::StoredSchedule;
 use dq_core::config::Scope;
-use dq_core::queue::schedules::StoredSchedule;
 use dq_core::schedule::{Cadence, ScheduleConfig, validate_name};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -53,6 +53,7 @@ async fn existing(app: &AppState, caller: &Caller, name: &str, scope: Scope) -> 
     validate_name(name)?;
     let stored = app
         .queue
+        .admin()
         .schedule(name)
         .await?
         .ok_or_else(|| dq_core::Error::ScheduleNotFound(name.to_string()))?;
@@ -62,8 +63,8 @@ async fn existing(app: &AppState, caller: &Caller, name: &str, scope: Scope) -> 
 
 /// Writes `config` as `name` and answers its view.
 async fn store(app: &AppState, name: &str, config: ScheduleConfig, restart: bool) -> Result<ScheduleView, ApiError> {
-    let since = app.queue.put_schedule(name, &config, restart).await?;
-    let stored = app.queue.schedule(name).await?.unwrap_or(StoredSchedule {
+    let since = app.queue.admin().put_schedule(name, &config, restart).await?;
+    let stored = app.queue.admin().schedule(name).await?.unwrap_or(StoredSchedule {
         name: name.to_string(),
         config,
         since,
@@ -90,7 +91,7 @@ pub async fn put(
     caller.allow_scope(Scope::Admin)?;
     config.validate(&name, &app.queue.limits())?;
     caller.allow(Scope::Admin, &config.topic)?;
-    let old = app.queue.schedule(&name).await?;
+    let old = app.queue.admin().schedule(&name).await?;
     if let Some(old) = &old {
         caller.allow(Scope::Admin, &old.config.topic)?;
     }
@@ -133,7 +134,7 @@ pub async fn delete(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     existing(&app, &caller, &name, Scope::Admin).await?;
-    app.queue.delete_schedule(&name).await?;
+    app.queue.admin().delete_schedule(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -155,6 +156,7 @@ pub async fn list(State(app): State<AppState>, caller: Caller) -> Result<Json<Sc
     let now = app.queue.redis_now_ms().await?;
     let schedules = app
         .queue
+        .admin()
         .schedules()
         .await?
         .into_iter()

@@ -6,9 +6,9 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use dq_core::admin::dead::DeadPage;
 use dq_core::config::Scope;
 use dq_core::job::{validate_id, validate_topic};
-use dq_core::queue::dead::DeadPage;
 use dq_core::{State as JobState, TopicConfig};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -35,7 +35,7 @@ pub struct TopicView {
 /// Job counts per topic and state over every partition.
 pub(crate) async fn counts(app: &AppState) -> BTreeMap<String, BTreeMap<&'static str, i64>> {
     let mut topics: BTreeMap<String, BTreeMap<&'static str, i64>> = BTreeMap::new();
-    let stats = app.queue.counts().await;
+    let stats = app.queue.admin().counts().await;
     // Topics whose jobs left lately are listed at 0 until the checker removes their counts fields.
     for topic in stats.drained() {
         topics.entry(topic.to_string()).or_insert_with(zero_counts);
@@ -90,8 +90,8 @@ async fn view(app: &AppState, topic: String, config: Option<TopicConfig>) -> Top
 
 /// Writes a registration and refreshes this process's cache, so the change applies here at once.
 async fn store(app: &AppState, topic: &str, config: &TopicConfig) -> Result<(), ApiError> {
-    app.queue.put_topic(topic, config).await?;
-    if let Ok(all) = app.queue.topics().await {
+    app.queue.admin().put_topic(topic, config).await?;
+    if let Ok(all) = app.queue.admin().topics().await {
         app.topics.set(all);
     }
     Ok(())
@@ -115,7 +115,7 @@ pub async fn put(
     caller.allow(Scope::Admin, &topic)?;
     // Values sent back as GET shows them (`***`) keep the stored ones.
     if config.callback.is_some() {
-        let stored = app.queue.topics().await?.remove(&topic);
+        let stored = app.queue.admin().topics().await?.remove(&topic);
         config.keep_masked(stored.as_ref())?;
     }
     // A callback to an IP address the egress policy refuses is refused here; one to a name, at connect.
@@ -140,7 +140,7 @@ pub async fn get(
 ) -> Result<Json<TopicView>, ApiError> {
     checked(&topic)?;
     caller.allow(Scope::Read, &topic)?;
-    let config = app.queue.topics().await?.remove(&topic);
+    let config = app.queue.admin().topics().await?.remove(&topic);
     let counts = counts(&app).await;
     if config.is_none() && !counts.contains_key(&topic) {
         return Err(dq_core::Error::TopicNotFound(topic.clone()).into());
@@ -164,8 +164,8 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     checked(&topic)?;
     caller.allow(Scope::Admin, &topic)?;
-    app.queue.delete_topic(&topic).await?;
-    if let Ok(all) = app.queue.topics().await {
+    app.queue.admin().delete_topic(&topic).await?;
+    if let Ok(all) = app.queue.admin().topics().await {
         app.topics.set(all);
     }
     Ok(StatusCode::NO_CONTENT)
@@ -186,7 +186,7 @@ pub struct TopicList {
     ))]
 pub async fn list(State(app): State<AppState>, caller: Caller) -> Result<Json<TopicList>, ApiError> {
     caller.allow_scope(Scope::Read)?;
-    let mut configs = app.queue.topics().await?;
+    let mut configs = app.queue.admin().topics().await?;
     let mut counts = counts(&app).await;
     let mut names: Vec<String> = configs
         .keys()
@@ -209,7 +209,7 @@ pub async fn list(State(app): State<AppState>, caller: Caller) -> Result<Json<To
 
 async fn set_paused(app: AppState, topic: String, paused: bool) -> Result<Json<TopicView>, ApiError> {
     checked(&topic)?;
-    let mut config = app.queue.topics().await?.remove(&topic).unwrap_or_default();
+    let mut config = app.queue.admin().topics().await?.remove(&topic).unwrap_or_default();
     config.paused = paused;
     store(&app, &topic, &config).await?;
     Ok(Json(view(&app, topic, Some(config)).await))
@@ -280,7 +280,7 @@ pub async fn dead(
     caller.allow(Scope::Read, &topic)?;
     let Query(q) = query.map_err(|e| ApiError::invalid(format!("invalid query: {}", e.body_text())))?;
     let (offset, limit) = paging(q.offset, q.limit, 100)?;
-    Ok(Json(app.queue.dead(&topic, offset, limit).await?))
+    Ok(Json(app.queue.admin().dead(&topic, offset, limit).await?))
 }
 
 /// Body of requeue and delete of dead jobs: some ids, or none (no body, or `{}`) for all.
@@ -346,7 +346,7 @@ pub async fn requeue(
     checked(&topic)?;
     caller.allow(Scope::Admin, &topic)?;
     let ids = dead_ids(&body)?;
-    let n = app.queue.requeue_dead(&topic, ids.as_deref()).await?;
+    let n = app.queue.admin().requeue_dead(&topic, ids.as_deref()).await?;
     Ok(Json(Requeued { requeued: n }))
 }
 
@@ -367,6 +367,6 @@ pub async fn purge(
     checked(&topic)?;
     caller.allow(Scope::Admin, &topic)?;
     let ids = dead_ids(&body)?;
-    let n = app.queue.purge_dead(&topic, ids.as_deref()).await?;
+    let n = app.queue.admin().delete_dead(&topic, ids.as_deref()).await?;
     Ok(Json(Deleted { deleted: n }))
 }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use dq_core::registry::TopicCache;
+use dq_core::admin::topics::TopicCache;
 use dq_core::series::Counter;
 use dq_core::wake::{self, Wake};
 use dq_core::{Queue, Settings};

@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use dq_core::Queue;
 use dq_core::config::TimerSettings;
-use dq_core::queue::{Promoted, Queue, Waiting};
+use dq_core::reservations::Waiting;
+use dq_core::timer::Promoted;
 use dq_core::wake::Wake;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
@@ -162,7 +164,7 @@ impl PartitionTimer {
             }
         }
         self.schedule_lead.send_replace(false);
-        match self.queue.balance(&self.id, self.settings.lease_ms, true).await {
+        match self.queue.timer().balance(&self.id, self.settings.lease_ms, true).await {
             Ok(_) => tracing::info!("released partitions"),
             Err(e) => tracing::warn!(cause = %e, "cannot release partitions; they lapse after timer.lease_ms"),
         }
@@ -170,7 +172,12 @@ impl PartitionTimer {
     }
 
     async fn heartbeat(&mut self) {
-        match self.queue.balance(&self.id, self.settings.lease_ms, false).await {
+        match self
+            .queue
+            .timer()
+            .balance(&self.id, self.settings.lease_ms, false)
+            .await
+        {
             Ok(b) => {
                 self.clock.observe(b.now);
                 let before = self.held.len();
@@ -227,13 +234,13 @@ impl PartitionTimer {
         let results = each(due, |p| {
             let waiting = &waiting;
             async move {
-                let r = queue.promote_for(p, batch, waiting).await;
+                let r = queue.timer().promote_for(p, batch, waiting).await;
                 match r {
                     // A hand-off Redis refused (an ACL user without the hand-off channels may not
                     // publish there) must not hold promotion up: promote without, and stop handing off
                     // for a while.
                     Err(e @ dq_core::Error::Redis { .. }) if !waiting.is_empty() => {
-                        let plain = queue.promote(p, batch).await;
+                        let plain = queue.timer().promote(p, batch).await;
                         if plain.is_ok() {
                             refused.refuse(&e);
                         }
@@ -288,7 +295,7 @@ impl PartitionTimer {
     async fn expire_due(&mut self) -> bool {
         let (queue, batch) = (&self.queue, self.settings.batch_size);
         let renew = self.settings.renew_ms as i64;
-        let results = each(self.due(|h| h.next_deadline), |p| queue.expire(p, batch)).await;
+        let results = each(self.due(|h| h.next_deadline), |p| queue.timer().expire(p, batch)).await;
         let mut failed = false;
         for (p, r) in results {
             match r {

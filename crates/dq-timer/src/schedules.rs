@@ -19,8 +19,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::queue::schedules::StoredSchedule;
-use dq_core::registry::TopicCache;
+use dq_core::admin::schedules::StoredSchedule;
+use dq_core::admin::topics::TopicCache;
 use dq_core::schedule::Cadence;
 use dq_core::{Error, Queue};
 use tokio::sync::watch;
@@ -144,7 +144,7 @@ impl ScheduleFirer {
     /// Reads the schedules' version; a change since the last read makes the next step read them again.
     async fn check_version(&mut self) {
         self.checked_at = Instant::now();
-        match self.queue.schedules_version().await {
+        match self.queue.timer().schedules_version().await {
             Ok(v) if Some(v) != self.version => self.refreshed_at = None,
             Ok(_) => {}
             Err(e) => tracing::debug!(cause = %e, "cannot read the schedules' version"),
@@ -155,8 +155,8 @@ impl ScheduleFirer {
     async fn refresh(&mut self) {
         self.refreshed_at = Some(Instant::now());
         // Read first: a change made while the schedules are read is seen at the next check.
-        self.version = self.queue.schedules_version().await.ok();
-        let read = async { Ok::<_, Error>((self.queue.redis_now_ms().await?, self.queue.schedules().await?)) };
+        self.version = self.queue.timer().schedules_version().await.ok();
+        let read = async { Ok::<_, Error>((self.queue.redis_now_ms().await?, self.queue.timer().schedules().await?)) };
         let (now, all) = match read.await {
             Ok(x) => x,
             Err(e) => {
@@ -262,7 +262,7 @@ async fn fire(queue: &Queue, topics: &TopicCache, clock: &RedisClock, schedule: 
     let name = schedule.name.as_str();
     // As Redis holds it now: the schedule may have changed since the last read, or another timer may
     // have fired the occurrence (a takeover).
-    match queue.schedule(name).await {
+    match queue.timer().schedule(name).await {
         Ok(None) => return Fired::Changed,
         Ok(Some(now)) if now.config.paused || now.since >= at => return Fired::Changed,
         Ok(Some(now)) if now.last_fired.is_some_and(|last| last >= at) => return Fired::Existing,
@@ -273,12 +273,15 @@ async fn fire(queue: &Queue, topics: &TopicCache, clock: &RedisClock, schedule: 
         }
     }
     let request = schedule.config.push_request(name, at);
-    let fired = match queue.validate_for(request, topics.get(&schedule.config.topic).as_ref()) {
+    let fired = match queue
+        .producer()
+        .validate_for(request, topics.get(&schedule.config.topic).as_ref())
+    {
         Err(e) => {
             tracing::warn!(schedule = name, occurrence = at, cause = %e, "occurrence skipped: its job is refused");
             Fired::Refused
         }
-        Ok(job) => match queue.push(job).await {
+        Ok(job) => match queue.producer().push(job).await {
             Ok(_) => {
                 metrics::histogram!("dq_schedule_fire_lateness_seconds").record((clock.now() - at) as f64 / 1000.0);
                 Fired::Pushed
@@ -290,7 +293,7 @@ async fn fire(queue: &Queue, topics: &TopicCache, clock: &RedisClock, schedule: 
             }
         },
     };
-    if let Err(e) = queue.schedule_fired(name, at).await {
+    if let Err(e) = queue.timer().schedule_fired(name, at).await {
         // The next read finds the occurrence unmarked and pushes it again: a conflict, then marked.
         tracing::warn!(schedule = name, cause = %e, "cannot mark the occurrence fired");
     }

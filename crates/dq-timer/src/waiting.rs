@@ -1,11 +1,11 @@
 //! The dq-consumer workers that wait for jobs, as this timer heard of them: promotion hands their
-//! topics' due jobs straight to them (see `dq_core::queue::handoff`).
+//! topics' due jobs straight to them (see `dq_core::reservations::handoff`).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use dq_core::queue::Waiting;
-use dq_core::queue::handoff::WAITING_FOR_MS;
+use dq_core::reservations::Waiting;
+use dq_core::reservations::handoff::WAITING_FOR_MS;
 
 /// Most waiting workers passed to one promotion call (the ones heard from last first): the call's
 /// arguments stay small whatever the number of consumers and topics.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use dq_core::registry::TopicCache;
+use dq_core::admin::topics::TopicCache;
 use dq_core::{Queue, Settings, State};
 use dq_harness::{RedisServer, eventually};
 use dq_timer::schedules::ScheduleFirer;
@@ -68,7 +68,7 @@ async fn after_downtime_only_the_latest_missed_occurrence_fires() {
         "{fired:?}, latest missed {latest}"
     );
     assert!(fired.windows(2).all(|w| w[1] - w[0] == 60_000), "{fired:?}");
-    let job = q.get(&format!("minutely:{}", fired[0])).await.unwrap();
+    let job = q.producer().get(&format!("minutely:{}", fired[0])).await.unwrap();
     assert_eq!(
         (job.run_at, job.state),
         (fired[0], State::Ready),
@@ -91,7 +91,7 @@ async fn two_firers_at_once_make_one_job_per_occurrence() {
     let q = Queue::connect(&s).await.unwrap();
     let config =
         serde_json::from_value(serde_json::json!({"cron": "* * * * * *", "topic": "both", "body": 1})).unwrap();
-    let since = q.put_schedule("both", &config, true).await.unwrap();
+    let since = q.admin().put_schedule("both", &config, true).await.unwrap();
     // Both believe they lead, as two timers do for a moment during a takeover.
     let stop = CancellationToken::new();
     let mut tasks = Vec::new();
@@ -121,10 +121,10 @@ async fn two_firers_at_once_make_one_job_per_occurrence() {
         fired.windows(2).all(|w| w[1] - w[0] == 1000),
         "every second, none twice: {fired:?}"
     );
-    let counts = q.counts().await.counts;
+    let counts = q.admin().counts().await.counts;
     let ready = counts.get("both").and_then(|c| c.get(&State::Ready)).copied();
     assert_eq!(ready, Some(fired.len() as i64), "one ready job per occurrence");
-    let mark = q.schedule("both").await.unwrap().unwrap().last_fired.unwrap();
+    let mark = q.timer().schedule("both").await.unwrap().unwrap().last_fired.unwrap();
     assert_eq!(mark, *fired.last().unwrap());
 }
 
@@ -133,27 +133,27 @@ async fn two_firers_at_once_make_one_job_per_occurrence() {
 async fn every_change_raises_the_schedules_version() {
     let redis = RedisServer::start();
     let q = Queue::connect(&settings(&redis)).await.unwrap();
-    assert_eq!(q.schedules_version().await.unwrap(), 0);
+    assert_eq!(q.timer().schedules_version().await.unwrap(), 0);
     let config: dq_core::schedule::ScheduleConfig =
         serde_json::from_value(serde_json::json!({"cron": "* * * * *", "topic": "v", "body": 1})).unwrap();
-    q.put_schedule("v", &config, false).await.unwrap();
-    assert_eq!(q.schedules_version().await.unwrap(), 1);
+    q.admin().put_schedule("v", &config, false).await.unwrap();
+    assert_eq!(q.timer().schedules_version().await.unwrap(), 1);
     let paused = dq_core::schedule::ScheduleConfig {
         paused: true,
         ..config.clone()
     };
-    q.put_schedule("v", &paused, false).await.unwrap();
-    q.schedules().await.unwrap();
+    q.admin().put_schedule("v", &paused, false).await.unwrap();
+    q.timer().schedules().await.unwrap();
     assert_eq!(
-        q.schedules_version().await.unwrap(),
+        q.timer().schedules_version().await.unwrap(),
         2,
         "a write counts, a read does not"
     );
-    q.delete_schedule("v").await.unwrap();
-    assert_eq!(q.schedules_version().await.unwrap(), 3);
-    assert!(q.delete_schedule("v").await.is_err());
+    q.admin().delete_schedule("v").await.unwrap();
+    assert_eq!(q.timer().schedules_version().await.unwrap(), 3);
+    assert!(q.admin().delete_schedule("v").await.is_err());
     assert_eq!(
-        q.schedules_version().await.unwrap(),
+        q.timer().schedules_version().await.unwrap(),
         3,
         "deleting nothing changes nothing"
     );

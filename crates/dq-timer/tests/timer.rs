@@ -35,7 +35,8 @@ impl Timer {
 }
 
 fn push(q: &Queue, json: serde_json::Value) -> dq_core::NewJob {
-    q.validate(serde_json::from_value::<PushRequest>(json).unwrap())
+    q.producer()
+        .validate(serde_json::from_value::<PushRequest>(json).unwrap())
         .unwrap()
 }
 
@@ -61,14 +62,14 @@ async fn several_timers_promote_every_job_exactly_once() {
             )
         })
         .collect();
-    for r in q.push_many(jobs).await {
+    for r in q.producer().push_many(jobs).await {
         r.unwrap();
     }
     let seen = std::sync::Mutex::new(HashSet::new());
     eventually(Duration::from_secs(60), "every job reserved", || async {
-        for r in q.reserve(&["x".into()], 100).await.unwrap() {
+        for r in q.reservations().reserve(&["x".into()], 100).await.unwrap() {
             assert!(seen.lock().unwrap().insert(r.id.clone()), "{} handed out twice", r.id);
-            q.ack(&r.id, &r.receipt).await.unwrap();
+            q.reservations().ack(&r.id, &r.receipt).await.unwrap();
         }
         seen.lock().unwrap().len() == n
     })
@@ -91,6 +92,7 @@ async fn rescheduling_earlier_wakes_a_sleeping_timer() {
     let s = settings(&redis);
     let q = Queue::connect(&s).await.unwrap();
     let p = q
+        .producer()
         .push(push(
             &q,
             serde_json::json!({"topic": "w", "body": 1, "delay_ms": 3_600_000}),
@@ -103,18 +105,19 @@ async fn rescheduling_earlier_wakes_a_sleeping_timer() {
         leases(&redis).len() == 256
     })
     .await;
-    q.reschedule(&p.id, Schedule::Delay(300)).await.unwrap();
+    q.producer().reschedule(&p.id, Schedule::Delay(300)).await.unwrap();
     eventually(Duration::from_secs(20), "the job is promoted", || async {
-        q.get(&p.id).await.unwrap().state == State::Ready
+        q.producer().get(&p.id).await.unwrap().state == State::Ready
     })
     .await;
     // A push due sooner than everything else wakes it as well.
     let p2 = q
+        .producer()
         .push(push(&q, serde_json::json!({"topic": "w", "body": 2, "delay_ms": 200})))
         .await
         .unwrap();
     eventually(Duration::from_secs(20), "the new job is promoted", || async {
-        q.get(&p2.id).await.unwrap().state == State::Ready
+        q.producer().get(&p2.id).await.unwrap().state == State::Ready
     })
     .await;
     timer.drain().await;
@@ -126,26 +129,27 @@ async fn expired_reservations_come_back_and_old_receipts_are_refused() {
     let s = settings(&redis);
     let q = Queue::connect(&s).await.unwrap();
     let timer = Timer::start(&s);
-    q.push(push(
-        &q,
-        serde_json::json!({"id": "ttr", "topic": "e", "body": 1, "ttr_ms": 100}),
-    ))
-    .await
-    .unwrap();
-    let first = q.reserve(&["e".into()], 1).await.unwrap().remove(0);
+    q.producer()
+        .push(push(
+            &q,
+            serde_json::json!({"id": "ttr", "topic": "e", "body": 1, "ttr_ms": 100}),
+        ))
+        .await
+        .unwrap();
+    let first = q.reservations().reserve(&["e".into()], 1).await.unwrap().remove(0);
     eventually(
         Duration::from_secs(20),
         "the reservation expires back to ready",
-        || async { q.get("ttr").await.unwrap().state == State::Ready },
+        || async { q.producer().get("ttr").await.unwrap().state == State::Ready },
     )
     .await;
     assert!(matches!(
-        q.ack("ttr", &first.receipt).await,
+        q.reservations().ack("ttr", &first.receipt).await,
         Err(dq_core::Error::StaleReceipt)
     ));
-    let second = q.reserve(&["e".into()], 1).await.unwrap().remove(0);
+    let second = q.reservations().reserve(&["e".into()], 1).await.unwrap().remove(0);
     assert_eq!(second.attempt, 2);
-    q.ack("ttr", &second.receipt).await.unwrap();
+    q.reservations().ack("ttr", &second.receipt).await.unwrap();
     timer.drain().await;
 }
 
@@ -195,17 +199,17 @@ async fn a_steady_heartbeat_writes_only_its_own_entry_and_a_lapsed_timer_is_take
             .parse()
             .unwrap()
     };
-    let first = q.balance("timer-a", 300, false).await.unwrap();
+    let first = q.timer().balance("timer-a", 300, false).await.unwrap();
     assert_eq!(first.partitions.len(), 256);
     let before = (leases(&redis), dirty());
-    let again = q.balance("timer-a", 300, false).await.unwrap();
+    let again = q.timer().balance("timer-a", 300, false).await.unwrap();
     assert_eq!(again.partitions, first.partitions);
     assert_eq!(leases(&redis), before.0, "the holders did not change");
     assert_eq!(dirty() - before.1, 1, "one write: the heartbeat's own entry");
 
     // timer-a stops beating; once its heartbeat lapsed, timer-b takes everything.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let b = q.balance("timer-b", 300, false).await.unwrap();
+    let b = q.timer().balance("timer-b", 300, false).await.unwrap();
     assert_eq!((b.timers, b.partitions.len()), (1, 256));
     assert!(leases(&redis).iter().all(|(_, id)| id == "timer-b"));
 }
@@ -233,22 +237,23 @@ async fn a_handoff_redis_refuses_does_not_hold_promotion_up() {
     s.redis.urls = vec![format!("redis://dq:pass@127.0.0.1:{}", redis.port())];
     let q = Queue::connect(&s).await.unwrap();
     let timer = Timer::start(&s);
-    let waiting = dq_core::queue::Waiting {
+    let waiting = dq_core::reservations::Waiting {
         topic: "t".into(),
         consumer: "C1".into(),
         slots: 5,
         least_ttr_ms: 1000,
     };
-    q.push(push(
-        &q,
-        serde_json::json!({"id": "a", "topic": "t", "body": 1, "delay_ms": 300}),
-    ))
-    .await
-    .unwrap();
+    q.producer()
+        .push(push(
+            &q,
+            serde_json::json!({"id": "a", "topic": "t", "body": 1, "delay_ms": 300}),
+        ))
+        .await
+        .unwrap();
     eventually(Duration::from_secs(30), "the job is promoted to ready", || async {
         // Said again and again, as a waiting worker does, so every promotion call carries it.
-        q.announce_waiting(&waiting).await.unwrap();
-        q.get("a").await.unwrap().state == State::Ready
+        q.reservations().announce_waiting(&waiting).await.unwrap();
+        q.producer().get("a").await.unwrap().state == State::Ready
     })
     .await;
     let refused: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut redis.conn()).unwrap();

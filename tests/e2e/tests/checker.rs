@@ -65,12 +65,13 @@ async fn dq_checker_audit_repairs_damage_and_prints_its_report() {
     // A job record in no structure (pushed, then taken out of its ready queue by hand), and an id
     // without a record.
     let q = common::queue(&[&redis]).await;
-    q.push(common::job(
-        &q,
-        serde_json::json!({"id": "lost", "topic": "audit", "body": 1}),
-    ))
-    .await
-    .unwrap();
+    q.producer()
+        .push(common::job(
+            &q,
+            serde_json::json!({"id": "lost", "topic": "audit", "body": 1}),
+        ))
+        .await
+        .unwrap();
     let ready_key = q.partition_keys(q.partitions().of_id("lost")).ready("audit");
     let _: () = redis::cmd("DEL").arg(&ready_key).query(&mut c).unwrap();
     let _: () = redis::cmd("ZADD")

@@ -196,10 +196,10 @@ async fn resharding_under_load_loses_nothing() {
                         .iter()
                         .map(|id| {
                             let job = json!({"id": id, "topic": "move", "body": 1, "ttr_ms": 10_000});
-                            q.validate(serde_json::from_value(job).unwrap()).unwrap()
+                            q.producer().validate(serde_json::from_value(job).unwrap()).unwrap()
                         })
                         .collect();
-                    let results = q.push_many(jobs).await;
+                    let results = q.producer().push_many(jobs).await;
                     pending = pending
                         .into_iter()
                         .zip(results)
@@ -223,7 +223,7 @@ async fn resharding_under_load_loses_nothing() {
         tokio::spawn(async move {
             let deadline = Instant::now() + Duration::from_secs(180);
             while seen.lock().unwrap().len() < n && Instant::now() < deadline {
-                let got = match q.reserve(&["move".to_string()], 100).await {
+                let got = match q.reservations().reserve(&["move".to_string()], 100).await {
                     Ok(got) => got,
                     Err(e) => {
                         eprintln!("reserve during resharding: {e}");
@@ -234,7 +234,7 @@ async fn resharding_under_load_loses_nothing() {
                     assert!(seen.lock().unwrap().insert(r.id.clone()), "{} handed out twice", r.id);
                     // An ack without an answer is sent again: done once, then refused as stale.
                     loop {
-                        match q.ack(&r.id, &r.receipt).await {
+                        match q.reservations().ack(&r.id, &r.receipt).await {
                             Ok(()) | Err(dq_core::Error::StaleReceipt) => break,
                             // Not sent, or sent and unanswered in time: either way, send it again.
                             Err(dq_core::Error::Unavailable { .. } | dq_core::Error::Indeterminate { .. }) => {
@@ -272,7 +272,10 @@ async fn resharding_under_load_loses_nothing() {
         .collect();
     let mut where_missing = Vec::new();
     for id in &missing {
-        where_missing.push(format!("{id}: {:?}", q.get(id).await.map(|j| (j.state, j.attempts))));
+        where_missing.push(format!(
+            "{id}: {:?}",
+            q.producer().get(id).await.map(|j| (j.state, j.attempts))
+        ));
     }
     assert!(
         missing.is_empty(),
@@ -280,9 +283,9 @@ async fn resharding_under_load_loses_nothing() {
     );
     let moved: i64 = redis::cmd("DBSIZE").query(&mut cluster.conn(new)).unwrap();
     assert!(moved > 0, "the new primary took partitions");
-    let audit = dq_core::audit::run(&q).await.unwrap();
+    let audit = q.checker().audit().await.unwrap();
     assert_eq!((audit.orphan_records, audit.dangling_ids), (0, 0), "{audit:?}");
-    let stats = q.stats().await;
+    let stats = q.admin().stats().await;
     assert!(stats.partitions_down.is_empty(), "{:?}", stats.partitions_down);
     let left: i64 = stats.counts.values().flat_map(|c| c.values()).sum();
     assert_eq!(left, 0, "the counts show no job left: {:?}", stats.counts);
@@ -298,17 +301,27 @@ async fn a_standalone_data_set_loads_into_a_cluster_and_every_job_is_delivered()
     let q = dq_core::Queue::connect(&s).await.unwrap();
     let jobs: Vec<_> = (0..500)
         .map(|i| {
-            q.validate(serde_json::from_value(json!({"topic": "grow", "body": i})).unwrap())
+            q.producer()
+                .validate(serde_json::from_value(json!({"topic": "grow", "body": i})).unwrap())
                 .unwrap()
         })
         .collect();
-    let ids: Vec<String> = q.push_many(jobs).await.into_iter().map(|r| r.unwrap().id).collect();
+    let ids: Vec<String> = q
+        .producer()
+        .push_many(jobs)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().id)
+        .collect();
     let later = q
+        .producer()
         .push(
-            q.validate(
-                serde_json::from_value(json!({"id": "later", "topic": "grow", "body": 1, "delay_ms": 600000})).unwrap(),
-            )
-            .unwrap(),
+            q.producer()
+                .validate(
+                    serde_json::from_value(json!({"id": "later", "topic": "grow", "body": 1, "delay_ms": 600000}))
+                        .unwrap(),
+                )
+                .unwrap(),
         )
         .await
         .unwrap();
@@ -330,12 +343,15 @@ async fn a_standalone_data_set_loads_into_a_cluster_and_every_job_is_delivered()
     s.redis.urls = cluster.urls();
     let q = dq_core::Queue::connect(&s).await.unwrap();
     assert_eq!(q.partitions().count(), 256, "the layout came along");
-    assert_eq!(q.get(&later.id).await.unwrap().state, dq_core::State::Delayed);
+    assert_eq!(
+        q.producer().get(&later.id).await.unwrap().state,
+        dq_core::State::Delayed
+    );
     let seen = Mutex::new(HashSet::new());
     eventually(Duration::from_secs(60), "every imported job delivered", || async {
-        for r in q.reserve(&["grow".to_string()], 100).await.unwrap() {
+        for r in q.reservations().reserve(&["grow".to_string()], 100).await.unwrap() {
             assert!(seen.lock().unwrap().insert(r.id.clone()));
-            q.ack(&r.id, &r.receipt).await.unwrap();
+            q.reservations().ack(&r.id, &r.receipt).await.unwrap();
         }
         seen.lock().unwrap().len() == ids.len()
     })

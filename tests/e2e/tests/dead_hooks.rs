@@ -101,8 +101,9 @@ async fn a_checker_killed_with_a_hook_unsent_loses_nothing() {
         "callback": {"url": "http://127.0.0.1:9/unused", "secret": SECRET, "on_dead_url": on_dead_url}
     }))
     .unwrap();
-    q.put_topic("orders", &config).await.unwrap();
+    q.admin().put_topic("orders", &config).await.unwrap();
     let id = q
+        .producer()
         .push(common::job(
             &q,
             json!({"topic": "orders", "body": 1, "max_attempts": 1}),
@@ -110,8 +111,11 @@ async fn a_checker_killed_with_a_hook_unsent_loses_nothing() {
         .await
         .unwrap()
         .id;
-    let r = q.reserve(&["orders".into()], 1).await.unwrap().remove(0);
-    q.nack(&r.id, &r.receipt, None, Some("gave up"), None).await.unwrap();
+    let r = q.reservations().reserve(&["orders".into()], 1).await.unwrap().remove(0);
+    q.reservations()
+        .nack(&r.id, &r.receipt, None, Some("gave up"), None)
+        .await
+        .unwrap();
 
     let mut checker = DqProcess::spawn("dq-checker", &checker_env(&redis), &[]);
     eventually(Duration::from_secs(30), "the hook queued and a try failed", || async {

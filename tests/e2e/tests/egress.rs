@@ -34,8 +34,9 @@ async fn register_and_push(q: &Queue, topic: &str, url: &str, checked: bool) -> 
     if checked {
         config.validate(&q.limits(), &q.egress().await).unwrap();
     }
-    q.put_topic(topic, &config).await.unwrap();
+    q.admin().put_topic(topic, &config).await.unwrap();
     let pushed = q
+        .producer()
         .push(job(q, json!({"topic": topic, "body": 1, "max_attempts": 1})))
         .await
         .unwrap();
@@ -45,10 +46,10 @@ async fn register_and_push(q: &Queue, topic: &str, url: &str, checked: bool) -> 
 /// The job's `last_error` once it is dead.
 async fn dead_with_error(q: &Queue, id: &str) -> String {
     eventually(Duration::from_secs(30), &format!("{id} dead"), || async {
-        q.get(id).await.unwrap().state == State::Dead
+        q.producer().get(id).await.unwrap().state == State::Dead
     })
     .await;
-    q.get(id).await.unwrap().last_error.unwrap_or_default()
+    q.producer().get(id).await.unwrap().last_error.unwrap_or_default()
 }
 
 // Multi-threaded: the target listeners must keep accepting while the test waits.

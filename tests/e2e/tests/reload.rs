@@ -118,11 +118,12 @@ async fn dq_consumer_applies_a_new_egress_policy_on_sighup() {
     let q = queue(&[&redis]).await;
     let (url, delivered) = hook(Duration::ZERO).await;
     let config: TopicConfig = serde_json::from_value(json!({"callback": {"url": url, "timeout_ms": 2000}})).unwrap();
-    q.put_topic("reload", &config).await.unwrap();
+    q.admin().put_topic("reload", &config).await.unwrap();
     let file = ConfigFile::new("[log]\nlevel = \"info\"\n");
     let (consumer, _) = start("dq-consumer", &redis, &file.path, &[]).await;
     let push = || async {
         let pushed = q
+            .producer()
             .push(job(&q, json!({"topic": "reload", "body": 1, "max_attempts": 1})))
             .await
             .unwrap();
@@ -130,7 +131,7 @@ async fn dq_consumer_applies_a_new_egress_policy_on_sighup() {
     };
     let first = push().await;
     eventually(Duration::from_secs(30), "the first job delivered", || async {
-        q.get(&first).await.is_ok_and(|j| j.state == State::Done)
+        q.producer().get(&first).await.is_ok_and(|j| j.state == State::Done)
     })
     .await;
     let before = delivered.load(std::sync::atomic::Ordering::SeqCst);
@@ -146,10 +147,10 @@ async fn dq_consumer_applies_a_new_egress_policy_on_sighup() {
     );
     let second = push().await;
     eventually(Duration::from_secs(30), "the second job dead", || async {
-        q.get(&second).await.is_ok_and(|j| j.state == State::Dead)
+        q.producer().get(&second).await.is_ok_and(|j| j.state == State::Dead)
     })
     .await;
-    let error = q.get(&second).await.unwrap().last_error.unwrap_or_default();
+    let error = q.producer().get(&second).await.unwrap().last_error.unwrap_or_default();
     assert!(error.contains("egress.deny 127.0.0.0/8"), "{error}");
     assert_eq!(
         delivered.load(std::sync::atomic::Ordering::SeqCst),
@@ -162,7 +163,7 @@ async fn dq_consumer_applies_a_new_egress_policy_on_sighup() {
     hang_up(&consumer, RELOADED, 2).await;
     let third = push().await;
     eventually(Duration::from_secs(30), "the third job delivered", || async {
-        q.get(&third).await.is_ok_and(|j| j.state == State::Done)
+        q.producer().get(&third).await.is_ok_and(|j| j.state == State::Done)
     })
     .await;
     terminates_cleanly(consumer);
@@ -185,7 +186,10 @@ async fn dq_checker_sends_alerts_to_the_new_webhook_after_sighup() {
         let q = q.clone();
         async move {
             for _ in 0..2 {
-                q.push(job(&q, json!({"topic": topic, "body": 1}))).await.unwrap();
+                q.producer()
+                    .push(job(&q, json!({"topic": topic, "body": 1})))
+                    .await
+                    .unwrap();
             }
         }
     };

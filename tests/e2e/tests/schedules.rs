@@ -47,7 +47,7 @@ async fn every_second_one_job_per_occurrence_across_a_kill() {
         "cron": "* * * * * *", "topic": "tick", "body": {"from": "schedule"}
     }))
     .unwrap();
-    q.put_schedule("every", &config, true).await.unwrap();
+    q.admin().put_schedule("every", &config, true).await.unwrap();
 
     eventually(Duration::from_secs(60), "5 occurrences fired", || async {
         occurrences(&redis, "every").len() >= 5
@@ -93,12 +93,12 @@ async fn every_second_one_job_per_occurrence_across_a_kill() {
     }
     // Each occurrence is one job, due at the occurrence, with the schedule's topic and body.
     for at in &seen {
-        let job = q.get(&format!("every:{at}")).await.unwrap();
+        let job = q.producer().get(&format!("every:{at}")).await.unwrap();
         assert_eq!((job.topic.as_str(), job.run_at), ("tick", *at));
         assert_eq!(job.body.get(), r#"{"from":"schedule"}"#);
         assert_eq!(job.state, State::Ready);
     }
-    let counts = q.counts().await.counts;
+    let counts = q.admin().counts().await.counts;
     let ready: i64 = counts
         .get("tick")
         .and_then(|c| c.get(&State::Ready))
@@ -121,13 +121,13 @@ async fn a_paused_schedule_fires_nothing_and_resumes_without_catch_up() {
         "cron": "* * * * * *", "topic": "tock", "body": 1
     }))
     .unwrap();
-    q.put_schedule("p", &config, true).await.unwrap();
+    q.admin().put_schedule("p", &config, true).await.unwrap();
     eventually(Duration::from_secs(60), "2 occurrences fired", || async {
         occurrences(&redis, "p").len() >= 2
     })
     .await;
     config.paused = true;
-    q.put_schedule("p", &config, false).await.unwrap();
+    q.admin().put_schedule("p", &config, false).await.unwrap();
     let paused_at = q.redis_now_ms().await.unwrap();
     // The firing timer reads the schedules every second; at most the occurrence in flight fires after.
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -137,7 +137,7 @@ async fn a_paused_schedule_fires_nothing_and_resumes_without_catch_up() {
         "nothing fires while paused: {while_paused:?} (paused at {paused_at})"
     );
     config.paused = false;
-    let resumed = q.put_schedule("p", &config, true).await.unwrap();
+    let resumed = q.admin().put_schedule("p", &config, true).await.unwrap();
     eventually(Duration::from_secs(60), "fires again after resume", || async {
         occurrences(&redis, "p").iter().any(|at| *at > resumed)
     })

@@ -29,7 +29,7 @@ async fn three_timer_processes_promote_each_job_once() {
             )
         })
         .collect();
-    for r in q.push_many(jobs).await {
+    for r in q.producer().push_many(jobs).await {
         r.unwrap();
     }
     drain_exactly(&q, "race", n, Duration::from_secs(120)).await;
@@ -67,7 +67,7 @@ async fn a_killed_timer_is_taken_over_and_nothing_is_lost() {
             )
         })
         .collect();
-    for r in q.push_many(jobs).await {
+    for r in q.producer().push_many(jobs).await {
         r.unwrap();
     }
     a.process.signal("KILL");
@@ -100,7 +100,7 @@ async fn timers_exit_0_on_sigterm_sigint_and_sigusr2_and_hand_over_at_once() {
         let jobs: Vec<_> = (0..500)
             .map(|i| job(&q, serde_json::json!({"topic": sig, "body": i, "delay_ms": i % 300})))
             .collect();
-        for r in q.push_many(jobs).await {
+        for r in q.producer().push_many(jobs).await {
             r.unwrap();
         }
         t.process.signal(sig);

@@ -1,4 +1,4 @@
-//! Hand-offs on dq-consumer's side (see `dq_core::queue::handoff`): a waiting worker tells the timers
+//! Hand-offs on dq-consumer's side (see `dq_core::reservations::handoff`): a waiting worker tells the timers
 //! so, and starts the jobs they hand it as it starts the jobs it reserves.
 
 use std::collections::VecDeque;
@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::Reservation;
-use dq_core::queue::Waiting;
+use dq_core::reservations::Waiting;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
@@ -36,7 +36,7 @@ impl Shared {
 /// Hands reserved jobs back to the ready queue at once, for another delivery.
 pub(super) async fn release_all(shared: Arc<Shared>, jobs: impl IntoIterator<Item = Reservation>) {
     for job in jobs {
-        match shared.queue.release(&job.id, &job.receipt).await {
+        match shared.queue.reservations().release(&job.id, &job.receipt).await {
             Ok(()) => tracing::debug!(id = %job.id, topic = %job.topic, "handed back a job handed to this process"),
             Err(e) => {
                 tracing::debug!(id = %job.id, cause = %e, "cannot hand back a handed job; it returns after its reservation")
@@ -46,7 +46,7 @@ pub(super) async fn release_all(shared: Arc<Shared>, jobs: impl IntoIterator<Ite
 }
 
 /// How often a waiting worker tells the timers again that it waits (they forget it after
-/// `dq_core::queue::handoff::WAITING_FOR_MS`).
+/// `dq_core::reservations::handoff::WAITING_FOR_MS`).
 const WAITING_EVERY: Duration = Duration::from_secs(1);
 
 /// The least time between two such messages of a worker, which it sends sooner than [`WAITING_EVERY`]
@@ -101,7 +101,7 @@ impl TopicWorker {
             least_ttr_ms,
         };
         tracing::debug!(topic = %self.topic, slots, "telling the timers this worker waits");
-        if let Err(e) = self.shared.queue.announce_waiting(&w).await {
+        if let Err(e) = self.shared.queue.reservations().announce_waiting(&w).await {
             tracing::debug!(topic = %self.topic, cause = %e, "cannot tell the timers this worker waits");
         }
     }
@@ -116,7 +116,7 @@ impl TopicWorker {
         limiter: &Arc<Limiter>,
         slots: &Arc<Semaphore>,
     ) {
-        self.shared.queue.count_reserved(&jobs);
+        self.shared.queue.reservations().count_reserved(&jobs);
         metrics::counter!("dq_consumer_handed_total", "topic" => self.topic.clone()).increment(jobs.len() as u64);
         let mut left: VecDeque<Reservation> = jobs.into();
         let cb = &plan.callback;

@@ -1,17 +1,12 @@
-//! The dashboard's activity counts in Redis: adding what this process counted, and reading minutes
-//! back (see [`crate::activity`]).
-
-use std::collections::HashMap;
+//! Adding what this process counted for the dashboard to Redis (see [`crate::activity`]); every process
+//! does it, so it is the queue's own, not a role's.
 
 use tokio_util::sync::CancellationToken;
 
 use super::Queue;
-use crate::activity::{Activity, FLUSH_EVERY, KEEP_SECS, MinuteActivity};
+use crate::activity::{Activity, FLUSH_EVERY, KEEP_SECS};
 use crate::error::{Error, Result};
 use crate::store::scripts;
-
-/// The most minutes one read returns: the minute hashes are kept about a day.
-pub const MAX_MINUTES: u32 = 24 * 60;
 
 impl Queue {
     /// What this process counted and has not yet added to Redis.
@@ -67,26 +62,5 @@ impl Queue {
                 }
             }
         })
-    }
-
-    /// The activity of the last `minutes` minutes (the current one included, by this machine's clock),
-    /// oldest first, one entry per minute (zeros where nothing was counted): one pipeline of HGETALL.
-    pub async fn activity(&self, minutes: u32) -> Result<Vec<MinuteActivity>> {
-        if minutes == 0 || minutes > MAX_MINUTES {
-            return Err(Error::Invalid(format!(
-                "minutes must be between 1 and {MAX_MINUTES}, not {minutes}"
-            )));
-        }
-        let now = crate::clock::unix_ms().div_euclid(60_000);
-        let first = now - i64::from(minutes) + 1;
-        let mut pipe = redis::pipe();
-        for m in first..=now {
-            pipe.cmd("HGETALL").arg(self.keys.activity(m));
-        }
-        let hashes: Vec<HashMap<String, i64>> = self.redis.pipe(&pipe).await.map_err(|e| Error::from_redis(None, e))?;
-        Ok((first..=now)
-            .zip(hashes)
-            .map(|(m, fields)| MinuteActivity::from_fields(m, &fields))
-            .collect())
     }
 }

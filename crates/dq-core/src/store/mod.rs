@@ -9,4 +9,5 @@ pub(crate) mod decode;
 pub mod keys;
 pub(crate) mod layout;
 pub mod partition;
+pub(crate) mod records;
 pub mod scripts;

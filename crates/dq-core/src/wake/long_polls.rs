@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::listen_handoffs;
 use crate::job::Reservation;
 use crate::queue::Queue;
-use crate::queue::handoff::Waiting;
+use crate::reservations::handoff::Waiting;
 
 /// How often the waiting long polls are compared with what the timers were told, and handed jobs
 /// nobody took are looked for.
@@ -42,7 +42,7 @@ pub fn serve_long_polls(queue: &Queue, shutdown: CancellationToken) -> JoinHandl
             for (topic, slots) in index.to_tell() {
                 tell(&queue, &process_id, topic, slots).await;
             }
-            hand_back(&queue, index.stale_handed(false)).await;
+            release_stale(&queue, index.stale_handed(false)).await;
         }
         for topic in index.untell_all() {
             tell(&queue, &process_id, topic, 0).await;
@@ -50,7 +50,7 @@ pub fn serve_long_polls(queue: &Queue, shutdown: CancellationToken) -> JoinHandl
         tokio::time::sleep(LAST_HANDOFFS).await;
         listening.cancel();
         let _ = listener.await;
-        hand_back(&queue, index.stale_handed(true)).await;
+        release_stale(&queue, index.stale_handed(true)).await;
     })
 }
 
@@ -62,13 +62,13 @@ async fn tell(queue: &Queue, process_id: &str, topic: String, slots: u32) {
         slots,
         least_ttr_ms: 0,
     };
-    if let Err(e) = queue.announce_waiting(&w).await {
+    if let Err(e) = queue.reservations().announce_waiting(&w).await {
         tracing::debug!(topic = %w.topic, cause = %e, "cannot tell the timers that long polls wait");
     }
 }
 
 /// Hands jobs back to the ready queue, for another reserve.
-async fn hand_back(queue: &Queue, jobs: Vec<Reservation>) {
+async fn release_stale(queue: &Queue, jobs: Vec<Reservation>) {
     metrics::counter!("dq_long_polls_handed_back_total").increment(jobs.len() as u64);
-    queue.release_all(jobs).await;
+    queue.reservations().release_all(jobs).await;
 }

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use dq_core::activity::{LATENESS_BOUNDS_MS, MinuteActivity};
-use dq_core::queue::NodeStats;
+use dq_core::admin::NodeStats;
 use maud::{Markup, html};
 
 use crate::AppState;
@@ -63,8 +63,8 @@ impl DashboardQuery {
 /// (one `INFO memory` per primary, side by side with the activity read).
 pub async fn section(app: &AppState, hours: u32) -> Markup {
     let (activity, nodes) = tokio::join!(
-        app.queue.activity(hours * 60),
-        app.queue.node_memory(Duration::from_millis(1000))
+        app.queue.admin().activity(hours * 60),
+        app.queue.admin().node_memory(Duration::from_millis(1000))
     );
     html! {
         h2 { "Activity" }
@@ -277,7 +277,7 @@ fn runs(points: &[Point], pick: usize) -> Vec<Vec<(usize, u64)>> {
 fn redis(app: &AppState, nodes: &[NodeStats]) -> Markup {
     html! {
         h2 { "Redis" }
-        p { (format!("{:?}", app.queue.redis().mode()).to_lowercase()) ", " (app.queue.partitions().count()) " partitions" }
+        p { (format!("{:?}", app.queue.mode()).to_lowercase()) ", " (app.queue.partitions().count()) " partitions" }
         table id="redis-nodes" {
             tr { th { "primary" } th { "state" } th { "round trip" } th { "memory used" } th { "maxmemory" } th { "used of max" } }
             @for s in nodes {

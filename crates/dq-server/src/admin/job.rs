@@ -32,7 +32,7 @@ pub async fn find(query: Result<Query<Find>, axum::extract::rejection::QueryReje
 /// `GET /admin/jobs/{id}`.
 pub async fn job(State(app): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
     validate_id(&id)?;
-    let job = app.queue.get(&id).await?;
+    let job = app.queue.producer().get(&id).await?;
     caller.allow(Scope::Admin, &job.topic)?;
     let body = serde_json::from_str::<serde_json::Value>(job.body.get())
         .and_then(|v| serde_json::to_string_pretty(&v))

@@ -24,7 +24,7 @@ pub async fn overview(
     // Side by side: each is a round of calls to Redis.
     let (dashboard, registry, counts, schedules) = tokio::join!(
         dashboard::section(&app, hours),
-        app.queue.topics(),
+        app.queue.admin().topics(),
         counts(&app),
         schedules_section(&app, &caller)
     );
@@ -82,7 +82,7 @@ pub async fn overview(
 /// The overview's schedules: name, cron, zone, topic, next fire, last fired, paused, with pause and
 /// resume buttons. Times are UTC.
 async fn schedules_section(app: &AppState, caller: &Caller) -> Markup {
-    let listed = match (app.queue.schedules().await, app.queue.redis_now_ms().await) {
+    let listed = match (app.queue.admin().schedules().await, app.queue.redis_now_ms().await) {
         (Ok(all), Ok(now)) => Ok((all, now)),
         (Err(e), _) | (_, Err(e)) => Err(e),
     };

@@ -55,7 +55,7 @@ pub async fn topic(
         })?),
     };
     let (offset, _) = paging(q.offset, None, PAGE)?;
-    let config = app.queue.topics().await?.remove(&topic);
+    let config = app.queue.admin().topics().await?.remove(&topic);
     let counts = counts(&app).await.remove(&topic).unwrap_or_default();
     // Without a choice, the first state that has jobs, in the order of a job's life from ready on.
     let state = asked.unwrap_or_else(|| {
@@ -64,7 +64,7 @@ pub async fn topic(
             .find(|s| counts.get(s.as_str()).is_some_and(|n| *n > 0))
             .unwrap_or(JobState::Ready)
     });
-    let listed = app.queue.browse(&topic, state, offset, PAGE).await?;
+    let listed = app.queue.admin().browse(&topic, state, offset, PAGE).await?;
     let filter = q.q.as_deref().filter(|s| !s.is_empty());
     let jobs: Vec<_> = listed
         .jobs

@@ -128,7 +128,7 @@ impl Counters {
 
     /// Every server's counts: what was written, plus this server's unwritten counts.
     pub async fn totals(&self, queue: &Queue) -> HashMap<String, i64> {
-        let written = queue.bs_hash(&queue.keys().bs_stats()).await.unwrap_or_default();
+        let written = queue.beanstalkd().written_counters().await.unwrap_or_default();
         let mut totals: HashMap<String, i64> = written.into_iter().map(|(k, v)| (k, v.parse().unwrap_or(0))).collect();
         for (k, v) in self.unwritten.lock().expect("not poisoned").iter() {
             *totals.entry(k.clone()).or_default() += v;
@@ -139,13 +139,10 @@ impl Counters {
     /// Every server's gauges summed: this one's as they are, the others' as they last wrote them.
     pub async fn all_gauges(&self, queue: &Queue) -> Gauges {
         let mut sum = self.gauges.lock().expect("not poisoned").clone();
-        let keys = queue.keys();
-        let now = dq_core::clock::unix_ms();
-        let mut cmd = redis::cmd("ZRANGE");
-        cmd.arg(keys.bs_servers()).arg(now).arg("+inf").arg("BYSCORE");
-        let servers: Vec<String> = queue.bs_query(&cmd).await.unwrap_or_default();
+        let bs = queue.beanstalkd();
+        let servers = bs.live_servers(dq_core::clock::unix_ms()).await.unwrap_or_default();
         for id in servers.iter().filter(|id| **id != self.server_id) {
-            let Ok(fields) = queue.bs_hash(&keys.bs_server(id)).await else {
+            let Ok(fields) = bs.server_gauges(id).await else {
                 continue;
             };
             for (k, v) in fields {
@@ -190,19 +187,9 @@ impl Counters {
 
     /// One write (see the module's doc); on failure the counts wait for the next.
     async fn write(&self, queue: &Queue, last: bool) {
-        let keys = queue.keys();
         let counts: HashMap<String, i64> = std::mem::take(&mut *self.unwritten.lock().expect("not poisoned"));
         let gauges = self.gauges.lock().expect("not poisoned").clone();
-        let own = keys.bs_server(&self.server_id);
-        let now = dq_core::clock::unix_ms();
-        let mut pipe = redis::pipe();
-        for (field, n) in &counts {
-            pipe.cmd("HINCRBY").arg(keys.bs_stats()).arg(field).arg(n).ignore();
-        }
-        pipe.cmd("DEL").arg(&own).ignore();
-        if last {
-            pipe.cmd("ZREM").arg(keys.bs_servers()).arg(&self.server_id).ignore();
-        } else {
+        let fields = (!last).then(|| {
             let mut fields: Vec<(String, i64)> = vec![
                 ("connections".into(), gauges.connections),
                 ("producers".into(), gauges.producers),
@@ -217,20 +204,14 @@ impl Counters {
                     }
                 }
             }
-            pipe.cmd("HSET").arg(&own).arg(fields).ignore();
-            pipe.cmd("PEXPIRE").arg(&own).arg(GAUGES_TTL_MS).ignore();
-            pipe.cmd("ZADD")
-                .arg(keys.bs_servers())
-                .arg(now + GAUGES_TTL_MS)
-                .arg(&self.server_id)
-                .ignore();
-            pipe.cmd("ZREMRANGEBYSCORE")
-                .arg(keys.bs_servers())
-                .arg("-inf")
-                .arg(now)
-                .ignore();
-        }
-        if let Err(e) = queue.redis().pipe::<()>(&pipe).await {
+            fields
+        });
+        let now = dq_core::clock::unix_ms();
+        let written = queue
+            .beanstalkd()
+            .write_counters(&self.server_id, &counts, fields, now, GAUGES_TTL_MS)
+            .await;
+        if let Err(e) = written {
             tracing::warn!(error = %e, "could not write the beanstalkd protocol's counters; trying again in a second");
             let mut unwritten = self.unwritten.lock().expect("not poisoned");
             for (k, v) in counts {

@@ -15,7 +15,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dq_core::queue::ReserveOptions;
+use dq_core::reservations::ReserveOptions;
 use dq_core::{Queue, Reservation};
 use tokio::sync::{Notify, oneshot};
 
@@ -90,7 +90,10 @@ impl Dispatcher {
                 continue;
             }
             // In line for wake-ups before looking, so one sent while the call runs is not missed.
-            let mut wake = queue.ready_index().waiter(&topics, waiting.min(MOST_PER_CALL) as u32);
+            let mut wake = queue
+                .reservations()
+                .ready_index()
+                .waiter(&topics, waiting.min(MOST_PER_CALL) as u32);
             let options = ReserveOptions {
                 least_ttr_ms: None,
                 waits: true,
@@ -104,7 +107,11 @@ impl Dispatcher {
                     continue;
                 }
             };
-            match queue.reserve_with(&ordered, waiting.min(MOST_PER_CALL), options).await {
+            match queue
+                .reservations()
+                .reserve_with(&ordered, waiting.min(MOST_PER_CALL), options)
+                .await
+            {
                 Ok(jobs) if !jobs.is_empty() => {
                     for job in jobs {
                         self.hand_out(&queue, &line, job).await;
@@ -137,7 +144,7 @@ impl Dispatcher {
                 Err(back) => job = back,
             }
         }
-        if let Err(e) = queue.release(&job.id, &job.receipt).await {
+        if let Err(e) = queue.reservations().release(&job.id, &job.receipt).await {
             tracing::warn!(error = %e, id = %job.id, "could not hand back a job nobody waited for; dq-timer will at its TTR");
         }
     }

@@ -24,8 +24,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use dq_core::admin::topics::TopicCache;
 use dq_core::beanstalkd::{home_partition, is_made_topic, topic_of_tube};
-use dq_core::registry::TopicCache;
 use dq_core::{Queue, Result};
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -73,9 +73,7 @@ impl Shared {
         let (topic, made) = topic_of_tube(&name);
         let home = home_partition(&topic, self.queue.partitions().count());
         if made && !self.names.read().expect("not poisoned").contains_key(&topic) {
-            let mut cmd = redis::cmd("HSET");
-            cmd.arg(self.queue.keys().bs_tubes()).arg(&topic).arg(&name);
-            self.queue.bs_query::<()>(&cmd).await?;
+            self.queue.beanstalkd().store_tube_name(&topic, &name).await?;
             self.names
                 .write()
                 .expect("not poisoned")
@@ -92,9 +90,7 @@ impl Shared {
         if let Some(name) = self.names.read().expect("not poisoned").get(topic) {
             return Ok(name.clone());
         }
-        let mut cmd = redis::cmd("HGET");
-        cmd.arg(self.queue.keys().bs_tubes()).arg(topic);
-        let name: Option<String> = self.queue.bs_query(&cmd).await?;
+        let name = self.queue.beanstalkd().stored_tube_name(topic).await?;
         let name = name.unwrap_or_else(|| topic.to_string());
         self.names
             .write()
@@ -106,7 +102,7 @@ impl Shared {
     /// The jobs' counts and every server's gauges now, read once for a command that looks at tubes.
     pub async fn tubes_now(&self) -> TubesNow {
         TubesNow {
-            counts: self.queue.counts().await.counts,
+            counts: self.queue.admin().counts().await.counts,
             gauges: self.counters.all_gauges(&self.queue).await,
             registered: self.topics.snapshot().keys().cloned().collect(),
         }
@@ -115,11 +111,7 @@ impl Shared {
     /// `pause-tube`: reserves over the protocol leave `topic` alone for `secs` seconds.
     pub async fn pause(&self, topic: &str, secs: u32) -> Result<()> {
         let until = self.queue.redis_now_ms().await? + secs as i64 * 1000;
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(self.queue.keys().bs_paused())
-            .arg(topic)
-            .arg(format!("{until} {secs}"));
-        self.queue.bs_query::<()>(&cmd).await?;
+        self.queue.beanstalkd().pause(topic, until, secs).await?;
         self.paused
             .write()
             .expect("not poisoned")
@@ -129,7 +121,7 @@ impl Shared {
 
     /// Reads the paused tubes (once a second), dropping pauses long over.
     async fn read_pauses(&self) {
-        let Ok(stored) = self.queue.bs_hash(&self.queue.keys().bs_paused()).await else {
+        let Ok(stored) = self.queue.beanstalkd().pauses().await else {
             return;
         };
         let now = dq_core::clock::unix_ms();
@@ -138,9 +130,7 @@ impl Shared {
             let mut parts = v.split(' ').map(|x| x.parse::<i64>().unwrap_or(0));
             let (until, secs) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
             if until + 60_000 < now {
-                let mut cmd = redis::cmd("HDEL");
-                cmd.arg(self.queue.keys().bs_paused()).arg(&topic);
-                let _ = self.queue.bs_query::<()>(&cmd).await;
+                let _ = self.queue.beanstalkd().forget_pause(&topic).await;
                 continue;
             }
             map.insert(topic, (until, secs.max(0) as u64));

@@ -41,7 +41,7 @@ impl Numbers {
         let block = state.blocks.entry(p).or_insert((1, 0));
         block.0 = block.0.max(least);
         if block.0 > block.1 {
-            let last = queue.bs_take_numbers(p, BLOCK, least).await?;
+            let last = queue.beanstalkd().bs_take_numbers(p, BLOCK, least).await?;
             *block = (last - BLOCK + 1, last);
         }
         let k = block.0;

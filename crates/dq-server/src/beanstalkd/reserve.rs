@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use dq_core::beanstalkd::home_partition;
-use dq_core::queue::ReserveOptions;
-use dq_core::{Error, Reservation, State};
+use dq_core::reservations::ReserveOptions;
+use dq_core::{Reservation, State};
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
@@ -82,7 +82,7 @@ impl Session {
                         Ok(sorted) => sorted,
                         Err(e) => break Next::Reply(internal(e)),
                     };
-                    match shared.queue.reserve_with(&topics, 1, options).await {
+                    match shared.queue.reservations().reserve_with(&topics, 1, options).await {
                         Ok(mut jobs) => {
                             if let Some(job) = jobs.pop() {
                                 break self.reserved(job).await;
@@ -132,7 +132,7 @@ impl Session {
             if gone {
                 // The client went away: it takes no job.
                 if let Some(job) = sent {
-                    let _ = shared.queue.release(&job.id, &job.receipt).await;
+                    let _ = shared.queue.reservations().release(&job.id, &job.receipt).await;
                 }
                 break Next::Close;
             }
@@ -155,12 +155,12 @@ impl Session {
 
     /// Keeps a reservation and answers `RESERVED`.
     pub(super) async fn reserved(&mut self, job: Reservation) -> Next {
-        let n = match self.shared.queue.bs_number(&job.id).await {
+        let n = match self.shared.queue.beanstalkd().bs_number(&job.id).await {
             Ok(Some(n)) => n,
             Ok(None) => return Next::Reply(reply::INTERNAL_ERROR.to_vec()),
             Err(e) => {
                 // Not shown to the client, so handed back at once.
-                let _ = self.shared.queue.release(&job.id, &job.receipt).await;
+                let _ = self.shared.queue.reservations().release(&job.id, &job.receipt).await;
                 return Next::Reply(internal(e));
             }
         };
@@ -181,13 +181,13 @@ impl Session {
 
     /// `reserve-job <id>`.
     pub(super) async fn reserve_job(&mut self, n: u64) -> dq_core::Result<Vec<u8>> {
-        let Some(job) = self.shared.queue.bs_find(n).await? else {
+        let Some(job) = self.shared.queue.beanstalkd().bs_find(n).await? else {
             return Ok(reply::NOT_FOUND.to_vec());
         };
         if job.state == State::Reserved {
             return Ok(reply::NOT_FOUND.to_vec());
         }
-        let Some(reservation) = self.shared.queue.bs_take(&job.id).await? else {
+        let Some(reservation) = self.shared.queue.beanstalkd().bs_take(&job.id).await? else {
             return Ok(reply::NOT_FOUND.to_vec());
         };
         if !self.worker {
@@ -215,13 +215,7 @@ pub async fn best_first(queue: &dq_core::Queue, topics: Vec<String>) -> dq_core:
     let count = queue.partitions().count();
     let heads = topics.iter().map(|t| async move {
         let p = home_partition(t, count);
-        let mut cmd = redis::cmd("ZRANGE");
-        cmd.arg(queue.partition_keys(p).ready(t))
-            .arg(0)
-            .arg(0)
-            .arg("WITHSCORES");
-        let head: Vec<(String, f64)> = queue.query(p, &cmd).await?;
-        Ok::<_, Error>(head.into_iter().next().map(|(id, score)| (score, id)))
+        queue.beanstalkd().ready_head(p, t).await
     });
     let heads = futures_util::future::try_join_all(heads).await?;
     let mut ranked: Vec<(Option<(f64, String)>, String)> = heads.into_iter().zip(topics).collect();

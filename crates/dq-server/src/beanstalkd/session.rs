@@ -12,8 +12,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use dq_core::beanstalkd::Released;
 use dq_core::beanstalkd::{home_partition, id_of_number};
-use dq_core::queue::beanstalkd::Released;
 use dq_core::{Error, NewJob, Schedule, State};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::time::Instant;
@@ -187,7 +187,7 @@ impl Session {
                 backoff_ms: None,
                 priority: Some(line.priority),
             };
-            match queue.push(job).await {
+            match queue.producer().push(job).await {
                 Ok(_) => {
                     self.shared.counters.count(format!("{topic}:total-jobs"));
                     return format!("INSERTED {n}\r\n").into_bytes();
@@ -213,7 +213,7 @@ impl Session {
     async fn delete(&mut self, n: u64) -> dq_core::Result<Vec<u8>> {
         let queue = self.shared.queue.clone();
         if let Some(h) = self.held.remove(&n).filter(|h| h.deadline > Instant::now()) {
-            return Ok(match queue.ack(&h.id, &h.receipt).await {
+            return Ok(match queue.reservations().ack(&h.id, &h.receipt).await {
                 Ok(()) => {
                     self.shared.counters.count(format!("{}:cmd-delete", h.topic));
                     reply::DELETED.to_vec()
@@ -222,13 +222,13 @@ impl Session {
                 Err(e) => return Err(e),
             });
         }
-        let Some(job) = queue.bs_find(n).await? else {
+        let Some(job) = queue.beanstalkd().bs_find(n).await? else {
             return Ok(reply::NOT_FOUND.to_vec());
         };
         if job.state == State::Reserved {
             return Ok(reply::NOT_FOUND.to_vec());
         }
-        Ok(match queue.delete(&job.id).await {
+        Ok(match queue.producer().cancel(&job.id).await {
             Ok(()) => {
                 self.shared.counters.count(format!("{}:cmd-delete", job.topic));
                 reply::DELETED.to_vec()
@@ -247,7 +247,13 @@ impl Session {
         self.held.remove(&n);
         let delay_ms = delay.map(|d| d as u64 * 1000);
         Ok(
-            match self.shared.queue.bs_release(&id, &receipt, priority, delay_ms).await? {
+            match self
+                .shared
+                .queue
+                .beanstalkd()
+                .bs_release(&id, &receipt, priority, delay_ms)
+                .await?
+            {
                 Released::Now(State::Dead) => reply::BURIED.to_vec(),
                 Released::Now(_) => reply::RELEASED.to_vec(),
                 Released::Gone | Released::Stale => reply::NOT_FOUND.to_vec(),
@@ -261,7 +267,7 @@ impl Session {
             return Ok(reply::NOT_FOUND.to_vec());
         };
         let (id, receipt) = (h.id.clone(), h.receipt.clone());
-        match self.shared.queue.touch(&id, &receipt, None).await {
+        match self.shared.queue.reservations().touch(&id, &receipt, None).await {
             Ok(deadline) => {
                 if let Some(h) = self.held.get_mut(&n) {
                     h.deadline = local_deadline(deadline);
@@ -313,7 +319,7 @@ impl Session {
     /// The connection ends: what it holds goes back to ready at once, and its gauges go.
     pub async fn close(mut self) {
         for (_, h) in self.held.drain() {
-            if let Err(e) = self.shared.queue.release(&h.id, &h.receipt).await
+            if let Err(e) = self.shared.queue.reservations().release(&h.id, &h.receipt).await
                 && !matches!(e, Error::StaleReceipt | Error::NotFound(_))
             {
                 tracing::warn!(error = %e, id = %h.id, "could not hand back a closed connection's job; dq-timer will at its TTR");

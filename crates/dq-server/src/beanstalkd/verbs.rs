@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use dq_core::queue::beanstalkd::BsJob;
+use dq_core::beanstalkd::BsJob;
 use dq_core::{Job, State};
 
 use super::command::Command;
@@ -48,7 +48,7 @@ impl Session {
         let queue = self.shared.queue.clone();
         let topic = self.used.topic.clone();
         match command {
-            Command::Peek(n) => Ok(match queue.bs_find(n).await? {
+            Command::Peek(n) => Ok(match queue.beanstalkd().bs_find(n).await? {
                 Some(job) => found(n, &job.body),
                 None => reply::NOT_FOUND.to_vec(),
             }),
@@ -57,26 +57,33 @@ impl Session {
             Command::PeekBuried => self.peek_first(&topic, State::Dead).await,
             Command::Kick(bound) => {
                 let mut kicked = 0u32;
-                let buried = queue.dead(&topic, 0, bound as usize).await?;
+                let buried = queue.admin().dead(&topic, 0, bound as usize).await?;
                 let jobs: Vec<Job> = if buried.total > 0 {
                     buried.jobs
                 } else {
-                    queue.browse(&topic, State::Delayed, 0, bound as usize).await?.jobs
+                    queue
+                        .admin()
+                        .browse(&topic, State::Delayed, 0, bound as usize)
+                        .await?
+                        .jobs
                 };
                 for job in jobs {
-                    if queue.bs_kick(&job.id).await? {
+                    if queue.beanstalkd().bs_kick(&job.id).await? {
                         kicked += 1;
                     }
                 }
                 Ok(format!("KICKED {kicked}\r\n").into_bytes())
             }
-            Command::KickJob(n) => Ok(match queue.bs_find(n).await? {
-                Some(job) if matches!(job.state, State::Dead | State::Delayed) && queue.bs_kick(&job.id).await? => {
+            Command::KickJob(n) => Ok(match queue.beanstalkd().bs_find(n).await? {
+                Some(job)
+                    if matches!(job.state, State::Dead | State::Delayed)
+                        && queue.beanstalkd().bs_kick(&job.id).await? =>
+                {
                     reply::KICKED.to_vec()
                 }
                 _ => reply::NOT_FOUND.to_vec(),
             }),
-            Command::StatsJob(n) => match queue.bs_find(n).await? {
+            Command::StatsJob(n) => match queue.beanstalkd().bs_find(n).await? {
                 Some(job) => {
                     let tube = self.shared.tube_name(&job.topic).await?;
                     Ok(reply::with_body(
@@ -161,11 +168,11 @@ impl Session {
     /// `peek-ready`, `peek-delayed`, `peek-buried`: the first job of the used tube in `state`.
     async fn peek_first(&self, topic: &str, state: State) -> dq_core::Result<Vec<u8>> {
         let queue = &self.shared.queue;
-        let page = queue.browse(topic, state, 0, 1).await?;
+        let page = queue.admin().browse(topic, state, 0, 1).await?;
         let Some(job) = page.jobs.into_iter().next() else {
             return Ok(reply::NOT_FOUND.to_vec());
         };
-        Ok(match queue.bs_number(&job.id).await? {
+        Ok(match queue.beanstalkd().bs_number(&job.id).await? {
             Some(n) => found(n, job.body.get()),
             None => reply::NOT_FOUND.to_vec(),
         })
@@ -177,18 +184,7 @@ impl Session {
             return Ok(0);
         }
         let queue = &self.shared.queue;
-        let reads = queue.partitions().all().map(|p| async move {
-            let mut cmd = redis::cmd("ZCOUNT");
-            cmd.arg(queue.partition_keys(p).ready(topic))
-                .arg("-inf")
-                .arg(URGENT - 1);
-            queue.query::<u64>(p, &cmd).await
-        });
-        let mut n = 0;
-        for r in futures_util::future::join_all(reads).await {
-            n += r?;
-        }
-        Ok(n)
+        queue.beanstalkd().ready_below(topic, u64::from(URGENT)).await
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use dq_core::State;
-use dq_core::queue::beanstalkd::BsJob;
+use dq_core::beanstalkd::BsJob;
 
 use super::counters::Gauges;
 use super::verbs::state_name;

@@ -140,7 +140,7 @@ pub async fn queue(redis: &[&RedisServer]) -> dq_core::Queue {
 }
 
 pub fn job(q: &dq_core::Queue, json: serde_json::Value) -> dq_core::NewJob {
-    q.validate(serde_json::from_value(json).unwrap()).unwrap()
+    q.producer().validate(serde_json::from_value(json).unwrap()).unwrap()
 }
 
 /// Reserves and acks everything ready on `topic` until `n` distinct jobs were seen (or the deadline).
@@ -148,9 +148,9 @@ pub fn job(q: &dq_core::Queue, json: serde_json::Value) -> dq_core::NewJob {
 pub async fn drain_exactly(q: &dq_core::Queue, topic: &str, n: usize, timeout: Duration) {
     let seen = std::sync::Mutex::new(std::collections::HashSet::new());
     eventually(timeout, &format!("{n} distinct jobs of {topic}"), || async {
-        for r in q.reserve(&[topic.to_string()], 100).await.unwrap() {
+        for r in q.reservations().reserve(&[topic.to_string()], 100).await.unwrap() {
             assert!(seen.lock().unwrap().insert(r.id.clone()), "{} handed out twice", r.id);
-            q.ack(&r.id, &r.receipt).await.unwrap();
+            q.reservations().ack(&r.id, &r.receipt).await.unwrap();
         }
         seen.lock().unwrap().len() >= n
     })

@@ -82,9 +82,9 @@ script!(
     record + publish + "push.lua"
 );
 script!(
-    /// Remove a job from any state.
-    DELETE,
-    record + "delete.lua"
+    /// Cancel a job: remove it from any state.
+    CANCEL,
+    record + "cancel.lua"
 );
 script!(
     /// Give a delayed or ready job a new due time.
@@ -134,8 +134,8 @@ script!(
 );
 script!(
     /// Delete dead jobs.
-    PURGE,
-    record + "purge.lua"
+    DEAD_DELETE,
+    record + "dead_delete.lua"
 );
 script!(
     /// Hand a reservation back unfinished (drain).
@@ -253,7 +253,7 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
     [
         &GET,
         PUSH.get(sharded),
-        &DELETE,
+        &CANCEL,
         RESCHEDULE.get(sharded),
         RESERVE.get(sharded),
         &ACK,
@@ -263,7 +263,7 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
         EXPIRE.get(sharded),
         &TOPIC_SET,
         REQUEUE.get(sharded),
-        &PURGE,
+        &DEAD_DELETE,
         RELEASE.get(sharded),
         REPAIR_RECORD.get(sharded),
         &REPAIR_MEMBER,

@@ -1,4 +1,4 @@
--- delete.lua: remove a job from whatever structure holds it, and its record.
+-- cancel.lua: remove a job from whatever structure holds it, and its record.
 --
 -- KEYS[1]: job record (<prefix>:job:<id>)
 -- KEYS[2]: the partition's delay set (<prefix>:delayed)

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use redis::Value;
 
+use super::Checker;
 use crate::error::{Error, Result};
-use crate::queue::Queue;
+use crate::shared::Core;
 use crate::store::scripts;
 
 /// What one audit found (and repaired).
@@ -26,9 +27,16 @@ pub struct AuditReport {
 
 const BATCH: usize = 1000;
 
-/// Audits every partition and repairs what it finds; a partition that fails is skipped (and logged), the
-/// others are still audited. Fails only when no partition could be audited.
-pub async fn run(queue: &Queue) -> Result<AuditReport> {
+impl Checker {
+    /// Audits every partition and repairs what it finds; a partition that fails is skipped (and logged),
+    /// the others are still audited. Fails only when no partition could be audited.
+    pub async fn audit(&self) -> Result<AuditReport> {
+        run(&self.0).await
+    }
+}
+
+/// See [`Checker::audit`].
+async fn run(queue: &Core) -> Result<AuditReport> {
     let scan = |what: &'static str| {
         let pattern = format!("{}:{{*}}:{what}:*", queue.keys().prefix());
         async move {
@@ -79,13 +87,13 @@ pub async fn run(queue: &Queue) -> Result<AuditReport> {
 }
 
 /// The partition a key belongs to, from its hash tag.
-fn partition_of_key(queue: &Queue, key: &str) -> Option<u16> {
+fn partition_of_key(queue: &Core, key: &str) -> Option<u16> {
     let open = key.find('{')?;
     let close = open + key[open..].find('}')?;
     queue.partitions().of_tag(&key[open + 1..close])
 }
 
-async fn audit_records(queue: &Queue, p: u16, records: &[String], report: &mut AuditReport) -> Result<()> {
+async fn audit_records(queue: &Core, p: u16, records: &[String], report: &mut AuditReport) -> Result<()> {
     let keys = queue.partition_keys(p);
     let job_prefix = keys.job("");
     for chunk in records.chunks(BATCH) {
@@ -138,7 +146,7 @@ async fn audit_records(queue: &Queue, p: u16, records: &[String], report: &mut A
     Ok(())
 }
 
-async fn audit_structures(queue: &Queue, p: u16, structures: &[String], report: &mut AuditReport) -> Result<()> {
+async fn audit_structures(queue: &Core, p: u16, structures: &[String], report: &mut AuditReport) -> Result<()> {
     let keys = queue.partition_keys(p);
     for structure in structures {
         let mut cursor: u64 = 0;

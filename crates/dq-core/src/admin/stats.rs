@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::Queue;
+use super::Admin;
 use crate::job::State;
 use crate::store::connection::Node;
 
@@ -55,7 +55,7 @@ impl Stats {
     }
 }
 
-impl Queue {
+impl Admin {
     /// Counts of every partition (side by side) and the health of every primary.
     pub async fn stats(&self) -> Stats {
         let mut stats = self.counts().await;
@@ -116,23 +116,13 @@ impl Queue {
         }
     }
 
-    /// Removes the counts fields of partition `p` among `fields` that are still 0. Returns how many went.
-    pub async fn prune_zero_counts(&self, p: u16, fields: &[String]) -> crate::error::Result<u64> {
-        let mut inv = crate::store::scripts::COUNTS_PRUNE.prepare_invoke();
-        inv.key(self.partition_keys(p).counts());
-        for f in fields {
-            inv.arg(f);
-        }
-        self.write(p, &inv).await
-    }
-
     /// PINGs every primary, side by side.
     pub async fn node_health(&self, timeout: Duration) -> Vec<NodeStats> {
         self.ping_nodes(self.primaries().await, timeout).await
     }
 
     /// PINGs `nodes`, side by side.
-    async fn ping_nodes(&self, nodes: Vec<Node>, timeout: Duration) -> Vec<NodeStats> {
+    pub(crate) async fn ping_nodes(&self, nodes: Vec<Node>, timeout: Duration) -> Vec<NodeStats> {
         let pings = nodes.into_iter().map(|node| async move {
             let latency = self.redis.ping(&node, timeout).await.ok();
             NodeStats {
@@ -168,36 +158,6 @@ impl Queue {
             }
         });
         futures_util::future::join_all(asks).await
-    }
-
-    /// PINGs every primary every `every` until `shutdown`, publishing `dq_redis_up{node}` (1 or 0) and
-    /// `dq_redis_latency_seconds{node}`, so each process shows the Redis it sees.
-    pub fn spawn_health_probe(&self, every: Duration, shutdown: tokio_util::sync::CancellationToken) {
-        let queue = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            let mut watch = NodeWatch::default();
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = shutdown.cancelled() => return,
-                }
-                let primaries = queue.primaries().await;
-                let nodes = watch.nodes(primaries.clone());
-                for node in queue.ping_nodes(nodes.clone(), every.min(Duration::from_secs(1))).await {
-                    if let Some(n) = nodes.iter().find(|n| n.name == node.name) {
-                        watch.saw(n, node.up, primaries.contains(n));
-                    }
-                    match node.latency {
-                        Some(rtt) => {
-                            metrics::gauge!("dq_redis_up", "node" => node.name.clone()).set(1.0);
-                            metrics::gauge!("dq_redis_latency_seconds", "node" => node.name).set(rtt.as_secs_f64());
-                        }
-                        None => metrics::gauge!("dq_redis_up", "node" => node.name).set(0.0),
-                    }
-                }
-            }
-        });
     }
 }
 

@@ -3,8 +3,9 @@
 
 use rand::Rng;
 
-use super::{Queue, Waiting};
+use super::Timer;
 use crate::error::{Error, Result};
+use crate::reservations::Waiting;
 use crate::store::scripts;
 
 /// What a promotion call did in one partition.
@@ -46,7 +47,7 @@ pub struct Balance {
     pub partitions: Vec<u16>,
 }
 
-impl Queue {
+impl Timer {
     /// Moves up to `limit` due jobs of partition `p` to ready.
     pub async fn promote(&self, p: u16, limit: u32) -> Result<Promoted> {
         self.promote_for(p, limit, &[]).await

@@ -1,7 +1,7 @@
 //! A topic's delivery limits across every dq-consumer (`limit.lua`): delivery slots held on a lease,
 //! the rate's token bucket, and a pause the callback asked for.
 
-use super::Queue;
+use super::Reservations;
 use crate::error::{Error, Result};
 use crate::store::scripts;
 
@@ -40,7 +40,7 @@ pub struct LimitGrant {
     pub paused: bool,
 }
 
-impl Queue {
+impl Reservations {
     /// Asks `topic`'s limits for slots and deliveries on behalf of `holder` (one dq-consumer worker).
     pub async fn limit(&self, topic: &str, holder: &str, ask: LimitAsk) -> Result<LimitGrant> {
         let mut inv = scripts::LIMIT.prepare_invoke();

@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::unix_ms;
+use super::Admin;
 use crate::condition::Condition;
 use crate::error::{Error, Result};
-use crate::job::{NewJob, PushRequest};
 use crate::queue::Queue;
 use crate::store::scripts;
 use crate::topic::TopicConfig;
@@ -43,7 +42,7 @@ pub fn stored_config(json: &str) -> serde_json::Result<TopicConfig> {
     serde_json::from_value(value)
 }
 
-impl Queue {
+impl Admin {
     /// Registers (or replaces) a topic; its secrets and header values are sealed with `secrets.keys`.
     pub async fn put_topic(&self, name: &str, config: &TopicConfig) -> Result<()> {
         let json = self.stored_form(name, config)?;
@@ -51,7 +50,7 @@ impl Queue {
     }
 
     /// The JSON the registry holds for `config`: sealed, and marked with [`FORMAT`].
-    fn stored_form(&self, name: &str, config: &TopicConfig) -> Result<String> {
+    pub(crate) fn stored_form(&self, name: &str, config: &TopicConfig) -> Result<String> {
         let invalid = |e: serde_json::Error| Error::Invalid(e.to_string());
         let mut json = serde_json::to_value(config.sealed(name, self.sealer())).map_err(invalid)?;
         if let Some(map) = json.as_object_mut() {
@@ -70,7 +69,7 @@ impl Queue {
 
     /// Writes `json` as `name`'s registration (`""` deletes it); with `only_if`, only while the entry is
     /// still exactly that. Returns whether it wrote.
-    async fn write_topic(&self, name: &str, json: &str, only_if: Option<&str>) -> Result<bool> {
+    pub(crate) async fn write_topic(&self, name: &str, json: &str, only_if: Option<&str>) -> Result<bool> {
         let mut inv = scripts::TOPIC_SET.prepare_invoke();
         inv.key(self.keys().topics()).arg(name).arg(json);
         if let Some(old) = only_if {
@@ -84,60 +83,11 @@ impl Queue {
         Ok(written >= 0)
     }
 
-    /// Seals again, under the first key of `secrets.keys`, every registration holding a value sealed
-    /// under another key or not sealed at all, each only if nobody changed it meanwhile. Returns the
-    /// topics rewritten; a registration that cannot be opened here is an error naming it.
-    pub async fn rekey_topics(&self) -> Result<Vec<String>> {
-        let mut done = Vec::new();
-        if !self.sealer().seals() {
-            return Err(Error::Invalid("no key to seal with: set secrets.keys".into()));
-        }
-        for (topic, raw) in self.raw_topics().await? {
-            let Some((_, json)) = raw.split_once(' ') else { continue };
-            let Ok(stored) = stored_config(json) else {
-                continue;
-            };
-            if !stored.is_stale(self.sealer()) {
-                continue;
-            }
-            let config = stored
-                .opened(&topic, self.sealer())
-                .map_err(|e| Error::Invalid(format!("topic `{topic}`: {e}")))?;
-            if self
-                .write_topic(&topic, &self.stored_form(&topic, &config)?, Some(&raw))
-                .await?
-            {
-                done.push(topic);
-            }
-        }
-        Ok(done)
-    }
-
-    async fn raw_topics(&self) -> Result<HashMap<String, String>> {
+    pub(crate) async fn raw_topics(&self) -> Result<HashMap<String, String>> {
         self.redis()
             .query(redis::cmd("HGETALL").arg(self.keys().topics()))
             .await
             .map_err(|e| Error::from_redis(None, e))
-    }
-
-    /// Removes the tombstones (`"<version> "`, a deleted registration) that releases before this one
-    /// left in the registry, each only if it is still a tombstone. Returns how many went.
-    pub async fn prune_topic_tombstones(&self) -> Result<u64> {
-        let raw = self.raw_topics().await?;
-        let mut pruned = 0;
-        for (topic, value) in raw {
-            if value.split_once(' ').is_some_and(|(_, json)| json.is_empty()) {
-                let mut inv = scripts::TOPIC_SET.prepare_invoke();
-                inv.key(self.keys().topics()).arg(&topic).arg("").arg(&value);
-                let done: i64 = self
-                    .redis()
-                    .invoke(&inv)
-                    .await
-                    .map_err(|e| Error::from_redis(None, e))?;
-                pruned += u64::from(done == 0);
-            }
-        }
-        Ok(pruned)
     }
 
     /// All registered topics, their sealed values opened.
@@ -157,25 +107,6 @@ impl Queue {
             }
         }
         Ok(topics)
-    }
-
-    /// Checks a push and fills in defaults from its topic's registration, then the global ones.
-    pub fn validate_for(&self, req: PushRequest, topic: Option<&TopicConfig>) -> Result<NewJob> {
-        let mut defaults = self.defaults().clone();
-        let mut req = req;
-        if let Some(t) = topic {
-            if let Some(ttr) = t.defaults.ttr_ms {
-                defaults.ttr_ms = ttr;
-            }
-            if let Some(m) = t.retry.max_attempts {
-                defaults.max_attempts = m;
-            }
-            if let (Some(d), None, None) = (t.defaults.delay_ms, req.delay_ms, req.run_at) {
-                req.delay_ms = Some(d as i64);
-            }
-        }
-        let max_age_ms = topic.and_then(|t| t.retry.max_age_ms);
-        NewJob::from_request(req, &self.limits(), &defaults, max_age_ms, unix_ms())
     }
 }
 
@@ -208,7 +139,7 @@ impl TopicCache {
     /// Reads the registry now, then every `refresh` until `shutdown`.
     pub async fn start(queue: Queue, refresh: Duration, shutdown: CancellationToken) -> Arc<TopicCache> {
         let cache = Arc::new(TopicCache::default());
-        match queue.topics().await {
+        match queue.admin().topics().await {
             Ok(t) => cache.set(t),
             Err(e) => tracing::warn!(cause = %e, "cannot read the topic registry yet"),
         }
@@ -219,7 +150,7 @@ impl TopicCache {
                     _ = tokio::time::sleep(refresh) => {}
                     _ = shutdown.cancelled() => return,
                 }
-                match queue.topics().await {
+                match queue.admin().topics().await {
                     Ok(t) => me.set(t),
                     Err(e) => tracing::debug!(cause = %e, "topic registry refresh failed"),
                 }

@@ -1,4 +1,4 @@
--- purge.lua: delete dead jobs of a topic, records and all.
+-- dead_delete.lua: delete dead jobs of a topic, records and all.
 --
 -- KEYS[1]: the topic's dead list (<prefix>:dead:<topic>)
 -- KEYS[2]: counts hash (<prefix>:counts)

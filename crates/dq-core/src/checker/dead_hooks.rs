@@ -5,7 +5,7 @@
 
 use redis::Value;
 
-use super::Queue;
+use super::Checker;
 use crate::error::Result;
 use crate::store::decode::{int, text};
 use crate::store::scripts;
@@ -54,7 +54,7 @@ impl DeadHook {
     }
 }
 
-impl Queue {
+impl Checker {
     /// Up to `max` of partition `p`'s hooks whose next try is due, earliest first, each claimed for
     /// `claim_ms` (it is due again then, unless [`Queue::dead_hook_failed`] or [`Queue::dead_hook_done`]
     /// came first), and how many hooks the partition holds (due or not). An entry that cannot be read is

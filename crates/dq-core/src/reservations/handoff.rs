@@ -18,7 +18,7 @@
 
 use serde_json::value::RawValue;
 
-use super::Queue;
+use super::Reservations;
 use crate::error::{Error, Result};
 use crate::job::Reservation;
 
@@ -67,7 +67,7 @@ impl Waiting {
     }
 }
 
-impl Queue {
+impl Reservations {
     /// Tells the timers that a worker waits (or, with 0 slots, no longer does). Published on partition
     /// 0's timer channel, which every timer listens to.
     pub async fn announce_waiting(&self, w: &Waiting) -> Result<()> {

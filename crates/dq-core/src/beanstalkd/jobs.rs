@@ -1,11 +1,9 @@
 //! What the beanstalkd protocol listener (dq-server) needs beyond the API's verbs: numbers, jobs by
 //! number, release and bury, kick (see [`crate::beanstalkd`] for the names).
 
-use std::collections::HashMap;
-
 use redis::Value;
 
-use super::Queue;
+use super::Beanstalkd;
 use crate::beanstalkd::{id_of_number, number_of_id, partition_of_number};
 use crate::error::{Error, Result};
 use crate::job::{Reservation, State};
@@ -56,7 +54,7 @@ pub enum Released {
 /// The record fields [`BsJob`] is read from.
 const FIELDS: [&str; 11] = ["s", "t", "b", "r", "c", "ttr", "a", "d", "p", "k", "n"];
 
-impl Queue {
+impl Beanstalkd {
     /// Takes `size` numbers from partition `p`'s sequence, the first of them no lower than the k-th
     /// (`bs_numbers.lua`): the k of the last one (the block is `last - size + 1 ..= last`).
     pub async fn bs_take_numbers(&self, p: u16, size: u64, least: u64) -> Result<u64> {
@@ -251,18 +249,5 @@ impl Queue {
             run_at: 0,
             ttr_ms: out.get(5).and_then(int).ok_or_else(bad)? as u64,
         }))
-    }
-
-    /// Runs `cmd` on keys of the `{<prefix>}` slot (the tube names, pauses, counters, servers' gauges):
-    /// keys of no partition, so no partition is marked up or down by the answer.
-    pub async fn bs_query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        self.redis.query(cmd).await.map_err(|e| Error::from_redis(None, e))
-    }
-
-    /// Reads a hash of the `{<prefix>}` slot.
-    pub async fn bs_hash(&self, key: &str) -> Result<HashMap<String, String>> {
-        let mut cmd = redis::cmd("HGETALL");
-        cmd.arg(key);
-        self.bs_query(&cmd).await
     }
 }

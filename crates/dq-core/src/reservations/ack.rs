@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::Queue;
+use super::Reservations;
 use crate::error::{Error, Result};
 use crate::store::scripts;
 
@@ -21,7 +21,7 @@ pub(crate) struct AckOp {
     receipt: String,
 }
 
-impl Queue {
+impl Reservations {
     /// Finishes a reservation: the job is done. `NotFound` when the job is gone, `StaleReceipt` when
     /// the reservation `receipt` names is over.
     pub async fn ack(&self, id: &str, receipt: &str) -> Result<()> {
@@ -47,7 +47,7 @@ impl Queue {
 
 /// Sends gathered acks: one `ack.lua` call per partition (of at most [`ACK_GROUP`]), side by side.
 /// Answers per ack, in order.
-async fn send(queue: Queue, ops: Vec<AckOp>) -> Vec<Result<()>> {
+async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
     let mut by_partition: HashMap<u16, Vec<usize>> = HashMap::new();
     for (i, op) in ops.iter().enumerate() {
         by_partition.entry(queue.partitions.of_id(&op.id)).or_default().push(i);
@@ -95,7 +95,7 @@ async fn send(queue: Queue, ops: Vec<AckOp>) -> Vec<Result<()>> {
 }
 
 /// One `ack.lua` call on partition `p`.
-async fn ack_on(queue: &Queue, p: u16, ops: impl Iterator<Item = &AckOp> + Clone) -> Result<Vec<i64>> {
+async fn ack_on(queue: &Reservations, p: u16, ops: impl Iterator<Item = &AckOp> + Clone) -> Result<Vec<i64>> {
     let keys = queue.partition_keys(p);
     let mut inv = scripts::ACK.prepare_invoke();
     inv.key(keys.reserved()).key(keys.counts());

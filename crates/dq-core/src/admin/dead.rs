@@ -1,6 +1,6 @@
-//! Dead lists: a topic's dead jobs over every partition, requeue and purge.
+//! Dead lists: a topic's dead jobs over every partition, requeue and delete.
 
-use super::Queue;
+use super::Admin;
 use crate::error::Result;
 use crate::job::Job;
 use crate::store::scripts;
@@ -16,9 +16,9 @@ pub struct DeadPage {
 }
 
 /// Jobs one dead-list script call handles at most.
-const BATCH: u32 = 1000;
+pub(crate) const BATCH: u32 = 1000;
 
-impl Queue {
+impl Admin {
     /// A page of a topic's dead list over all partitions, oldest death first.
     pub async fn dead(&self, topic: &str, offset: usize, limit: usize) -> Result<DeadPage> {
         let reads = self.partitions.all().map(|p| async move {
@@ -69,30 +69,16 @@ impl Queue {
     }
 
     /// Deletes dead jobs of `topic`: the given ids, else all of them.
-    pub async fn purge_dead(&self, topic: &str, ids: Option<&[String]>) -> Result<u64> {
+    pub async fn delete_dead(&self, topic: &str, ids: Option<&[String]>) -> Result<u64> {
         self.dead_op(ids, |p, ids, all_limit| {
-            self.purge_invocation(p, topic, all_limit, None, ids)
+            self.delete_dead_invocation(p, topic, all_limit, None, ids)
         })
         .await
     }
 
-    /// Deletes the dead jobs of `topic` in partition `p` that died at least `age_ms` ago (Redis's
-    /// clock), in batches: dq-checker's retention.
-    pub async fn purge_dead_older(&self, p: u16, topic: &str, age_ms: u64) -> Result<u64> {
-        let mut total = 0;
-        loop {
-            let inv = self.purge_invocation(p, topic, BATCH, Some(age_ms), &[]);
-            let [done, removed]: [u64; 2] = self.write(p, &inv).await?;
-            total += done;
-            if removed < BATCH as u64 {
-                return Ok(total);
-            }
-        }
-    }
-
-    /// `purge.lua` on partition `p`: the given ids, else up to `limit` of the oldest deaths (only those
+    /// `dead_delete.lua` on partition `p`: the given ids, else up to `limit` of the oldest deaths (only those
     /// dead for at least `age_ms`, when given).
-    fn purge_invocation<'a>(
+    pub(crate) fn delete_dead_invocation<'a>(
         &self,
         p: u16,
         topic: &str,
@@ -101,7 +87,7 @@ impl Queue {
         ids: &[&String],
     ) -> redis::ScriptInvocation<'a> {
         let keys = self.partition_keys(p);
-        let mut inv = scripts::PURGE.prepare_invoke();
+        let mut inv = scripts::DEAD_DELETE.prepare_invoke();
         inv.key(keys.dead(topic))
             .key(keys.counts())
             .arg(keys.prefix())
@@ -112,21 +98,6 @@ impl Queue {
             inv.arg(id);
         }
         inv
-    }
-
-    /// The `n` oldest deaths of `topic` in partition `p`, as (time of death in ms, id), oldest first.
-    pub async fn oldest_dead(&self, p: u16, topic: &str, n: usize) -> Result<Vec<(f64, String)>> {
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        let cmd = redis::cmd("ZRANGE")
-            .arg(self.partition_keys(p).dead(topic))
-            .arg(0)
-            .arg(n as i64 - 1)
-            .arg("WITHSCORES")
-            .clone();
-        let page: Vec<(String, f64)> = self.query(p, &cmd).await?;
-        Ok(page.into_iter().map(|(id, at)| (at, id)).collect())
     }
 
     /// Runs a dead-list script per partition: with the ids that live there, or in batches until the list

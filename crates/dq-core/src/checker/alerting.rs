@@ -4,11 +4,11 @@
 
 use std::collections::HashMap;
 
-use super::Queue;
+use super::Checker;
 use crate::error::{Error, Result};
 use crate::store::scripts;
 
-impl Queue {
+impl Checker {
     /// Takes or keeps the checkers' lease for `ttl_ms` as `who`; whether `who` holds it now.
     pub async fn take_checker_lease(&self, who: &str, ttl_ms: u64) -> Result<bool> {
         let mut inv = scripts::LEASE.prepare_invoke();

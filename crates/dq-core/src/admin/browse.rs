@@ -11,7 +11,7 @@
 //! cut are in exact order; a page found entirely in that stretch is `complete`, and otherwise more of
 //! the topic's jobs may come before or within it (the answer says so, and the admin shows it).
 
-use super::Queue;
+use super::Admin;
 use super::dead::DeadPage;
 use crate::error::Result;
 use crate::job::{Job, State};
@@ -43,7 +43,7 @@ pub struct JobPage {
     pub complete: bool,
 }
 
-impl Queue {
+impl Admin {
     /// A page of `topic`'s jobs in `state` (`delayed`, `ready`, `reserved` or `dead`), from `offset`.
     pub async fn browse(&self, topic: &str, state: State, offset: usize, limit: usize) -> Result<JobPage> {
         match state {

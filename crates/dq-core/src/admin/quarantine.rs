@@ -2,7 +2,7 @@
 //! (`record.lua`) so that everything else keeps moving (invariant 9); listed, dropped and restored by
 //! operators (`dq-checker quarantine`).
 
-use super::Queue;
+use super::Admin;
 use crate::error::{Error, Result};
 use crate::store::scripts;
 
@@ -52,7 +52,7 @@ impl Quarantined {
     }
 }
 
-impl Queue {
+impl Admin {
     /// Every quarantined record, partition by partition (all of them asked at once).
     pub async fn quarantined(&self) -> Result<Vec<Quarantined>> {
         let reads = self.partitions.all().map(|p| async move {

@@ -4,12 +4,10 @@
 
 use std::collections::HashMap;
 
-use redis::Value;
-
-use super::Queue;
+use super::Admin;
 use crate::error::{Error, Result};
 use crate::schedule::ScheduleConfig;
-use crate::store::decode::int;
+use crate::shared::Core;
 use crate::store::scripts;
 
 /// A schedule as the registry holds it.
@@ -34,7 +32,7 @@ impl StoredSchedule {
     }
 }
 
-impl Queue {
+impl Admin {
     /// Registers (or replaces) schedule `name`. With `restart`, or for a new schedule, it counts
     /// occurrences from now (Redis's clock): a replaced schedule with a new cron or zone, and a resumed
     /// one, fire from their next occurrence. Returns that start.
@@ -50,16 +48,6 @@ impl Queue {
             (_, true) => Ok(()),
             (_, false) => Err(Error::ScheduleNotFound(name.to_string())),
         }
-    }
-
-    /// The schedules' version: raised by every change of a schedule (0 before the first).
-    pub async fn schedules_version(&self) -> Result<i64> {
-        let v: Option<i64> = self
-            .redis()
-            .query(redis::cmd("GET").arg(self.keys().schedules_version()))
-            .await
-            .map_err(|e| Error::from_redis(None, e))?;
-        Ok(v.unwrap_or(0))
     }
 
     /// Runs `schedule_set.lua`: returns the start stamped and whether the schedule existed.
@@ -87,6 +75,19 @@ impl Queue {
 
     /// Every schedule, by name. A registration that does not parse is skipped, with a warning.
     pub async fn schedules(&self) -> Result<Vec<StoredSchedule>> {
+        self.0.schedules().await
+    }
+
+    /// Schedule `name`, if registered.
+    pub async fn schedule(&self, name: &str) -> Result<Option<StoredSchedule>> {
+        self.0.schedule(name).await
+    }
+}
+
+/// The registry's reads, which admins and timers share.
+impl Core {
+    /// Every schedule, by name. A registration that does not parse is skipped, with a warning.
+    pub(crate) async fn schedules(&self) -> Result<Vec<StoredSchedule>> {
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL")
             .arg(self.keys().schedules())
@@ -106,7 +107,7 @@ impl Queue {
     }
 
     /// Schedule `name`, if registered.
-    pub async fn schedule(&self, name: &str) -> Result<Option<StoredSchedule>> {
+    pub(crate) async fn schedule(&self, name: &str) -> Result<Option<StoredSchedule>> {
         let mut pipe = redis::pipe();
         pipe.cmd("HGET")
             .arg(self.keys().schedules())
@@ -117,46 +118,6 @@ impl Queue {
         let (raw, fired): (Option<String>, Option<i64>) =
             self.redis().pipe(&pipe).await.map_err(|e| Error::from_redis(None, e))?;
         Ok(raw.and_then(|v| decode(name.to_string(), &v, fired)))
-    }
-
-    /// The last occurrence schedule `name` fired, as Redis holds it now.
-    pub async fn schedule_last_fired(&self, name: &str) -> Result<Option<i64>> {
-        self.redis()
-            .query(redis::cmd("HGET").arg(self.keys().schedules_fired()).arg(name))
-            .await
-            .map_err(|e| Error::from_redis(None, e))
-    }
-
-    /// Notes that schedule `name` fired its occurrence at `occurrence_ms` (the mark only rises). Returns
-    /// the last occurrence fired after the call, `None` when the schedule is gone.
-    pub async fn schedule_fired(&self, name: &str, occurrence_ms: i64) -> Result<Option<i64>> {
-        let mut inv = scripts::SCHEDULE_FIRED.prepare_invoke();
-        inv.key(self.keys().schedules())
-            .key(self.keys().schedules_fired())
-            .arg(name)
-            .arg(occurrence_ms);
-        let out: i64 = self
-            .redis()
-            .invoke(&inv)
-            .await
-            .map_err(|e| Error::from_redis(None, e))?;
-        Ok((out >= 0).then_some(out))
-    }
-
-    /// Redis's clock, Unix ms.
-    pub async fn redis_now_ms(&self) -> Result<i64> {
-        let t: Vec<Value> = self
-            .redis()
-            .query(&redis::cmd("TIME"))
-            .await
-            .map_err(|e| Error::from_redis(None, e))?;
-        match (t.first().and_then(int), t.get(1).and_then(int)) {
-            (Some(s), Some(us)) => Ok(s * 1000 + us / 1000),
-            _ => Err(Error::Redis {
-                partition: None,
-                message: "TIME returned a malformed answer".into(),
-            }),
-        }
     }
 }
 

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::Queue;
+use super::Producer;
 use crate::error::{Error, Result};
 use crate::job::{NewJob, Pushed, Schedule, State};
 use crate::store::decode::{int, text};
@@ -68,7 +68,7 @@ pub(crate) struct Attempt {
 /// A push group's answer, per job in `picks` order.
 pub(crate) type PushOutcome = Vec<Attempt>;
 
-impl Queue {
+impl Producer {
     /// Stores one job.
     pub async fn push(&self, job: NewJob) -> Result<Pushed> {
         self.push_many(vec![job]).await.pop().expect("one result per job")
@@ -215,7 +215,7 @@ impl Queue {
 
 /// Sends gathered groups: jobs without an id get ids in one partition, the others go to theirs; one
 /// `push.lua` call per partition, side by side. Answers per group, per job.
-async fn send(queue: Queue, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
+async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
     let fresh = queue.partitions.next_up(None);
     // (group, pick position) → (id, partition)
     let mut placed: Vec<Vec<(String, u16)>> = Vec::with_capacity(groups.len());
@@ -343,7 +343,7 @@ fn options_arg(job: &NewJob) -> String {
 type Stored = (State, i64, Option<String>);
 
 /// Runs push.lua once on partition `p` for `jobs` (id, job and mode each), answering per job.
-async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Result<Vec<Result<Stored>>> {
+async fn push_on(queue: &Producer, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Result<Vec<Result<Stored>>> {
     let keys = queue.partition_keys(p);
     let mut inv = queue.script(&scripts::PUSH).prepare_invoke();
     inv.key(keys.counts()).key(keys.delayed());

@@ -1,0 +1,11 @@
+//! The producer: push (one job or many, with the group commit that lets concurrent pushes share script
+//! calls), look up, cancel and reschedule.
+
+pub(crate) mod jobs;
+pub(crate) mod push;
+pub(crate) mod validate;
+
+crate::shared::role!(
+    /// What producers do: store jobs, look them up, cancel and reschedule them. From [`crate::Queue::producer`].
+    Producer
+);

@@ -1,0 +1,265 @@
+//! What every role handle shares: the connection, the partitions, key names, limits, defaults, the group
+//! commits and the ready index. One [`Core`] per process, cloned into each handle (one reference count);
+//! its fields and methods are the crate's own, so that no caller outside dq-core reaches Redis but through
+//! a role's verbs.
+
+use std::sync::Arc;
+
+use redis::{FromRedisValue, ScriptInvocation};
+
+use crate::config::{EgressSettings, JobDefaults, Limits, RedisMode, Settings};
+use crate::egress::Policy;
+use crate::error::{Error, Result};
+use crate::job::Reservation;
+use crate::reservations::ReadyIndex;
+use crate::sealed::Sealer;
+use crate::store::coalesce::Coalescer;
+use crate::store::connection::Redis;
+use crate::store::keys::{Keys, PartitionKeys};
+use crate::store::layout;
+use crate::store::partition::{Partitions, slot_of};
+
+/// The core: the connection, the partitions, key names, limits and defaults. Cheap to clone: one
+/// reference count (every request clones it, often more than once, for the group commits' tasks), and
+/// clones share everything.
+#[derive(Debug, Clone)]
+pub struct Core(Arc<Parts>);
+
+impl std::ops::Deref for Core {
+    type Target = Parts;
+
+    fn deref(&self) -> &Parts {
+        &self.0
+    }
+}
+
+/// What a [`Core`] holds, shared by its clones.
+#[derive(Debug)]
+pub struct Parts {
+    /// Where jobs live.
+    pub(crate) redis: Redis,
+    /// How many partitions, their tags, which ones answer.
+    pub(crate) partitions: Partitions,
+    /// Names of the keys that are not a job's.
+    pub(crate) keys: Keys,
+    /// Each partition's key names, by partition.
+    pub(crate) partition_keys: Arc<[PartitionKeys]>,
+    /// Bounds on requests; replaced whole by [`Core::set_limits`] (SIGHUP).
+    pub(crate) limits: std::sync::RwLock<Arc<Limits>>,
+    /// Values for what a push leaves out.
+    pub(crate) defaults: JobDefaults,
+    /// Where callbacks may go (`egress.*`); replaced whole by [`Core::set_egress`] (SIGHUP).
+    pub(crate) egress: std::sync::RwLock<Arc<EgressSettings>>,
+    /// Seals callback secrets and header values in the registry (`secrets.keys`).
+    pub(crate) sealer: Arc<Sealer>,
+    /// The group commit of pushes.
+    pub(crate) pushes: Arc<Coalescer<crate::producer::push::PushGroup, crate::producer::push::PushOutcome>>,
+    /// The group commit of acks.
+    pub(crate) acks: Arc<Coalescer<crate::reservations::ack::AckOp, Result<()>>>,
+    /// The group commit of reserves.
+    pub(crate) reserves: Arc<Coalescer<crate::reservations::reserve::ReserveOp, Result<Vec<Reservation>>>>,
+    /// Which partitions may hold ready jobs of which topics, so reserves go straight to them.
+    pub(crate) ready: Arc<ReadyIndex>,
+    /// On a cluster: wake-ups go over sharded pub/sub (see [`crate::store::scripts::Waking`]).
+    pub(crate) sharded: bool,
+    /// What this process counted for the dashboard and has not yet added to Redis.
+    pub(crate) activity: Arc<crate::activity::Activity>,
+}
+
+impl Core {
+    /// A queue over the configured Redis, with the installation's partition count: read from Redis (and
+    /// checked against `redis.partitions` when that is set), or stored there for a new installation.
+    /// Refuses the layout dq used before partitions, naming the command that converts it.
+    pub(crate) async fn connect(settings: &Settings) -> Result<Self> {
+        let redis = Redis::new(&settings.redis)?;
+        let keys = Keys::new(settings.redis.prefix.clone());
+        let count = layout::ensure(&redis, &keys, settings.redis.partitions).await?;
+        if settings.redis.mode == RedisMode::Cluster {
+            layout::require_sharded_pubsub(&redis).await?;
+        }
+        layout::require_noeviction(&redis, settings.redis.allow_eviction).await?;
+        for script in crate::store::scripts::all(settings.redis.mode == RedisMode::Cluster) {
+            // Only saves the first calls a round trip; a script missing later is loaded on NOSCRIPT.
+            if let Err(e) = redis.load_script(script).await {
+                tracing::debug!(cause = %e, "cannot load a script ahead");
+            }
+        }
+        Ok(Self::with_partitions(settings, redis, count))
+    }
+
+    /// A queue over `count` partitions, without looking at Redis (the layout was checked already).
+    pub(crate) fn with_partitions(settings: &Settings, redis: Redis, count: u32) -> Self {
+        let keys = Keys::new(settings.redis.prefix.clone());
+        let partitions = Partitions::new(count);
+        let partition_keys = partitions.all().map(|p| keys.partition(partitions.tag(p))).collect();
+        // On a cluster, calls to different primaries proceed side by side.
+        let in_flight = if settings.redis.mode == RedisMode::Cluster {
+            8
+        } else {
+            2
+        };
+        Core(Arc::new(Parts {
+            redis,
+            partitions,
+            keys,
+            partition_keys,
+            limits: std::sync::RwLock::new(Arc::new(settings.limits.clone())),
+            defaults: settings.jobs.clone(),
+            egress: std::sync::RwLock::new(Arc::new(settings.egress.clone())),
+            sealer: Arc::new(settings.secrets.sealer()),
+            pushes: Arc::new(Coalescer::new(crate::producer::push::PUSH_GROUP_JOBS, in_flight)),
+            acks: Arc::new(Coalescer::new(crate::reservations::ack::ACK_GROUP, in_flight)),
+            reserves: Arc::new(Coalescer::new(crate::reservations::reserve::RESERVE_GROUP, in_flight)),
+            ready: Arc::new(ReadyIndex::default()),
+            sharded: settings.redis.mode == RedisMode::Cluster,
+            activity: Arc::default(),
+        }))
+    }
+
+    /// The build of a script that publishes wake-ups for this installation's shape.
+    pub(crate) fn script(&self, script: &'static crate::store::scripts::Waking) -> &'static redis::Script {
+        script.get(self.sharded)
+    }
+
+    /// Whether wake-ups go over sharded pub/sub (a cluster) or classic pub/sub.
+    pub(crate) fn sharded(&self) -> bool {
+        self.sharded
+    }
+
+    /// The connection.
+    pub(crate) fn redis(&self) -> &Redis {
+        &self.redis
+    }
+
+    /// The partitions.
+    pub(crate) fn partitions(&self) -> &Partitions {
+        &self.partitions
+    }
+
+    /// Names of the keys that are not a job's.
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Partition `p`'s key names.
+    pub(crate) fn partition_keys(&self, p: u16) -> &PartitionKeys {
+        &self.partition_keys[p as usize]
+    }
+
+    /// The index of partitions with ready jobs that reserves in this process follow.
+    pub(crate) fn ready_index(&self) -> &Arc<ReadyIndex> {
+        &self.ready
+    }
+
+    /// What seals callback secrets and header values in the registry.
+    pub(crate) fn sealer(&self) -> &Sealer {
+        &self.sealer
+    }
+
+    /// The limits in force (those at start, or of the last [`Core::set_limits`]).
+    pub(crate) fn limits(&self) -> Arc<Limits> {
+        self.limits.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts `limits` in force for every request from now on (dq-server's SIGHUP).
+    pub(crate) fn set_limits(&self, limits: Limits) {
+        *self.limits.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limits);
+    }
+
+    /// Puts the egress lists of `egress` in force for the registrations checked from now on (dq-server's
+    /// SIGHUP).
+    pub(crate) fn set_egress(&self, egress: EgressSettings) {
+        *self.egress.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(egress);
+    }
+
+    /// Job defaults (`jobs.*`).
+    pub(crate) fn defaults(&self) -> &JobDefaults {
+        &self.defaults
+    }
+
+    /// The callback egress policy (`egress.*`), with the addresses of the Redis nodes this queue uses as
+    /// the topology shows them now (names resolved). Asks Redis and DNS: make it when needed, not per
+    /// delivery.
+    pub(crate) async fn egress(&self) -> Policy {
+        let nodes = crate::egress::resolve(&self.redis.node_addresses().await).await;
+        let egress = self.egress.read().unwrap_or_else(|e| e.into_inner()).clone();
+        Policy::new(&egress, nodes)
+    }
+
+    /// Runs a script on partition `p`, noting whether the partition answered.
+    pub(crate) async fn run<T: FromRedisValue>(&self, p: u16, inv: &ScriptInvocation<'_>) -> Result<T> {
+        let r = self.redis.invoke(inv).await;
+        self.settle(p, r)
+    }
+
+    /// Runs a command on partition `p` (its key names the partition), noting whether it answered.
+    pub(crate) async fn query<T: FromRedisValue>(&self, p: u16, cmd: &redis::Cmd) -> Result<T> {
+        let r = self.redis.query(cmd).await;
+        self.settle(p, r)
+    }
+
+    /// Runs a script that writes on partition `p` and, with `redis.wait_replicas`, answers only once that
+    /// many replicas have the write: `unavailable` when fewer confirm in time (what was written stays).
+    pub(crate) async fn write<T: FromRedisValue>(&self, p: u16, inv: &ScriptInvocation<'_>) -> Result<T> {
+        let out = self.run(p, inv).await?;
+        self.confirm(p).await?;
+        Ok(out)
+    }
+
+    /// Waits for `redis.wait_replicas` replicas to have what was written on partition `p` so far.
+    pub(crate) async fn confirm(&self, p: u16) -> Result<()> {
+        // Most installations do not wait: skip the slot's hash on every write.
+        if !self.redis.waits_for_replicas() {
+            return Ok(());
+        }
+        let r = self.redis.wait_replicas(slot_of(self.partitions.tag(p))).await;
+        match self.settle(p, r)? {
+            Some((want, got)) if got < want => {
+                metrics::counter!("dq_writes_not_replicated_total").increment(1);
+                Err(Error::NotReplicated {
+                    partition: p,
+                    want,
+                    got,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn settle<T>(&self, p: u16, r: redis::RedisResult<T>) -> Result<T> {
+        match r {
+            Ok(v) => {
+                self.partitions.set_up(p, true);
+                Ok(v)
+            }
+            Err(e) => {
+                let e = Error::from_redis(Some(p), e);
+                // Pushes without an id avoid it until it answers again.
+                if matches!(e, Error::Unavailable { .. } | Error::Indeterminate { .. }) {
+                    self.partitions.set_up(p, false);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Declares a role handle: a clone of the [`Core`] whose verbs are the role's. It dereferences to the
+/// core so that the role's code reads the shared parts directly; outside dq-core nothing of the core is
+/// reachable.
+macro_rules! role {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name(pub(crate) crate::shared::Core);
+
+        impl std::ops::Deref for $name {
+            type Target = crate::shared::Core;
+
+            fn deref(&self) -> &crate::shared::Core {
+                &self.0
+            }
+        }
+    };
+}
+pub(crate) use role;

@@ -1,0 +1,53 @@
+//! The schedules' firing: what dq-timer reads and marks in the registry (see [`crate::admin::schedules`]
+//! for the registry and its format).
+
+use super::Timer;
+use crate::admin::schedules::StoredSchedule;
+use crate::error::{Error, Result};
+use crate::store::scripts;
+
+impl Timer {
+    /// The schedules' version: raised by every change of a schedule (0 before the first).
+    pub async fn schedules_version(&self) -> Result<i64> {
+        let v: Option<i64> = self
+            .redis()
+            .query(redis::cmd("GET").arg(self.keys().schedules_version()))
+            .await
+            .map_err(|e| Error::from_redis(None, e))?;
+        Ok(v.unwrap_or(0))
+    }
+
+    /// Every schedule, by name (see [`crate::admin::Admin::schedules`]).
+    pub async fn schedules(&self) -> Result<Vec<StoredSchedule>> {
+        self.0.schedules().await
+    }
+
+    /// Schedule `name`, if registered.
+    pub async fn schedule(&self, name: &str) -> Result<Option<StoredSchedule>> {
+        self.0.schedule(name).await
+    }
+
+    /// The last occurrence schedule `name` fired, as Redis holds it now.
+    pub async fn schedule_last_fired(&self, name: &str) -> Result<Option<i64>> {
+        self.redis()
+            .query(redis::cmd("HGET").arg(self.keys().schedules_fired()).arg(name))
+            .await
+            .map_err(|e| Error::from_redis(None, e))
+    }
+
+    /// Notes that schedule `name` fired its occurrence at `occurrence_ms` (the mark only rises). Returns
+    /// the last occurrence fired after the call, `None` when the schedule is gone.
+    pub async fn schedule_fired(&self, name: &str, occurrence_ms: i64) -> Result<Option<i64>> {
+        let mut inv = scripts::SCHEDULE_FIRED.prepare_invoke();
+        inv.key(self.keys().schedules())
+            .key(self.keys().schedules_fired())
+            .arg(name)
+            .arg(occurrence_ms);
+        let out: i64 = self
+            .redis()
+            .invoke(&inv)
+            .await
+            .map_err(|e| Error::from_redis(None, e))?;
+        Ok((out >= 0).then_some(out))
+    }
+}
