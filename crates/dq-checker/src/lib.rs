@@ -40,7 +40,7 @@ use dq_core::admin::{NodeWatch, Stats};
 use dq_core::checker::audit::AuditReport;
 use dq_core::egress::Egress;
 use dq_core::series::Counter;
-use dq_core::store::connection::Node;
+use dq_core::store::Node;
 use dq_core::{Queue, Settings, State};
 use tokio_util::sync::CancellationToken;
 

@@ -1,23 +1,22 @@
-//! What every role handle shares: the connection, the partitions, key names, limits, defaults, the group
-//! commits and the ready index. One [`Core`] per process, cloned into each handle (one reference count);
+//! What every role handle shares: the store (the way to Redis), limits, defaults, the group commits and
+//! the ready index. One [`Core`] per process, cloned into each handle (one reference count);
 //! its fields and methods are the crate's own, so that no caller outside dq-core reaches Redis but through
 //! a role's verbs.
 
 use std::sync::Arc;
 
-use redis::{FromRedisValue, ScriptInvocation};
-
 use crate::config::{EgressSettings, JobDefaults, Limits, RedisMode, Settings};
 use crate::egress::Policy;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::job::Reservation;
 use crate::reservations::ReadyIndex;
 use crate::sealed::Sealer;
+use crate::store::Store;
 use crate::store::coalesce::Coalescer;
 use crate::store::connection::Redis;
-use crate::store::keys::{Keys, PartitionKeys};
+use crate::store::keys::Keys;
 use crate::store::layout;
-use crate::store::partition::{Partitions, slot_of};
+use crate::store::partition::Partitions;
 
 /// The core: the connection, the partitions, key names, limits and defaults. Cheap to clone: one
 /// reference count (every request clones it, often more than once, for the group commits' tasks), and
@@ -33,17 +32,20 @@ impl std::ops::Deref for Core {
     }
 }
 
+/// The parts read the store's fields and calls directly (`self.partitions`, `self.write(…)`).
+impl std::ops::Deref for Parts {
+    type Target = Store;
+
+    fn deref(&self) -> &Store {
+        &self.store
+    }
+}
+
 /// What a [`Core`] holds, shared by its clones.
 #[derive(Debug)]
 pub struct Parts {
-    /// Where jobs live.
-    pub(crate) redis: Redis,
-    /// How many partitions, their tags, which ones answer.
-    pub(crate) partitions: Partitions,
-    /// Names of the keys that are not a job's.
-    pub(crate) keys: Keys,
-    /// Each partition's key names, by partition.
-    pub(crate) partition_keys: Arc<[PartitionKeys]>,
+    /// The way to Redis: connection, partitions, key names, scripts.
+    pub(crate) store: Store,
     /// Bounds on requests; replaced whole by [`Core::set_limits`] (SIGHUP).
     pub(crate) limits: std::sync::RwLock<Arc<Limits>>,
     /// Values for what a push leaves out.
@@ -60,8 +62,6 @@ pub struct Parts {
     pub(crate) reserves: Arc<Coalescer<crate::reservations::reserve::ReserveOp, Result<Vec<Reservation>>>>,
     /// Which partitions may hold ready jobs of which topics, so reserves go straight to them.
     pub(crate) ready: Arc<ReadyIndex>,
-    /// On a cluster: wake-ups go over sharded pub/sub (see [`crate::store::scripts::Waking`]).
-    pub(crate) sharded: bool,
     /// What this process counted for the dashboard and has not yet added to Redis.
     pub(crate) activity: Arc<crate::activity::Activity>,
 }
@@ -88,10 +88,9 @@ impl Core {
     }
 
     /// A queue over `count` partitions, without looking at Redis (the layout was checked already).
-    pub(crate) fn with_partitions(settings: &Settings, redis: Redis, count: u32) -> Self {
+    fn with_partitions(settings: &Settings, redis: Redis, count: u32) -> Self {
         let keys = Keys::new(settings.redis.prefix.clone());
         let partitions = Partitions::new(count);
-        let partition_keys = partitions.all().map(|p| keys.partition(partitions.tag(p))).collect();
         // On a cluster, calls to different primaries proceed side by side.
         let in_flight = if settings.redis.mode == RedisMode::Cluster {
             8
@@ -99,10 +98,7 @@ impl Core {
             2
         };
         Core(Arc::new(Parts {
-            redis,
-            partitions,
-            keys,
-            partition_keys,
+            store: Store::new(redis, partitions, keys, settings.redis.mode == RedisMode::Cluster),
             limits: std::sync::RwLock::new(Arc::new(settings.limits.clone())),
             defaults: settings.jobs.clone(),
             egress: std::sync::RwLock::new(Arc::new(settings.egress.clone())),
@@ -111,39 +107,8 @@ impl Core {
             acks: Arc::new(Coalescer::new(crate::reservations::ack::ACK_GROUP, in_flight)),
             reserves: Arc::new(Coalescer::new(crate::reservations::reserve::RESERVE_GROUP, in_flight)),
             ready: Arc::new(ReadyIndex::default()),
-            sharded: settings.redis.mode == RedisMode::Cluster,
             activity: Arc::default(),
         }))
-    }
-
-    /// The build of a script that publishes wake-ups for this installation's shape.
-    pub(crate) fn script(&self, script: &'static crate::store::scripts::Waking) -> &'static redis::Script {
-        script.get(self.sharded)
-    }
-
-    /// Whether wake-ups go over sharded pub/sub (a cluster) or classic pub/sub.
-    pub(crate) fn sharded(&self) -> bool {
-        self.sharded
-    }
-
-    /// The connection.
-    pub(crate) fn redis(&self) -> &Redis {
-        &self.redis
-    }
-
-    /// The partitions.
-    pub(crate) fn partitions(&self) -> &Partitions {
-        &self.partitions
-    }
-
-    /// Names of the keys that are not a job's.
-    pub(crate) fn keys(&self) -> &Keys {
-        &self.keys
-    }
-
-    /// Partition `p`'s key names.
-    pub(crate) fn partition_keys(&self, p: u16) -> &PartitionKeys {
-        &self.partition_keys[p as usize]
     }
 
     /// The index of partitions with ready jobs that reserves in this process follow.
@@ -184,63 +149,6 @@ impl Core {
         let nodes = crate::egress::resolve(&self.redis.node_addresses().await).await;
         let egress = self.egress.read().unwrap_or_else(|e| e.into_inner()).clone();
         Policy::new(&egress, nodes)
-    }
-
-    /// Runs a script on partition `p`, noting whether the partition answered.
-    pub(crate) async fn run<T: FromRedisValue>(&self, p: u16, inv: &ScriptInvocation<'_>) -> Result<T> {
-        let r = self.redis.invoke(inv).await;
-        self.settle(p, r)
-    }
-
-    /// Runs a command on partition `p` (its key names the partition), noting whether it answered.
-    pub(crate) async fn query<T: FromRedisValue>(&self, p: u16, cmd: &redis::Cmd) -> Result<T> {
-        let r = self.redis.query(cmd).await;
-        self.settle(p, r)
-    }
-
-    /// Runs a script that writes on partition `p` and, with `redis.wait_replicas`, answers only once that
-    /// many replicas have the write: `unavailable` when fewer confirm in time (what was written stays).
-    pub(crate) async fn write<T: FromRedisValue>(&self, p: u16, inv: &ScriptInvocation<'_>) -> Result<T> {
-        let out = self.run(p, inv).await?;
-        self.confirm(p).await?;
-        Ok(out)
-    }
-
-    /// Waits for `redis.wait_replicas` replicas to have what was written on partition `p` so far.
-    pub(crate) async fn confirm(&self, p: u16) -> Result<()> {
-        // Most installations do not wait: skip the slot's hash on every write.
-        if !self.redis.waits_for_replicas() {
-            return Ok(());
-        }
-        let r = self.redis.wait_replicas(slot_of(self.partitions.tag(p))).await;
-        match self.settle(p, r)? {
-            Some((want, got)) if got < want => {
-                metrics::counter!("dq_writes_not_replicated_total").increment(1);
-                Err(Error::NotReplicated {
-                    partition: p,
-                    want,
-                    got,
-                })
-            }
-            _ => Ok(()),
-        }
-    }
-
-    pub(crate) fn settle<T>(&self, p: u16, r: redis::RedisResult<T>) -> Result<T> {
-        match r {
-            Ok(v) => {
-                self.partitions.set_up(p, true);
-                Ok(v)
-            }
-            Err(e) => {
-                let e = Error::from_redis(Some(p), e);
-                // Pushes without an id avoid it until it answers again.
-                if matches!(e, Error::Unavailable { .. } | Error::Indeterminate { .. }) {
-                    self.partitions.set_up(p, false);
-                }
-                Err(e)
-            }
-        }
     }
 }
 

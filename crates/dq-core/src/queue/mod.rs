@@ -23,7 +23,6 @@ use crate::error::{Error, Result};
 use crate::producer::Producer;
 use crate::reservations::Reservations;
 use crate::shared::Core;
-use crate::store::connection::Redis;
 use crate::store::decode::int;
 use crate::store::keys::{Keys, PartitionKeys};
 use crate::store::partition::Partitions;
@@ -55,11 +54,6 @@ impl Queue {
     /// Refuses the layout dq used before partitions, naming the command that converts it.
     pub async fn connect(settings: &Settings) -> Result<Self> {
         Core::connect(settings).await.map(Queue::over)
-    }
-
-    /// A queue over `count` partitions, without looking at Redis (the layout was checked already).
-    pub fn with_partitions(settings: &Settings, redis: Redis, count: u32) -> Self {
-        Queue::over(Core::with_partitions(settings, redis, count))
     }
 
     fn over(core: Core) -> Self {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use super::Reservations;
 use crate::error::{Error, Result};
-use crate::store::scripts;
+use crate::store::scripts::ack::{self, AckReply};
 
 /// The most acks one call carries (its keys and arguments go onto Lua's stack).
 pub(crate) const ACK_GROUP: usize = 500;
@@ -58,19 +58,20 @@ async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
         .map(|(p, members)| {
             let (queue, ops) = (&queue, &ops);
             async move {
-                let out = ack_on(queue, p, members.iter().map(|&i| &ops[i])).await;
+                let acks = members.iter().map(|&i| (ops[i].id.as_str(), ops[i].receipt.as_str()));
+                let out = ack::call(&queue.store, p, queue.defaults.done_retention_ms, acks).await;
                 (members, out)
             }
         });
     let mut answers: Vec<Option<Result<()>>> = (0..ops.len()).map(|_| None).collect();
     for (members, out) in futures_util::future::join_all(calls).await {
         match out {
-            Ok(codes) => {
-                for (i, code) in members.into_iter().zip(codes) {
-                    answers[i] = Some(match code {
-                        1 => Ok(()),
-                        0 => Err(Error::NotFound(ops[i].id.clone())),
-                        _ => Err(Error::StaleReceipt),
+            Ok(replies) => {
+                for (i, reply) in members.into_iter().zip(replies) {
+                    answers[i] = Some(match reply {
+                        AckReply::Acked => Ok(()),
+                        AckReply::NoJob => Err(Error::NotFound(ops[i].id.clone())),
+                        AckReply::StaleReceipt => Err(Error::StaleReceipt),
                     });
                 }
             }
@@ -92,19 +93,4 @@ async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
             })
         })
         .collect()
-}
-
-/// One `ack.lua` call on partition `p`.
-async fn ack_on(queue: &Reservations, p: u16, ops: impl Iterator<Item = &AckOp> + Clone) -> Result<Vec<i64>> {
-    let keys = queue.partition_keys(p);
-    let mut inv = scripts::ACK.prepare_invoke();
-    inv.key(keys.reserved()).key(keys.counts());
-    for op in ops.clone() {
-        inv.key(keys.job(&op.id));
-    }
-    inv.arg(queue.defaults.done_retention_ms);
-    for op in ops {
-        inv.arg(&op.id).arg(&op.receipt);
-    }
-    queue.write(p, &inv).await
 }

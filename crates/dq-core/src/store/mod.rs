@@ -1,13 +1,26 @@
 //! The store: the only way to Redis. The connection in its three shapes ([`connection`]), the partitions
-//! and which one holds a job ([`partition`]), the key names ([`keys`]), the Lua scripts with their typed
-//! wrappers ([`scripts`]), the group commit that lets concurrent calls share script calls ([`coalesce`]),
-//! the stored layout ([`layout`]) and the decoding of script answers ([`decode`]).
+//! and which one holds a job ([`partition`]), the key names ([`keys`]), the Lua scripts, each beside its
+//! typed wrapper ([`scripts`]), the group commit that lets concurrent calls share script calls
+//! ([`coalesce`]), the stored layout ([`layout`]), the decoding of script answers ([`decode`]) and the
+//! reads of job records ([`records`]).
+//!
+//! Everything here is the crate's own, except the key names and the partitions, which
+//! docs/redis-keys.md documents for operators (and tests read): no crate outside dq-core sends a command
+//! or builds a script's KEYS and ARGV. With the `testing` feature the scripts are public too, for tests
+//! that build states by hand.
 
-pub mod coalesce;
-pub mod connection;
+mod calls;
+pub(crate) mod coalesce;
+pub(crate) mod connection;
 pub(crate) mod decode;
 pub mod keys;
 pub(crate) mod layout;
 pub mod partition;
 pub(crate) mod records;
+#[cfg(feature = "testing")]
 pub mod scripts;
+#[cfg(not(feature = "testing"))]
+pub(crate) mod scripts;
+
+pub(crate) use self::calls::Store;
+pub use self::connection::Node;

@@ -5,23 +5,24 @@
 --
 -- KEYS[1]: the reserved set (<prefix>:reserved)
 -- KEYS[2]: counts hash (<prefix>:counts)
--- KEYS[3..]: the jobs' records (<prefix>:job:<id>), one per ack
+-- KEYS[3]: the beanstalkd numbers' index (<prefix>:bs:ids)
+-- KEYS[4..]: the jobs' records (<prefix>:job:<id>), one per ack
 -- ARGV[1]: done retention in ms (0 = delete the record now)
--- ARGV[2..]: per ack, its id and its receipt (ARGV[2k], ARGV[2k+1] go with KEYS[2+k])
+-- ARGV[2..]: per ack, its id and its receipt (ARGV[2k], ARGV[2k+1] go with KEYS[3+k])
 -- Returns: per ack, in order: 1 acked, 0 no such job, -1 stale receipt (the reservation it names is over;
 -- nothing changed).
 
-local reserved, counts = KEYS[1], KEYS[2]
+local reserved, counts, bs_ids = KEYS[1], KEYS[2], KEYS[3]
 local retention = tonumber(ARGV[1])
 -- Every record is read before the first write (see architecture.md, "Scripts on a moving slot").
 local recs = {}
-for k = 1, #KEYS - 2 do
-  recs[k] = rec_load(KEYS[2 + k]) or false
+for k = 1, #KEYS - 3 do
+  recs[k] = rec_load(KEYS[3 + k]) or false
 end
 -- removed: the ids leaving the reserved set, in one ZREM (each call is much of an ack's cost).
 local out, ended, acked, removed = {}, {}, {}, {}
-for k = 1, #KEYS - 2 do
-  local job, r = KEYS[2 + k], recs[k]
+for k = 1, #KEYS - 3 do
+  local job, r = KEYS[3 + k], recs[k]
   if acked[job] then
     -- The same job twice in one call: the second finds what it would find alone after the first.
     if acked[job] == 'kept' then out[k] = -1 else out[k] = 0 end
@@ -33,7 +34,7 @@ for k = 1, #KEYS - 2 do
     removed[#removed + 1] = ARGV[2 * k]
     ended[r.t] = (ended[r.t] or 0) + 1
     -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
-    if r.n then redis.call('HDEL', string.sub(job, 1, #job - #ARGV[2 * k] - 5) .. ':bs:ids', r.n) end
+    if r.n then redis.call('HDEL', bs_ids, r.n) end
     if retention > 0 and not r.p then
       r.s = 'done'
       rec_store(job, r, true)

@@ -71,6 +71,9 @@ macro_rules! script {
     };
 }
 
+// One module per script: the Lua file beside its typed wrapper (partition keys in, a typed reply out).
+pub(crate) mod ack;
+
 script!(
     /// Read job records (look up, the dead list's pages, the audit).
     GET,
@@ -95,11 +98,6 @@ script!(
     /// Reserve ready jobs over topics in priority order.
     RESERVE,
     record + publish + "reserve.lua"
-);
-script!(
-    /// Finish a reservation.
-    ACK,
-    record + "ack.lua"
 );
 script!(
     /// Fail a reservation: back off, or dead.
@@ -256,7 +254,7 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
         &CANCEL,
         RESCHEDULE.get(sharded),
         RESERVE.get(sharded),
-        &ACK,
+        &ack::SCRIPT,
         NACK.get(sharded),
         TOUCH.get(sharded),
         PROMOTE.get(sharded),

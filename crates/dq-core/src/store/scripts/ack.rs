@@ -1,0 +1,58 @@
+//! `ack.lua`: finish reservations of one partition (see its header for KEYS and ARGV).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+script!(
+    /// Finish reservations.
+    SCRIPT,
+    record + "ack.lua"
+);
+
+/// What one ack came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AckReply {
+    /// The job is done.
+    Acked,
+    /// No job has this id.
+    NoJob,
+    /// The receipt does not name the job's current reservation: nothing changed.
+    StaleReceipt,
+}
+
+/// One `ack.lua` call on partition `p`: the acks `(id, receipt)` in order, done records kept
+/// `done_retention_ms` (0: deleted at once). Answers per ack, in order.
+pub(crate) async fn call<'a>(
+    store: &Store,
+    p: u16,
+    done_retention_ms: u64,
+    acks: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+) -> Result<Vec<AckReply>> {
+    let keys = store.partition_keys(p);
+    let mut inv = SCRIPT.prepare_invoke();
+    inv.key(keys.reserved()).key(keys.counts()).key(keys.bs_ids());
+    for (id, _) in acks.clone() {
+        inv.key(keys.job(id));
+    }
+    inv.arg(done_retention_ms);
+    for (id, receipt) in acks {
+        inv.arg(id).arg(receipt);
+    }
+    let codes: Vec<i64> = store.write(p, &inv).await?;
+    codes
+        .into_iter()
+        .map(|code| match code {
+            1 => Ok(AckReply::Acked),
+            0 => Ok(AckReply::NoJob),
+            -1 => Ok(AckReply::StaleReceipt),
+            other => Err(Error::Redis {
+                partition: Some(p),
+                message: format!("ack returned {other}"),
+            }),
+        })
+        .collect()
+}
