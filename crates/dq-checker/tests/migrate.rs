@@ -70,9 +70,10 @@ impl Old {
     }
 
     async fn ack(&mut self, id: &str, receipt: &str) {
-        let mut inv = scripts::ACK.prepare_invoke();
+        let mut inv = scripts::ack::SCRIPT.prepare_invoke();
         inv.key("dq:reserved")
             .key("dq:counts")
+            .key("dq:bs:ids")
             .key(format!("dq:job:{id}"))
             .arg(3_600_000)
             .arg(id)

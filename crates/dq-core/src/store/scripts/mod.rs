@@ -72,7 +72,7 @@ macro_rules! script {
 }
 
 // One module per script: the Lua file beside its typed wrapper (partition keys in, a typed reply out).
-pub(crate) mod ack;
+pub mod ack;
 
 script!(
     /// Read job records (look up, the dead list's pages, the audit).
