@@ -205,6 +205,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
                 partition: None,
                 id: None,
                 reason: "the lease did not answer in time".into(),
+                source: None,
             })
         }) {
             Ok(true) if !memory.leader => {

@@ -42,6 +42,7 @@ impl Queue {
                         return Err(Error::Redis {
                             partition: Some(p),
                             message: format!("job {id}: {what}"),
+                            source: None,
                         });
                     }
                 };

@@ -89,6 +89,7 @@ impl Queue {
                 Err(Error::Redis {
                     partition: None,
                     message: "the reserve call ended without an answer".into(),
+                    source: None,
                 })
             });
         match answer {
@@ -252,6 +253,7 @@ impl Queue {
         let bad = || Error::Redis {
             partition: Some(p),
             message: "reserve returned a malformed job".into(),
+            source: None,
         };
         let (more, jobs) = out.split_last().ok_or_else(bad)?;
         let jobs = jobs
@@ -315,6 +317,7 @@ impl Queue {
                     return Err(Error::Redis {
                         partition: Some(p),
                         message: "nack returned a malformed answer".into(),
+                        source: None,
                     });
                 };
                 // This process's next reserve must see the job it just made ready again.

@@ -81,6 +81,7 @@ impl Queue {
             _ => Err(Error::Redis {
                 partition: None,
                 message: "schedule_set returned a malformed answer".into(),
+                source: None,
             }),
         }
     }
@@ -155,6 +156,7 @@ impl Queue {
             _ => Err(Error::Redis {
                 partition: None,
                 message: "TIME returned a malformed answer".into(),
+                source: None,
             }),
         }
     }

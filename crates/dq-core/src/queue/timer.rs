@@ -130,6 +130,7 @@ impl Queue {
             return Err(Error::Redis {
                 partition: None,
                 message: "balance returned too little".into(),
+                source: None,
             });
         }
         Ok(Balance {
@@ -144,5 +145,6 @@ fn malformed(p: u16, what: &str) -> Error {
     Error::Redis {
         partition: Some(p),
         message: format!("{what} returned a malformed answer"),
+        source: None,
     }
 }
