@@ -100,7 +100,7 @@ async fn raise(queue: &Queue, notifier: &Notifier, memory: &mut Memory, field: &
     if notifier.send(alert).await {
         memory.sent.insert(field.to_string(), state.to_string());
         if let Err(e) = queue.set_alert_sent(field, state).await {
-            tracing::debug!(cause = %e, "cannot record an alert as sent");
+            tracing::debug!(cause = %e.chain(), "cannot record an alert as sent");
         }
     }
 }
@@ -219,7 +219,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             }
             Ok(true) => {}
             Ok(false) => memory.leader = false,
-            Err(e) => tracing::debug!(cause = %e, "cannot reach the checkers' lease; keeping the last answer"),
+            Err(e) => tracing::debug!(cause = %e.chain(), "cannot reach the checkers' lease; keeping the last answer"),
         }
         metrics::gauge!("dq_checker_leader").set(if memory.leader { 1.0 } else { 0.0 });
         leader.store(memory.leader, Ordering::Relaxed);
@@ -487,7 +487,7 @@ async fn housekeeping(queue: &Queue, stats: &Stats, every: Duration, memory: &mu
     for (p, zeros) in &stats.zeros {
         match queue.prune_zero_counts(*p, zeros).await {
             Ok(n) => fields += n,
-            Err(e) => tracing::debug!(partition = p, cause = %e, "cannot remove zero counts"),
+            Err(e) => tracing::debug!(partition = p, cause = %e.chain(), "cannot remove zero counts"),
         }
     }
     if fields > 0 {
@@ -496,7 +496,7 @@ async fn housekeeping(queue: &Queue, stats: &Stats, every: Duration, memory: &mu
     match queue.prune_topic_tombstones().await {
         Ok(0) => {}
         Ok(n) => tracing::info!(tombstones = n, "removed deleted topics' tombstones from the registry"),
-        Err(e) => tracing::debug!(cause = %e, "cannot prune the registry's tombstones"),
+        Err(e) => tracing::debug!(cause = %e.chain(), "cannot prune the registry's tombstones"),
     }
 }
 
@@ -516,6 +516,6 @@ async fn run_audit(queue: &Queue) {
                 tracing::info!(records = r.records, ids = r.ids, "audit found nothing to repair");
             }
         }
-        Err(e) => tracing::warn!(cause = %e, "audit failed"),
+        Err(e) => tracing::warn!(cause = %e.chain(), "audit failed"),
     }
 }

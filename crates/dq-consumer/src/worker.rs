@@ -215,7 +215,7 @@ impl TopicWorker {
                     continue;
                 }
                 Err(e) => {
-                    tracing::warn!(topic = %self.topic, cause = %e, retry_ms = retry.as_millis() as u64, "cannot read the topic's limits");
+                    tracing::warn!(topic = %self.topic, cause = %e.chain(), retry_ms = retry.as_millis() as u64, "cannot read the topic's limits");
                     drop(first);
                     if !self.back_off(&mut retry).await {
                         return announced;
@@ -244,7 +244,7 @@ impl TopicWorker {
                     jobs
                 }
                 Err(e) => {
-                    tracing::warn!(topic = %self.topic, cause = %e, retry_ms = retry.as_millis() as u64, "reserve failed");
+                    tracing::warn!(topic = %self.topic, cause = %e.chain(), retry_ms = retry.as_millis() as u64, "reserve failed");
                     drop(first);
                     if !self.back_off(&mut retry).await {
                         return announced;
@@ -401,7 +401,9 @@ async fn deliver_one(
     else {
         match shared.queue.release(&job.id, &job.receipt).await {
             Ok(()) => tracing::info!(id = %job.id, %topic, "handed back unfinished"),
-            Err(e) => tracing::warn!(id = %job.id, %topic, cause = %e, "cannot hand back; it returns after its TTR"),
+            Err(e) => {
+                tracing::warn!(id = %job.id, %topic, cause = %e.chain(), "cannot hand back; it returns after its TTR")
+            }
         }
         metrics::counter!("dq_deliveries_total", "topic" => topic, "outcome" => "handed_back").increment(1);
         return;
@@ -414,6 +416,6 @@ async fn deliver_one(
     let settled = settle(&shared, &plan, &job, &outcome).await;
     if let Err(e) = settled {
         // Most likely the reservation expired and the job went to another delivery: it is not lost.
-        tracing::warn!(id = %job.id, %topic, cause = %e, "cannot settle the delivery");
+        tracing::warn!(id = %job.id, %topic, cause = %e.chain(), "cannot settle the delivery");
     }
 }

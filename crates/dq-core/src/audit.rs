@@ -67,7 +67,7 @@ pub async fn run(queue: &Queue) -> Result<AuditReport> {
         match done.await {
             Ok(()) => audited += 1,
             Err(e) => {
-                tracing::warn!(partition = p, cause = %e, "audit of this partition failed; skipped");
+                tracing::warn!(partition = p, cause = %e.chain(), "audit of this partition failed; skipped");
                 last_err = Some(e);
             }
         }

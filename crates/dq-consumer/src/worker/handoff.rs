@@ -39,7 +39,7 @@ pub(super) async fn release_all(shared: Arc<Shared>, jobs: impl IntoIterator<Ite
         match shared.queue.release(&job.id, &job.receipt).await {
             Ok(()) => tracing::debug!(id = %job.id, topic = %job.topic, "handed back a job handed to this process"),
             Err(e) => {
-                tracing::debug!(id = %job.id, cause = %e, "cannot hand back a handed job; it returns after its reservation")
+                tracing::debug!(id = %job.id, cause = %e.chain(), "cannot hand back a handed job; it returns after its reservation")
             }
         }
     }
@@ -102,7 +102,7 @@ impl TopicWorker {
         };
         tracing::debug!(topic = %self.topic, slots, "telling the timers this worker waits");
         if let Err(e) = self.shared.queue.announce_waiting(&w).await {
-            tracing::debug!(topic = %self.topic, cause = %e, "cannot tell the timers this worker waits");
+            tracing::debug!(topic = %self.topic, cause = %e.chain(), "cannot tell the timers this worker waits");
         }
     }
 
@@ -162,7 +162,7 @@ impl TopicWorker {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(topic = %self.topic, cause = %e, "cannot read the topic's limits; handing back handed jobs");
+                    tracing::warn!(topic = %self.topic, cause = %e.chain(), "cannot read the topic's limits; handing back handed jobs");
                     break;
                 }
             }

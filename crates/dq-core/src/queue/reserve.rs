@@ -109,7 +109,7 @@ impl Queue {
     pub(crate) async fn release_all(&self, jobs: Vec<Reservation>) {
         for job in jobs {
             if let Err(e) = self.release(&job.id, &job.receipt).await {
-                tracing::debug!(id = %job.id, cause = %e, "cannot release a reservation; the job returns when it ends");
+                tracing::debug!(id = %job.id, cause = %e.chain(), "cannot release a reservation; the job returns when it ends");
             }
         }
     }

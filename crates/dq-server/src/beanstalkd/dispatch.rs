@@ -99,7 +99,7 @@ impl Dispatcher {
             let ordered = match super::reserve::best_first(&queue, topics.clone()).await {
                 Ok(ordered) => ordered,
                 Err(e) => {
-                    tracing::warn!(error = %e, "beanstalkd reserve failed; trying again");
+                    tracing::warn!(error = %e.chain(), "beanstalkd reserve failed; trying again");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -113,7 +113,7 @@ impl Dispatcher {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, "beanstalkd reserve failed; trying again");
+                    tracing::warn!(error = %e.chain(), "beanstalkd reserve failed; trying again");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -138,7 +138,7 @@ impl Dispatcher {
             }
         }
         if let Err(e) = queue.release(&job.id, &job.receipt).await {
-            tracing::warn!(error = %e, id = %job.id, "could not hand back a job nobody waited for; dq-timer will at its TTR");
+            tracing::warn!(error = %e.chain(), id = %job.id, "could not hand back a job nobody waited for; dq-timer will at its TTR");
         }
     }
 }

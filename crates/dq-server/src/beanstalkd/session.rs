@@ -316,7 +316,7 @@ impl Session {
             if let Err(e) = self.shared.queue.release(&h.id, &h.receipt).await
                 && !matches!(e, Error::StaleReceipt | Error::NotFound(_))
             {
-                tracing::warn!(error = %e, id = %h.id, "could not hand back a closed connection's job; dq-timer will at its TTR");
+                tracing::warn!(error = %e.chain(), id = %h.id, "could not hand back a closed connection's job; dq-timer will at its TTR");
             }
         }
         let counters = &self.shared.counters;
@@ -342,6 +342,6 @@ pub fn local_deadline(deadline_ms: i64) -> Instant {
 
 /// `INTERNAL_ERROR`, logged.
 pub fn internal(e: Error) -> Vec<u8> {
-    tracing::warn!(error = %e, "beanstalkd command failed");
+    tracing::warn!(error = %e.chain(), "beanstalkd command failed");
     reply::INTERNAL_ERROR.to_vec()
 }
