@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use anyhow::Context as _;
 use dq_core::audit::AuditReport;
 use dq_core::connection::Node;
 use dq_core::egress::Egress;
@@ -51,7 +52,9 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9793";
 
 /// Runs the audit once over every partition and repairs what it finds.
 pub async fn audit(settings: &Settings) -> anyhow::Result<AuditReport> {
-    let queue = Queue::connect(settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let queue = Queue::connect(settings)
+        .await
+        .context("cannot open the queue in Redis")?;
     Ok(dq_core::audit::run(&queue).await?)
 }
 
@@ -135,7 +138,9 @@ const TOPIC_COUNTERS: &[Counter] = &[Counter::labelled(
 
 /// Checks until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let queue = Queue::connect(&settings)
+        .await
+        .context("cannot open the queue in Redis")?;
     let (notifiers, _) = tokio::sync::watch::channel(Arc::new(Notifier::new(&settings.checker)?));
     dq_core::series::serve_from_start(COUNTERS);
     dq_core::series::serve_per_topic(TOPIC_COUNTERS);

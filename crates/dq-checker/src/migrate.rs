@@ -72,7 +72,7 @@ async fn connect_target(settings: &mut Settings) -> anyhow::Result<Queue> {
             .query(redis::cmd("HSETNX").arg(keys.layout()).arg("partitions").arg(want))
             .await?;
     }
-    Queue::connect(settings).await.map_err(|e| anyhow::anyhow!("{e}"))
+    Queue::connect(settings).await.context("cannot open the queue in Redis")
 }
 
 async fn convert(

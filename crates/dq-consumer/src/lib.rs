@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use dq_core::registry::TopicCache;
 use dq_core::{Queue, Settings};
 use tokio::sync::watch;
@@ -47,7 +48,9 @@ struct Running {
 
 /// Delivers until `shutdown`, then drains.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let queue = Queue::connect(&settings)
+        .await
+        .context("cannot open the queue in Redis")?;
     // The metrics listener and the registry refresher keep going through the drain; `background` ends them.
     let background = CancellationToken::new();
     dq_core::series::serve_from_start(dq_core::series::QUEUE);
