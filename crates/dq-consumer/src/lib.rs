@@ -5,6 +5,7 @@
 //!   connect time, and the Redis nodes it keeps callbacks away from.
 //! - [`limiter`]: a worker's share of its topic's limits over every consumer (slots, rate, pauses asked
 //!   by the callback), kept in Redis.
+//! - [`plan`]: a topic's registration prepared for delivery, which its worker and limiter follow.
 //! - [`worker`]: one topic's loop: reserve as many jobs as the limits and free delivery slots allow,
 //!   deliver each, ack or nack it.
 //!
@@ -17,6 +18,7 @@
 pub mod deliver;
 pub mod egress;
 pub mod limiter;
+pub mod plan;
 pub mod worker;
 
 use std::collections::HashMap;
@@ -31,7 +33,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::egress::Egress;
-use crate::worker::{Plan, Shared, TopicWorker};
+use crate::plan::Plan;
+use crate::worker::{Shared, TopicWorker};
 
 /// Default `/metrics` address of dq-consumer.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9792";

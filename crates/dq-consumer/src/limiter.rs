@@ -17,7 +17,7 @@ use dq_core::topic::Callback;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::worker::Plan;
+use crate::plan::Plan;
 
 /// How long a worker's slots stay held without a renewal. Short, so the slots of a consumer that died
 /// serve the others soon; three renewals long, so one slow answer from Redis does not lose them.

@@ -4,11 +4,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dq_core::condition::Condition;
 use dq_core::queue::ReserveOptions;
 use dq_core::series::Counter;
-use dq_core::topic::Callback;
-use dq_core::{Queue, Reservation, TopicConfig};
+use dq_core::{Queue, Reservation};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -17,10 +15,12 @@ use tokio_util::task::TaskTracker;
 use crate::deliver::{self, Outcome, Posted};
 use crate::egress::Egress;
 use crate::limiter::{Admit, Limiter};
+use crate::plan::Plan;
 
 mod handoff;
+mod telling;
 
-use self::handoff::{Telling, release_all};
+use self::telling::Telling;
 
 /// What a topic's worker counts, served at 0 from its start.
 const TOPIC_COUNTERS: &[Counter] = &[
@@ -68,41 +68,6 @@ pub struct Shared {
     pub process_id: String,
     /// Each topic worker's in-box for jobs a timer handed to it (see `dq_core::queue::handoff`).
     pub handoffs: Mutex<HashMap<String, mpsc::UnboundedSender<Vec<Reservation>>>>,
-}
-
-/// A topic's registration, prepared for delivery: the condition parsed once.
-pub struct Plan {
-    /// The registration as read.
-    pub config: TopicConfig,
-    /// Its callback.
-    callback: Callback,
-    /// Its callback's URL, parsed.
-    url: reqwest::Url,
-    /// Its retry condition.
-    condition: Option<Condition>,
-}
-
-impl Plan {
-    /// Prepares a registration that has a callback.
-    pub fn new(config: &TopicConfig) -> Result<Plan, String> {
-        let callback = config.callback.clone().ok_or("no callback")?;
-        let url = reqwest::Url::parse(&callback.url).map_err(|e| format!("callback.url: {e}"))?;
-        let condition = match &config.retry.condition {
-            Some(c) => Some(Condition::parse(c).map_err(|e| format!("retry.condition: {e}"))?),
-            None => None,
-        };
-        Ok(Plan {
-            config: config.clone(),
-            callback,
-            url,
-            condition,
-        })
-    }
-
-    /// The callback.
-    pub fn callback(&self) -> &Callback {
-        &self.callback
-    }
 }
 
 /// Reserves and delivers one topic's jobs, within the topic's limits over every consumer: at most
@@ -158,7 +123,7 @@ impl TopicWorker {
             left.extend(jobs);
         }
         if !left.is_empty() {
-            release_all(self.shared.clone(), left).await;
+            self.shared.clone().release_all(left).await;
         }
     }
 
