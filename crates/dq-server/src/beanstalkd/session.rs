@@ -139,7 +139,7 @@ impl Session {
 
     /// The commands other than put, reserve and quit.
     async fn command(&mut self, command: Command) -> Vec<u8> {
-        let counted = super::verbs::counter_name(&command);
+        let counted = super::counters::counter_name(&command);
         self.shared.counters.count(counted);
         let answer = match command {
             Command::Use(name) => self.use_tube(name).await,
