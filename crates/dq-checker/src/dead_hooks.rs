@@ -94,7 +94,7 @@ impl Sender {
         let topics = match self.queue.admin().topics().await {
             Ok(t) => t,
             Err(e) => {
-                tracing::warn!(cause = %e, "cannot read the topic registry; dead-job hooks wait");
+                tracing::warn!(cause = %e.chain(), "cannot read the topic registry; dead-job hooks wait");
                 return;
             }
         };
@@ -121,7 +121,7 @@ impl Sender {
                     hooks
                 }
                 Err(e) => {
-                    tracing::warn!(partition = p, cause = %e, "cannot take dead-job hooks");
+                    tracing::warn!(partition = p, cause = %e.chain(), "cannot take dead-job hooks");
                     continue;
                 }
             };
@@ -150,7 +150,7 @@ impl Sender {
                     tracing::debug!(topic = %hook.topic, id = %hook.id, kind, %reason, tries = hook.tries + 1,
                         "dead-job hook failed; trying again in {wait} ms");
                     if let Err(e) = self.queue.checker().dead_hook_failed(p, &hook, wait).await {
-                        tracing::warn!(partition = p, cause = %e, "cannot reschedule a dead-job hook; it is tried again when its claim ends");
+                        tracing::warn!(partition = p, cause = %e.chain(), "cannot reschedule a dead-job hook; it is tried again when its claim ends");
                     }
                     metrics::counter!("dq_dead_hooks_total", "topic" => hook.topic.clone(), "outcome" => "failed")
                         .increment(1);
@@ -164,7 +164,7 @@ impl Sender {
             },
         };
         if let Err(e) = self.queue.checker().dead_hook_done(p, &hook).await {
-            tracing::warn!(partition = p, cause = %e, "cannot forget a dead-job hook; it may be sent again");
+            tracing::warn!(partition = p, cause = %e.chain(), "cannot forget a dead-job hook; it may be sent again");
         }
         metrics::counter!("dq_dead_hooks_total", "topic" => hook.topic.clone(), "outcome" => label).increment(1);
     }

@@ -25,7 +25,7 @@ pub(crate) async fn alert_dead_jobs(queue: &Queue, notifier: &Notifier) {
             .map(|(topic, _)| topic)
             .collect(),
         Err(e) => {
-            tracing::warn!(cause = %e, "cannot read the topic registry; dead-job events wait");
+            tracing::warn!(cause = %e.chain(), "cannot read the topic registry; dead-job events wait");
             return;
         }
     };
@@ -34,7 +34,7 @@ pub(crate) async fn alert_dead_jobs(queue: &Queue, notifier: &Notifier) {
         match queue.checker().take_events(p, PER_ROUND, hooked).await {
             Ok(events) => (p, events),
             Err(e) => {
-                tracing::warn!(partition = p, cause = %e, "cannot read dead-job events");
+                tracing::warn!(partition = p, cause = %e.chain(), "cannot read dead-job events");
                 (p, Vec::new())
             }
         }
@@ -83,7 +83,7 @@ pub(crate) async fn alert_dead_jobs(queue: &Queue, notifier: &Notifier) {
             continue;
         }
         if let Err(e) = queue.checker().events_sent(p, events.len()).await {
-            tracing::warn!(partition = p, cause = %e, "cannot forget sent dead-job events; they will be sent again");
+            tracing::warn!(partition = p, cause = %e.chain(), "cannot forget sent dead-job events; they will be sent again");
         }
     }
 }

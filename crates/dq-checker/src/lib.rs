@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use anyhow::Context as _;
 use dq_core::admin::{NodeWatch, Stats};
 use dq_core::checker::audit::AuditReport;
 use dq_core::egress::Egress;
@@ -51,7 +52,9 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9793";
 
 /// Runs the audit once over every partition and repairs what it finds.
 pub async fn audit(settings: &Settings) -> anyhow::Result<AuditReport> {
-    let queue = Queue::connect(settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let queue = Queue::connect(settings)
+        .await
+        .context("cannot open the queue in Redis")?;
     Ok(queue.checker().audit().await?)
 }
 
@@ -100,7 +103,7 @@ async fn raise(queue: &Queue, notifier: &Notifier, memory: &mut Memory, field: &
     if notifier.send(alert).await {
         memory.sent.insert(field.to_string(), state.to_string());
         if let Err(e) = queue.checker().set_alert_sent(field, state).await {
-            tracing::debug!(cause = %e, "cannot record an alert as sent");
+            tracing::debug!(cause = %e.chain(), "cannot record an alert as sent");
         }
     }
 }
@@ -135,7 +138,9 @@ const TOPIC_COUNTERS: &[Counter] = &[Counter::labelled(
 
 /// Checks until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let queue = Queue::connect(&settings)
+        .await
+        .context("cannot open the queue in Redis")?;
     let (notifiers, _) = tokio::sync::watch::channel(Arc::new(Notifier::new(&settings.checker)?));
     dq_core::series::serve_from_start(COUNTERS);
     dq_core::series::serve_per_topic(TOPIC_COUNTERS);
@@ -205,6 +210,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
                 partition: None,
                 id: None,
                 reason: "the lease did not answer in time".into(),
+                source: None,
             })
         }) {
             Ok(true) if !memory.leader => {
@@ -218,7 +224,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             }
             Ok(true) => {}
             Ok(false) => memory.leader = false,
-            Err(e) => tracing::debug!(cause = %e, "cannot reach the checkers' lease; keeping the last answer"),
+            Err(e) => tracing::debug!(cause = %e.chain(), "cannot reach the checkers' lease; keeping the last answer"),
         }
         metrics::gauge!("dq_checker_leader").set(if memory.leader { 1.0 } else { 0.0 });
         leader.store(memory.leader, Ordering::Relaxed);
@@ -469,7 +475,7 @@ async fn housekeeping(queue: &Queue, stats: &Stats, every: Duration, memory: &mu
     for (p, zeros) in &stats.zeros {
         match queue.checker().prune_zero_counts(*p, zeros).await {
             Ok(n) => fields += n,
-            Err(e) => tracing::debug!(partition = p, cause = %e, "cannot remove zero counts"),
+            Err(e) => tracing::debug!(partition = p, cause = %e.chain(), "cannot remove zero counts"),
         }
     }
     if fields > 0 {
@@ -478,7 +484,7 @@ async fn housekeeping(queue: &Queue, stats: &Stats, every: Duration, memory: &mu
     match queue.checker().prune_topic_tombstones().await {
         Ok(0) => {}
         Ok(n) => tracing::info!(tombstones = n, "removed deleted topics' tombstones from the registry"),
-        Err(e) => tracing::debug!(cause = %e, "cannot prune the registry's tombstones"),
+        Err(e) => tracing::debug!(cause = %e.chain(), "cannot prune the registry's tombstones"),
     }
 }
 
@@ -498,6 +504,6 @@ async fn run_audit(queue: &Queue) {
                 tracing::info!(records = r.records, ids = r.ids, "audit found nothing to repair");
             }
         }
-        Err(e) => tracing::warn!(cause = %e, "audit failed"),
+        Err(e) => tracing::warn!(cause = %e.chain(), "audit failed"),
     }
 }

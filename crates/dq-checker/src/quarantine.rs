@@ -1,6 +1,7 @@
 //! Quarantined records (see `dq_core::admin::quarantine`): each round, their number as a metric and an
 //! alert when it grows; on demand, `dq-checker quarantine ls|drop|restore`.
 
+use anyhow::Context as _;
 use dq_core::{Queue, Settings};
 
 use crate::alert::{Alert, Notifier};
@@ -65,7 +66,9 @@ pub enum Command {
 
 /// Runs `dq-checker quarantine …`; prints JSON lines.
 pub async fn run(settings: &Settings, command: Command) -> anyhow::Result<()> {
-    let queue = Queue::connect(settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let queue = Queue::connect(settings)
+        .await
+        .context("cannot open the queue in Redis")?;
     match command {
         Command::Ls => {
             for q in queue.admin().quarantined().await? {

@@ -57,7 +57,9 @@ async fn expire(queue: &Queue, stats: &Stats, retention_ms: u64) {
                     "dropped dead jobs past jobs.dead_retention_ms"
                 );
             }
-            Err(e) => tracing::warn!(topic, partition = p, cause = %e, "cannot drop dead jobs past their retention"),
+            Err(e) => {
+                tracing::warn!(topic, partition = p, cause = %e.chain(), "cannot drop dead jobs past their retention")
+            }
         }
     }
 }
@@ -90,7 +92,7 @@ async fn cap(queue: &Queue, stats: &Stats, max: u64) {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(topic, cause = %e, "cannot drop dead jobs over the cap");
+                    tracing::warn!(topic, cause = %e.chain(), "cannot drop dead jobs over the cap");
                     break;
                 }
             }

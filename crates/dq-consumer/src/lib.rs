@@ -5,6 +5,7 @@
 //!   connect time, and the Redis nodes it keeps callbacks away from.
 //! - [`limiter`]: a worker's share of its topic's limits over every consumer (slots, rate, pauses asked
 //!   by the callback), kept in Redis.
+//! - [`plan`]: a topic's registration prepared for delivery, which its worker and limiter follow.
 //! - [`worker`]: one topic's loop: reserve as many jobs as the limits and free delivery slots allow,
 //!   deliver each, ack or nack it.
 //!
@@ -17,20 +18,23 @@
 pub mod deliver;
 pub mod egress;
 pub mod limiter;
+pub mod plan;
 pub mod worker;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::admin::topics::TopicCache;
+use anyhow::Context as _;
+use dq_core::admin::TopicCache;
 use dq_core::{Queue, Settings};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::egress::Egress;
-use crate::worker::{Plan, Shared, TopicWorker};
+use crate::plan::Plan;
+use crate::worker::{Shared, TopicWorker};
 
 /// Default `/metrics` address of dq-consumer.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9792";
@@ -47,7 +51,9 @@ struct Running {
 
 /// Delivers until `shutdown`, then drains.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let queue = Queue::connect(&settings)
+        .await
+        .context("cannot open the queue in Redis")?;
     // The metrics listener and the registry refresher keep going through the drain; `background` ends them.
     let background = CancellationToken::new();
     dq_core::series::serve_from_start(dq_core::series::QUEUE);

@@ -17,7 +17,7 @@ use dq_core::topic::Callback;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::worker::Plan;
+use crate::plan::Plan;
 
 /// How long a worker's slots stay held without a renewal. Short, so the slots of a consumer that died
 /// serve the others soon; three renewals long, so one slow answer from Redis does not lose them.
@@ -122,7 +122,7 @@ impl Limiter {
         if cb.rate_per_s.is_some() && unused > 0 {
             let held = self.share().held;
             if let Err(e) = self.ask(cb, in_use, held, -i64::from(unused), 0).await {
-                tracing::debug!(topic = %self.topic, cause = %e, "cannot give back unused rate tokens");
+                tracing::debug!(topic = %self.topic, cause = %e.chain(), "cannot give back unused rate tokens");
             }
         }
     }
@@ -149,7 +149,7 @@ impl Limiter {
             (s.in_use, s.held)
         };
         if let Err(e) = self.ask(cb, in_use, held, 0, pause_ms).await {
-            tracing::warn!(topic = %self.topic, cause = %e, "cannot share the pause with the other consumers");
+            tracing::warn!(topic = %self.topic, cause = %e.chain(), "cannot share the pause with the other consumers");
         }
     }
 
@@ -177,10 +177,10 @@ impl Limiter {
                 Ok(_) if done => return,
                 Ok(_) => {}
                 Err(e) if done => {
-                    tracing::debug!(topic = %self.topic, cause = %e, "cannot give slots back; they go when the lease ends");
+                    tracing::debug!(topic = %self.topic, cause = %e.chain(), "cannot give slots back; they go when the lease ends");
                     return;
                 }
-                Err(e) => tracing::debug!(topic = %self.topic, cause = %e, "cannot renew the slots' lease"),
+                Err(e) => tracing::debug!(topic = %self.topic, cause = %e.chain(), "cannot renew the slots' lease"),
             }
         }
     }

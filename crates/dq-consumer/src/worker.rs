@@ -4,11 +4,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dq_core::condition::Condition;
 use dq_core::reservations::ReserveOptions;
 use dq_core::series::Counter;
-use dq_core::topic::Callback;
-use dq_core::{Queue, Reservation, TopicConfig};
+use dq_core::{Queue, Reservation};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -17,10 +15,12 @@ use tokio_util::task::TaskTracker;
 use crate::deliver::{self, Outcome, Posted};
 use crate::egress::Egress;
 use crate::limiter::{Admit, Limiter};
+use crate::plan::Plan;
 
 mod handoff;
+mod telling;
 
-use self::handoff::{Telling, release_all};
+use self::telling::Telling;
 
 /// What a topic's worker counts, served at 0 from its start.
 const TOPIC_COUNTERS: &[Counter] = &[
@@ -68,41 +68,6 @@ pub struct Shared {
     pub process_id: String,
     /// Each topic worker's in-box for jobs a timer handed to it (see `dq_core::reservations::handoff`).
     pub handoffs: Mutex<HashMap<String, mpsc::UnboundedSender<Vec<Reservation>>>>,
-}
-
-/// A topic's registration, prepared for delivery: the condition parsed once.
-pub struct Plan {
-    /// The registration as read.
-    pub config: TopicConfig,
-    /// Its callback.
-    callback: Callback,
-    /// Its callback's URL, parsed.
-    url: reqwest::Url,
-    /// Its retry condition.
-    condition: Option<Condition>,
-}
-
-impl Plan {
-    /// Prepares a registration that has a callback.
-    pub fn new(config: &TopicConfig) -> Result<Plan, String> {
-        let callback = config.callback.clone().ok_or("no callback")?;
-        let url = reqwest::Url::parse(&callback.url).map_err(|e| format!("callback.url: {e}"))?;
-        let condition = match &config.retry.condition {
-            Some(c) => Some(Condition::parse(c).map_err(|e| format!("retry.condition: {e}"))?),
-            None => None,
-        };
-        Ok(Plan {
-            config: config.clone(),
-            callback,
-            url,
-            condition,
-        })
-    }
-
-    /// The callback.
-    pub fn callback(&self) -> &Callback {
-        &self.callback
-    }
 }
 
 /// Reserves and delivers one topic's jobs, within the topic's limits over every consumer: at most
@@ -158,7 +123,7 @@ impl TopicWorker {
             left.extend(jobs);
         }
         if !left.is_empty() {
-            release_all(self.shared.clone(), left).await;
+            self.shared.clone().release_all(left).await;
         }
     }
 
@@ -215,7 +180,7 @@ impl TopicWorker {
                     continue;
                 }
                 Err(e) => {
-                    tracing::warn!(topic = %self.topic, cause = %e, retry_ms = retry.as_millis() as u64, "cannot read the topic's limits");
+                    tracing::warn!(topic = %self.topic, cause = %e.chain(), retry_ms = retry.as_millis() as u64, "cannot read the topic's limits");
                     drop(first);
                     if !self.back_off(&mut retry).await {
                         return announced;
@@ -245,7 +210,7 @@ impl TopicWorker {
                     jobs
                 }
                 Err(e) => {
-                    tracing::warn!(topic = %self.topic, cause = %e, retry_ms = retry.as_millis() as u64, "reserve failed");
+                    tracing::warn!(topic = %self.topic, cause = %e.chain(), retry_ms = retry.as_millis() as u64, "reserve failed");
                     drop(first);
                     if !self.back_off(&mut retry).await {
                         return announced;
@@ -403,7 +368,9 @@ async fn deliver_one(
     else {
         match shared.queue.reservations().release(&job.id, &job.receipt).await {
             Ok(()) => tracing::info!(id = %job.id, %topic, "handed back unfinished"),
-            Err(e) => tracing::warn!(id = %job.id, %topic, cause = %e, "cannot hand back; it returns after its TTR"),
+            Err(e) => {
+                tracing::warn!(id = %job.id, %topic, cause = %e.chain(), "cannot hand back; it returns after its TTR")
+            }
         }
         metrics::counter!("dq_deliveries_total", "topic" => topic, "outcome" => "handed_back").increment(1);
         return;
@@ -416,6 +383,6 @@ async fn deliver_one(
     let settled = settle(&shared, &plan, &job, &outcome).await;
     if let Err(e) = settled {
         // Most likely the reservation expired and the job went to another delivery: it is not lost.
-        tracing::warn!(id = %job.id, %topic, cause = %e, "cannot settle the delivery");
+        tracing::warn!(id = %job.id, %topic, cause = %e.chain(), "cannot settle the delivery");
     }
 }

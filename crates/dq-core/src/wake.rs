@@ -65,7 +65,7 @@ pub fn listen_handoffs(
             match crate::reservations::handoff::decode_handoff(&payload) {
                 Ok(jobs) => on_jobs(jobs),
                 Err(e) => {
-                    tracing::warn!(cause = %e, "cannot read a hand-off; its jobs return when their reservation ends")
+                    tracing::warn!(cause = %e.chain(), "cannot read a hand-off; its jobs return when their reservation ends")
                 }
             }
         }

@@ -153,7 +153,8 @@ impl From<dq_core::Error> for ApiError {
         if status.is_server_error() {
             log_failure(&e);
         }
-        // A 500 is dq's own fault: the details go to the log, not to the client.
+        // A 500 is dq's own fault: the details go to the log, not to the client. Any other message is
+        // dq's own words (Redis's error is only its source, which goes to the log with it).
         let message = if status == StatusCode::INTERNAL_SERVER_ERROR {
             "internal error: the server's log has the details".to_string()
         } else {
@@ -172,8 +173,9 @@ impl From<dq_core::Error> for ApiError {
     }
 }
 
-/// Logs a failed request: once per kind of failure every 10 s, with how many more there were since,
-/// so that an outage (Redis out of memory, say, failing every push) is a few lines, not one per job.
+/// Logs a failed request with its sources (Redis's error): once per kind of failure every 10 s, with how
+/// many more there were since, so that an outage (Redis out of memory, say, failing every push) is a few
+/// lines, not one per job.
 fn log_failure(e: &dq_core::Error) {
     use std::collections::HashMap;
     use std::sync::Mutex;
@@ -193,7 +195,7 @@ fn log_failure(e: &dq_core::Error) {
         .or_insert((Instant::now(), 0));
     if entry.1 == 0 || entry.0.elapsed() >= Duration::from_secs(10) {
         let since = entry.1.saturating_sub(1);
-        tracing::warn!(cause = %e, kind, more_since_last = since, "request failed");
+        tracing::warn!(cause = %e.chain(), kind, more_since_last = since, "request failed");
         *entry = (Instant::now(), 1);
     } else {
         entry.1 += 1;

@@ -91,7 +91,9 @@ pub async fn serve(listener: TcpListener, settings: Settings, shutdown: Cancella
     auth::check_listen(&settings.auth, listener.local_addr()?)?;
     let tls = listener::Tls::from_settings(&settings.server)?;
     let auth = Arc::new(auth::Auth::new(&settings.auth)?);
-    let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let queue = Queue::connect(&settings)
+        .await
+        .context("cannot open the queue in Redis")?;
     if !queue.seals() {
         tracing::warn!(
             "callback secrets and header values are stored in Redis in clear: set secrets.keys (docs/security.md)"

@@ -120,3 +120,87 @@ async fn a_push_with_an_unknown_outcome_names_its_id_and_is_stored_once() {
     let jobs = s.reserve(&["t"], 10, 0).await;
     assert_eq!(jobs.len(), 2, "the first job and this one, once: {jobs:?}");
 }
+
+/// Fragments of redis-rs's and its connection pool's own error text, none of which may reach a client.
+const REDIS_RS_TEXT: &[&str] = &[
+    "os error",
+    "Connection refused",
+    "connection refused",
+    "IoError",
+    "- Io",
+    "not sent",
+    "bb8",
+    "timed out",
+    "Timed out",
+    "broken pipe",
+    "Broken pipe",
+];
+
+/// An `unavailable` answer (or, for a batch, each entry's) whose message is dq's own words (which
+/// partition, and whether the call did not run or its outcome is unknown), never redis-rs's text: that
+/// goes to the server's log.
+fn assert_unavailable_in_dq_words(what: &str, status: reqwest::StatusCode, out: &serde_json::Value) {
+    let errors: Vec<&serde_json::Value> = match out["results"].as_array() {
+        Some(entries) if status == 200 => entries.iter().collect(),
+        _ => {
+            assert_error(status, out, 503, "unavailable");
+            vec![out]
+        }
+    };
+    assert!(!errors.is_empty(), "{what}: {out}");
+    for e in errors {
+        assert_eq!(e["error"]["code"], "unavailable", "{what}: {out}");
+        let message = e["error"]["message"].as_str().unwrap_or_default();
+        for fragment in REDIS_RS_TEXT {
+            assert!(!message.contains(fragment), "{what}: {fragment:?} is redis-rs's: {out}");
+        }
+        assert!(
+            message.contains("unavailable")
+                || message.contains("outcome is unknown")
+                || message.contains("out of memory"),
+            "{what}: {out}"
+        );
+        eprintln!("{what}: {message}");
+    }
+}
+
+/// Redis stopped, then stalled (SIGSTOP): every 503 says in dq's words what happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unavailable_answer_is_in_dq_words_not_redis_rs_text() {
+    let mut s = TestServer::start().await;
+    s.push(json!({"id": "j1", "topic": "t", "body": 1})).await;
+    let calls = [
+        ("POST", "/v1/jobs", Some(json!({"topic": "t", "body": 2}))),
+        ("POST", "/v1/jobs", Some(json!({"id": "j2", "topic": "t", "body": 2}))),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            Some(json!({"jobs": [{"topic": "t", "body": 3}]})),
+        ),
+        ("GET", "/v1/jobs/j1", None),
+        ("POST", "/v1/reserve", Some(json!({"topics": ["t"]}))),
+        ("POST", "/v1/jobs/j1/ack", Some(json!({"receipt": "r"}))),
+        ("DELETE", "/v1/jobs/j1", None),
+    ];
+
+    s.redis[0].stop();
+    for (method, path, body) in calls.clone() {
+        let (status, out) = s.call(method, path, body).await;
+        assert_unavailable_in_dq_words(&format!("stopped: {method} {path}"), status, &out);
+    }
+
+    s.redis[0].restart();
+    dq_harness::eventually(Duration::from_secs(30), "pushes work again", || async {
+        s.call("POST", "/v1/jobs", Some(json!({"id": "j1", "topic": "t", "body": 1})))
+            .await
+            .0
+            == 201
+    })
+    .await;
+    s.redis[0].pause();
+    for (method, path, body) in calls {
+        let (status, out) = s.call(method, path, body).await;
+        assert_unavailable_in_dq_words(&format!("stalled: {method} {path}"), status, &out);
+    }
+    s.redis[0].resume();
+}

@@ -43,7 +43,9 @@ const COUNTERS: &[Counter] = &[
 
 /// Runs a timer until `shutdown`, then releases its partitions and returns.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let queue = Queue::connect(&settings).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let queue = Queue::connect(&settings)
+        .await
+        .context("cannot open the queue in Redis")?;
     dq_core::series::serve_from_start(COUNTERS);
     let (_, metrics) = dq_core::telemetry::serve_configured_metrics(
         settings.metrics.listen.as_deref(),

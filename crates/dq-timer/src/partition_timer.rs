@@ -166,7 +166,7 @@ impl PartitionTimer {
         self.schedule_lead.send_replace(false);
         match self.queue.timer().balance(&self.id, self.settings.lease_ms, true).await {
             Ok(_) => tracing::info!("released partitions"),
-            Err(e) => tracing::warn!(cause = %e, "cannot release partitions; they lapse after timer.lease_ms"),
+            Err(e) => tracing::warn!(cause = %e.chain(), "cannot release partitions; they lapse after timer.lease_ms"),
         }
         metrics::gauge!("dq_timer_partitions_owned").set(0.0);
     }
@@ -202,7 +202,7 @@ impl PartitionTimer {
             Err(e) => {
                 // Without a heartbeat our leases may lapse; promotion stays exact either way, so keep
                 // going and let the next heartbeat sort the share out.
-                tracing::warn!(cause = %e, "heartbeat failed");
+                tracing::warn!(cause = %e.chain(), "heartbeat failed");
                 if self.last_beat.elapsed() > Duration::from_millis(self.settings.lease_ms) {
                     // Another timer may hold partition 0 by now.
                     self.schedule_lead
@@ -264,7 +264,7 @@ impl PartitionTimer {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(partition = p, cause = %e, "promotion failed; retrying");
+                    tracing::warn!(partition = p, cause = %e.chain(), "promotion failed; retrying");
                     let now = self.clock.now();
                     if let Some(h) = self.held.get_mut(&p) {
                         h.failures += 1;
@@ -318,7 +318,7 @@ impl PartitionTimer {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(partition = p, cause = %e, "expiry failed; retrying");
+                    tracing::warn!(partition = p, cause = %e.chain(), "expiry failed; retrying");
                     let now = self.clock.now();
                     if let Some(h) = self.held.get_mut(&p) {
                         h.failures += 1;

@@ -147,7 +147,7 @@ impl ScheduleFirer {
         match self.queue.timer().schedules_version().await {
             Ok(v) if Some(v) != self.version => self.refreshed_at = None,
             Ok(_) => {}
-            Err(e) => tracing::debug!(cause = %e, "cannot read the schedules' version"),
+            Err(e) => tracing::debug!(cause = %e.chain(), "cannot read the schedules' version"),
         }
     }
 
@@ -160,7 +160,7 @@ impl ScheduleFirer {
         let (now, all) = match read.await {
             Ok(x) => x,
             Err(e) => {
-                tracing::warn!(cause = %e, "cannot read the schedules; retrying");
+                tracing::warn!(cause = %e.chain(), "cannot read the schedules; retrying");
                 return;
             }
         };
@@ -170,7 +170,7 @@ impl ScheduleFirer {
             let cadence = match Cadence::parse(&stored.config.cron, &stored.config.timezone) {
                 Ok(c) => c,
                 Err(e) => {
-                    tracing::warn!(schedule = %stored.name, cause = %e, "schedule skipped");
+                    tracing::warn!(schedule = %stored.name, cause = %e.chain(), "schedule skipped");
                     continue;
                 }
             };
@@ -268,7 +268,7 @@ async fn fire(queue: &Queue, topics: &TopicCache, clock: &RedisClock, schedule: 
         Ok(Some(now)) if now.last_fired.is_some_and(|last| last >= at) => return Fired::Existing,
         Ok(Some(_)) => {}
         Err(e) => {
-            tracing::warn!(schedule = name, cause = %e, "cannot read the schedule's last occurrence; retrying");
+            tracing::warn!(schedule = name, cause = %e.chain(), "cannot read the schedule's last occurrence; retrying");
             return Fired::Failed;
         }
     }
@@ -278,7 +278,7 @@ async fn fire(queue: &Queue, topics: &TopicCache, clock: &RedisClock, schedule: 
         .validate_for(request, topics.get(&schedule.config.topic).as_ref())
     {
         Err(e) => {
-            tracing::warn!(schedule = name, occurrence = at, cause = %e, "occurrence skipped: its job is refused");
+            tracing::warn!(schedule = name, occurrence = at, cause = %e.chain(), "occurrence skipped: its job is refused");
             Fired::Refused
         }
         Ok(job) => match queue.producer().push(job).await {
@@ -288,14 +288,14 @@ async fn fire(queue: &Queue, topics: &TopicCache, clock: &RedisClock, schedule: 
             }
             Err(Error::Conflict(_)) => Fired::Existing,
             Err(e) => {
-                tracing::warn!(schedule = name, occurrence = at, cause = %e, "cannot push the occurrence's job; retrying");
+                tracing::warn!(schedule = name, occurrence = at, cause = %e.chain(), "cannot push the occurrence's job; retrying");
                 return Fired::Failed;
             }
         },
     };
     if let Err(e) = queue.timer().schedule_fired(name, at).await {
         // The next read finds the occurrence unmarked and pushes it again: a conflict, then marked.
-        tracing::warn!(schedule = name, cause = %e, "cannot mark the occurrence fired");
+        tracing::warn!(schedule = name, cause = %e.chain(), "cannot mark the occurrence fired");
     }
     fired
 }

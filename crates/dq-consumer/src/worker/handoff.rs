@@ -3,15 +3,14 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
 
 use dq_core::Reservation;
 use dq_core::reservations::Waiting;
 use tokio::sync::Semaphore;
-use tokio::time::Instant;
 
-use super::{Plan, Shared, TopicWorker};
+use super::{Shared, TopicWorker};
 use crate::limiter::{Admit, Limiter};
+use crate::plan::Plan;
 
 impl Shared {
     /// Gives jobs a timer handed to this process to their topic's worker; hands them back to the ready
@@ -28,62 +27,20 @@ impl Shared {
             }
         };
         if let Some(jobs) = left {
-            self.tracker.spawn(release_all(self.clone(), jobs));
+            self.tracker.spawn(self.clone().release_all(jobs));
         }
     }
-}
 
-/// Hands reserved jobs back to the ready queue at once, for another delivery.
-pub(super) async fn release_all(shared: Arc<Shared>, jobs: impl IntoIterator<Item = Reservation>) {
-    for job in jobs {
-        match shared.queue.reservations().release(&job.id, &job.receipt).await {
-            Ok(()) => tracing::debug!(id = %job.id, topic = %job.topic, "handed back a job handed to this process"),
-            Err(e) => {
-                tracing::debug!(id = %job.id, cause = %e, "cannot hand back a handed job; it returns after its reservation")
+    /// Hands reserved jobs back to the ready queue at once, for another delivery.
+    pub(super) async fn release_all(self: Arc<Self>, jobs: impl IntoIterator<Item = Reservation>) {
+        for job in jobs {
+            match self.queue.reservations().release(&job.id, &job.receipt).await {
+                Ok(()) => tracing::debug!(id = %job.id, topic = %job.topic, "handed back a job handed to this process"),
+                Err(e) => {
+                    tracing::debug!(id = %job.id, cause = %e.chain(), "cannot hand back a handed job; it returns after its reservation")
+                }
             }
         }
-    }
-}
-
-/// How often a waiting worker tells the timers again that it waits (they forget it after
-/// `dq_core::reservations::handoff::WAITING_FOR_MS`).
-const WAITING_EVERY: Duration = Duration::from_secs(1);
-
-/// The least time between two such messages of a worker, which it sends sooner than [`WAITING_EVERY`]
-/// once the timers handed it half the slots it told them of.
-const WAITING_GAP: Duration = Duration::from_millis(10);
-
-/// When a waiting worker tells the timers again. A timer takes every job it hands off the slots it was
-/// told of, so a worker whose jobs end quickly tells again once half of them were handed (at most every
-/// [`WAITING_GAP`]), and otherwise every [`WAITING_EVERY`]: the messages follow the flow of jobs, not
-/// the number of times the worker goes idle.
-#[derive(Debug, Default)]
-pub(super) struct Telling {
-    /// The slots last told.
-    pub(super) told: u32,
-    /// When.
-    pub(super) at: Option<Instant>,
-    /// Jobs handed to the worker since.
-    pub(super) handed: u32,
-}
-
-impl Telling {
-    /// When to tell next; `None`: now (never told).
-    pub(super) fn next_at(&self) -> Option<Instant> {
-        let at = self.at?;
-        Some(if self.told > 0 && self.handed * 2 >= self.told {
-            at + WAITING_GAP
-        } else {
-            at + WAITING_EVERY
-        })
-    }
-
-    pub(super) fn told(&mut self, slots: u32) {
-        *self = Telling {
-            told: slots,
-            at: Some(Instant::now()),
-            handed: 0,
-        };
     }
 }
 
@@ -102,7 +59,7 @@ impl TopicWorker {
         };
         tracing::debug!(topic = %self.topic, slots, "telling the timers this worker waits");
         if let Err(e) = self.shared.queue.reservations().announce_waiting(&w).await {
-            tracing::debug!(topic = %self.topic, cause = %e, "cannot tell the timers this worker waits");
+            tracing::debug!(topic = %self.topic, cause = %e.chain(), "cannot tell the timers this worker waits");
         }
     }
 
@@ -127,7 +84,7 @@ impl TopicWorker {
                 .partition(|j| j.deadline - now > cb.timeout_ms as i64 + HANDED_MARGIN_MS);
             left = fresh;
             if !late.is_empty() {
-                release_all(self.shared.clone(), late).await;
+                self.shared.clone().release_all(late).await;
             }
             if left.is_empty() {
                 return;
@@ -162,30 +119,11 @@ impl TopicWorker {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(topic = %self.topic, cause = %e, "cannot read the topic's limits; handing back handed jobs");
+                    tracing::warn!(topic = %self.topic, cause = %e.chain(), "cannot read the topic's limits; handing back handed jobs");
                     break;
                 }
             }
         }
-        release_all(self.shared.clone(), left).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_waiting_worker_tells_again_soon_once_half_its_slots_were_handed() {
-        let mut t = Telling::default();
-        assert_eq!(t.next_at(), None, "never told: at once");
-        t.told(64);
-        let at = t.at.unwrap();
-        t.handed = 31;
-        assert_eq!(t.next_at(), Some(at + WAITING_EVERY));
-        t.handed = 32;
-        assert_eq!(t.next_at(), Some(at + WAITING_GAP));
-        t.told(0);
-        assert_eq!(t.next_at(), Some(t.at.unwrap() + WAITING_EVERY), "no slots: no hurry");
+        self.shared.clone().release_all(left).await;
     }
 }

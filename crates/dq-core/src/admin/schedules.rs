@@ -69,6 +69,7 @@ impl Admin {
             _ => Err(Error::Redis {
                 partition: None,
                 message: "schedule_set returned a malformed answer".into(),
+                source: None,
             }),
         }
     }

@@ -141,7 +141,7 @@ impl TopicCache {
         let cache = Arc::new(TopicCache::default());
         match queue.admin().topics().await {
             Ok(t) => cache.set(t),
-            Err(e) => tracing::warn!(cause = %e, "cannot read the topic registry yet"),
+            Err(e) => tracing::warn!(cause = %e.chain(), "cannot read the topic registry yet"),
         }
         let me = cache.clone();
         tokio::spawn(async move {
@@ -152,7 +152,7 @@ impl TopicCache {
                 }
                 match queue.admin().topics().await {
                     Ok(t) => me.set(t),
-                    Err(e) => tracing::debug!(cause = %e, "topic registry refresh failed"),
+                    Err(e) => tracing::debug!(cause = %e.chain(), "topic registry refresh failed"),
                 }
             }
         });

@@ -118,6 +118,7 @@ impl Beanstalkd {
         let bad = |what: &str| Error::Redis {
             partition: Some(p),
             message: format!("job {id}: {what}"),
+            source: None,
         };
         if fields.is_empty() {
             return Ok(None);
@@ -237,6 +238,7 @@ impl Beanstalkd {
         let bad = || Error::Redis {
             partition: Some(p),
             message: "reserve-job returned a malformed job".into(),
+            source: None,
         };
         let body = out.get(1).and_then(text).ok_or_else(bad)?;
         Ok(Some(Reservation {

@@ -75,7 +75,7 @@ async fn run(queue: &Core) -> Result<AuditReport> {
         match done.await {
             Ok(()) => audited += 1,
             Err(e) => {
-                tracing::warn!(partition = p, cause = %e, "audit of this partition failed; skipped");
+                tracing::warn!(partition = p, cause = %e.chain(), "audit of this partition failed; skipped");
                 last_err = Some(e);
             }
         }

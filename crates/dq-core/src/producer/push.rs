@@ -114,6 +114,7 @@ impl Producer {
                     results[i] = Some(Err(Error::Redis {
                         partition: None,
                         message: "the push call ended without an answer".into(),
+                        source: None,
                     }));
                     continue;
                 };
@@ -132,6 +133,7 @@ impl Producer {
                                 reason: format!(
                                     "{e}; push again with \"id\": \"{id}\" (409 conflict then means it was stored)"
                                 ),
+                                source: e.redis_cause(),
                             }));
                         }
                     }
@@ -177,6 +179,7 @@ impl Producer {
                     Err(Error::Unavailable {
                         partition: None,
                         reason: "no partition took the job".into(),
+                        source: None,
                     })
                 })
             })
@@ -368,6 +371,7 @@ async fn push_on(queue: &Producer, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Re
     let bad = |what: &str| Error::Redis {
         partition: Some(p),
         message: format!("push returned {what}"),
+        source: None,
     };
     if out.len() != 4 * jobs.len() {
         return Err(bad("the wrong number of values"));

@@ -55,7 +55,7 @@ impl Queue {
                     _ = stop.cancelled() => true,
                 };
                 if let Err(e) = queue.flush_activity().await {
-                    tracing::warn!(cause = %e, "cannot add activity counts to Redis; keeping them for the next try");
+                    tracing::warn!(cause = %e.chain(), "cannot add activity counts to Redis; keeping them for the next try");
                 }
                 if stopping {
                     return;

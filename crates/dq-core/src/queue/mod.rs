@@ -143,6 +143,7 @@ impl Queue {
             _ => Err(Error::Redis {
                 partition: None,
                 message: "TIME returned a malformed answer".into(),
+                source: None,
             }),
         }
     }

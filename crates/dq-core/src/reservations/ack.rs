@@ -35,6 +35,7 @@ impl Reservations {
             Err(Error::Redis {
                 partition: None,
                 message: "the ack call ended without an answer".into(),
+                source: None,
             })
         });
         if r.is_ok() {
@@ -89,6 +90,7 @@ async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
                 Err(Error::Redis {
                     partition: None,
                     message: "ack returned too few answers".into(),
+                    source: None,
                 })
             })
         })

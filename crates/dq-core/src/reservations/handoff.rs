@@ -99,6 +99,7 @@ pub fn decode_handoff(payload: &str) -> Result<Vec<Reservation>> {
     let bad = |why: String| Error::Redis {
         partition: None,
         message: format!("malformed hand-off: {why}"),
+        source: None,
     };
     let entries: Vec<Entry> = serde_json::from_str(payload).map_err(|e| bad(e.to_string()))?;
     entries

@@ -65,6 +65,7 @@ impl Reservations {
             _ => Err(Error::Redis {
                 partition: None,
                 message: "limit returned a malformed answer".into(),
+                source: None,
             }),
         }
     }

@@ -89,6 +89,7 @@ impl Reservations {
                 Err(Error::Redis {
                     partition: None,
                     message: "the reserve call ended without an answer".into(),
+                    source: None,
                 })
             });
         match answer {
@@ -108,7 +109,7 @@ impl Reservations {
     pub(crate) async fn release_all(&self, jobs: Vec<Reservation>) {
         for job in jobs {
             if let Err(e) = self.release(&job.id, &job.receipt).await {
-                tracing::debug!(id = %job.id, cause = %e, "cannot release a reservation; the job returns when it ends");
+                tracing::debug!(id = %job.id, cause = %e.chain(), "cannot release a reservation; the job returns when it ends");
             }
         }
     }
@@ -252,6 +253,7 @@ impl Reservations {
         let bad = || Error::Redis {
             partition: Some(p),
             message: "reserve returned a malformed job".into(),
+            source: None,
         };
         let (more, jobs) = out.split_last().ok_or_else(bad)?;
         let jobs = jobs

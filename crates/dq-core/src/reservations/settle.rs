@@ -49,6 +49,7 @@ impl Reservations {
                     return Err(Error::Redis {
                         partition: Some(p),
                         message: "nack returned a malformed answer".into(),
+                        source: None,
                     });
                 };
                 // This process's next reserve must see the job it just made ready again.

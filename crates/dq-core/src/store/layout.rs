@@ -12,7 +12,8 @@ use crate::store::partition::DEFAULT_PARTITIONS;
 pub async fn ensure(redis: &Redis, keys: &Keys, configured: Option<u32>) -> Result<u32> {
     let unavailable = |e: redis::RedisError| Error::Unavailable {
         partition: None,
-        reason: format!("cannot read the installation's layout ({}): {e}", keys.layout()),
+        reason: format!("cannot read the installation's layout ({})", keys.layout()),
+        source: Some(e.into()),
     };
     let stored: Option<u32> = redis
         .query(redis::cmd("HGET").arg(keys.layout()).arg("partitions"))
@@ -61,7 +62,8 @@ pub async fn ensure(redis: &Redis, keys: &Keys, configured: Option<u32>) -> Resu
 pub async fn require_sharded_pubsub(redis: &Redis) -> Result<()> {
     let unavailable = |e: redis::RedisError| Error::Unavailable {
         partition: None,
-        reason: format!("cannot read the cluster's Redis version: {e}"),
+        reason: "cannot read the cluster's Redis version".into(),
+        source: Some(e.into()),
     };
     let node = redis
         .primaries()
@@ -72,6 +74,7 @@ pub async fn require_sharded_pubsub(redis: &Redis) -> Result<()> {
         .ok_or_else(|| Error::Unavailable {
             partition: None,
             reason: "the cluster lists no primary".into(),
+            source: None,
         })?;
     let info: String = redis
         .query_node(&node, redis::cmd("INFO").arg("server").clone())
@@ -108,7 +111,8 @@ fn has_sharded_pubsub(version: &str) -> bool {
 pub async fn require_noeviction(redis: &Redis, allow: bool) -> Result<()> {
     let unavailable = |e: redis::RedisError| Error::Unavailable {
         partition: None,
-        reason: format!("cannot read Redis's maxmemory-policy: {e}"),
+        reason: "cannot read Redis's maxmemory-policy".into(),
+        source: Some(e.into()),
     };
     for node in redis.primaries().await.map_err(unavailable)? {
         let info: String = redis

@@ -33,6 +33,7 @@ impl Core {
                         return Err(Error::Redis {
                             partition: Some(p),
                             message: format!("job {id}: {what}"),
+                            source: None,
                         });
                     }
                 };

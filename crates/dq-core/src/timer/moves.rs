@@ -131,6 +131,7 @@ impl Timer {
             return Err(Error::Redis {
                 partition: None,
                 message: "balance returned too little".into(),
+                source: None,
             });
         }
         Ok(Balance {
@@ -145,5 +146,6 @@ fn malformed(p: u16, what: &str) -> Error {
     Error::Redis {
         partition: Some(p),
         message: format!("{what} returned a malformed answer"),
+        source: None,
     }
 }

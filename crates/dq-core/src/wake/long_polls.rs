@@ -63,7 +63,7 @@ async fn tell(queue: &Queue, process_id: &str, topic: String, slots: u32) {
         least_ttr_ms: 0,
     };
     if let Err(e) = queue.reservations().announce_waiting(&w).await {
-        tracing::debug!(topic = %w.topic, cause = %e, "cannot tell the timers that long polls wait");
+        tracing::debug!(topic = %w.topic, cause = %e.chain(), "cannot tell the timers that long polls wait");
     }
 }
 

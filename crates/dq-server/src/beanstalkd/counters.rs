@@ -15,6 +15,8 @@ use std::time::Duration;
 use dq_core::Queue;
 use tokio_util::sync::CancellationToken;
 
+use super::command::Command;
+
 /// Every command dq counts, in the order of beanstalkd's `stats` (which lists all but `reserve-job`,
 /// `kick-job` and `quit`).
 pub const COMMAND_NAMES: &[&str] = &[
@@ -51,6 +53,36 @@ pub const COMMANDS: dq_core::series::Counter =
 
 /// How long a server's gauges count after its last write.
 const GAUGES_TTL_MS: i64 = 5_000;
+
+/// The `cmd-…` counter a command counts in (put and reserve count themselves).
+pub fn counter_name(command: &Command) -> &'static str {
+    match command {
+        Command::Use(_) => "cmd-use",
+        Command::Reserve { .. } => "cmd-reserve",
+        // Counted apart, and not shown by `stats` (as in beanstalkd).
+        Command::ReserveJob(_) => "cmd-reserve-job",
+        Command::KickJob(_) => "cmd-kick-job",
+        Command::Delete(_) => "cmd-delete",
+        Command::Release(..) => "cmd-release",
+        Command::Bury(..) => "cmd-bury",
+        Command::Touch(_) => "cmd-touch",
+        Command::Watch(_) => "cmd-watch",
+        Command::Ignore(_) => "cmd-ignore",
+        Command::Peek(_) => "cmd-peek",
+        Command::PeekReady => "cmd-peek-ready",
+        Command::PeekDelayed => "cmd-peek-delayed",
+        Command::PeekBuried => "cmd-peek-buried",
+        Command::Kick(_) => "cmd-kick",
+        Command::StatsJob(_) => "cmd-stats-job",
+        Command::StatsTube(_) => "cmd-stats-tube",
+        Command::Stats => "cmd-stats",
+        Command::ListTubes => "cmd-list-tubes",
+        Command::ListTubeUsed => "cmd-list-tube-used",
+        Command::ListTubesWatched => "cmd-list-tubes-watched",
+        Command::PauseTube(..) => "cmd-pause-tube",
+        Command::Quit => "cmd-quit",
+    }
+}
 
 /// One server's gauges.
 #[derive(Debug, Default, Clone)]

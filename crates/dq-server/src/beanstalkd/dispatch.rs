@@ -102,7 +102,7 @@ impl Dispatcher {
             let ordered = match super::reserve::best_first(&queue, topics.clone()).await {
                 Ok(ordered) => ordered,
                 Err(e) => {
-                    tracing::warn!(error = %e, "beanstalkd reserve failed; trying again");
+                    tracing::warn!(error = %e.chain(), "beanstalkd reserve failed; trying again");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -120,7 +120,7 @@ impl Dispatcher {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, "beanstalkd reserve failed; trying again");
+                    tracing::warn!(error = %e.chain(), "beanstalkd reserve failed; trying again");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }

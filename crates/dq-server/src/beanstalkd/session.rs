@@ -139,7 +139,7 @@ impl Session {
 
     /// The commands other than put, reserve and quit.
     async fn command(&mut self, command: Command) -> Vec<u8> {
-        let counted = super::verbs::counter_name(&command);
+        let counted = super::counters::counter_name(&command);
         self.shared.counters.count(counted);
         let answer = match command {
             Command::Use(name) => self.use_tube(name).await,
@@ -322,7 +322,7 @@ impl Session {
             if let Err(e) = self.shared.queue.reservations().release(&h.id, &h.receipt).await
                 && !matches!(e, Error::StaleReceipt | Error::NotFound(_))
             {
-                tracing::warn!(error = %e, id = %h.id, "could not hand back a closed connection's job; dq-timer will at its TTR");
+                tracing::warn!(error = %e.chain(), id = %h.id, "could not hand back a closed connection's job; dq-timer will at its TTR");
             }
         }
         let counters = &self.shared.counters;
@@ -348,6 +348,6 @@ pub fn local_deadline(deadline_ms: i64) -> Instant {
 
 /// `INTERNAL_ERROR`, logged.
 pub fn internal(e: Error) -> Vec<u8> {
-    tracing::warn!(error = %e, "beanstalkd command failed");
+    tracing::warn!(error = %e.chain(), "beanstalkd command failed");
     reply::INTERNAL_ERROR.to_vec()
 }

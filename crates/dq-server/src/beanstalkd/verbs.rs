@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 
-use dq_core::beanstalkd::BsJob;
 use dq_core::{Job, State};
 
 use super::command::Command;
@@ -11,36 +10,6 @@ use super::{body, reply, yaml};
 
 /// beanstalkd's urgent jobs: ready with a priority below this.
 const URGENT: u32 = 1024;
-
-/// The `cmd-…` counter a command counts in (put and reserve count themselves).
-pub fn counter_name(command: &Command) -> &'static str {
-    match command {
-        Command::Use(_) => "cmd-use",
-        Command::Reserve { .. } => "cmd-reserve",
-        // Counted apart, and not shown by `stats` (as in beanstalkd).
-        Command::ReserveJob(_) => "cmd-reserve-job",
-        Command::KickJob(_) => "cmd-kick-job",
-        Command::Delete(_) => "cmd-delete",
-        Command::Release(..) => "cmd-release",
-        Command::Bury(..) => "cmd-bury",
-        Command::Touch(_) => "cmd-touch",
-        Command::Watch(_) => "cmd-watch",
-        Command::Ignore(_) => "cmd-ignore",
-        Command::Peek(_) => "cmd-peek",
-        Command::PeekReady => "cmd-peek-ready",
-        Command::PeekDelayed => "cmd-peek-delayed",
-        Command::PeekBuried => "cmd-peek-buried",
-        Command::Kick(_) => "cmd-kick",
-        Command::StatsJob(_) => "cmd-stats-job",
-        Command::StatsTube(_) => "cmd-stats-tube",
-        Command::Stats => "cmd-stats",
-        Command::ListTubes => "cmd-list-tubes",
-        Command::ListTubeUsed => "cmd-list-tube-used",
-        Command::ListTubesWatched => "cmd-list-tubes-watched",
-        Command::PauseTube(..) => "cmd-pause-tube",
-        Command::Quit => "cmd-quit",
-    }
-}
 
 impl Session {
     /// The commands of this module.
@@ -191,14 +160,4 @@ impl Session {
 /// `FOUND <id> <len>\r\n<body>\r\n` for a body's JSON text.
 fn found(n: u64, json: &str) -> Vec<u8> {
     reply::with_body(&format!("FOUND {n}"), &body::to_bytes(json))
-}
-
-/// A [`BsJob`]'s state as beanstalkd names it.
-pub fn state_name(job: &BsJob) -> &'static str {
-    match job.state {
-        State::Delayed => "delayed",
-        State::Reserved => "reserved",
-        State::Dead => "buried",
-        _ => "ready",
-    }
 }

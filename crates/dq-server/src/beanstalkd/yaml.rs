@@ -9,7 +9,6 @@ use dq_core::State;
 use dq_core::beanstalkd::BsJob;
 
 use super::counters::Gauges;
-use super::verbs::state_name;
 
 /// `---\n- a\n- b\n`
 pub fn list(names: &[String]) -> Vec<u8> {
@@ -170,6 +169,16 @@ fn kernel(name: &str) -> String {
     std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
         .map(|h| h.trim().to_string())
         .unwrap_or_default()
+}
+
+/// A [`BsJob`]'s state as beanstalkd names it.
+pub fn state_name(job: &BsJob) -> &'static str {
+    match job.state {
+        State::Delayed => "delayed",
+        State::Reserved => "reserved",
+        State::Dead => "buried",
+        _ => "ready",
+    }
 }
 
 #[cfg(test)]

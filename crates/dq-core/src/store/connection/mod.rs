@@ -139,13 +139,13 @@ impl bb8::ManageConnection for PrimaryConnections {
 }
 
 /// bb8 keeps a failed connect to itself and answers callers only "timed out": this remembers the
-/// error (a refused connection, an untrusted certificate, a wrong password) so the caller's error says
-/// it.
+/// error (a refused connection, an untrusted certificate, a wrong password) so the caller's error has
+/// it as its source.
 #[derive(Debug, Clone, Default)]
-struct LastError(Arc<std::sync::Mutex<Option<String>>>);
+struct LastError(Arc<std::sync::Mutex<Option<crate::error::RedisCause>>>);
 
 impl LastError {
-    fn get(&self) -> Option<String> {
+    fn get(&self) -> Option<crate::error::RedisCause> {
         self.0.lock().expect("last error lock").clone()
     }
 
@@ -156,7 +156,7 @@ impl LastError {
 
 impl bb8::ErrorSink<redis::RedisError> for LastError {
     fn sink(&self, error: redis::RedisError) {
-        *self.0.lock().expect("last error lock") = Some(error.to_string());
+        *self.0.lock().expect("last error lock") = Some(Arc::new(error));
     }
 
     fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<redis::RedisError>> {
@@ -176,7 +176,8 @@ impl Redis {
     pub fn new(settings: &RedisSettings) -> Result<Self> {
         let bad = |e: redis::RedisError| Error::Unavailable {
             partition: None,
-            reason: e.to_string(),
+            reason: "cannot make a client for redis.urls".into(),
+            source: Some(e.into()),
         };
         let connect = Duration::from_millis(settings.connect_timeout_ms);
         let response = Duration::from_millis(settings.response_timeout_ms);
@@ -239,11 +240,16 @@ impl Redis {
     async fn handle(&self) -> Result<Handle> {
         match &self.inner.conn {
             Conn::Primary { pool, last_error, .. } => loop {
-                let pooled = pool.get().await.map_err(|e| Error::Unavailable {
-                    partition: None,
-                    reason: match (&e, last_error.get()) {
-                        (bb8::RunError::TimedOut, Some(cause)) => format!("no connection in time: {cause}"),
-                        _ => e.to_string(),
+                let pooled = pool.get().await.map_err(|e| match e {
+                    bb8::RunError::TimedOut => Error::Unavailable {
+                        partition: None,
+                        reason: "no connection in time".into(),
+                        source: last_error.get(),
+                    },
+                    bb8::RunError::User(e) => Error::Unavailable {
+                        partition: None,
+                        reason: "cannot connect to Redis".into(),
+                        source: Some(e.into()),
                     },
                 })?;
                 // A broken one is dropped from the pool when `pooled` goes; take another.
@@ -254,7 +260,8 @@ impl Redis {
             Conn::Cluster(cluster) => {
                 let (c, generation) = cluster.get().await.map_err(|e| Error::Unavailable {
                     partition: None,
-                    reason: e.to_string(),
+                    reason: "cannot connect to the cluster".into(),
+                    source: Some(e.into()),
                 })?;
                 Ok(Handle::Cluster(c, generation))
             }
@@ -619,7 +626,11 @@ impl Redis {
 
 /// The error of a call that found no connection to be sent on: it did not run.
 fn to_redis(e: Error) -> redis::RedisError {
-    redis::RedisError::from((redis::ErrorKind::Io, "no connection", format!("{NOT_SENT}{e}")))
+    redis::RedisError::from((
+        redis::ErrorKind::Io,
+        "no connection",
+        format!("{NOT_SENT}{}", e.chain()),
+    ))
 }
 
 #[cfg(test)]

@@ -52,6 +52,7 @@ pub(crate) async fn call<'a>(
             other => Err(Error::Redis {
                 partition: Some(p),
                 message: format!("ack returned {other}"),
+                source: None,
             }),
         })
         .collect()
