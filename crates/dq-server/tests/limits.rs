@@ -151,8 +151,13 @@ async fn connections_beyond_the_cap_get_a_503_and_are_closed() {
     .await;
 }
 
+/// The servers of this file's tests share one process, so one `dq_long_polls_waiting` gauge: the tests
+/// that count long polls by it take turns.
+static LONG_POLL_GAUGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn long_polls_beyond_the_cap_get_a_503_and_the_rest_still_get_jobs() {
+    let _turn = LONG_POLL_GAUGE.lock().await;
     let s = server_with(|s| s.server.max_long_polls = 2).await;
     let reserve = json!({"topics": ["capped"], "timeout_ms": 20_000});
     let waiting: Vec<_> = (0..2)
@@ -305,6 +310,7 @@ async fn head_only_h2(s: &TestServer, method: &str, path: &str, token: Option<&s
 /// push on the same connection serves one of them.
 #[tokio::test]
 async fn http2_carries_many_long_polls_on_one_connection() {
+    let _turn = LONG_POLL_GAUGE.lock().await;
     use bytes::Bytes;
     use http_body_util::{BodyExt, Full};
     let s = server_with(|_| {}).await;
