@@ -4,7 +4,7 @@
 //! This is that prototype, so the comparison can be run rather than remembered: `POST /v1/jobs` parses
 //! `{topic, body, delay_ms?}`, makes a ULID and runs one EVALSHA (TIME, SET of topic, body and due time
 //! packed with cmsgpack, as dq packs its records; ZADD) on one multiplexed connection, and answers 201 `{id, topic, state, run_at}` like dq-server. No
-//! validation, no topic registry, no shards, no counters, no wake-ups, no metrics. `push` can load it
+//! validation, no topic registry, no partitions, no counters, no wake-ups, no metrics. `push` can load it
 //! exactly as it loads dq-server; `scripts/bench.sh` runs both in one run and prints the ratio.
 
 use std::net::SocketAddr;

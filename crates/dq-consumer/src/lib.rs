@@ -76,7 +76,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         queue: queue.clone(),
         egress,
         tracker: TaskTracker::new(),
-        hand_back: CancellationToken::new(),
+        release_now: CancellationToken::new(),
         backoff_default: settings.jobs.backoff_ms.clone(),
         process_id: ulid::Ulid::new().to_string(),
         handoffs: Default::default(),
@@ -97,7 +97,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         }
     }
 
-    // Drain: stop reserving, let deliveries finish, hand back what is still running at the grace period.
+    // Drain: stop reserving, let deliveries finish, release what is still running at the grace period.
     tracing::info!(in_flight = shared.tracker.len(), "draining");
     for (_, w) in running.drain() {
         w.stop.cancel();
@@ -110,7 +110,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             in_flight = shared.tracker.len(),
             "grace period over: handing back deliveries still running"
         );
-        shared.hand_back.cancel();
+        shared.release_now.cancel();
         shared.tracker.wait().await;
     }
     background.cancel();

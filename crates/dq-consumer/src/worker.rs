@@ -60,8 +60,8 @@ pub struct Shared {
     pub egress: Arc<Egress>,
     /// Every delivery in flight, so the drain can wait for them.
     pub tracker: TaskTracker,
-    /// Cancelled when the drain's grace period is over: deliveries still running hand their job back.
-    pub hand_back: CancellationToken,
+    /// Cancelled when the drain's grace period is over: deliveries still running release their job.
+    pub release_now: CancellationToken,
     /// `jobs.backoff_ms`, for topics without their own.
     pub backoff_default: Vec<u64>,
     /// This process's name in the topics' limits and its hand-off channels (a fresh ULID per start).
@@ -356,7 +356,7 @@ async fn deliver_one(
     }
     let posted = tokio::select! {
         r = deliver::post(&shared.egress, &job, &plan.url, &plan.callback, plan.condition.as_ref()) => Some(r),
-        _ = shared.hand_back.cancelled() => None,
+        _ = shared.release_now.cancelled() => None,
     };
     in_flight.decrement(1.0);
     limiter.finished();
@@ -367,9 +367,9 @@ async fn deliver_one(
     }) = posted
     else {
         match shared.queue.reservations().release(&job.id, &job.receipt).await {
-            Ok(()) => tracing::info!(id = %job.id, %topic, "handed back unfinished"),
+            Ok(()) => tracing::info!(id = %job.id, %topic, "released unfinished"),
             Err(e) => {
-                tracing::warn!(id = %job.id, %topic, cause = %e.chain(), "cannot hand back; it returns after its TTR")
+                tracing::warn!(id = %job.id, %topic, cause = %e.chain(), "cannot release; it returns after its TTR")
             }
         }
         metrics::counter!("dq_deliveries_total", "topic" => topic, "outcome" => "handed_back").increment(1);

@@ -27,7 +27,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(topics::pause))
         .routes(routes!(topics::resume))
         .routes(routes!(browse::jobs))
-        .routes(routes!(topics::dead, topics::purge))
+        .routes(routes!(topics::dead, topics::delete_dead))
         .routes(routes!(topics::requeue))
         .routes(routes!(schedules::list))
         .routes(routes!(schedules::get, schedules::put, schedules::delete))

@@ -358,7 +358,7 @@ pub async fn requeue(
     responses(
         (status = 200, description = "How many dead jobs were deleted (ids not in the dead list are skipped).", body = Deleted),
     ))]
-pub async fn purge(
+pub async fn delete_dead(
     State(app): State<AppState>,
     caller: Caller,
     Path(topic): Path<String>,

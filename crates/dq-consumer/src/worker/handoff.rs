@@ -35,9 +35,9 @@ impl Shared {
     pub(super) async fn release_all(self: Arc<Self>, jobs: impl IntoIterator<Item = Reservation>) {
         for job in jobs {
             match self.queue.reservations().release(&job.id, &job.receipt).await {
-                Ok(()) => tracing::debug!(id = %job.id, topic = %job.topic, "handed back a job handed to this process"),
+                Ok(()) => tracing::debug!(id = %job.id, topic = %job.topic, "released a job handed to this process"),
                 Err(e) => {
-                    tracing::debug!(id = %job.id, cause = %e.chain(), "cannot hand back a handed job; it returns after its reservation")
+                    tracing::debug!(id = %job.id, cause = %e.chain(), "cannot release a handed job; it returns after its reservation")
                 }
             }
         }

@@ -299,7 +299,7 @@ impl Default for TopicSettings {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CheckerSettings {
-    /// How often every shard is checked and queue depths are published, in ms.
+    /// How often every partition is checked and queue depths are published, in ms.
     pub interval_ms: u64,
     /// Where alerts are POSTed as JSON; none for no webhook.
     pub webhook_url: Option<String>,

@@ -1,4 +1,4 @@
-//! Group commit: operations that concurrent callers send to one shard at the same moment travel together
+//! Group commit: operations that concurrent callers send to one partition at the same moment travel together
 //! in one script call.
 //!
 //! Under load most of Redis's work per operation is the call itself (parsing EVALSHA, setting up the Lua
@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-/// One kind of operation on one shard: what is waiting, and how many calls are out.
+/// One kind of operation on one partition: what is waiting, and how many calls are out.
 #[derive(Debug)]
 pub struct Coalescer<T, R> {
     /// Waiting operations and the number of flushing tasks.

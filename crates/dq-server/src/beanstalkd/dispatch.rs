@@ -145,7 +145,7 @@ impl Dispatcher {
             }
         }
         if let Err(e) = queue.reservations().release(&job.id, &job.receipt).await {
-            tracing::warn!(error = %e, id = %job.id, "could not hand back a job nobody waited for; dq-timer will at its TTR");
+            tracing::warn!(error = %e, id = %job.id, "could not release a job nobody waited for; dq-timer will at its TTR");
         }
     }
 }

@@ -322,7 +322,7 @@ impl Session {
             if let Err(e) = self.shared.queue.reservations().release(&h.id, &h.receipt).await
                 && !matches!(e, Error::StaleReceipt | Error::NotFound(_))
             {
-                tracing::warn!(error = %e.chain(), id = %h.id, "could not hand back a closed connection's job; dq-timer will at its TTR");
+                tracing::warn!(error = %e.chain(), id = %h.id, "could not release a closed connection's job; dq-timer will at its TTR");
             }
         }
         let counters = &self.shared.counters;

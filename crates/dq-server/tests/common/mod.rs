@@ -144,7 +144,7 @@ impl TestServer {
         out["jobs"].as_array().unwrap().clone()
     }
 
-    /// Every key in every shard with its serialized contents (DUMP), to show that a refused request wrote
+    /// Every key on every node with its serialized contents (DUMP), to show that a refused request wrote
     /// nothing.
     pub fn snapshot(&self) -> Vec<(String, Vec<u8>)> {
         let mut all = Vec::new();
