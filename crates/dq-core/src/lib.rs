@@ -1,7 +1,6 @@
 //! dq-core: what every dq process shares.
 //!
-//! - [`job`]: the job model and the checks on what producers send; [`strict`]: nested request objects
-//!   read from JSON objects only.
+//! - [`job`]: the job model and the checks on what producers send (the requests themselves are dq-api's).
 //! - [`condition`]: retry conditions on a callback's answer, parsed once and evaluated safely.
 //! - [`keys`]: the Redis key layout; [`scripts`]: the Lua scripts, one per atomic operation.
 //! - [`connection`]: Redis in its three shapes (standalone, Sentinel, Cluster) behind one type;
@@ -45,14 +44,16 @@ pub mod sealed;
 pub mod series;
 pub mod sign;
 pub mod signals;
-pub mod strict;
 pub mod systemd;
 pub mod telemetry;
 pub mod topic;
 pub mod wake;
 
+/// Nested request objects read from JSON objects only (dq-api's, where the request types are).
+pub use dq_api::strict;
+
 pub use config::Settings;
 pub use error::{Error, Result};
-pub use job::{Job, NewJob, PushRequest, Pushed, Reservation, Schedule, State};
+pub use job::{Due, Job, NewJob, PushRequest, Pushed, Reservation, State};
 pub use queue::Queue;
 pub use topic::TopicConfig;

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::job::{NewJob, PushRequest};
 use crate::queue::Queue;
 use crate::scripts;
-use crate::topic::TopicConfig;
+use crate::topic::{TopicConfig, TopicRules};
 
 /// Topic name → registration.
 pub type Topics = BTreeMap<String, TopicConfig>;

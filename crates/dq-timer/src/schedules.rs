@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use dq_core::queue::schedules::StoredSchedule;
 use dq_core::registry::TopicCache;
-use dq_core::schedule::Cadence;
+use dq_core::schedule::{Cadence, ScheduleRules};
 use dq_core::{Error, Queue};
 use tokio::sync::watch;
 use tokio::time::Instant;

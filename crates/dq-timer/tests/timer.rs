@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use dq_core::{PushRequest, Queue, Schedule, Settings, State};
+use dq_core::{Due, PushRequest, Queue, Settings, State};
 use dq_harness::{RedisServer, eventually};
 use tokio_util::sync::CancellationToken;
 
@@ -103,7 +103,7 @@ async fn rescheduling_earlier_wakes_a_sleeping_timer() {
         leases(&redis).len() == 256
     })
     .await;
-    q.reschedule(&p.id, Schedule::Delay(300)).await.unwrap();
+    q.reschedule(&p.id, Due::Delay(300)).await.unwrap();
     eventually(Duration::from_secs(20), "the job is promoted", || async {
         q.get(&p.id).await.unwrap().state == State::Ready
     })

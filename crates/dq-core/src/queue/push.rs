@@ -26,7 +26,7 @@ use redis::Value;
 use super::Queue;
 use super::decode::{int, text};
 use crate::error::{Error, Result};
-use crate::job::{NewJob, Pushed, Schedule, State};
+use crate::job::{Due, NewJob, Pushed, State};
 use crate::scripts;
 
 /// The most jobs one coalesced push call carries: big enough that a crowd of single pushes costs Redis a
@@ -352,8 +352,8 @@ async fn push_on(queue: &Queue, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Resul
         inv.key(keys.job(id)).key(keys.ready(&job.topic));
         inv.arg(*id).arg(&job.topic).arg(&job.body);
         match job.schedule {
-            Schedule::Delay(d) => inv.arg(d).arg(""),
-            Schedule::At(at) => inv.arg("").arg(at),
+            Due::Delay(d) => inv.arg(d).arg(""),
+            Due::At(at) => inv.arg("").arg(at),
         };
         inv.arg(job.ttr_ms).arg(job.max_attempts).arg(mode.arg());
         inv.arg(options_arg(job));
