@@ -14,12 +14,12 @@ use crate::job::Reservation;
 pub struct ReserveRequest {
     /// Topics, highest priority first.
     pub topics: Vec<String>,
-    /// Long poll: how long to wait for a job when none is ready (0 = answer at once).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<i64>,
     /// Most jobs to take.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<i64>,
+    /// Long poll: how long to wait for a job when none is ready (0 = answer at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<i64>,
 }
 
 impl ReserveRequest {
@@ -31,8 +31,8 @@ impl ReserveRequest {
     {
         ReserveRequest {
             topics: topics.into_iter().map(Into::into).collect(),
-            timeout_ms: None,
             count: None,
+            timeout_ms: None,
         }
     }
 
@@ -96,6 +96,16 @@ pub struct AckEntry {
     pub receipt: String,
 }
 
+/// The entry that finishes a reservation.
+impl<B> From<&Reservation<B>> for AckEntry {
+    fn from(r: &Reservation<B>) -> Self {
+        AckEntry {
+            id: r.id.clone(),
+            receipt: r.receipt.clone(),
+        }
+    }
+}
+
 /// `POST /v1/jobs/ack` answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -121,7 +131,9 @@ impl<'de> Deserialize<'de> for AckResult {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let entry = serde_json::Value::deserialize(d)?;
         if entry.get("error").is_some() {
-            ErrorBody::deserialize(entry).map(AckResult::Failed).map_err(D::Error::custom)
+            ErrorBody::deserialize(entry)
+                .map(AckResult::Failed)
+                .map_err(D::Error::custom)
         } else {
             Ok(AckResult::Acked(Acked {}))
         }

@@ -75,7 +75,11 @@ mod tests {
 
     #[test]
     fn codes_are_written_as_named() {
-        for code in [ErrorCode::InvalidArgument, ErrorCode::StaleReceipt, ErrorCode::PayloadTooLarge] {
+        for code in [
+            ErrorCode::InvalidArgument,
+            ErrorCode::StaleReceipt,
+            ErrorCode::PayloadTooLarge,
+        ] {
             assert_eq!(serde_json::to_value(code).unwrap(), code.as_str());
         }
     }

@@ -80,12 +80,12 @@ impl PartialEq<&str> for State {
 pub struct PushRequest<B = RawBody> {
     /// The job's kind.
     pub topic: String,
-    /// Any JSON value, kept as the producer wrote it.
-    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
-    pub body: B,
     /// Producer-chosen id: the idempotency key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Any JSON value, kept as the producer wrote it.
+    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
+    pub body: B,
     /// Due in this many ms from now (Redis's now).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<i64>,
@@ -123,8 +123,8 @@ impl<B> PushRequest<B> {
     pub fn new(topic: impl Into<String>, body: B) -> Self {
         PushRequest {
             topic: topic.into(),
-            body,
             id: None,
+            body,
             delay_ms: None,
             run_at: None,
             ttr_ms: None,
@@ -221,9 +221,13 @@ impl<'de> Deserialize<'de> for PushResult {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let entry = serde_json::Value::deserialize(d)?;
         if entry.get("error").is_some() {
-            ErrorBody::deserialize(entry).map(PushResult::Failed).map_err(D::Error::custom)
+            ErrorBody::deserialize(entry)
+                .map(PushResult::Failed)
+                .map_err(D::Error::custom)
         } else {
-            BatchPushed::deserialize(entry).map(PushResult::Pushed).map_err(D::Error::custom)
+            BatchPushed::deserialize(entry)
+                .map(PushResult::Pushed)
+                .map_err(D::Error::custom)
         }
     }
 }
@@ -359,12 +363,15 @@ mod tests {
 
     #[test]
     fn a_push_is_sent_without_the_fields_left_unset() {
-        let push = PushRequest::new("t", serde_json::json!({"a": 1})).delay_ms(5).max_attempts(2);
+        let push = PushRequest::new("t", serde_json::json!({"a": 1}))
+            .delay_ms(5)
+            .max_attempts(2);
         assert_eq!(
             serde_json::to_value(&push).unwrap(),
             serde_json::json!({"topic": "t", "body": {"a": 1}, "delay_ms": 5, "max_attempts": 2})
         );
-        let back: PushRequest<serde_json::Value> = serde_json::from_value(serde_json::to_value(&push).unwrap()).unwrap();
+        let back: PushRequest<serde_json::Value> =
+            serde_json::from_value(serde_json::to_value(&push).unwrap()).unwrap();
         assert_eq!(back, push);
         assert_eq!(PushRequest::new("t", 1).delay_ms(u64::MAX).delay_ms, Some(i64::MAX));
     }
@@ -377,8 +384,6 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(&answer.results[0], PushResult::Pushed(p) if p.id == "a" && !p.duplicate));
-        assert!(
-            matches!(&answer.results[1], PushResult::Failed(e) if e.error.code == crate::ErrorCode::Conflict)
-        );
+        assert!(matches!(&answer.results[1], PushResult::Failed(e) if e.error.code == crate::ErrorCode::Conflict));
     }
 }
