@@ -4,9 +4,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use dq_api::{BatchAnswer, BatchPushed, BatchRequest, PushAnswer, PushResult, RescheduleRequest};
 use dq_core::config::Scope;
 use dq_core::job::validate_id;
-use dq_api::{BatchAnswer, BatchPushed, BatchRequest, PushAnswer, PushResult, RescheduleRequest};
 use dq_core::{Due, Job, NewJob, PushRequest};
 
 use crate::AppState;
@@ -195,9 +195,7 @@ pub async fn reschedule(
                 "`delay_ms` must be between 0 and {horizon}, got {d}"
             )));
         }
-        (None, Some(at)) if at >= 0 && at <= dq_core::clock::unix_ms().saturating_add(horizon as i64) => {
-            Due::At(at)
-        }
+        (None, Some(at)) if at >= 0 && at <= dq_core::clock::unix_ms().saturating_add(horizon as i64) => Due::At(at),
         (None, Some(at)) => {
             return Err(ApiError::invalid(format!(
                 "`run_at` must be a Unix time in ms at most {horizon} ms from now, got {at}"

@@ -96,7 +96,8 @@ pub async fn readyz(State(app): State<AppState>) -> axum::response::Response {
         Json(Ready {
             status: "ready".into(),
             nodes,
-        }).into_response()
+        })
+        .into_response()
     } else {
         not_ready("no Redis primary answers", nodes)
     }

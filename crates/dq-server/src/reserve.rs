@@ -6,8 +6,8 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use dq_api::{
-    AckManyAnswer, AckManyRequest, AckRequest, AckResult, Acked, NackRequest, ReserveAnswer, ReserveRequest, TouchRequest,
-    Touched,
+    AckManyAnswer, AckManyRequest, AckRequest, AckResult, Acked, NackRequest, ReserveAnswer, ReserveRequest,
+    TouchRequest, Touched,
 };
 use dq_core::Reservation;
 use dq_core::config::Scope;

@@ -7,9 +7,9 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use dq_api::{ScheduleList, ScheduleView};
 use dq_core::config::Scope;
 use dq_core::queue::schedules::StoredSchedule;
-use dq_api::{ScheduleList, ScheduleView};
 use dq_core::schedule::{Cadence, ScheduleConfig, ScheduleRules, validate_name};
 
 use crate::AppState;

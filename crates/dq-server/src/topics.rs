@@ -6,10 +6,10 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use dq_core::config::Scope;
-use dq_core::job::{validate_id, validate_topic};
 use dq_api::{Counts, DeadIds, DeadPage, DeadQuery, Deleted, Requeued, TopicList, TopicView};
 use dq_core::TopicConfig;
+use dq_core::config::Scope;
+use dq_core::job::{validate_id, validate_topic};
 use dq_core::topic::TopicRules;
 
 use crate::AppState;
