@@ -17,8 +17,7 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
 use clap::Args;
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use dq_api::{PushAnswer, PushRequest, State as JobState};
 
 use crate::report::{Errors, Report, new_hist};
 use crate::sink::StopSignal;
@@ -43,15 +42,6 @@ pub struct BaselineArgs {
     listen: SocketAddr,
 }
 
-/// A push as the prototype reads it.
-#[derive(Deserialize)]
-struct Push {
-    topic: String,
-    body: Box<RawValue>,
-    #[serde(default)]
-    delay_ms: u64,
-}
-
 #[derive(Clone)]
 struct App {
     conn: redis::aio::MultiplexedConnection,
@@ -60,8 +50,8 @@ struct App {
 
 async fn push(
     State(app): State<App>,
-    Json(p): Json<Push>,
-) -> Result<(StatusCode, Json<serde_json::Value>), StatusCode> {
+    Json(p): Json<PushRequest>,
+) -> Result<(StatusCode, Json<PushAnswer>), StatusCode> {
     let id = ulid::Ulid::new().to_string();
     let mut conn = app.conn.clone();
     let run_at: i64 = app
@@ -70,12 +60,18 @@ async fn push(
         .key("baseline:delayed")
         .arg(&p.topic)
         .arg(p.body.get())
-        .arg(p.delay_ms)
+        .arg(p.delay_ms.unwrap_or(0).max(0))
         .arg(&id)
         .invoke_async(&mut conn)
         .await
         .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
-    let answer = serde_json::json!({"id": id, "topic": p.topic, "state": "delayed", "run_at": run_at});
+    let answer = PushAnswer {
+        id,
+        topic: p.topic,
+        state: JobState::Delayed,
+        run_at,
+        duplicate: false,
+    };
     Ok((StatusCode::CREATED, Json(answer)))
 }
 

@@ -29,6 +29,8 @@ use anyhow::{Result, bail};
 use clap::{ArgAction, Args};
 use serde_json::Value;
 
+use dq_api::Counts;
+
 use crate::due;
 use crate::http::{Conn, Target};
 use crate::report::{self, Errors, Report};
@@ -70,25 +72,22 @@ pub struct BurstArgs {
     pub cleanup: bool,
 }
 
-/// A topic's job counts, as `GET /v1/stats` reports them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Counts {
-    /// Waiting for their due time.
-    pub delayed: u64,
-    /// Due, waiting for a consumer.
-    pub ready: u64,
-    /// Reserved by a consumer.
-    pub reserved: u64,
-    /// Out of attempts.
-    pub dead: u64,
+/// What these benchmarks read of dq-api's `Counts` (a topic's job counts, as `GET /v1/stats` reports
+/// them).
+pub trait CountsExt: Sized {
+    /// The counts of `topic` in a stats answer (all zero when it is not listed), read as JSON so that a
+    /// stats answer with more in it still reads.
+    fn of(stats: &Value, topic: &str) -> Self;
+
+    /// Jobs that are due and were promoted: ready, or past ready.
+    fn promoted(&self) -> u64;
 }
 
-impl Counts {
-    /// The counts of `topic` in a stats answer (all zero when it is not listed).
-    pub fn of(stats: &Value, topic: &str) -> Self {
+impl CountsExt for Counts {
+    fn of(stats: &Value, topic: &str) -> Self {
         let t = &stats["topics"][topic];
-        let n = |state: &str| t[state].as_u64().unwrap_or(0);
-        Self {
+        let n = |state: &str| t[state].as_i64().unwrap_or(0);
+        Counts {
             delayed: n("delayed"),
             ready: n("ready"),
             reserved: n("reserved"),
@@ -96,9 +95,8 @@ impl Counts {
         }
     }
 
-    /// Jobs that are due and were promoted: ready, or past ready.
-    pub fn promoted(&self) -> u64 {
-        self.ready + self.reserved + self.dead
+    fn promoted(&self) -> u64 {
+        (self.ready + self.reserved + self.dead).max(0) as u64
     }
 }
 

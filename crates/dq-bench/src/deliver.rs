@@ -29,7 +29,7 @@ use clap::Args;
 use hyper::{StatusCode, Uri};
 use serde_json::json;
 
-use crate::due::{self, Pushed, Schedule};
+use crate::due::{self, Pushed, Spread};
 use crate::http::{Conn, Target, encode_segment};
 use crate::report::{Errors, Report};
 use crate::sink::{Answer, Expect, Shared, Sink, StopSignal};
@@ -117,7 +117,7 @@ struct Outcome {
     /// Wall clock when pushing began, Unix µs.
     push_start_us: i64,
     /// The due times (rate mode).
-    schedule: Option<Schedule>,
+    schedule: Option<Spread>,
     /// How far pushing ran past the first due time, in ms (rate mode).
     push_overran_ms: i64,
     /// `all-received` or `deadline`.
@@ -297,7 +297,7 @@ async fn registered_phase(
 
     let n = args.jobs;
     let push_start_us = due::unix_us();
-    let schedule = (args.rate > 0).then(|| Schedule {
+    let schedule = (args.rate > 0).then(|| Spread {
         start_ms: push_start_us.div_euclid(1000),
         lead_ms: args.lead_ms,
         rate: args.rate,
@@ -396,7 +396,7 @@ async fn wait_for(ledger: &Shared, want: u64, n: u64, give_up_ms: i64) -> &'stat
 
 /// The measured window in µs: from the start of pushing (throughput mode) or
 /// the first due time (rate mode) to the last new job's arrival (0 if none).
-pub fn window_us(schedule: Option<&Schedule>, push_start_us: i64, last_new_us: i64) -> u64 {
+pub fn window_us(schedule: Option<&Spread>, push_start_us: i64, last_new_us: i64) -> u64 {
     if last_new_us == 0 {
         return 0;
     }
@@ -448,7 +448,7 @@ mod tests {
         assert_eq!(window_us(None, 1_000_000, 3_500_000), 2_500_000);
         assert_eq!(window_us(None, 1_000_000, 0), 0);
         // Rate mode: from the first due time (3 s after the start).
-        let s = Schedule {
+        let s = Spread {
             start_ms: 1000,
             lead_ms: 3000,
             rate: 100,

@@ -9,7 +9,6 @@
 //! topic empty afterwards. The pure parts — the due-time schedule
 //! and the accounting of missing and duplicated ids — are unit tested here.
 
-use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
@@ -19,13 +18,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use hyper::Uri;
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+
+use dq_api::{BatchRequest, PushRequest};
 
 use crate::http::{Conn, Reply, Target, encode_segment};
 use crate::push::{self, MAX_TRANSPORT_FAILURES};
 use crate::report::{self, Errors, Hist};
-use crate::reserve_ack::ack_body;
+pub use crate::wire::{ReserveReply, ack_body, reserve_body};
 
 /// The body of every job these benchmarks push.
 const JOB_BODY: &str = "{}";
@@ -37,10 +37,8 @@ pub fn unix_us() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
-/// The wall clock, Unix ms.
-pub fn unix_ms() -> i64 {
-    unix_us().div_euclid(1000)
-}
+/// The wall clock, Unix ms (dq-api's, the workspace's one).
+pub use dq_api::unix_ms;
 
 /// Sleeps until the wall clock reaches `at_ms` (Unix ms); returns at once if it has.
 pub async fn sleep_until_unix_ms(at_ms: i64) {
@@ -75,7 +73,7 @@ pub fn index_of(topic: &str, id: &str) -> Option<u64> {
 
 /// Due times spread evenly: job `i` is due at `start + lead + i·1000/rate` ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Schedule {
+pub struct Spread {
     /// Wall clock when pushing began, Unix ms.
     pub start_ms: i64,
     /// Time between `start_ms` and the first due time, in ms.
@@ -86,7 +84,7 @@ pub struct Schedule {
     pub jobs: u64,
 }
 
-impl Schedule {
+impl Spread {
     /// `rate` jobs/s over `seconds` s, the first due `lead_ms` after `start_ms`.
     pub fn new(start_ms: i64, lead_ms: u64, rate: u64, seconds: u64) -> Self {
         assert!(rate > 0, "the rate is at least 1 job/s");
@@ -225,35 +223,20 @@ impl Seen {
     }
 }
 
-/// One job of a batch push with an id and a due time (none: ready at once).
-#[derive(Serialize)]
-struct JobJson<'a> {
-    topic: &'a str,
-    id: String,
-    body: &'a RawValue,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    run_at: Option<i64>,
-}
-
-/// A batch push request.
-#[derive(Serialize)]
-struct BatchJson<'a> {
-    jobs: Vec<JobJson<'a>>,
-}
-
 /// The `POST /v1/jobs/batch` body for jobs `first..first + n` of `topic`,
 /// job `i` due at `run_at(i)` (`None`: no due time, so ready at once).
 pub fn batch_body(topic: &str, first: u64, n: u64, run_at: impl Fn(u64) -> Option<i64>) -> Bytes {
     let body: &RawValue = serde_json::from_str(JOB_BODY).expect("the job body is valid JSON");
     let jobs = (first..first + n)
-        .map(|i| JobJson {
-            topic,
-            id: job_id(topic, i),
-            body,
-            run_at: run_at(i),
+        .map(|i| {
+            let job = PushRequest::new(topic, body).id(job_id(topic, i));
+            match run_at(i) {
+                Some(at) => job.run_at(at),
+                None => job,
+            }
         })
         .collect();
-    Bytes::from(serde_json::to_vec(&BatchJson { jobs }).expect("a batch always serializes"))
+    Bytes::from(serde_json::to_vec(&BatchRequest { jobs }).expect("a batch always serializes"))
 }
 
 /// What [`push_all`] did.
@@ -360,43 +343,6 @@ fn check_batch(reply: &Reply, n: u64, errors: &Errors) -> u64 {
             0
         }
     }
-}
-
-/// The reserve request for one topic.
-pub fn reserve_body(topic: &str, count: u32, timeout_ms: u64) -> Bytes {
-    #[derive(Serialize)]
-    struct ReserveJson<'a> {
-        topics: [&'a str; 1],
-        count: u32,
-        timeout_ms: u64,
-    }
-    let json = serde_json::to_vec(&ReserveJson {
-        topics: [topic],
-        count,
-        timeout_ms,
-    });
-    Bytes::from(json.expect("a reserve request always serializes"))
-}
-
-/// A reserved job: what these benchmarks need of it.
-#[derive(Debug, Deserialize)]
-pub struct Reserved<'a> {
-    /// The job's id.
-    #[serde(borrow)]
-    pub id: Cow<'a, str>,
-    /// The reservation's receipt, for the ack.
-    #[serde(borrow)]
-    pub receipt: Cow<'a, str>,
-    /// The job's due time, Unix ms.
-    pub run_at: i64,
-}
-
-/// A reserve answer.
-#[derive(Debug, Deserialize)]
-pub struct ReserveReply<'a> {
-    /// The reserved jobs (none when the long poll timed out).
-    #[serde(borrow)]
-    pub jobs: Vec<Reserved<'a>>,
 }
 
 /// The ack URI of job `id`.
@@ -518,7 +464,7 @@ mod tests {
 
     #[test]
     fn schedule_spreads_due_times() {
-        let s = Schedule::new(1_000_000, 3000, 2000, 10);
+        let s = Spread::new(1_000_000, 3000, 2000, 10);
         assert_eq!(s.jobs, 20_000);
         assert_eq!(s.first_due_ms(), 1_003_000);
         assert_eq!(s.due_ms(0), 1_003_000);
@@ -533,14 +479,14 @@ mod tests {
         assert_eq!(s.at_fraction(10, 2.0), 1_013_000);
 
         // Slower than one per ms: 3 jobs/s are 333 ms apart (floored).
-        let s = Schedule::new(0, 0, 3, 2);
+        let s = Spread::new(0, 0, 3, 2);
         let due: Vec<i64> = (0..s.jobs).map(|i| s.due_ms(i)).collect();
         assert_eq!(due, [0, 333, 666, 1000, 1333, 1666]);
         // Due times never go backwards.
-        let s = Schedule::new(5, 7, 7919, 3);
+        let s = Spread::new(5, 7, 7919, 3);
         assert!((1..s.jobs).all(|i| s.due_ms(i) >= s.due_ms(i - 1)));
         assert!(s.last_due_ms() < s.first_due_ms() + 3000);
-        assert_eq!(Schedule::new(5, 7, 1, 0).last_due_ms(), 12);
+        assert_eq!(Spread::new(5, 7, 1, 0).last_due_ms(), 12);
     }
 
     #[test]

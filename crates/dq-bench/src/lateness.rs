@@ -23,7 +23,7 @@ use clap::Args;
 use hyper::Uri;
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::due::{self, ReserveReply, Schedule, Seen, Tally};
+use crate::due::{self, ReserveReply, Seen, Spread, Tally};
 use crate::http::{Conn, Target};
 use crate::report::{self, Errors, Hist, Report};
 
@@ -128,7 +128,7 @@ pub async fn run(target: &Arc<Target>, args: &LatenessArgs) -> Result<Report> {
         )));
     }
 
-    let schedule = Schedule::new(due::unix_ms(), args.lead_ms, args.rate, args.seconds);
+    let schedule = Spread::new(due::unix_ms(), args.lead_ms, args.rate, args.seconds);
     eprintln!(
         "lateness: {n} jobs on `{topic}`, {} per s over {} s, first due in {} ms; {} workers",
         args.rate, args.seconds, args.lead_ms, args.workers
@@ -360,7 +360,7 @@ async fn worker(
                 }
             }
             // The acker outlives this loop, so sending cannot fail.
-            let _ = tx.send((job.id.into_owned(), job.receipt.into_owned()));
+            let _ = tx.send((job.id, job.receipt));
         }
     }
     drop(tx);

@@ -24,6 +24,7 @@ mod report;
 mod reserve_ack;
 mod sink;
 mod waiters;
+mod wire;
 
 use std::process::ExitCode;
 

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use clap::Args;
+use dq_api::{BatchRequest, PushRequest};
 use hyper::Uri;
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::http::{Conn, Reply, Target};
@@ -100,24 +100,8 @@ pub fn body_of_size(size: usize) -> String {
     s
 }
 
-/// One job as pushed.
-#[derive(Serialize)]
-struct JobJson<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<&'a str>,
-    topic: &'a str,
-    body: &'a RawValue,
-    delay_ms: u64,
-}
-
 /// Times a push answered 503 with an id is pushed again with it.
 const SAME_ID_RETRIES: usize = 3;
-
-/// A batch push request.
-#[derive(Serialize)]
-struct BatchJson<'a> {
-    jobs: &'a [JobJson<'a>],
-}
 
 /// What to push, with its request body built once.
 pub struct PushPlan {
@@ -155,19 +139,20 @@ impl PushPlan {
 
     /// The request body for jobs with these ids (`None`: the server makes one).
     fn request_body_with(&self, ids: &[Option<String>]) -> Bytes {
-        let jobs: Vec<JobJson> = ids
+        let jobs: Vec<PushRequest<&RawValue>> = ids
             .iter()
-            .map(|id| JobJson {
-                id: id.as_deref(),
-                topic: &self.topic,
-                body: &self.body,
-                delay_ms: self.delay_ms,
+            .map(|id| {
+                let job = PushRequest::new(self.topic.as_str(), &*self.body).delay_ms(self.delay_ms);
+                match id {
+                    Some(id) => job.id(id.as_str()),
+                    None => job,
+                }
             })
             .collect();
         let json = if self.batch == 1 {
             serde_json::to_vec(&jobs[0])
         } else {
-            serde_json::to_vec(&BatchJson { jobs: &jobs })
+            serde_json::to_vec(&BatchRequest { jobs })
         };
         Bytes::from(json.expect("a push request always serializes"))
     }
@@ -255,9 +240,7 @@ fn item_statuses(reply: &Reply, single: bool, n: usize) -> Vec<u16> {
         "invalid_argument" => 400,
         _ => 500,
     };
-    serde_json::from_slice::<serde_json::Value>(&reply.body)
-        .ok()
-        .and_then(|v| v.get("results").and_then(|r| r.as_array()).cloned())
+    batch_items(&reply.body)
         .map(|items| {
             items
                 .iter()
@@ -272,36 +255,38 @@ fn item_statuses(reply: &Reply, single: bool, n: usize) -> Vec<u16> {
         .unwrap_or_else(|| vec![reply.status.as_u16(); n])
 }
 
-/// One item of a batch push answer: only whether it failed matters here.
-#[derive(Deserialize)]
-struct BatchItem<'a> {
-    #[serde(borrow, default)]
-    error: Option<&'a RawValue>,
-}
-
-/// A batch push answer.
-#[derive(Deserialize)]
-struct BatchReply<'a> {
-    #[serde(borrow)]
-    results: Vec<BatchItem<'a>>,
+/// The entries of a batch answer (dq-api's `BatchAnswer`), read as JSON rather than as that type: an entry
+/// counts as failed when it has an `error`, whatever else it holds or lacks, so that an answer this
+/// tool does not fully know still counts.
+fn batch_items(body: &[u8]) -> Option<Vec<serde_json::Value>> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(mut answer)) => match answer.remove("results") {
+            Some(serde_json::Value::Array(items)) => Some(items),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Parses a batch answer for `n` jobs into `(pushed, failed)`.
 pub fn count_batch_results(body: &[u8], n: usize) -> Result<(u64, u64)> {
-    let reply: BatchReply = serde_json::from_slice(body).context("unreadable batch answer")?;
-    if reply.results.len() != n {
-        bail!("batch answer has {} results for {n} jobs", reply.results.len());
+    let results = batch_items(body).context("unreadable batch answer")?;
+    if results.len() != n {
+        bail!("batch answer has {} results for {n} jobs", results.len());
     }
-    let failed = reply.results.iter().filter(|r| r.error.is_some()).count() as u64;
+    let failed = results.iter().filter(|r| r.get("error").is_some()).count() as u64;
     Ok((n as u64 - failed, failed))
 }
 
 /// The first item error of a batch answer, as JSON text.
 pub fn first_item_error(body: &[u8]) -> String {
-    serde_json::from_slice::<BatchReply>(body)
-        .ok()
-        .and_then(|r| r.results.into_iter().find_map(|i| i.error))
-        .map_or_else(|| "?".to_string(), |e| e.get().to_string())
+    batch_items(body)
+        .and_then(|items| {
+            items
+                .into_iter()
+                .find_map(|mut i| i.get_mut("error").map(serde_json::Value::take))
+        })
+        .map_or_else(|| "?".to_string(), |e| e.to_string())
 }
 
 /// What one push phase did.

@@ -8,7 +8,6 @@
 //! timed separately: the cycle is what a real consumer with no work to do
 //! would see, the two parts show where that time goes.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -16,8 +15,10 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use clap::Args;
+use dq_api::AckEntry;
 use hyper::Uri;
-use serde::{Deserialize, Serialize};
+
+use crate::wire::{ReserveReply, ack_body, ack_many_body};
 
 use crate::http::{Conn, Target, encode_segment};
 use crate::push::{self, MAX_TRANSPORT_FAILURES, PushPlan};
@@ -127,7 +128,7 @@ async fn client_worker(target: &Arc<Target>, args: &ReserveAckArgs, fill_seconds
     let stop = tokio_util::sync::CancellationToken::new();
     let handler = {
         let (handled, stop, total) = (handled.clone(), stop.clone(), args.jobs);
-        move |_job: dq_client::Reserved| {
+        move |_job: dq_client::Reservation| {
             if handled.fetch_add(1, Ordering::Relaxed) + 1 >= total {
                 stop.cancel();
             }
@@ -184,59 +185,14 @@ async fn fill(target: &Arc<Target>, args: &ReserveAckArgs) -> Result<f64> {
     Ok(secs)
 }
 
-/// The ack request for a reservation.
-pub fn ack_body(receipt: &str) -> Bytes {
-    #[derive(Serialize)]
-    struct AckJson<'a> {
-        receipt: &'a str,
-    }
-    Bytes::from(serde_json::to_vec(&AckJson { receipt }).expect("an ack always serializes"))
-}
-
-/// The ack-many request for reserved jobs: `{"acks":[{"id","receipt"}…]}`.
-fn ack_many_body(jobs: &[Reserved<'_>]) -> Bytes {
-    #[derive(Serialize)]
-    struct Entry<'a> {
-        id: &'a str,
-        receipt: &'a str,
-    }
-    #[derive(Serialize)]
-    struct AckMany<'a> {
-        acks: Vec<Entry<'a>>,
-    }
-    let acks = jobs
-        .iter()
-        .map(|j| Entry {
-            id: &j.id,
-            receipt: &j.receipt,
-        })
-        .collect();
-    Bytes::from(serde_json::to_vec(&AckMany { acks }).expect("an ack always serializes"))
-}
-
 /// How many entries of an ack-many answer finished their job (`{}`).
 fn count_acked(body: &[u8]) -> u64 {
-    #[derive(Deserialize)]
-    struct Answer {
-        results: Vec<serde_json::Map<String, serde_json::Value>>,
-    }
-    serde_json::from_slice::<Answer>(body).map_or(0, |a| a.results.iter().filter(|r| r.is_empty()).count() as u64)
-}
-
-/// A reserved job: what the ack needs.
-#[derive(Debug, Deserialize)]
-struct Reserved<'a> {
-    #[serde(borrow)]
-    id: Cow<'a, str>,
-    #[serde(borrow)]
-    receipt: Cow<'a, str>,
-}
-
-/// A reserve answer.
-#[derive(Debug, Deserialize)]
-struct ReserveReply<'a> {
-    #[serde(borrow)]
-    jobs: Vec<Reserved<'a>>,
+    // Read as JSON, not as dq-api's answer: an entry counts when it is `{}`, whatever else holds.
+    serde_json::from_slice::<serde_json::Value>(body).map_or(0, |a| {
+        a["results"].as_array().map_or(0, |r| {
+            r.iter().filter(|e| e.as_object().is_some_and(|o| o.is_empty())).count() as u64
+        })
+    })
 }
 
 impl Shared {
@@ -336,7 +292,10 @@ async fn worker(
                 break;
             };
             let t1 = Instant::now();
-            match conn.post_json(uri, ack_many_body(&jobs)).await {
+            match conn
+                .post_json(uri, ack_many_body(&jobs.iter().map(AckEntry::from).collect::<Vec<_>>()))
+                .await
+            {
                 Ok(reply) if reply.is_success() => {
                     report::record(&mut t.ack, t1.elapsed());
                     let done = count_acked(&reply.body);
@@ -397,11 +356,11 @@ mod tests {
         );
         assert_eq!(ack_body("r\"1"), Bytes::from_static(br#"{"receipt":"r\"1"}"#));
         let jobs = [
-            Reserved {
+            AckEntry {
                 id: "a".into(),
                 receipt: "r1".into(),
             },
-            Reserved {
+            AckEntry {
                 id: "b".into(),
                 receipt: "r\"2".into(),
             },
@@ -419,7 +378,7 @@ mod tests {
     #[test]
     fn reads_reserve_answers() {
         let body = br#"{"jobs":[{"id":"01J0","topic":"bench-ra","body":{"a":[1,"x"]},
-            "attempt":1,"receipt":"rc\"pt","deadline":1700000000000}]}"#;
+            "attempt":1,"receipt":"rc\"pt","deadline":1700000000000,"run_at":1699999990000}]}"#;
         let r: ReserveReply = serde_json::from_slice(body).unwrap();
         assert_eq!(r.jobs.len(), 1);
         assert_eq!(r.jobs[0].id, "01J0");

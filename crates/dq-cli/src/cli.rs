@@ -161,7 +161,7 @@ pub struct WhenArgs {
     pub delay: Option<u64>,
     /// Due at this time: Unix ms, or RFC 3339 (`2026-12-01T09:00:00Z`).
     #[arg(long, value_parser = parse_time_ms)]
-    pub at: Option<u64>,
+    pub at: Option<i64>,
 }
 
 /// When a pushed job is due: at most one of a delay and a time.
@@ -173,7 +173,7 @@ pub struct OptionalWhen {
     pub delay: Option<u64>,
     /// Due at this time: Unix ms, or RFC 3339 (`2026-12-01T09:00:00Z`).
     #[arg(long, value_parser = parse_time_ms)]
-    pub at: Option<u64>,
+    pub at: Option<i64>,
 }
 
 /// `dq topics …`.
@@ -307,13 +307,15 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
 }
 
 /// A time as Unix milliseconds: digits, or RFC 3339.
-pub fn parse_time_ms(text: &str) -> Result<u64, String> {
+pub fn parse_time_ms(text: &str) -> Result<i64, String> {
     if let Ok(ms) = text.parse::<u64>() {
-        return Ok(ms);
+        return i64::try_from(ms).map_err(|_| format!("`{text}` is too far in the future"));
     }
     let t = chrono::DateTime::parse_from_rfc3339(text)
         .map_err(|e| format!("`{text}` is neither Unix ms nor an RFC 3339 time: {e}"))?;
-    u64::try_from(t.timestamp_millis()).map_err(|_| format!("`{text}` is before 1970"))
+    Some(t.timestamp_millis())
+        .filter(|ms| *ms >= 0)
+        .ok_or_else(|| format!("`{text}` is before 1970"))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::io::Read;
 
 use anyhow::{Context, Result, bail};
-use dq_client::{Client, Job, Nack, NewJob, Reserve, When};
+use dq_client::{Client, Job, Nack, PushRequest, ReserveRequest, When};
 use serde_json::Value;
 
 use crate::cli::Command;
@@ -13,14 +13,23 @@ use crate::output::{Output, fields, maybe_time, short, table, time};
 pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> {
     match command {
         Command::Push(a) => {
-            let mut job = NewJob::new(a.topic, read_json(&a.body, "the body")?);
+            let mut job = PushRequest::new(a.topic, read_json(&a.body, "the body")?);
             job.id = a.id;
-            job.delay_ms = a.when.delay;
-            job.run_at = a.when.at;
-            job.ttr_ms = a.ttr;
-            job.max_attempts = a.max_attempts;
-            job.dedup_key = a.dedup_key;
-            job.dedup_ms = a.dedup_window;
+            if let Some(ms) = a.when.delay {
+                job = job.delay_ms(ms);
+            }
+            if let Some(at) = a.when.at {
+                job = job.run_at(at);
+            }
+            if let Some(ms) = a.ttr {
+                job = job.ttr_ms(ms);
+            }
+            if let Some(n) = a.max_attempts {
+                job = job.max_attempts(n);
+            }
+            if let (Some(key), Some(window)) = (a.dedup_key, a.dedup_window) {
+                job = job.dedup(key, window);
+            }
             let pushed = client.push(&job).await?;
             out.either(&pushed, || {
                 let dup = if pushed.duplicate {
@@ -51,7 +60,9 @@ pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> 
             out.either(&job, || println!("{} {} due {}", job.id, job.state, time(job.run_at)));
         }
         Command::Reserve { topics, count, wait } => {
-            let jobs = client.reserve(&Reserve::new(topics).count(count).wait_ms(wait)).await?;
+            let jobs = client
+                .reserve(&ReserveRequest::new(topics).count(count).wait_ms(wait))
+                .await?;
             out.either(&serde_json::json!({ "jobs": jobs }), || {
                 if jobs.is_empty() {
                     println!("no job");
@@ -113,7 +124,7 @@ pub fn job_fields(job: &Job) -> String {
     let mut pairs = vec![
         ("id", job.id.clone()),
         ("topic", job.topic.clone()),
-        ("state", job.state.clone()),
+        ("state", job.state.to_string()),
         ("run_at", time(job.run_at)),
         (
             "attempts",

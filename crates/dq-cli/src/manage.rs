@@ -1,7 +1,7 @@
 //! Topics, dead letters, schedules and stats.
 
 use anyhow::Result;
-use dq_client::{Client, Counts, Schedule, Topic};
+use dq_client::{Client, Counts, ScheduleView, TopicView};
 
 use crate::cli::{DeadCommand, DeadSelection, SchedulesCommand, TopicsCommand};
 use crate::jobs::{attempts_cap, read_json};
@@ -50,7 +50,7 @@ const TOPIC_HEADERS: [&str; 6] = ["topic", "kind", "delayed", "ready", "reserved
 const COUNT_HEADERS: [&str; 4] = ["delayed", "ready", "reserved", "dead"];
 
 /// How a topic's jobs are consumed, in a word.
-fn kind(t: &Topic) -> &'static str {
+fn kind(t: &TopicView) -> &'static str {
     match &t.config {
         None => "unregistered",
         Some(c) if c.paused => "paused",
@@ -62,11 +62,11 @@ fn kind(t: &Topic) -> &'static str {
 fn count_cells(c: &Counts) -> Vec<String> {
     [c.delayed, c.ready, c.reserved, c.dead]
         .iter()
-        .map(u64::to_string)
+        .map(i64::to_string)
         .collect()
 }
 
-fn print_topic(t: &Topic) {
+fn print_topic(t: &TopicView) {
     let c = &t.counts;
     let mut pairs = vec![
         ("topic", t.topic.clone()),
@@ -173,7 +173,7 @@ pub async fn schedules(client: &Client, out: &Output, command: SchedulesCommand)
                         vec![
                             s.name.clone(),
                             s.config.cron.clone(),
-                            s.config.timezone.clone().unwrap_or_else(|| "UTC".into()),
+                            s.config.timezone.clone(),
                             s.config.topic.clone(),
                             maybe_time(s.next_fire_at),
                             maybe_time(s.last_fired_at),
@@ -214,7 +214,7 @@ pub async fn schedules(client: &Client, out: &Output, command: SchedulesCommand)
             fields(&[
                 ("name", schedule.name.clone()),
                 ("cron", schedule.config.cron.clone()),
-                ("zone", schedule.config.timezone.clone().unwrap_or_else(|| "UTC".into())),
+                ("zone", schedule.config.timezone.clone()),
                 ("topic", schedule.config.topic.clone()),
                 ("next fire", maybe_time(schedule.next_fire_at)),
                 ("last fired", maybe_time(schedule.last_fired_at)),
@@ -226,8 +226,8 @@ pub async fn schedules(client: &Client, out: &Output, command: SchedulesCommand)
     Ok(())
 }
 
-fn paused(s: &Schedule) -> &'static str {
-    if s.config.paused == Some(true) { "yes" } else { "no" }
+fn paused(s: &ScheduleView) -> &'static str {
+    if s.config.paused { "yes" } else { "no" }
 }
 
 /// `dq stats`.
@@ -263,14 +263,7 @@ pub async fn stats(client: &Client, out: &Output) -> Result<()> {
             "{}",
             table(&["topic", "delayed", "ready", "reserved", "dead"], &COUNT_HEADERS, rows)
         );
-        println!("at {}", time(now_ms()));
+        println!("at {}", time(dq_api::unix_ms()));
     });
     Ok(())
-}
-
-/// The local clock, Unix ms.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -50,16 +50,14 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
 }
 
 /// A Unix ms time as UTC, to the millisecond.
-pub fn time(ms: u64) -> String {
-    i64::try_from(ms)
-        .ok()
-        .and_then(chrono::DateTime::from_timestamp_millis)
+pub fn time(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3fZ").to_string())
         .unwrap_or_else(|| ms.to_string())
 }
 
 /// An optional time, `-` when absent.
-pub fn maybe_time(ms: Option<u64>) -> String {
+pub fn maybe_time(ms: Option<i64>) -> String {
     ms.map(time).unwrap_or_else(|| "-".into())
 }
 

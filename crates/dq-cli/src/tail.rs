@@ -8,10 +8,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use anyhow::Result;
+use dq_api::unix_ms;
 use dq_client::{Client, Counts};
 
 use crate::cli::TailArgs;
-use crate::manage::now_ms;
 use crate::output::{Output, time};
 
 /// Most deaths read per topic per look.
@@ -33,11 +33,11 @@ pub async fn run(client: &Client, out: &Output, args: TailArgs) -> Result<()> {
         let stats = match client.stats().await {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("{} cannot read stats: {e}", time(now_ms()));
+                eprintln!("{} cannot read stats: {e}", time(unix_ms()));
                 continue;
             }
         };
-        let at = now_ms();
+        let at = unix_ms();
         for (topic, counts) in stats.topics {
             if !wanted.is_empty() && !wanted.contains(&topic) {
                 continue;
@@ -57,14 +57,14 @@ pub async fn run(client: &Client, out: &Output, args: TailArgs) -> Result<()> {
     }
 }
 
-fn print_counts(out: &Output, at: u64, topic: &str, now: &Counts, before: Option<Counts>) {
+fn print_counts(out: &Output, at: i64, topic: &str, now: &Counts, before: Option<Counts>) {
     if out.json {
         let line = serde_json::json!({"at": at, "topic": topic, "counts": now, "before": before});
         println!("{line}");
         return;
     }
-    let cell = |name: &str, n: u64, b: Option<u64>| match b {
-        Some(b) if b != n => format!("{name} {n} ({:+})", n as i64 - b as i64),
+    let cell = |name: &str, n: i64, b: Option<i64>| match b {
+        Some(b) if b != n => format!("{name} {n} ({:+})", n - b),
         _ => format!("{name} {n}"),
     };
     println!(
@@ -78,9 +78,12 @@ fn print_counts(out: &Output, at: u64, topic: &str, now: &Counts, before: Option
 }
 
 /// Prints the `grew` newest deaths of `topic` (the dead list is oldest first).
-async fn print_deaths(client: &Client, out: &Output, at: u64, topic: &str, total: u64, grew: u64) {
-    let take = grew.min(DEATHS_PER_LOOK);
-    match client.dead(topic, total.saturating_sub(take), take).await {
+async fn print_deaths(client: &Client, out: &Output, at: i64, topic: &str, total: i64, grew: i64) {
+    let take = (grew as u64).min(DEATHS_PER_LOOK);
+    match client
+        .dead(topic, (total.max(0) as u64).saturating_sub(take), take)
+        .await
+    {
         Ok(page) => {
             for job in page.jobs {
                 if out.json {

@@ -3,14 +3,18 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use dq_api::{
+    AckEntry, AckManyAnswer, AckManyRequest, AckRequest, AckResult, BatchAnswer, BatchPushed, BatchRequest, ErrorBody,
+    PushAnswer, PushResult, RescheduleRequest, ReserveAnswer, ReserveRequest, TouchRequest, Touched,
+};
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use url::Url;
 
-use crate::error::{ApiError, Error, ErrorBody};
-use crate::jobs::{Job, Nack, NewJob, Pushed, Reserve, Reserved, When};
+use crate::error::{ApiError, Error};
+use crate::jobs::{Job, Nack, PushRequest, Reservation, When};
 use crate::retry::{Idempotence, RetryPolicy};
 
 /// How long a request may take, unless it is a long poll (which gets its wait on top).
@@ -186,7 +190,7 @@ impl Client {
             return Ok(Sent { status, body });
         }
         match serde_json::from_slice::<ErrorBody>(&body) {
-            Ok(e) => Err(Error::Api(e.error.with_status(status.as_u16()))),
+            Ok(e) => Err(Error::Api(ApiError::from_detail(e.error, status.as_u16()))),
             Err(_) => Err(Error::Decode {
                 status: status.as_u16(),
                 detail: format!(
@@ -291,7 +295,7 @@ impl Client {
     /// `POST /v1/jobs`. A job without an id (and without a `dedup_key`, which excludes one) gets a ULID
     /// here, so that trying again after a time-out cannot make a second job: a try that finds the id
     /// stored answers with the stored job.
-    pub async fn push(&self, job: &NewJob) -> Result<Pushed, Error> {
+    pub async fn push(&self, job: &PushRequest) -> Result<PushAnswer, Error> {
         let job = with_id(job);
         let tried = self
             .send(
@@ -304,46 +308,63 @@ impl Client {
             .await;
         match tried.result {
             Ok(sent) => decode(sent),
-            Err(e) if tried.after_unknown && e.is_code("conflict") => self.stored_as(&job).await.ok_or(e),
+            Err(e) if tried.after_unknown && e.is_code("conflict") => match self.stored_as(&job).await {
+                Some(stored) => Ok(PushAnswer {
+                    id: stored.id,
+                    topic: stored.topic,
+                    state: stored.state,
+                    run_at: stored.run_at,
+                    duplicate: false,
+                }),
+                None => Err(e),
+            },
             Err(e) => Err(e),
         }
     }
 
-    /// The answer for a job that a push tried again found stored: the stored job, if it is this push's.
-    async fn stored_as(&self, job: &NewJob) -> Option<Pushed> {
+    /// The job that a push tried again found stored, if it is this push's.
+    async fn stored_as(&self, job: &PushRequest) -> Option<Job> {
         let stored = self.get(job.id.as_deref()?).await.ok()?;
-        (stored.topic == job.topic && stored.body == job.body).then_some(Pushed {
-            id: stored.id,
-            state: stored.state,
-            run_at: stored.run_at,
-            topic: Some(stored.topic),
-            duplicate: false,
-        })
+        (stored.topic == job.topic && stored.body == job.body).then_some(stored)
     }
 
     /// `POST /v1/jobs/batch`: one result per job, in order. Jobs without an id get one, as for
     /// [`Client::push`].
-    pub async fn push_many(&self, jobs: &[NewJob]) -> Result<Vec<Result<Pushed, ApiError>>, Error> {
-        #[derive(Serialize)]
-        struct Batch<'a> {
-            jobs: &'a [NewJob],
-        }
-        let jobs: Vec<NewJob> = jobs.iter().map(with_id).collect();
+    pub async fn push_many(&self, jobs: &[PushRequest]) -> Result<Vec<Result<BatchPushed, ApiError>>, Error> {
+        let jobs: Vec<PushRequest> = jobs.iter().map(with_id).collect();
+        let batch = BatchRequest {
+            jobs: jobs.iter().collect(),
+        };
         let tried = self
             .send(
                 Method::POST,
                 self.at(&["v1", "jobs", "batch"]),
-                Some(&Batch { jobs: &jobs }),
+                Some(&batch),
                 Idempotence::Safe,
                 None,
             )
             .await;
-        let results: Vec<Value> = decode::<Results>(tried.result?)?.results;
+        let results = decode::<BatchAnswer>(tried.result?)?.results;
         let mut out = Vec::with_capacity(results.len());
         for (entry, job) in results.into_iter().zip(&jobs) {
-            out.push(match entry_result::<Pushed>(entry)? {
-                Err(e) if tried.after_unknown && e.code == "conflict" => self.stored_as(job).await.ok_or(e),
-                other => other,
+            out.push(match entry {
+                PushResult::Pushed(pushed) => Ok(pushed),
+                PushResult::Failed(ErrorBody { error }) => {
+                    let e = ApiError::from_detail(error, 200);
+                    let stored = match tried.after_unknown && e.code == "conflict" {
+                        true => self.stored_as(job).await,
+                        false => None,
+                    };
+                    match stored {
+                        Some(stored) => Ok(BatchPushed {
+                            id: stored.id,
+                            state: stored.state,
+                            run_at: stored.run_at,
+                            duplicate: false,
+                        }),
+                        None => Err(e),
+                    }
+                }
             });
         }
         Ok(out)
@@ -365,7 +386,7 @@ impl Client {
         self.json(
             Method::PATCH,
             self.at(&["v1", "jobs", id]),
-            Some(&when),
+            Some(&RescheduleRequest::from(when)),
             Idempotence::Safe,
         )
         .await
@@ -373,14 +394,10 @@ impl Client {
 
     /// `POST /v1/reserve`. Sent again only when the first try surely reserved nothing: a reserve whose
     /// answer was lost holds its jobs until their TTR ends, and they are then handed out again.
-    pub async fn reserve(&self, request: &Reserve) -> Result<Vec<Reserved>, Error> {
-        #[derive(serde::Deserialize)]
-        struct Jobs {
-            jobs: Vec<Reserved>,
-        }
+    pub async fn reserve(&self, request: &ReserveRequest) -> Result<Vec<Reservation>, Error> {
         let timeout = self
             .timeout
-            .max(Duration::from_millis(request.timeout_ms) + LONG_POLL_SLACK);
+            .max(Duration::from_millis(request.wait()) + LONG_POLL_SLACK);
         let tried = self
             .send(
                 Method::POST,
@@ -390,7 +407,7 @@ impl Client {
                 Some(timeout),
             )
             .await;
-        Ok(decode::<Jobs>(tried.result?)?.jobs)
+        Ok(decode::<ReserveAnswer<Value>>(tried.result?)?.jobs)
     }
 
     /// `POST /v1/jobs/{id}/ack`: the job is done.
@@ -399,7 +416,9 @@ impl Client {
             .send(
                 Method::POST,
                 self.at(&["v1", "jobs", id, "ack"]),
-                Some(&serde_json::json!({ "receipt": receipt })),
+                Some(&AckRequest {
+                    receipt: receipt.to_string(),
+                }),
                 Idempotence::Safe,
                 None,
             )
@@ -424,9 +443,15 @@ impl Client {
 
     /// `POST /v1/jobs/ack`: settles many reservations in one request; one result per entry, in order.
     pub async fn ack_many<S: AsRef<str>>(&self, acks: &[(S, S)]) -> Result<Vec<Result<(), ApiError>>, Error> {
-        let body = serde_json::json!({
-            "acks": acks.iter().map(|(id, receipt)| serde_json::json!({"id": id.as_ref(), "receipt": receipt.as_ref()})).collect::<Vec<_>>()
-        });
+        let body = AckManyRequest {
+            acks: acks
+                .iter()
+                .map(|(id, receipt)| AckEntry {
+                    id: id.as_ref().to_string(),
+                    receipt: receipt.as_ref().to_string(),
+                })
+                .collect(),
+        };
         let tried = self
             .send(
                 Method::POST,
@@ -436,11 +461,15 @@ impl Client {
                 None,
             )
             .await;
-        let results = decode::<Results>(tried.result?)?.results;
+        let results = decode::<AckManyAnswer>(tried.result?)?.results;
         let mut out = Vec::with_capacity(results.len());
         for (entry, (id, _)) in results.into_iter().zip(acks) {
-            out.push(match entry_result::<Value>(entry)? {
-                Ok(_) => Ok(()),
+            let entry = match entry {
+                AckResult::Acked(_) => Ok(()),
+                AckResult::Failed(ErrorBody { error }) => Err(ApiError::from_detail(error, 200)),
+            };
+            out.push(match entry {
+                Ok(()) => Ok(()),
                 Err(e) if tried.after_unknown && e.code == "stale_receipt" && self.acked_before(id.as_ref()).await => {
                     Ok(())
                 }
@@ -453,16 +482,10 @@ impl Client {
     /// `POST /v1/jobs/{id}/nack`: the delivery failed; the job is retried (or goes dead). Sent again only
     /// when the first try surely did nothing.
     pub async fn nack(&self, id: &str, receipt: &str, nack: &Nack) -> Result<(), Error> {
-        #[derive(Serialize)]
-        struct Body<'a> {
-            receipt: &'a str,
-            #[serde(flatten)]
-            nack: &'a Nack,
-        }
         self.send(
             Method::POST,
             self.at(&["v1", "jobs", id, "nack"]),
-            Some(&Body { receipt, nack }),
+            Some(&nack.request(receipt)),
             Idempotence::Unsafe,
             None,
         )
@@ -473,16 +496,12 @@ impl Client {
 
     /// `POST /v1/jobs/{id}/touch`: the reservation lasts `ttr_ms` (or the job's TTR) from now; answers
     /// the new deadline.
-    pub async fn touch(&self, id: &str, receipt: &str, ttr_ms: Option<u64>) -> Result<u64, Error> {
-        #[derive(serde::Deserialize)]
-        struct Deadline {
-            deadline: u64,
-        }
-        let mut body = serde_json::json!({ "receipt": receipt });
-        if let Some(ttr) = ttr_ms {
-            body["ttr_ms"] = ttr.into();
-        }
-        let d: Deadline = self
+    pub async fn touch(&self, id: &str, receipt: &str, ttr_ms: Option<u64>) -> Result<i64, Error> {
+        let body = TouchRequest {
+            receipt: receipt.to_string(),
+            ttr_ms: ttr_ms.map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
+        };
+        let d: Touched = self
             .json(
                 Method::POST,
                 self.at(&["v1", "jobs", id, "touch"]),
@@ -495,33 +514,12 @@ impl Client {
 }
 
 /// The job with an id: its own, or a fresh ULID (unless it deduplicates by key, which excludes an id).
-fn with_id(job: &NewJob) -> NewJob {
+fn with_id(job: &PushRequest) -> PushRequest {
     let mut job = job.clone();
     if job.id.is_none() && job.dedup_key.is_none() {
         job.id = Some(ulid::Ulid::new().to_string());
     }
     job
-}
-
-/// A batch's answer: one entry per request entry.
-#[derive(serde::Deserialize)]
-struct Results {
-    results: Vec<Value>,
-}
-
-/// One entry of a batch's answer: `{"error": …}` or the entry's value.
-fn entry_result<T: DeserializeOwned>(entry: Value) -> Result<Result<T, ApiError>, Error> {
-    if let Some(error) = entry.get("error") {
-        let fields: crate::error::ErrorFields = serde_json::from_value(error.clone()).map_err(|e| Error::Decode {
-            status: 200,
-            detail: format!("a batch entry's error: {e}"),
-        })?;
-        return Ok(Err(fields.with_status(200)));
-    }
-    serde_json::from_value(entry).map(Ok).map_err(|e| Error::Decode {
-        status: 200,
-        detail: format!("a batch entry: {e}"),
-    })
 }
 
 /// Decodes a success's JSON body.

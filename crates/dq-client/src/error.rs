@@ -1,8 +1,6 @@
 //! What a call can fail with, keeping the kind: an answer of dq's (its status, code and message), a
 //! request that never reached dq, one whose outcome is unknown, or an answer the client cannot read.
 
-use serde::Deserialize;
-
 /// An error answer of dq's: `{"error": {"code", "message", "id"?}}` with its HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{status} {code}: {message}")]
@@ -100,28 +98,14 @@ impl Error {
     }
 }
 
-/// The wire shape of an error answer.
-#[derive(Deserialize)]
-pub(crate) struct ErrorBody {
-    pub error: ErrorFields,
-}
-
-/// The fields of an error answer.
-#[derive(Deserialize)]
-pub(crate) struct ErrorFields {
-    pub code: String,
-    pub message: String,
-    #[serde(default)]
-    pub id: Option<String>,
-}
-
-impl ErrorFields {
-    pub(crate) fn with_status(self, status: u16) -> ApiError {
+impl ApiError {
+    /// dq's error answer `detail`, with the HTTP status it came with.
+    pub(crate) fn from_detail(detail: dq_api::ErrorDetail, status: u16) -> ApiError {
         ApiError {
             status,
-            code: self.code,
-            message: self.message,
-            id: self.id,
+            code: detail.code.as_str().to_string(),
+            message: detail.message,
+            id: detail.id,
         }
     }
 }

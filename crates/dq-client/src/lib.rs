@@ -7,14 +7,16 @@
 //! - Retries are safe: a push always carries an id (the client makes a ULID when the job has none), so a
 //!   push sent again after a time-out finds the first one instead of making a second job; verbs that
 //!   are not idempotent are sent again only when the first try surely did nothing ([`RetryPolicy`]).
+//! - The requests and answers are dq-api's (re-exported here), those that carry a job's body with it as a
+//!   `serde_json::Value` ([`Job`], [`Reservation`], [`PushRequest`], [`ScheduleConfig`] …).
 //! - [`Worker`] is the pull consumer's loop: reserve a batch (long poll), run a handler per job, ack the
 //!   successes in one request, nack the failures, touch jobs that run long, and stop cleanly.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), dq_client::Error> {
-//! use dq_client::{Client, NewJob};
+//! use dq_client::{Client, PushRequest};
 //! let client = Client::builder("http://127.0.0.1:6789").token(std::env::var("DQ_TOKEN").ok()).build()?;
-//! let pushed = client.push(&NewJob::new("orders.close", serde_json::json!({"order": 42})).delay_ms(30_000)).await?;
+//! let pushed = client.push(&PushRequest::new("orders.close", serde_json::json!({"order": 42})).delay_ms(30_000)).await?;
 //! println!("{} due at {}", pushed.id, pushed.run_at);
 //! # Ok(()) }
 //! ```
@@ -27,12 +29,14 @@ mod manage;
 mod retry;
 mod worker;
 
-pub use admin::{
-    Callback, Counts, DeadPage, Defaults, Node, RedisStats, Retry, Schedule, ScheduleConfig, Stats, Topic, TopicConfig,
-};
+pub use admin::{DeadPage, JobPage, ScheduleConfig, ScheduleView};
 pub use client::{Client, ClientBuilder};
+pub use dq_api::{
+    BatchPushed, Callback, Counts, ErrorCode, Node, PushAnswer, RedisMode, RedisStats, ReserveRequest, Retry, State,
+    Stats, TopicConfig, TopicDefaults, TopicView,
+};
 pub use error::{ApiError, Error};
-pub use jobs::{Job, Nack, NewJob, Pushed, Reserve, Reserved, When};
+pub use jobs::{Job, Nack, PushRequest, Reservation, When};
 pub use retry::RetryPolicy;
 pub use worker::{Failed, Worker, WorkerStats};
 

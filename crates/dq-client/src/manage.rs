@@ -1,38 +1,35 @@
 //! The verbs on topics, dead letters, schedules and stats.
 
+use dq_api::{Deleted, Requeued, ScheduleList, Stats, TopicConfig, TopicList, TopicView};
 use reqwest::Method;
-use serde::Deserialize;
+use serde_json::Value;
 
-use crate::admin::{DeadPage, JobPage, Schedule, ScheduleConfig, Stats, Topic, TopicConfig};
+use crate::admin::{DeadPage, JobPage, ScheduleConfig, ScheduleView};
 use crate::client::Client;
 use crate::error::Error;
 use crate::retry::Idempotence;
 
 impl Client {
     /// `GET /v1/topics`: every registered topic and every topic with jobs.
-    pub async fn topics(&self) -> Result<Vec<Topic>, Error> {
-        #[derive(Deserialize)]
-        struct List {
-            topics: Vec<Topic>,
-        }
-        let list: List = self.read(&["v1", "topics"]).await?;
+    pub async fn topics(&self) -> Result<Vec<TopicView>, Error> {
+        let list: TopicList = self.read(&["v1", "topics"]).await?;
         Ok(list.topics)
     }
 
     /// `GET /v1/topics/{topic}`.
-    pub async fn topic(&self, topic: &str) -> Result<Topic, Error> {
+    pub async fn topic(&self, topic: &str) -> Result<TopicView, Error> {
         self.read(&["v1", "topics", topic]).await
     }
 
     /// `PUT /v1/topics/{topic}`: registers the topic, or replaces its registration whole.
-    pub async fn put_topic(&self, topic: &str, config: &TopicConfig) -> Result<Topic, Error> {
+    pub async fn put_topic(&self, topic: &str, config: &TopicConfig) -> Result<TopicView, Error> {
         self.put(&["v1", "topics", topic], config).await
     }
 
     /// `PUT /v1/topics/{topic}` with a registration as JSON, sent as it is, so that dq itself checks it
     /// (it refuses unknown fields, where [`TopicConfig`] would drop them): for tools that take a
     /// registration from their user.
-    pub async fn put_topic_json(&self, topic: &str, config: &serde_json::Value) -> Result<Topic, Error> {
+    pub async fn put_topic_json(&self, topic: &str, config: &serde_json::Value) -> Result<TopicView, Error> {
         self.put(&["v1", "topics", topic], config).await
     }
 
@@ -42,12 +39,12 @@ impl Client {
     }
 
     /// `POST /v1/topics/{topic}/pause`.
-    pub async fn pause_topic(&self, topic: &str) -> Result<Topic, Error> {
+    pub async fn pause_topic(&self, topic: &str) -> Result<TopicView, Error> {
         self.post_empty(&["v1", "topics", topic, "pause"]).await
     }
 
     /// `POST /v1/topics/{topic}/resume`.
-    pub async fn resume_topic(&self, topic: &str) -> Result<Topic, Error> {
+    pub async fn resume_topic(&self, topic: &str) -> Result<TopicView, Error> {
         self.post_empty(&["v1", "topics", topic, "resume"]).await
     }
 
@@ -85,17 +82,14 @@ impl Client {
     /// `POST /v1/topics/{topic}/dead/requeue`: the given dead jobs (`None`: all of them) are ready again
     /// with their attempts reset; answers how many moved.
     pub async fn requeue_dead(&self, topic: &str, ids: Option<&[String]>) -> Result<u64, Error> {
-        #[derive(Deserialize)]
-        struct Requeued {
-            requeued: u64,
-        }
-        let body = serde_json::json!({ "ids": ids });
-        let body = ids.map(|_| &body);
+        let body = ids.map(|ids| dq_api::DeadIds {
+            ids: Some(ids.to_vec()),
+        });
         let r: Requeued = self
             .json(
                 Method::POST,
                 self.at(&["v1", "topics", topic, "dead", "requeue"]),
-                body,
+                body.as_ref(),
                 Idempotence::Safe,
             )
             .await?;
@@ -105,17 +99,14 @@ impl Client {
     /// `DELETE /v1/topics/{topic}/dead`: deletes the given dead jobs (`None`: all of them); answers how
     /// many went.
     pub async fn delete_dead(&self, topic: &str, ids: Option<&[String]>) -> Result<u64, Error> {
-        #[derive(Deserialize)]
-        struct Deleted {
-            deleted: u64,
-        }
-        let body = serde_json::json!({ "ids": ids });
-        let body = ids.map(|_| &body);
+        let body = ids.map(|ids| dq_api::DeadIds {
+            ids: Some(ids.to_vec()),
+        });
         let r: Deleted = self
             .json(
                 Method::DELETE,
                 self.at(&["v1", "topics", topic, "dead"]),
-                body,
+                body.as_ref(),
                 Idempotence::Safe,
             )
             .await?;
@@ -123,28 +114,24 @@ impl Client {
     }
 
     /// `GET /v1/schedules`.
-    pub async fn schedules(&self) -> Result<Vec<Schedule>, Error> {
-        #[derive(Deserialize)]
-        struct List {
-            schedules: Vec<Schedule>,
-        }
-        let list: List = self.read(&["v1", "schedules"]).await?;
+    pub async fn schedules(&self) -> Result<Vec<ScheduleView>, Error> {
+        let list: ScheduleList<Value> = self.read(&["v1", "schedules"]).await?;
         Ok(list.schedules)
     }
 
     /// `GET /v1/schedules/{name}`.
-    pub async fn schedule(&self, name: &str) -> Result<Schedule, Error> {
+    pub async fn schedule(&self, name: &str) -> Result<ScheduleView, Error> {
         self.read(&["v1", "schedules", name]).await
     }
 
     /// `PUT /v1/schedules/{name}`: registers or replaces a schedule.
-    pub async fn put_schedule(&self, name: &str, config: &ScheduleConfig) -> Result<Schedule, Error> {
+    pub async fn put_schedule(&self, name: &str, config: &ScheduleConfig) -> Result<ScheduleView, Error> {
         self.put(&["v1", "schedules", name], config).await
     }
 
     /// `PUT /v1/schedules/{name}` with a registration as JSON, sent as it is (see
     /// [`Client::put_topic_json`]).
-    pub async fn put_schedule_json(&self, name: &str, config: &serde_json::Value) -> Result<Schedule, Error> {
+    pub async fn put_schedule_json(&self, name: &str, config: &serde_json::Value) -> Result<ScheduleView, Error> {
         self.put(&["v1", "schedules", name], config).await
     }
 
@@ -154,12 +141,12 @@ impl Client {
     }
 
     /// `POST /v1/schedules/{name}/pause`.
-    pub async fn pause_schedule(&self, name: &str) -> Result<Schedule, Error> {
+    pub async fn pause_schedule(&self, name: &str) -> Result<ScheduleView, Error> {
         self.post_empty(&["v1", "schedules", name, "pause"]).await
     }
 
     /// `POST /v1/schedules/{name}/resume`.
-    pub async fn resume_schedule(&self, name: &str) -> Result<Schedule, Error> {
+    pub async fn resume_schedule(&self, name: &str) -> Result<ScheduleView, Error> {
         self.post_empty(&["v1", "schedules", name, "resume"]).await
     }
 

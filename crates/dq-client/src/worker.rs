@@ -10,7 +10,9 @@ use futures_util::future::join_all;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Client;
-use crate::jobs::{Nack, Reserve, Reserved};
+use dq_api::ReserveRequest;
+
+use crate::jobs::{Nack, Reservation};
 
 /// What a handler answers for a job it could not do: the job is nacked with `error` (kept as its
 /// `last_error`) and retried after `delay_ms`, or after its backoff list when that is unset.
@@ -124,7 +126,7 @@ impl Worker {
     /// then `run` returns what was done.
     pub async fn run<H, F>(self, handler: H, stop: CancellationToken) -> Arc<WorkerStats>
     where
-        H: Fn(Reserved) -> F + Send + Sync + 'static,
+        H: Fn(Reservation) -> F + Send + Sync + 'static,
         F: Future<Output = Result<(), Failed>> + Send + 'static,
     {
         let stats = Arc::new(WorkerStats::default());
@@ -146,10 +148,10 @@ impl Worker {
 
     async fn reserve_loop<H, F>(&self, handler: &H, stats: &WorkerStats, stop: &CancellationToken)
     where
-        H: Fn(Reserved) -> F,
+        H: Fn(Reservation) -> F,
         F: Future<Output = Result<(), Failed>>,
     {
-        let request = Reserve::new(self.topics.clone())
+        let request = ReserveRequest::new(self.topics.clone())
             .count(self.batch)
             .wait_ms(self.wait_ms);
         while !stop.is_cancelled() {
@@ -175,9 +177,9 @@ impl Worker {
     }
 
     /// Runs the handler on one job, touching it while it runs when asked to.
-    async fn handle<H, F>(&self, handler: &H, job: &Reserved) -> Result<(), Failed>
+    async fn handle<H, F>(&self, handler: &H, job: &Reservation) -> Result<(), Failed>
     where
-        H: Fn(Reserved) -> F,
+        H: Fn(Reservation) -> F,
         F: Future<Output = Result<(), Failed>>,
     {
         let work = handler(job.clone());
@@ -199,7 +201,7 @@ impl Worker {
     }
 
     /// Acks the successes (one request for several) and nacks the failures.
-    async fn settle(&self, jobs: &[Reserved], outcomes: Vec<Result<(), Failed>>, stats: &WorkerStats) {
+    async fn settle(&self, jobs: &[Reservation], outcomes: Vec<Result<(), Failed>>, stats: &WorkerStats) {
         let mut acks = Vec::new();
         for (job, outcome) in jobs.iter().zip(outcomes) {
             match outcome {

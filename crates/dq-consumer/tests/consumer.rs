@@ -6,6 +6,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use dq_core::topic::TopicRules;
 use dq_core::{PushRequest, Queue, Settings, State as JobState, TopicConfig};
 use dq_harness::{RedisServer, eventually};
 use tokio_util::sync::CancellationToken;

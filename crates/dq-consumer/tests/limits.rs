@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use dq_core::topic::TopicRules;
 use dq_core::{PushRequest, Queue, Settings, TopicConfig};
 use dq_harness::{RedisServer, eventually};
 use tokio_util::sync::CancellationToken;

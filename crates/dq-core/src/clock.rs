@@ -4,12 +4,6 @@
 //! machines whose clocks disagree still agree on when a job is due; this clock serves bounds checks,
 //! logs and the dashboard's minutes only.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// The current Unix time in ms on this machine, for bounds checks only (due times are Redis's).
-pub fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+/// The current Unix time in ms on this machine, for bounds checks only (due times are Redis's): dq-api's,
+/// the one every crate reads (dq-cli and dq-bench, which do not depend on dq-core, included).
+pub use dq_api::unix_ms;

@@ -1,100 +1,15 @@
-//! The job model: what a producer sends, what dq stores, and the checks between the two.
+//! The job model: the checks between what a producer sends (dq-api's [`PushRequest`]) and what dq
+//! stores ([`NewJob`]).
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
+pub use dq_api::{Job, PushRequest, Reservation, State};
+use serde::Serialize;
 
 use crate::config::{JobDefaults, Limits};
 use crate::error::{Error, Result};
 
-/// Where a job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum State {
-    /// Waiting in a delay bucket for its due time.
-    Delayed,
-    /// Due, in its topic's ready queue.
-    Ready,
-    /// Handed to a consumer until its deadline.
-    Reserved,
-    /// Acked; the record stays for lookups for the retention period.
-    Done,
-    /// Used all its attempts; in its topic's dead list.
-    Dead,
-}
-
-impl State {
-    /// Every state, in the order of a job's life.
-    pub const ALL: [State; 5] = [State::Delayed, State::Ready, State::Reserved, State::Done, State::Dead];
-
-    /// The name used in Redis, the API and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Delayed => "delayed",
-            State::Ready => "ready",
-            State::Reserved => "reserved",
-            State::Done => "done",
-            State::Dead => "dead",
-        }
-    }
-
-    /// Parses the name stored in Redis.
-    pub fn parse(s: &str) -> Option<Self> {
-        State::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-}
-
-impl fmt::Display for State {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A push as the API receives it (`POST /v1/jobs`, and each entry of a batch).
-#[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct PushRequest {
-    /// The job's kind.
-    pub topic: String,
-    /// Any JSON value, kept as the producer wrote it.
-    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
-    pub body: Box<RawValue>,
-    /// Producer-chosen id: the idempotency key.
-    #[serde(default)]
-    pub id: Option<String>,
-    /// Due in this many ms from now (Redis's now).
-    #[serde(default)]
-    pub delay_ms: Option<i64>,
-    /// Due at this Unix time in ms; a past time means ready now.
-    #[serde(default)]
-    pub run_at: Option<i64>,
-    /// Time-to-run of each reservation, in ms.
-    #[serde(default)]
-    pub ttr_ms: Option<i64>,
-    /// Deliveries before the job goes dead (0 = unlimited).
-    #[serde(default)]
-    pub max_attempts: Option<i64>,
-    /// Deduplication key: a second push to the topic with this key within `dedup_ms` answers with the
-    /// first job instead of making one.
-    #[serde(default)]
-    pub dedup_key: Option<String>,
-    /// The deduplication window in ms, counted from the push that made the job.
-    #[serde(default)]
-    pub dedup_ms: Option<i64>,
-    /// Retries end this many ms after the job's first due time (else the topic's `retry.max_age_ms`).
-    #[serde(default)]
-    pub max_age_ms: Option<i64>,
-    /// The job's own backoff list, in ms (else the topic's, or `jobs.backoff_ms`, at each failure).
-    #[serde(default)]
-    pub backoff_ms: Option<Vec<u64>>,
-}
-
 /// When a job becomes due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Schedule {
+pub enum Due {
     /// This many ms after the push, on Redis's clock.
     Delay(u64),
     /// At this Unix time in ms.
@@ -111,7 +26,7 @@ pub struct NewJob {
     /// The body's JSON text.
     pub body: String,
     /// When it is due.
-    pub schedule: Schedule,
+    pub schedule: Due,
     /// Time-to-run in ms.
     pub ttr_ms: u64,
     /// Deliveries before dead (0 = unlimited).
@@ -173,7 +88,7 @@ impl NewJob {
                     "`delay_ms` {d} is beyond the limit of {horizon} ms"
                 )));
             }
-            (Some(d), None) => Schedule::Delay(d as u64),
+            (Some(d), None) => Due::Delay(d as u64),
             (None, Some(at)) if at < 0 => {
                 return Err(Error::Invalid(format!("`run_at` must be a Unix time in ms, got {at}")));
             }
@@ -182,8 +97,8 @@ impl NewJob {
                     "`run_at` {at} is more than {horizon} ms from now"
                 )));
             }
-            (None, Some(at)) => Schedule::At(at),
-            (None, None) => Schedule::Delay(0),
+            (None, Some(at)) => Due::At(at),
+            (None, None) => Due::Delay(0),
         };
         let ttr_ms = match req.ttr_ms {
             None => defaults.ttr_ms,
@@ -344,68 +259,6 @@ pub(crate) fn shorten(s: &str) -> String {
     format!("{}…", &s[..end])
 }
 
-/// A stored job, as a lookup returns it.
-#[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Job {
-    /// Unique id.
-    pub id: String,
-    /// The job's kind.
-    pub topic: String,
-    /// The body as the producer wrote it.
-    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
-    pub body: Box<RawValue>,
-    /// Where the job is.
-    pub state: State,
-    /// Due time, Unix ms.
-    pub run_at: i64,
-    /// Time-to-run in ms.
-    pub ttr_ms: u64,
-    /// Deliveries so far.
-    pub attempts: u32,
-    /// Deliveries before dead (0 = unlimited).
-    pub max_attempts: u32,
-    /// When it was pushed, Unix ms (Redis's clock).
-    pub created_at: i64,
-    /// What the last failed delivery said.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-    /// End of the current reservation, Unix ms, while reserved.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub deadline: Option<i64>,
-    /// When its retries end, Unix ms: its first due time plus the max age it was pushed with (from the
-    /// push's `max_age_ms` or its topic's `retry.max_age_ms`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry_until: Option<i64>,
-    /// Its own backoff list, ms, when it was pushed with one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backoff_ms: Option<Vec<u64>>,
-}
-
-/// A job handed out by reserve.
-#[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Reservation {
-    /// The job's id.
-    pub id: String,
-    /// The job's kind.
-    pub topic: String,
-    /// The body as the producer wrote it.
-    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
-    pub body: Box<RawValue>,
-    /// Which delivery this is (1 for the first).
-    pub attempt: u32,
-    /// Proof of this reservation, needed by ack, nack and touch.
-    pub receipt: String,
-    /// When the reservation ends unless touched, Unix ms.
-    pub deadline: i64,
-    /// The job's due time, Unix ms.
-    pub run_at: i64,
-    /// How long the reservation lasts from when it was made, ms (`deadline` on Redis's clock minus
-    /// Redis's time then): a worker touches at half of it without comparing its clock to Redis's.
-    pub ttr_ms: u64,
-}
-
 /// The outcome of storing one job.
 #[derive(Debug, Clone, Serialize)]
 pub struct Pushed {
@@ -466,7 +319,7 @@ mod tests {
     #[test]
     fn defaults_apply() {
         let j = check(r#"{"topic":"t","body":{"a":1}}"#).unwrap();
-        assert_eq!(j.schedule, Schedule::Delay(0));
+        assert_eq!(j.schedule, Due::Delay(0));
         assert_eq!(j.ttr_ms, 30_000);
         assert_eq!(j.max_attempts, 10);
         assert_eq!(j.body, r#"{"a":1}"#);
@@ -489,11 +342,11 @@ mod tests {
     fn schedules() {
         assert_eq!(
             check(r#"{"topic":"t","body":1,"delay_ms":500}"#).unwrap().schedule,
-            Schedule::Delay(500)
+            Due::Delay(500)
         );
         assert_eq!(
             check(r#"{"topic":"t","body":1,"run_at":5}"#).unwrap().schedule,
-            Schedule::At(5)
+            Due::At(5)
         );
     }
 
@@ -556,13 +409,5 @@ mod tests {
         ] {
             assert!(serde_json::from_str::<PushRequest>(json).is_err(), "{json}");
         }
-    }
-
-    #[test]
-    fn states_round_trip() {
-        for s in State::ALL {
-            assert_eq!(State::parse(s.as_str()), Some(s));
-        }
-        assert_eq!(State::parse("x"), None);
     }
 }

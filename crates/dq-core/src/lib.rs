@@ -1,7 +1,6 @@
 //! dq-core: what every dq process shares.
 //!
-//! - [`job`]: the job model and the checks on what producers send; [`strict`]: nested request objects
-//!   read from JSON objects only.
+//! - [`job`]: the job model and the checks on what producers send (the requests themselves are dq-api's).
 //! - [`condition`]: retry conditions on a callback's answer, parsed once and evaluated safely.
 //! - [`keys`]: the Redis key layout; [`scripts`]: the Lua scripts, one per atomic operation.
 //! - [`connection`]: Redis in its three shapes (standalone, Sentinel, Cluster) behind one type;
@@ -44,7 +43,6 @@ mod shared;
 pub mod sign;
 pub mod signals;
 pub mod store;
-pub mod strict;
 pub mod systemd;
 pub mod telemetry;
 pub mod timer;
@@ -55,8 +53,10 @@ pub use admin::Admin;
 pub use beanstalkd::Beanstalkd;
 pub use checker::Checker;
 pub use config::Settings;
+/// Nested request objects read from JSON objects only (dq-api's, where the request types are).
+pub use dq_api::strict;
 pub use error::{Error, Result};
-pub use job::{Job, NewJob, PushRequest, Pushed, Reservation, Schedule, State};
+pub use job::{Due, Job, NewJob, PushRequest, Pushed, Reservation, State};
 pub use producer::Producer;
 pub use queue::Queue;
 pub use reservations::Reservations;

@@ -1,12 +1,9 @@
-//! Topics: what a topic's registration says (callback, retry policy, defaults, paused), and its checks.
+//! Topics: the checks of a topic's registration (dq-api's [`TopicConfig`]: callback, retry policy,
+//! defaults, paused) against this installation's limits and egress policy, and its secrets sealed at rest.
 //!
 //! A topic without a callback is pulled through the API; one with a callback is delivered by
 //! dq-consumer, and may name a `callback.on_dead_url` that dq-checker POSTs each job that goes dead to.
 //! Registration is optional: pushing to an unregistered topic uses the global defaults.
-
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
 
 use crate::condition::Condition;
 use crate::config::Limits;
@@ -14,187 +11,20 @@ use crate::egress::Policy;
 use crate::error::{Error, Result};
 use crate::sealed::{SealError, Sealer};
 
-/// A topic's registration, as `PUT /v1/topics/{topic}` takes it and `GET` returns it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct TopicConfig {
-    /// Where dq-consumer POSTs the topic's jobs; none for pull topics.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::strict::option_object"
-    )]
-    pub callback: Option<Callback>,
-    /// Attempts, backoff and the retry condition.
-    #[serde(default, deserialize_with = "crate::strict::object")]
-    pub retry: Retry,
-    /// Values for what a push of this topic leaves out.
-    #[serde(default, deserialize_with = "crate::strict::object")]
-    pub defaults: TopicDefaults,
-    /// A paused topic is neither delivered nor handed out by reserve; pushes still go in.
-    #[serde(default)]
-    pub paused: bool,
-    /// Ready jobs above which dq-checker raises a backlog alert for this topic (else
-    /// `checker.backlog_threshold`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backlog_threshold: Option<u64>,
-}
+pub use dq_api::topic::{Callback, MASK, MAX_RATE, Retry, TopicConfig, TopicDefaults, masked_url};
 
-/// The callback of a push topic.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct Callback {
-    /// `http` or `https` URL to POST each job to.
-    pub url: String,
-    /// How long one delivery may take, in ms.
-    #[serde(default = "default_timeout")]
-    pub timeout_ms: u64,
-    /// Deliveries in flight at once, over every dq-consumer (each worker holds slots on a lease in
-    /// Redis, see `limit.lua`).
-    #[serde(default = "default_concurrency")]
-    pub concurrency: u32,
-    /// Deliveries started per second at most, over every dq-consumer (a token bucket in Redis); none
-    /// for no rate limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate_per_s: Option<f64>,
-    /// Deliveries that may start at once after a quiet spell under `rate_per_s` (the bucket's size);
-    /// else the rate rounded up (one second's worth).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst: Option<u32>,
-    /// Extra request headers.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
-    /// Key of the `X-DQ-Signature` HMAC; never printed, and shown as `***` by the API.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret: Option<String>,
-    /// The key being rotated out: while set, every delivery is signed with both (two `v1=` in
-    /// `X-DQ-Signature`), so receivers can switch to `secret` at their own pace. Masked like `secret`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_secret: Option<String>,
-    /// `http` or `https` URL that dq-checker POSTs each job of the topic that goes dead to (the job as
-    /// looked up, signed like a delivery), retried with backoff; none for no hook. Checked like `url`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_dead_url: Option<String>,
-}
-
-impl Callback {
-    /// Calls `f` with every value kept sealed at rest and its context (topic and field), which the seal
-    /// is bound to.
-    fn for_each_secret(&mut self, topic: &str, mut f: impl FnMut(&mut String, &str)) {
-        if let Some(s) = &mut self.secret {
-            f(s, &format!("{topic}\0secret"));
-        }
-        if let Some(s) = &mut self.previous_secret {
-            f(s, &format!("{topic}\0previous_secret"));
-        }
-        for (name, v) in &mut self.headers {
-            f(v, &format!("{topic}\0header\0{}", name.to_ascii_lowercase()));
-        }
+/// Calls `f` with every value of `cb` kept sealed at rest and its context (topic and field), which the
+/// seal is bound to.
+fn for_each_secret(cb: &mut Callback, topic: &str, mut f: impl FnMut(&mut String, &str)) {
+    if let Some(s) = &mut cb.secret {
+        f(s, &format!("{topic}\0secret"));
     }
-}
-
-/// What the API shows in place of a secret, a header value or a URL's credentials.
-pub const MASK: &str = "***";
-
-/// `url` with the credentials it carries masked, for the API, the admin pages and logs: the password
-/// (`https://user:***@host/`; a user alone, often a token, as `***`) and every query value
-/// (`https://hooks.example/x?token=***`: webhook URLs often carry their token there). Names of query
-/// parameters stay, so the URL still says what it is. Unparsable: shown as it is (registration refuses
-/// such URLs). The stored URL stays exact: deliveries go to it.
-pub fn masked_url(url: &str) -> String {
-    let Ok(mut u) = url::Url::parse(url) else {
-        return url.to_string();
-    };
-    let mut changed = false;
-    if u.password().is_some() {
-        let _ = u.set_password(Some(MASK));
-        changed = true;
-    } else if !u.username().is_empty() {
-        let _ = u.set_username(MASK);
-        changed = true;
+    if let Some(s) = &mut cb.previous_secret {
+        f(s, &format!("{topic}\0previous_secret"));
     }
-    if u.query().is_some_and(|q| !q.is_empty()) {
-        let names: Vec<(String, bool)> = u.query_pairs().map(|(k, v)| (k.into_owned(), v.is_empty())).collect();
-        let mut pairs = u.query_pairs_mut();
-        pairs.clear();
-        for (name, empty) in names {
-            pairs.append_pair(&name, if empty { "" } else { MASK });
-        }
-        drop(pairs);
-        changed = true;
+    for (name, v) in &mut cb.headers {
+        f(v, &format!("{topic}\0header\0{}", name.to_ascii_lowercase()));
     }
-    if changed { u.to_string() } else { url.to_string() }
-}
-
-impl std::fmt::Debug for Callback {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Callback")
-            .field("url", &masked_url(&self.url))
-            .field("timeout_ms", &self.timeout_ms)
-            .field("concurrency", &self.concurrency)
-            .field("rate_per_s", &self.rate_per_s)
-            .field("burst", &self.burst)
-            .field("headers", &self.headers.keys().collect::<Vec<_>>())
-            .field("secret", &self.secret.as_ref().map(|_| "***"))
-            .field("previous_secret", &self.previous_secret.as_ref().map(|_| "***"))
-            .field("on_dead_url", &self.on_dead_url.as_deref().map(masked_url))
-            .finish()
-    }
-}
-
-fn default_timeout() -> u64 {
-    5000
-}
-
-fn default_concurrency() -> u32 {
-    16
-}
-
-/// The highest `callback.rate_per_s` and `callback.burst` a topic may set.
-const MAX_RATE: f64 = 1_000_000.0;
-
-impl Callback {
-    /// The token bucket's size: `burst`, else one second's worth of `rate_per_s` (at least 1).
-    pub fn burst_or_default(&self) -> u32 {
-        self.burst
-            .unwrap_or_else(|| self.rate_per_s.map_or(1, |r| r.ceil().clamp(1.0, MAX_RATE) as u32))
-    }
-}
-
-/// Retry policy.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct Retry {
-    /// Deliveries before a job goes dead (0 = unlimited); else `jobs.max_attempts`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_attempts: Option<u32>,
-    /// Delay after the i-th failed delivery, ms; the last repeats. Else `jobs.backoff_ms`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backoff_ms: Option<Vec<u64>>,
-    /// Retries end this many ms after a job's first due time, however many attempts remain: written
-    /// into each job at push, like `max_attempts`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_age_ms: Option<u64>,
-    /// When true of a 2xx answer, the delivery failed, e.g. `{res.code} != 200 && {res.data.status} != 2`
-    /// (`res` is the JSON answer; `{http.status}` and `{http.body}` the HTTP status and raw body).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub condition: Option<String>,
-}
-
-/// Push defaults of a topic.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct TopicDefaults {
-    /// TTR of a push that gives none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttr_ms: Option<u64>,
-    /// Delay of a push that gives neither `delay_ms` nor `run_at`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delay_ms: Option<u64>,
 }
 
 /// Headers dq sets itself, which a topic may not override.
@@ -207,11 +37,33 @@ const RESERVED_HEADERS: [&str; 6] = [
     "x-dq-attempt",
 ];
 
-impl TopicConfig {
+/// What dq does with a registration besides showing it: check it, keep masked values, seal its secrets.
+/// (A trait, as `TopicConfig` is dq-api's: `use dq_core::topic::TopicRules` where these are called.)
+pub trait TopicRules: Sized {
     /// Checks everything once, at registration: a bad topic is refused with a message naming the field.
     /// A callback URL whose host is an IP address is checked against the `egress` policy here (its
     /// spellings normalised); a host name is checked by dq-consumer on what it resolves to at connect.
-    pub fn validate(&self, limits: &Limits, egress: &Policy) -> Result<()> {
+    fn validate(&self, limits: &Limits, egress: &Policy) -> Result<()>;
+
+    /// Puts back the stored values of fields sent as the API shows them masked: a `secret`,
+    /// `previous_secret` or header value of `***`, and a URL equal to the stored URL masked. So a
+    /// registration read with GET can be edited and sent back whole (the admin's editor does) without
+    /// writing `***` over a secret. A masked value with nothing stored to keep is refused.
+    fn keep_masked(&mut self, stored: Option<&Self>) -> Result<()>;
+
+    /// The config as the registry stores it for `topic`: secrets and header values sealed.
+    fn sealed(&self, topic: &str, sealer: &Sealer) -> Self;
+
+    /// A stored config with its sealed values opened.
+    fn opened(&self, topic: &str, sealer: &Sealer) -> std::result::Result<Self, SealError>;
+
+    /// Whether a stored config holds a value sealed under an older key, or not sealed though a key is
+    /// configured (to seal again: `dq-checker secrets rekey`).
+    fn is_stale(&self, sealer: &Sealer) -> bool;
+}
+
+impl TopicRules for TopicConfig {
+    fn validate(&self, limits: &Limits, egress: &Policy) -> Result<()> {
         let bad = |m: String| Err(Error::Invalid(m));
         if let Some(cb) = &self.callback {
             check_url("callback.url", &cb.url, egress)?;
@@ -297,11 +149,7 @@ impl TopicConfig {
         Ok(())
     }
 
-    /// Puts back the stored values of fields sent as the API shows them masked: a `secret`,
-    /// `previous_secret` or header value of `***`, and a URL equal to the stored URL masked. So a
-    /// registration read with GET can be edited and sent back whole (the admin's editor does) without
-    /// writing `***` over a secret. A masked value with nothing stored to keep is refused.
-    pub fn keep_masked(&mut self, stored: Option<&TopicConfig>) -> Result<()> {
+    fn keep_masked(&mut self, stored: Option<&TopicConfig>) -> Result<()> {
         let Some(cb) = &mut self.callback else {
             return Ok(());
         };
@@ -353,38 +201,19 @@ impl TopicConfig {
         Ok(())
     }
 
-    /// The config as the API shows it: the secrets, header values (often credentials) and credentials
-    /// in the URL masked.
-    pub fn redacted(&self) -> TopicConfig {
+    fn sealed(&self, topic: &str, sealer: &Sealer) -> TopicConfig {
         let mut c = self.clone();
         if let Some(cb) = &mut c.callback {
-            cb.url = masked_url(&cb.url);
-            cb.on_dead_url = cb.on_dead_url.as_deref().map(masked_url);
-            for s in [&mut cb.secret, &mut cb.previous_secret].into_iter().flatten() {
-                *s = MASK.into();
-            }
-            for v in cb.headers.values_mut() {
-                *v = MASK.into();
-            }
+            for_each_secret(cb, topic, |v, context| *v = sealer.seal(v, context));
         }
         c
     }
 
-    /// The config as the registry stores it for `topic`: secrets and header values sealed.
-    pub fn sealed(&self, topic: &str, sealer: &Sealer) -> TopicConfig {
-        let mut c = self.clone();
-        if let Some(cb) = &mut c.callback {
-            cb.for_each_secret(topic, |v, context| *v = sealer.seal(v, context));
-        }
-        c
-    }
-
-    /// A stored config with its sealed values opened.
-    pub fn opened(&self, topic: &str, sealer: &Sealer) -> std::result::Result<TopicConfig, SealError> {
+    fn opened(&self, topic: &str, sealer: &Sealer) -> std::result::Result<TopicConfig, SealError> {
         let mut c = self.clone();
         let mut failed = None;
         if let Some(cb) = &mut c.callback {
-            cb.for_each_secret(topic, |v, context| match sealer.open(v, context) {
+            for_each_secret(cb, topic, |v, context| match sealer.open(v, context) {
                 Ok(plain) => *v = plain,
                 Err(e) => failed = Some(e),
             });
@@ -392,20 +221,13 @@ impl TopicConfig {
         failed.map_or(Ok(c), Err)
     }
 
-    /// Whether a stored config holds a value sealed under an older key, or not sealed though a key is
-    /// configured (to seal again: `dq-checker secrets rekey`).
-    pub fn is_stale(&self, sealer: &Sealer) -> bool {
+    fn is_stale(&self, sealer: &Sealer) -> bool {
         let mut stale = false;
         if let Some(cb) = &self.callback {
             let mut cb = cb.clone();
-            cb.for_each_secret("", |v, _| stale |= sealer.is_stale(v));
+            for_each_secret(&mut cb, "", |v, _| stale |= sealer.is_stale(v));
         }
         stale
-    }
-
-    /// Backoff list: the topic's, else `default` (`jobs.backoff_ms`).
-    pub fn backoff<'a>(&'a self, default: &'a [u64]) -> &'a [u64] {
-        self.retry.backoff_ms.as_deref().unwrap_or(default)
     }
 }
 

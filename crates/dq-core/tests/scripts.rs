@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use dq_core::reservations::Waiting;
-use dq_core::{Error, PushRequest, Queue, Schedule, Settings, State};
+use dq_core::{Due, Error, PushRequest, Queue, Settings, State};
 use dq_harness::{RedisServer, eventually};
 
 fn settings(redis: &RedisServer) -> Settings {
@@ -410,7 +410,7 @@ async fn nack_uses_the_given_backoff_list() {
             .unwrap();
         assert_eq!(state, State::Delayed);
         delays.push(run_at - (r.deadline - 30_000));
-        q.producer().reschedule("b", Schedule::Delay(0)).await.unwrap();
+        q.producer().reschedule("b", Due::Delay(0)).await.unwrap();
     }
     // The i-th delay after the i-th failure; the last repeats. (Reserve-to-nack time is added on top.)
     for (d, want) in delays.iter().zip([100_000, 200_000, 200_000]) {
@@ -451,7 +451,7 @@ async fn delete_and_reschedule_keep_counts_right() {
         .map(|r| r.unwrap().id)
         .collect();
     for id in &ids[..5] {
-        q.producer().reschedule(id, Schedule::Delay(0)).await.unwrap();
+        q.producer().reschedule(id, Due::Delay(0)).await.unwrap();
     }
     let got = q.reservations().reserve(&["c".into()], 3).await.unwrap();
     q.reservations().ack(&got[0].id, &got[0].receipt).await.unwrap();
@@ -1235,7 +1235,7 @@ async fn a_reserve_sees_what_its_own_process_just_made_ready() {
         ))
         .await
         .unwrap();
-    q.producer().reschedule(&later.id, Schedule::Delay(0)).await.unwrap();
+    q.producer().reschedule(&later.id, Due::Delay(0)).await.unwrap();
     let r = q.reservations().reserve(&t, 1).await.unwrap();
     assert_eq!(r.len(), 1, "a job rescheduled to now is reserved at once");
     assert_eq!(r[0].id, later.id);

@@ -4,57 +4,13 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use dq_core::State as JobState;
-use dq_core::admin::JobPage;
+use dq_api::{BrowseQuery, JobPage};
 use dq_core::config::Scope;
-use serde::Deserialize;
-use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::topics::{checked, paging};
-
-/// The states a page can list.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Listed {
-    /// Waiting for their due time, earliest first.
-    Delayed,
-    /// Due, earliest due first.
-    Ready,
-    /// Held by a consumer, earliest deadline first.
-    Reserved,
-    /// In the dead list, oldest death first.
-    Dead,
-}
-
-impl From<Listed> for JobState {
-    fn from(l: Listed) -> JobState {
-        match l {
-            Listed::Delayed => JobState::Delayed,
-            Listed::Ready => JobState::Ready,
-            Listed::Reserved => JobState::Reserved,
-            Listed::Dead => JobState::Dead,
-        }
-    }
-}
-
-/// `GET /v1/topics/{topic}/jobs` query.
-#[derive(Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct BrowseQuery {
-    /// Which jobs: `delayed`, `ready`, `reserved` or `dead`.
-    #[param(inline)]
-    state: Listed,
-    /// Jobs to skip (0 ..= 1000000).
-    #[serde(default)]
-    offset: Option<usize>,
-    /// Jobs to return (1 ..= 1000, default 50).
-    #[serde(default)]
-    limit: Option<usize>,
-}
 
 /// `GET /v1/topics/{topic}/jobs`: a page of the topic's jobs in one state, each as look up shows it.
 #[utoipa::path(get, path = "/v1/topics/{topic}/jobs", tag = "topics", operation_id = "list_jobs",

@@ -4,66 +4,15 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use dq_api::{BatchAnswer, BatchPushed, BatchRequest, PushAnswer, PushResult, RescheduleRequest};
 use dq_core::config::Scope;
 use dq_core::job::validate_id;
-use dq_core::{Job, NewJob, PushRequest, Schedule, State as JobState};
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
-use utoipa::ToSchema;
+use dq_core::{Due, Job, NewJob, PushRequest};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ErrorBody};
-
-/// `POST /v1/jobs` answer.
-#[derive(Serialize, ToSchema)]
-pub struct PushAnswer {
-    /// Given or generated id.
-    id: String,
-    /// The job's topic.
-    topic: String,
-    /// `delayed` or `ready`.
-    state: JobState,
-    /// Due time, Unix ms.
-    run_at: i64,
-    /// Present (true) when the push's deduplication key found a job inside its window: this is that
-    /// job, and nothing was stored.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    duplicate: bool,
-}
-
-/// One entry of the `POST /v1/jobs/batch` answer, in the order of the request: the job stored (or found
-/// by its deduplication key), or why this entry failed.
-#[derive(Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum PushResult {
-    /// Stored, or a duplicate.
-    Pushed(BatchPushed),
-    /// This entry failed (`conflict`, `unavailable`, `internal`); the others stand.
-    Failed(ErrorBody),
-}
-
-/// A stored entry of a batch.
-#[derive(Serialize, ToSchema)]
-pub struct BatchPushed {
-    /// Given or generated id.
-    id: String,
-    /// `delayed` or `ready`.
-    state: JobState,
-    /// Due time, Unix ms.
-    run_at: i64,
-    /// Present (true) when the entry's deduplication key found a job: this is that job.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    duplicate: bool,
-}
-
-/// `POST /v1/jobs/batch` answer.
-#[derive(Serialize, ToSchema)]
-pub struct BatchAnswer {
-    /// One result per entry, in order.
-    results: Vec<PushResult>,
-}
 
 /// `POST /v1/jobs`: 201 `{id, topic, state, run_at}`, or 200 with `"duplicate": true` and the first job
 /// when the push's `dedup_key` found one inside its window.
@@ -99,15 +48,6 @@ pub async fn push(
         duplicate: pushed.duplicate,
     };
     Ok((status, Json(body)).into_response())
-}
-
-/// `POST /v1/jobs/batch` body.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BatchRequest {
-    /// Each entry a push; parsed one by one so an error can name its index.
-    #[schema(value_type = Vec<PushRequest>)]
-    jobs: Vec<Box<RawValue>>,
 }
 
 /// `POST /v1/jobs/batch`: 200 `{results: [...]}` in order. Any malformed entry refuses the whole batch
@@ -231,18 +171,6 @@ pub async fn cancel(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `PATCH /v1/jobs/{id}` body: exactly one of `delay_ms` and `run_at` (a `null` counts as absent).
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RescheduleRequest {
-    /// New due time relative to now (Redis's now).
-    #[serde(default)]
-    delay_ms: Option<i64>,
-    /// New due time, Unix ms.
-    #[serde(default)]
-    run_at: Option<i64>,
-}
-
 /// `PATCH /v1/jobs/{id}`: 200 job, only while delayed or ready (else 409).
 #[utoipa::path(patch, path = "/v1/jobs/{id}", tag = "jobs", operation_id = "reschedule",
     summary = "Reschedule a delayed or ready job",
@@ -263,15 +191,13 @@ pub async fn reschedule(
     checked_id(&id)?;
     let horizon = app.queue.limits().max_delay_ms;
     let schedule = match (req.delay_ms, req.run_at) {
-        (Some(d), None) if d >= 0 && d as u64 <= horizon => Schedule::Delay(d as u64),
+        (Some(d), None) if d >= 0 && d as u64 <= horizon => Due::Delay(d as u64),
         (Some(d), None) => {
             return Err(ApiError::invalid(format!(
                 "`delay_ms` must be between 0 and {horizon}, got {d}"
             )));
         }
-        (None, Some(at)) if at >= 0 && at <= dq_core::clock::unix_ms().saturating_add(horizon as i64) => {
-            Schedule::At(at)
-        }
+        (None, Some(at)) if at >= 0 && at <= dq_core::clock::unix_ms().saturating_add(horizon as i64) => Due::At(at),
         (None, Some(at)) => {
             return Err(ApiError::invalid(format!(
                 "`run_at` must be a Unix time in ms at most {horizon} ms from now, got {at}"

@@ -5,40 +5,20 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use dq_api::{
+    AckManyAnswer, AckManyRequest, AckRequest, AckResult, Acked, NackRequest, ReserveAnswer, ReserveRequest,
+    TouchRequest, Touched,
+};
 use dq_core::Reservation;
 use dq_core::config::Scope;
 use dq_core::job::{validate_id, validate_topic};
 use dq_core::reservations::ReserveOptions;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ErrorBody};
 use crate::jobs::allow_job;
-
-/// `POST /v1/reserve` answer. A typed struct, not `json!`: that would turn each job's raw body into a
-/// `serde_json::Value`, parsing it again on every reserve.
-#[derive(Serialize, ToSchema)]
-pub struct Reserved {
-    /// The reserved jobs; empty when none became ready in time.
-    jobs: Vec<Reservation>,
-}
-
-/// `POST /v1/reserve` body.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReserveRequest {
-    /// Topics, highest priority first.
-    topics: Vec<String>,
-    /// Long poll: how long to wait for a job when none is ready (0 = answer at once).
-    #[serde(default)]
-    timeout_ms: Option<i64>,
-    /// Most jobs to take.
-    #[serde(default)]
-    count: Option<i64>,
-}
 
 /// `POST /v1/reserve`: 200 `{jobs: [...]}`, an empty list when nothing became ready within `timeout_ms`.
 ///
@@ -49,13 +29,13 @@ pub struct ReserveRequest {
     summary = "Reserve jobs (with a long poll)",
     request_body = ReserveRequest,
     responses(
-        (status = 200, description = "Up to `count` jobs, each now `reserved` with a fresh receipt; an empty list when none became ready within `timeout_ms`.", body = Reserved),
+        (status = 200, description = "Up to `count` jobs, each now `reserved` with a fresh receipt; an empty list when none became ready within `timeout_ms`.", body = ReserveAnswer),
     ))]
 pub async fn reserve(
     State(app): State<AppState>,
     caller: Caller,
     JsonBody(req): JsonBody<ReserveRequest>,
-) -> Result<Json<Reserved>, ApiError> {
+) -> Result<Json<ReserveAnswer>, ApiError> {
     caller.allow_scope(Scope::Consume)?;
     let limits = app.queue.limits();
     if req.topics.is_empty() {
@@ -122,15 +102,15 @@ pub async fn reserve(
             app.queue.reservations().reserve_with(&topics, count, options).await?
         };
         let Some(waiter) = waiter.as_mut().filter(|_| jobs.is_empty()) else {
-            return Ok(Json(Reserved { jobs }));
+            return Ok(Json(ReserveAnswer { jobs }));
         };
         if permit.is_none() {
             permit = Some(app.long_polls.enter()?);
         }
         tokio::select! {
             _ = waiter.wait() => {}
-            _ = tokio::time::sleep_until(deadline) => return Ok(Json(Reserved { jobs: Vec::new() })),
-            _ = app.shutdown.cancelled() => return Ok(Json(Reserved { jobs: Vec::new() })),
+            _ = tokio::time::sleep_until(deadline) => return Ok(Json(ReserveAnswer { jobs: Vec::new() })),
+            _ = app.shutdown.cancelled() => return Ok(Json(ReserveAnswer { jobs: Vec::new() })),
         }
     }
 }
@@ -142,14 +122,6 @@ fn check(id: &str, receipt: &str) -> Result<(), ApiError> {
         return Err(ApiError::invalid("`receipt` must be the receipt reserve returned"));
     }
     Ok(())
-}
-
-/// `POST /v1/jobs/{id}/ack` body.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AckRequest {
-    /// The receipt of the current reservation.
-    receipt: String,
 }
 
 /// `POST /v1/jobs/{id}/ack`: 204; 409 `stale_receipt` when the reservation is over.
@@ -173,25 +145,6 @@ pub async fn ack(
     allow_job(&app, &caller, Scope::Consume, &id).await?;
     app.queue.reservations().ack(&id, &req.receipt).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// `POST /v1/jobs/ack` body.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AckManyRequest {
-    /// The reservations to finish.
-    #[serde(deserialize_with = "dq_core::strict::objects")]
-    acks: Vec<AckEntry>,
-}
-
-/// One entry of `POST /v1/jobs/ack`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AckEntry {
-    /// The job's id.
-    id: String,
-    /// The receipt of its current reservation.
-    receipt: String,
 }
 
 /// `POST /v1/jobs/ack`: 200 `{results: [{} | {error}]}` in order. A malformed entry refuses the whole
@@ -238,41 +191,6 @@ pub async fn ack_many(
     Ok(Json(AckManyAnswer { results }))
 }
 
-/// `POST /v1/jobs/ack` answer.
-#[derive(Serialize, ToSchema)]
-pub struct AckManyAnswer {
-    /// One result per entry, in order.
-    results: Vec<AckResult>,
-}
-
-/// One entry of the `POST /v1/jobs/ack` answer.
-#[derive(Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum AckResult {
-    /// The job is done: `{}`.
-    Acked(Acked),
-    /// This ack failed (`stale_receipt`, `not_found`, `forbidden`, `unavailable`, `internal`); the others stand.
-    Failed(ErrorBody),
-}
-
-/// An ack that finished its job: an empty object.
-#[derive(Serialize, ToSchema)]
-pub struct Acked {}
-
-/// `POST /v1/jobs/{id}/nack` body.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NackRequest {
-    /// The receipt of the current reservation.
-    receipt: String,
-    /// Wait this long before the next delivery (else the backoff schedule).
-    #[serde(default)]
-    delay_ms: Option<i64>,
-    /// Why it failed, kept as the job's `last_error`.
-    #[serde(default)]
-    error: Option<String>,
-}
-
 /// `POST /v1/jobs/{id}/nack`: 204; the job backs off, or goes dead after its last attempt.
 #[utoipa::path(post, path = "/v1/jobs/{id}/nack", tag = "consume", operation_id = "nack",
     summary = "Nack a reserved job: retry it later, or dead after its last attempt",
@@ -317,24 +235,6 @@ pub async fn nack(
         .nack(&id, &req.receipt, delay, req.error.as_deref(), None)
         .await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// `POST /v1/jobs/{id}/touch` body.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TouchRequest {
-    /// The receipt of the current reservation.
-    receipt: String,
-    /// New TTR from now (else the job's own).
-    #[serde(default)]
-    ttr_ms: Option<i64>,
-}
-
-/// `POST /v1/jobs/{id}/touch` answer.
-#[derive(Serialize, ToSchema)]
-pub struct Touched {
-    /// The reservation's new end, Unix ms (Redis's clock).
-    deadline: i64,
 }
 
 /// `POST /v1/jobs/{id}/touch`: 200 `{deadline}`.

@@ -7,30 +7,15 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use dq_api::{ScheduleList, ScheduleView};
 use dq_core::admin::schedules::StoredSchedule;
 use dq_core::config::Scope;
-use dq_core::schedule::{Cadence, ScheduleConfig, validate_name};
-use serde::Serialize;
-use utoipa::ToSchema;
+use dq_core::schedule::{Cadence, ScheduleConfig, ScheduleRules, validate_name};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ErrorBody};
-
-/// A schedule as the API shows it.
-#[derive(Serialize, ToSchema)]
-pub struct ScheduleView {
-    /// Its name.
-    pub(crate) name: String,
-    /// Its registration.
-    pub(crate) config: ScheduleConfig,
-    /// When it fires next, Unix ms (Redis's clock): at once when an occurrence was missed; `null` while
-    /// paused.
-    pub(crate) next_fire_at: Option<i64>,
-    /// The last occurrence it fired, Unix ms.
-    pub(crate) last_fired_at: Option<i64>,
-}
 
 /// The view of `stored` at `now` (Redis's clock, Unix ms).
 pub(crate) fn view(stored: StoredSchedule, now: i64) -> ScheduleView {
@@ -136,13 +121,6 @@ pub async fn delete(
     existing(&app, &caller, &name, Scope::Admin).await?;
     app.queue.admin().delete_schedule(&name).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// `GET /v1/schedules` answer.
-#[derive(Serialize, ToSchema)]
-pub struct ScheduleList {
-    /// The schedules the caller may see, by name.
-    schedules: Vec<ScheduleView>,
 }
 
 /// `GET /v1/schedules`: every schedule of a topic the caller may see.

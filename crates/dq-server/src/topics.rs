@@ -6,54 +6,32 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use dq_core::admin::dead::DeadPage;
+use dq_api::{Counts, DeadIds, DeadPage, DeadQuery, Deleted, Requeued, TopicList, TopicView};
+use dq_core::TopicConfig;
 use dq_core::config::Scope;
 use dq_core::job::{validate_id, validate_topic};
-use dq_core::{State as JobState, TopicConfig};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use dq_core::topic::TopicRules;
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ErrorBody};
 
-/// A topic as the API shows it: its registration (`null` for an unregistered topic that has jobs) and
-/// its job counts.
-#[derive(Serialize, ToSchema)]
-pub struct TopicView {
-    /// The topic's name.
-    topic: String,
-    /// Its registration, secrets, header values and credentials in URLs masked (`***`); `null` for a
-    /// topic that is not registered but has jobs.
-    config: Option<TopicConfig>,
-    /// Jobs by state (`delayed`, `ready`, `reserved`, `dead`; `done` jobs are not counted).
-    #[schema(value_type = BTreeMap<String, i64>)]
-    counts: BTreeMap<&'static str, i64>,
-}
-
 /// Job counts per topic and state over every partition.
-pub(crate) async fn counts(app: &AppState) -> BTreeMap<String, BTreeMap<&'static str, i64>> {
-    let mut topics: BTreeMap<String, BTreeMap<&'static str, i64>> = BTreeMap::new();
+pub(crate) async fn counts(app: &AppState) -> BTreeMap<String, Counts> {
+    let mut topics: BTreeMap<String, Counts> = BTreeMap::new();
     let stats = app.queue.admin().counts().await;
     // Topics whose jobs left lately are listed at 0 until the checker removes their counts fields.
     for topic in stats.drained() {
-        topics.entry(topic.to_string()).or_insert_with(zero_counts);
+        topics.entry(topic.to_string()).or_default();
     }
     for (topic, counts) in stats.counts {
-        let t = topics.entry(topic).or_insert_with(zero_counts);
+        let t = topics.entry(topic).or_default();
         for (state, n) in counts {
-            *t.entry(state.as_str()).or_default() += n;
+            t.add(state, n);
         }
     }
     topics
-}
-
-pub(crate) fn zero_counts() -> BTreeMap<&'static str, i64> {
-    [JobState::Delayed, JobState::Ready, JobState::Reserved, JobState::Dead]
-        .into_iter()
-        .map(|s| (s.as_str(), 0))
-        .collect()
 }
 
 /// A page's `offset` (0 ..= 1000000, default 0) and `limit` (1 ..= 1000, default `default_limit`).
@@ -80,7 +58,7 @@ pub(crate) fn checked(topic: &str) -> Result<(), ApiError> {
 }
 
 async fn view(app: &AppState, topic: String, config: Option<TopicConfig>) -> TopicView {
-    let counts = counts(app).await.remove(&topic).unwrap_or_else(zero_counts);
+    let counts = counts(app).await.remove(&topic).unwrap_or_default();
     TopicView {
         topic,
         config: config.map(|c| c.redacted()),
@@ -171,13 +149,6 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `GET /v1/topics` answer.
-#[derive(Serialize, ToSchema)]
-pub struct TopicList {
-    /// Registered topics and topics with jobs, by name.
-    topics: Vec<TopicView>,
-}
-
 /// `GET /v1/topics`: every registered topic and every topic with jobs, with counts per state.
 #[utoipa::path(get, path = "/v1/topics", tag = "topics", operation_id = "list_topics",
     summary = "List topics",
@@ -200,7 +171,7 @@ pub async fn list(State(app): State<AppState>, caller: Caller) -> Result<Json<To
         .into_iter()
         .map(|t| TopicView {
             config: configs.remove(&t).map(|c| c.redacted()),
-            counts: counts.remove(&t).unwrap_or_else(zero_counts),
+            counts: counts.remove(&t).unwrap_or_default(),
             topic: t,
         })
         .collect();
@@ -249,19 +220,6 @@ pub async fn resume(
     set_paused(app, topic, false).await
 }
 
-/// `GET /v1/topics/{topic}/dead` query.
-#[derive(Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct DeadQuery {
-    /// Jobs to skip.
-    #[serde(default)]
-    offset: Option<usize>,
-    /// Jobs to return (1..=1000, default 100).
-    #[serde(default)]
-    limit: Option<usize>,
-}
-
 /// `GET /v1/topics/{topic}/dead?offset=&limit=`: a page of dead jobs, oldest death first, and the total.
 #[utoipa::path(get, path = "/v1/topics/{topic}/dead", tag = "dead", operation_id = "list_dead",
     summary = "List a page of a topic's dead jobs",
@@ -281,15 +239,6 @@ pub async fn dead(
     let Query(q) = query.map_err(|e| ApiError::invalid(format!("invalid query: {}", e.body_text())))?;
     let (offset, limit) = paging(q.offset, q.limit, 100)?;
     Ok(Json(app.queue.admin().dead(&topic, offset, limit).await?))
-}
-
-/// Body of requeue and delete of dead jobs: some ids, or none (no body, or `{}`) for all.
-#[derive(Deserialize, Default, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DeadIds {
-    /// Which dead jobs (at most 1000); absent means all.
-    #[serde(default)]
-    ids: Option<Vec<String>>,
 }
 
 fn dead_ids(body: &Bytes) -> Result<Option<Vec<String>>, ApiError> {
@@ -313,20 +262,6 @@ fn dead_ids(body: &Bytes) -> Result<Option<Vec<String>>, ApiError> {
         }
     }
     Ok(parsed.ids)
-}
-
-/// `POST /v1/topics/{topic}/dead/requeue` answer.
-#[derive(Serialize, ToSchema)]
-pub struct Requeued {
-    /// Jobs moved back to ready.
-    requeued: u64,
-}
-
-/// `DELETE /v1/topics/{topic}/dead` answer.
-#[derive(Serialize, ToSchema)]
-pub struct Deleted {
-    /// Dead jobs deleted.
-    deleted: u64,
 }
 
 /// `POST /v1/topics/{topic}/dead/requeue` `{ids?}`: back to ready with fresh attempts; `{requeued}`.

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use dq_core::admin::schedules::StoredSchedule;
 use dq_core::admin::topics::TopicCache;
-use dq_core::schedule::Cadence;
+use dq_core::schedule::{Cadence, ScheduleRules};
 use dq_core::{Error, Queue};
 use tokio::sync::watch;
 use tokio::time::Instant;

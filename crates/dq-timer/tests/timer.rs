@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use dq_core::{PushRequest, Queue, Schedule, Settings, State};
+use dq_core::{Due, PushRequest, Queue, Settings, State};
 use dq_harness::{RedisServer, eventually};
 use tokio_util::sync::CancellationToken;
 
@@ -105,7 +105,7 @@ async fn rescheduling_earlier_wakes_a_sleeping_timer() {
         leases(&redis).len() == 256
     })
     .await;
-    q.producer().reschedule(&p.id, Schedule::Delay(300)).await.unwrap();
+    q.producer().reschedule(&p.id, Due::Delay(300)).await.unwrap();
     eventually(Duration::from_secs(20), "the job is promoted", || async {
         q.producer().get(&p.id).await.unwrap().state == State::Ready
     })

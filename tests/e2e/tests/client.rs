@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{Running, env, start, start_on};
 use dq_client::{
-    Callback, Client, Failed, Nack, NewJob, Reserve, RetryPolicy, ScheduleConfig, TopicConfig, When, Worker,
+    Callback, Client, Failed, Nack, PushRequest, ReserveRequest, RetryPolicy, ScheduleConfig, TopicConfig, When, Worker,
 };
 use dq_harness::{RedisServer, eventually, free_port};
 use serde_json::json;
@@ -30,12 +30,12 @@ async fn every_job_verb() {
 
     // Push without an id: the client makes one, a ULID.
     let pushed = c
-        .push(&NewJob::new("orders", json!({"n": 1})).delay_ms(60_000))
+        .push(&PushRequest::new("orders", json!({"n": 1})).delay_ms(60_000))
         .await
         .unwrap();
     assert_eq!(pushed.id.len(), 26);
     assert_eq!(pushed.state, "delayed");
-    assert_eq!(pushed.topic.as_deref(), Some("orders"));
+    assert_eq!(pushed.topic, "orders");
     let job = c.get(&pushed.id).await.unwrap();
     assert_eq!(
         (job.topic.as_str(), job.body.clone(), job.state.as_str()),
@@ -45,7 +45,7 @@ async fn every_job_verb() {
     // Reschedule to now; reserve; touch; ack.
     let job = c.reschedule(&pushed.id, When::DelayMs(0)).await.unwrap();
     assert_eq!(job.state, "ready");
-    let reserved = c.reserve(&Reserve::new(["orders"]).count(5)).await.unwrap();
+    let reserved = c.reserve(&ReserveRequest::new(["orders"]).count(5)).await.unwrap();
     assert_eq!(reserved.len(), 1);
     assert_eq!((reserved[0].id.as_str(), reserved[0].attempt), (pushed.id.as_str(), 1));
     let deadline = c
@@ -63,15 +63,15 @@ async fn every_job_verb() {
     // Push many, one entry a conflict; ack many with one stale receipt.
     let results = c
         .push_many(&[
-            NewJob::new("orders", json!(2)).id("b-1"),
-            NewJob::new("orders", json!(3)),
-            NewJob::new("orders", json!(4)).id(&pushed.id),
+            PushRequest::new("orders", json!(2)).id("b-1"),
+            PushRequest::new("orders", json!(3)),
+            PushRequest::new("orders", json!(4)).id(&pushed.id),
         ])
         .await
         .unwrap();
     assert!(results[0].is_ok() && results[1].is_ok(), "{results:?}");
     assert_eq!(results[2].as_ref().unwrap_err().code, "conflict");
-    let two = c.reserve(&Reserve::new(["orders"]).count(10)).await.unwrap();
+    let two = c.reserve(&ReserveRequest::new(["orders"]).count(10)).await.unwrap();
     assert_eq!(two.len(), 2);
     let acks = vec![
         (two[0].id.clone(), two[0].receipt.clone()),
@@ -104,16 +104,19 @@ async fn every_job_verb() {
     assert!(c.get(&two[1].id).await.unwrap_err().is_code("not_found"));
 
     // A bad input is dq's 400, nothing written.
-    let bad = c.push(&NewJob::new("no spaces allowed", json!(1))).await.unwrap_err();
+    let bad = c
+        .push(&PushRequest::new("no spaces allowed", json!(1)))
+        .await
+        .unwrap_err();
     assert!(bad.is_code("invalid_argument"), "{bad}");
 
     // A long poll answers as soon as a job is pushed.
     let waiting = {
         let c = c.clone();
-        tokio::spawn(async move { c.reserve(&Reserve::new(["later"]).wait_ms(20_000)).await })
+        tokio::spawn(async move { c.reserve(&ReserveRequest::new(["later"]).wait_ms(20_000)).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let p = c.push(&NewJob::new("later", json!("x"))).await.unwrap();
+    let p = c.push(&PushRequest::new("later", json!("x"))).await.unwrap();
     let got = waiting.await.unwrap().unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].id, p.id);
@@ -128,7 +131,7 @@ async fn topics_dead_letters_schedules_and_stats() {
     let config = TopicConfig {
         callback: Some(Callback {
             url: "http://127.0.0.1:9/hook".into(),
-            concurrency: Some(4),
+            concurrency: 4,
             secret: Some("s3cr3t".into()),
             ..Callback::default()
         }),
@@ -136,7 +139,7 @@ async fn topics_dead_letters_schedules_and_stats() {
     };
     let t = c.put_topic("mail", &config).await.unwrap();
     let cb = t.config.as_ref().unwrap().callback.as_ref().unwrap();
-    assert_eq!((cb.concurrency, cb.secret.as_deref()), (Some(4), Some("***")));
+    assert_eq!((cb.concurrency, cb.secret.as_deref()), (4, Some("***")));
     assert!(c.pause_topic("mail").await.unwrap().config.unwrap().paused);
     assert!(!c.resume_topic("mail").await.unwrap().config.unwrap().paused);
     assert!(c.topics().await.unwrap().iter().any(|t| t.topic == "mail"));
@@ -145,11 +148,11 @@ async fn topics_dead_letters_schedules_and_stats() {
 
     // Two jobs go dead (one attempt each); list, requeue one, delete the other.
     for i in 0..2 {
-        c.push(&NewJob::new("pull", json!(i)).id(format!("d-{i}")).max_attempts(1))
+        c.push(&PushRequest::new("pull", json!(i)).id(format!("d-{i}")).max_attempts(1))
             .await
             .unwrap();
     }
-    for job in c.reserve(&Reserve::new(["pull"]).count(2)).await.unwrap() {
+    for job in c.reserve(&ReserveRequest::new(["pull"]).count(2)).await.unwrap() {
         c.nack(&job.id, &job.receipt, &Nack::default()).await.unwrap();
     }
     let page = c.dead("pull", 0, 10).await.unwrap();
@@ -162,12 +165,12 @@ async fn topics_dead_letters_schedules_and_stats() {
 
     let s = ScheduleConfig {
         cron: "0 9 * * MON".into(),
-        timezone: Some("Europe/Berlin".into()),
+        timezone: "Europe/Berlin".into(),
         topic: "reports".into(),
         body: json!({"report": "weekly"}),
         ttr_ms: None,
         max_attempts: None,
-        paused: None,
+        paused: false,
     };
     let made = c.put_schedule("weekly", &s).await.unwrap();
     assert!(made.next_fire_at.is_some());
@@ -223,7 +226,7 @@ async fn every_operation_of_the_openapi_document_has_a_client_method() {
     );
     // And the new list route answers through the client.
     let c = client(&server);
-    c.push(&NewJob::new("t", json!(1)).id("one")).await.unwrap();
+    c.push(&PushRequest::new("t", json!(1)).id("one")).await.unwrap();
     let page = c.list_jobs("t", "ready", 0, 10).await.unwrap();
     assert_eq!((page.jobs.len(), page.total, page.complete), (1, 1, true));
     c.healthz().await.unwrap();
@@ -297,7 +300,7 @@ async fn a_lost_answer_neither_duplicates_a_push_nor_fails_an_ack() {
     // The push's answer is lost: the client pushes again with the same id, meets its first push (409),
     // and answers with it. One job, not two.
     drop_answers.store(1, Ordering::SeqCst);
-    let pushed = c.push(&NewJob::new("once", json!({"k": 1}))).await.unwrap();
+    let pushed = c.push(&PushRequest::new("once", json!({"k": 1}))).await.unwrap();
     assert_eq!(drop_answers.load(Ordering::SeqCst), 0, "the first answer was dropped");
     assert_eq!(direct.get(&pushed.id).await.unwrap().body, json!({"k": 1}));
     assert_eq!(direct.stats().await.unwrap().topics["once"].ready, 1, "exactly one job");
@@ -305,14 +308,14 @@ async fn a_lost_answer_neither_duplicates_a_push_nor_fails_an_ack() {
     // The same in a batch.
     drop_answers.store(1, Ordering::SeqCst);
     let results = c
-        .push_many(&[NewJob::new("once", json!(2)), NewJob::new("once", json!(3))])
+        .push_many(&[PushRequest::new("once", json!(2)), PushRequest::new("once", json!(3))])
         .await
         .unwrap();
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     assert_eq!(direct.stats().await.unwrap().topics["once"].ready, 3);
 
     // An ack whose answer is lost: the retry finds the receipt stale, looks the job up, sees it done.
-    let job = direct.reserve(&Reserve::new(["once"])).await.unwrap().remove(0);
+    let job = direct.reserve(&ReserveRequest::new(["once"])).await.unwrap().remove(0);
     drop_answers.store(1, Ordering::SeqCst);
     c.ack(&job.id, &job.receipt).await.unwrap();
     assert_eq!(
@@ -328,7 +331,7 @@ async fn a_lost_answer_neither_duplicates_a_push_nor_fails_an_ack() {
         .build()
         .unwrap();
     drop_answers.store(1, Ordering::SeqCst);
-    let e = once.push(&NewJob::new("once", json!(4))).await.unwrap_err();
+    let e = once.push(&PushRequest::new("once", json!(4))).await.unwrap_err();
     assert!(matches!(e, dq_client::Error::Unknown(_)), "{e:?}");
 }
 
@@ -338,15 +341,15 @@ async fn the_worker_acks_successes_nacks_failures_touches_long_jobs_and_stops() 
     let server = start("dq-server", &[&redis]).await;
     let _timer = start("dq-timer", &[&redis]).await;
     let c = client(&server);
-    let jobs: Vec<NewJob> = (0..200)
-        .map(|i| NewJob::new("work", json!({"n": i})).id(format!("w-{i}")))
+    let jobs: Vec<PushRequest> = (0..200)
+        .map(|i| PushRequest::new("work", json!({"n": i})).id(format!("w-{i}")))
         .collect();
     for r in c.push_many(&jobs).await.unwrap() {
         r.unwrap();
     }
     // One job runs longer than its TTR (2 s): touched every 250 ms (a wide margin on a loaded machine), it
     // keeps its reservation.
-    c.push(&NewJob::new("work", json!({"n": "slow"})).id("slow").ttr_ms(2000))
+    c.push(&PushRequest::new("work", json!({"n": "slow"})).id("slow").ttr_ms(2000))
         .await
         .unwrap();
 
@@ -359,7 +362,7 @@ async fn the_worker_acks_successes_nacks_failures_touches_long_jobs_and_stops() 
         .touch_every(Duration::from_millis(250));
     let handler = {
         let failed_once = failed_once.clone();
-        move |job: dq_client::Reserved| {
+        move |job: dq_client::Reservation| {
             let failed_once = failed_once.clone();
             async move {
                 if job.body["n"] == "slow" {

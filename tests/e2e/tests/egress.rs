@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{env, job, queue, start_on};
+use dq_core::topic::TopicRules;
 use dq_core::{Queue, State, TopicConfig};
 use dq_harness::{RedisServer, eventually, free_port};
 use serde_json::json;

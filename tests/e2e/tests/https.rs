@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use dq_client::{Client, NewJob};
+use dq_client::{Client, PushRequest};
 use dq_harness::{DqProcess, HttpsCa, RedisServer, ServerCert, bin_dir, eventually, free_port};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -209,7 +209,7 @@ async fn the_cli_and_dq_client_work_over_https_with_a_ca_file() {
         .ca_file(Some(ca.ca_file().into()))
         .build()
         .unwrap();
-    let pushed = client.push(&NewJob::new("client", json!({"n": 1}))).await.unwrap();
+    let pushed = client.push(&PushRequest::new("client", json!({"n": 1}))).await.unwrap();
     let job = client.get(&pushed.id).await.unwrap();
     assert_eq!(job.body, json!({"n": 1}));
     let untrusting = Client::builder(&url)

@@ -30,18 +30,7 @@ pub const LOOK_MAX: usize = 10_000;
 /// in the state.
 type Firsts = (Vec<(f64, String)>, bool, u64);
 
-/// A page of a topic's jobs in one state.
-#[derive(Debug, Clone, serde::Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct JobPage {
-    /// The jobs, by due time (ready, delayed), deadline (reserved) or time of death (dead), earliest first.
-    pub jobs: Vec<Job>,
-    /// The topic's jobs in this state over all partitions (from the counts).
-    pub total: u64,
-    /// False when the page of delayed or reserved jobs may miss some of the topic's jobs (see the module
-    /// documentation): the partitions' shared sets were read only in part.
-    pub complete: bool,
-}
+pub use dq_api::JobPage;
 
 impl Admin {
     /// A page of `topic`'s jobs in `state` (`delayed`, `ready`, `reserved` or `dead`), from `offset`.

@@ -2,18 +2,9 @@
 
 use super::Admin;
 use crate::error::Result;
-use crate::job::Job;
 use crate::store::scripts;
 
-/// A page of a topic's dead list.
-#[derive(Debug, Clone, serde::Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct DeadPage {
-    /// Dead jobs, oldest death first.
-    pub jobs: Vec<Job>,
-    /// Dead jobs of the topic in all.
-    pub total: u64,
-}
+pub use dq_api::DeadPage;
 
 /// Jobs one dead-list script call handles at most.
 pub(crate) const BATCH: u32 = 1000;

@@ -12,7 +12,7 @@ use crate::condition::Condition;
 use crate::error::{Error, Result};
 use crate::queue::Queue;
 use crate::store::scripts;
-use crate::topic::TopicConfig;
+use crate::topic::{TopicConfig, TopicRules};
 
 /// Topic name → registration.
 pub type Topics = BTreeMap<String, TopicConfig>;

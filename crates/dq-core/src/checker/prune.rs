@@ -6,6 +6,7 @@ use crate::admin::Admin;
 use crate::admin::topics::stored_config;
 use crate::error::{Error, Result};
 use crate::store::scripts;
+use crate::topic::TopicRules;
 
 /// Dead jobs one retention call removes.
 const BATCH: u32 = crate::admin::dead::BATCH;

@@ -7,20 +7,8 @@ use serde::{Deserialize, Serialize};
 use super::{ConfigError, invalid};
 use crate::store::partition::MAX_PARTITIONS;
 
-/// The shape of dq's Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum RedisMode {
-    /// One Redis: `redis.urls` names it.
-    #[default]
-    Standalone,
-    /// A primary that Redis Sentinel watches and fails over: `redis.urls` names the sentinels,
-    /// `redis.sentinel_master` the primary.
-    Sentinel,
-    /// Redis Cluster: `redis.urls` names seed nodes.
-    Cluster,
-}
+/// The shape of dq's Redis (dq-api's: `GET /v1/stats` shows it).
+pub use dq_api::RedisMode;
 
 /// Redis and how we talk to it.
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -4,7 +4,7 @@ use redis::Value;
 
 use super::Producer;
 use crate::error::{Error, Result};
-use crate::job::{Job, Schedule, State};
+use crate::job::{Due, Job, State};
 use crate::store::decode::{int, text};
 use crate::store::scripts;
 
@@ -34,7 +34,7 @@ impl Producer {
     }
 
     /// Gives a delayed or ready job a new due time and returns it.
-    pub async fn reschedule(&self, id: &str, schedule: Schedule) -> Result<Job> {
+    pub async fn reschedule(&self, id: &str, schedule: Due) -> Result<Job> {
         let p = self.partitions.of_id(id);
         let keys = self.partition_keys(p);
         let mut inv = self.script(&scripts::RESCHEDULE).prepare_invoke();
@@ -44,8 +44,8 @@ impl Producer {
             .arg(keys.prefix())
             .arg(id);
         match schedule {
-            Schedule::Delay(d) => inv.arg(d).arg(""),
-            Schedule::At(at) => inv.arg("").arg(at),
+            Due::Delay(d) => inv.arg(d).arg(""),
+            Due::At(at) => inv.arg("").arg(at),
         };
         inv.arg(keys.ready_channel()).arg(keys.timer_channel());
         let out: Vec<Value> = self.write(p, &inv).await?;

@@ -25,7 +25,7 @@ use redis::Value;
 
 use super::Producer;
 use crate::error::{Error, Result};
-use crate::job::{NewJob, Pushed, Schedule, State};
+use crate::job::{Due, NewJob, Pushed, State};
 use crate::store::decode::{int, text};
 use crate::store::scripts;
 
@@ -355,8 +355,8 @@ async fn push_on(queue: &Producer, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Re
         inv.key(keys.job(id)).key(keys.ready(&job.topic));
         inv.arg(*id).arg(&job.topic).arg(&job.body);
         match job.schedule {
-            Schedule::Delay(d) => inv.arg(d).arg(""),
-            Schedule::At(at) => inv.arg("").arg(at),
+            Due::Delay(d) => inv.arg(d).arg(""),
+            Due::At(at) => inv.arg("").arg(at),
         };
         inv.arg(job.ttr_ms).arg(job.max_attempts).arg(mode.arg());
         inv.arg(options_arg(job));

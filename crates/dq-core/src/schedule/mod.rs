@@ -1,6 +1,7 @@
 //! Schedules: a cron pattern that pushes one job per occurrence.
 //!
-//! - [`ScheduleConfig`]: what `PUT /v1/schedules/{name}` takes, and its checks (those of a push).
+//! - [`ScheduleRules`]: the checks of what `PUT /v1/schedules/{name}` takes (dq-api's [`ScheduleConfig`]),
+//!   those of a push.
 //! - [`cadence`]: when the occurrences fall, in the schedule's zone, and the missed-occurrence policy.
 //! - [`job_id`]: the id of an occurrence's job, which makes firing exactly once.
 //!
@@ -10,49 +11,28 @@ pub mod cadence;
 #[cfg(test)]
 mod tests;
 
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
-
 pub use self::cadence::{Cadence, rfc3339};
 use crate::config::{JobDefaults, Limits};
 use crate::error::{Error, Result};
 use crate::job::{NewJob, PushRequest, shorten, validate_topic};
 
-/// A schedule's registration, as `PUT /v1/schedules/{name}` takes it and `GET` returns it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct ScheduleConfig {
-    /// The cron pattern: 5 fields, or 6 with seconds first.
-    pub cron: String,
-    /// The IANA time zone the pattern's times are read in.
-    #[serde(default = "utc")]
-    pub timezone: String,
-    /// The topic of the jobs it pushes.
-    pub topic: String,
-    /// The body of each job, kept as the producer wrote it.
-    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
-    pub body: Box<RawValue>,
-    /// Each job's time-to-run in ms (else the topic's default, then `jobs.ttr_ms`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttr_ms: Option<i64>,
-    /// Each job's deliveries before dead (else the topic's, then `jobs.max_attempts`; 0 = unlimited).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_attempts: Option<i64>,
-    /// A paused schedule fires nothing; on resume it goes on from its next occurrence.
-    #[serde(default)]
-    pub paused: bool,
-}
+pub use dq_api::schedule::ScheduleConfig;
 
-fn utc() -> String {
-    "UTC".into()
-}
-
-impl ScheduleConfig {
+/// What dq does with a schedule's registration: check it, and make the push of an occurrence. (A trait,
+/// as `ScheduleConfig` is dq-api's: `use dq_core::schedule::ScheduleRules` where these are called.)
+pub trait ScheduleRules {
     /// Checks the schedule as `name`: the name (a topic name's rule), the pattern and zone, and the job it
     /// pushes as a push is checked (topic, body size, `ttr_ms`, `max_attempts` within `limits`). Every
     /// refusal is [`Error::Invalid`] naming the field.
-    pub fn validate(&self, name: &str, limits: &Limits) -> Result<Cadence> {
+    fn validate(&self, name: &str, limits: &Limits) -> Result<Cadence>;
+
+    /// The push of the occurrence at `occurrence_ms`: id [`job_id`], due at the occurrence (so one that
+    /// fires late is ready at once), with the schedule's topic, body and job fields.
+    fn push_request(&self, name: &str, occurrence_ms: i64) -> PushRequest;
+}
+
+impl ScheduleRules for ScheduleConfig {
+    fn validate(&self, name: &str, limits: &Limits) -> Result<Cadence> {
         validate_name(name)?;
         let cadence = Cadence::parse(&self.cron, &self.timezone)?;
         let job = NewJob::from_request(self.push_request(name, 0), limits, &JobDefaults::default(), None, 0);
@@ -63,9 +43,7 @@ impl ScheduleConfig {
         }
     }
 
-    /// The push of the occurrence at `occurrence_ms`: id [`job_id`], due at the occurrence (so one that
-    /// fires late is ready at once), with the schedule's topic, body and job fields.
-    pub fn push_request(&self, name: &str, occurrence_ms: i64) -> PushRequest {
+    fn push_request(&self, name: &str, occurrence_ms: i64) -> PushRequest {
         PushRequest {
             topic: self.topic.clone(),
             body: self.body.clone(),

@@ -50,7 +50,7 @@ pub async fn overview(
                 @for name in &names {
                     @let config = registry.get(*name);
                     @let c = counts.get(*name);
-                    @let n = |state: &str| c.and_then(|c| c.get(state)).copied().unwrap_or(0);
+                    @let n = |state: dq_core::State| c.map_or(0, |c| c.get(state));
                     tr {
                         td { a href={ "/admin/topics/" (name) } { (name) } }
                         td {
@@ -60,8 +60,8 @@ pub async fn overview(
                             }
                             @if config.is_some_and(|c| c.paused) { " (paused)" }
                         }
-                        td class="num" { (n("delayed")) } td class="num" { (n("ready")) }
-                        td class="num" { (n("reserved")) } td class="num" { (n("dead")) }
+                        td class="num" { (n(dq_core::State::Delayed)) } td class="num" { (n(dq_core::State::Ready)) }
+                        td class="num" { (n(dq_core::State::Reserved)) } td class="num" { (n(dq_core::State::Dead)) }
                         @if !read_only(&app) {
                             td {
                                 @if config.is_some_and(|c| c.paused) {

@@ -61,7 +61,7 @@ pub async fn topic(
     let state = asked.unwrap_or_else(|| {
         [JobState::Ready, JobState::Delayed, JobState::Reserved, JobState::Dead]
             .into_iter()
-            .find(|s| counts.get(s.as_str()).is_some_and(|n| *n > 0))
+            .find(|s| counts.get(*s) > 0)
             .unwrap_or(JobState::Ready)
     });
     let listed = app.queue.admin().browse(&topic, state, offset, PAGE).await?;
@@ -85,7 +85,7 @@ pub async fn topic(
             nav class="tabs" {
                 @for s in TABS {
                     a href=(tab(s)) class=[(s == state).then_some("on")] {
-                        (s.as_str()) " " (counts.get(s.as_str()).copied().unwrap_or(0))
+                        (s.as_str()) " " (counts.get(s))
                     }
                 }
             }

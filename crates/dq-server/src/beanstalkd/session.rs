@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use dq_core::beanstalkd::Released;
 use dq_core::beanstalkd::{home_partition, id_of_number};
-use dq_core::{Error, NewJob, Schedule, State};
+use dq_core::{Due, Error, NewJob, State};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
@@ -178,7 +178,7 @@ impl Session {
                 id: Some(id_of_number(n, queue.partitions().count())),
                 topic: topic.clone(),
                 body: json.clone(),
-                schedule: Schedule::Delay(line.delay as u64 * 1000),
+                schedule: Due::Delay(line.delay as u64 * 1000),
                 // beanstalkd makes a TTR of 0 one second.
                 ttr_ms: line.ttr.max(1) as u64 * 1000,
                 max_attempts: 0,

@@ -1,0 +1,389 @@
+//! Jobs on the wire: a push (`POST /v1/jobs`, and each entry of `POST /v1/jobs/batch`) and its answers, a
+//! job as looked up, a reservation, a reschedule.
+
+use std::fmt;
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::RawBody;
+use crate::error::ErrorBody;
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Waiting in a delay bucket for its due time.
+    Delayed,
+    /// Due, in its topic's ready queue.
+    Ready,
+    /// Handed to a consumer until its deadline.
+    Reserved,
+    /// Acked; the record stays for lookups for the retention period.
+    Done,
+    /// Used all its attempts; in its topic's dead list.
+    Dead,
+}
+
+impl State {
+    /// Every state, in the order of a job's life.
+    pub const ALL: [State; 5] = [State::Delayed, State::Ready, State::Reserved, State::Done, State::Dead];
+
+    /// The name used in Redis, the API and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Delayed => "delayed",
+            State::Ready => "ready",
+            State::Reserved => "reserved",
+            State::Done => "done",
+            State::Dead => "dead",
+        }
+    }
+
+    /// Parses the name stored in Redis.
+    pub fn parse(s: &str) -> Option<Self> {
+        State::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A state equals its name: `job.state == "done"`.
+impl PartialEq<str> for State {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+/// A state equals its name: `job.state == "done"`.
+impl PartialEq<&str> for State {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// A push as the API receives it (`POST /v1/jobs`, and each entry of a batch).
+//
+// (Not in the doc comment, which is the OpenAPI document's description.) Integers are `i64` even where
+// only some are valid, so that a negative or out-of-range value is refused with a message naming the field
+// and its range (dq-core checks them) rather than a parse error. Build one with [`PushRequest::new`] and
+// the setters; a field left unset takes dq's default (the topic's, then the server's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(bound = ""))]
+#[serde(deny_unknown_fields)]
+pub struct PushRequest<B = RawBody> {
+    /// The job's kind.
+    pub topic: String,
+    /// Producer-chosen id: the idempotency key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Any JSON value, kept as the producer wrote it.
+    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
+    pub body: B,
+    /// Due in this many ms from now (Redis's now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<i64>,
+    /// Due at this Unix time in ms; a past time means ready now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<i64>,
+    /// Time-to-run of each reservation, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttr_ms: Option<i64>,
+    /// Deliveries before the job goes dead (0 = unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<i64>,
+    /// Deduplication key: a second push to the topic with this key within `dedup_ms` answers with the
+    /// first job instead of making one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_key: Option<String>,
+    /// The deduplication window in ms, counted from the push that made the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_ms: Option<i64>,
+    /// Retries end this many ms after the job's first due time (else the topic's `retry.max_age_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age_ms: Option<i64>,
+    /// The job's own backoff list, in ms (else the topic's, or `jobs.backoff_ms`, at each failure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_ms: Option<Vec<u64>>,
+}
+
+/// A value for an `i64` field given as a `u64`: one beyond `i64::MAX` stays beyond every limit.
+fn wide(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl<B> PushRequest<B> {
+    /// A job of `topic` with `body`, due now (or after the topic's default delay).
+    pub fn new(topic: impl Into<String>, body: B) -> Self {
+        PushRequest {
+            topic: topic.into(),
+            id: None,
+            body,
+            delay_ms: None,
+            run_at: None,
+            ttr_ms: None,
+            max_attempts: None,
+            dedup_key: None,
+            dedup_ms: None,
+            max_age_ms: None,
+            backoff_ms: None,
+        }
+    }
+
+    /// Sets the id, an idempotency key for the job's life.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Due `ms` after the push.
+    pub fn delay_ms(mut self, ms: u64) -> Self {
+        self.delay_ms = Some(wide(ms));
+        self
+    }
+
+    /// Due at Unix time `ms`.
+    pub fn run_at(mut self, ms: i64) -> Self {
+        self.run_at = Some(ms);
+        self
+    }
+
+    /// Sets the time to run.
+    pub fn ttr_ms(mut self, ms: u64) -> Self {
+        self.ttr_ms = Some(wide(ms));
+        self
+    }
+
+    /// Sets the number of deliveries before the job goes dead (0: unlimited).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n.into());
+        self
+    }
+
+    /// Deduplicates by `key` for `window_ms`.
+    pub fn dedup(mut self, key: impl Into<String>, window_ms: u64) -> Self {
+        self.dedup_key = Some(key.into());
+        self.dedup_ms = Some(wide(window_ms));
+        self
+    }
+
+    /// Sets the retry age.
+    pub fn max_age_ms(mut self, ms: u64) -> Self {
+        self.max_age_ms = Some(wide(ms));
+        self
+    }
+
+    /// Sets the job's own backoff list.
+    pub fn backoff_ms(mut self, delays: Vec<u64>) -> Self {
+        self.backoff_ms = Some(delays);
+        self
+    }
+}
+
+/// `POST /v1/jobs` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PushAnswer {
+    /// Given or generated id.
+    pub id: String,
+    /// The job's topic.
+    pub topic: String,
+    /// `delayed` or `ready`.
+    pub state: State,
+    /// Due time, Unix ms.
+    pub run_at: i64,
+    /// Present (true) when the push's deduplication key found a job inside its window: this is that
+    /// job, and nothing was stored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
+}
+
+/// One entry of the `POST /v1/jobs/batch` answer, in the order of the request: the job stored (or found
+/// by its deduplication key), or why this entry failed.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum PushResult {
+    /// Stored, or a duplicate.
+    Pushed(BatchPushed),
+    /// This entry failed (`conflict`, `unavailable`, `internal`); the others stand.
+    Failed(ErrorBody),
+}
+
+/// An entry with an `error` is a failure, any other the job.
+impl<'de> Deserialize<'de> for PushResult {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let entry = serde_json::Value::deserialize(d)?;
+        if entry.get("error").is_some() {
+            ErrorBody::deserialize(entry)
+                .map(PushResult::Failed)
+                .map_err(D::Error::custom)
+        } else {
+            BatchPushed::deserialize(entry)
+                .map(PushResult::Pushed)
+                .map_err(D::Error::custom)
+        }
+    }
+}
+
+/// A stored entry of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BatchPushed {
+    /// Given or generated id.
+    pub id: String,
+    /// `delayed` or `ready`.
+    pub state: State,
+    /// Due time, Unix ms.
+    pub run_at: i64,
+    /// Present (true) when the entry's deduplication key found a job: this is that job.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
+}
+
+/// `POST /v1/jobs/batch` answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BatchAnswer {
+    /// One result per entry, in order.
+    pub results: Vec<PushResult>,
+}
+
+/// `POST /v1/jobs/batch` body.
+//
+// The server reads each entry as raw JSON (`J`'s default) and parses it itself; a client sends
+// `PushRequest`s.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(bound = ""))]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest<J = RawBody> {
+    /// Each entry a push; parsed one by one so an error can name its index.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<PushRequest>))]
+    pub jobs: Vec<J>,
+}
+
+/// `PATCH /v1/jobs/{id}` body: exactly one of `delay_ms` and `run_at` (a `null` counts as absent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RescheduleRequest {
+    /// New due time relative to now (Redis's now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<i64>,
+    /// New due time, Unix ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<i64>,
+}
+
+/// A stored job, as a lookup returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(bound = ""))]
+pub struct Job<B = RawBody> {
+    /// Unique id.
+    pub id: String,
+    /// The job's kind.
+    pub topic: String,
+    /// The body as the producer wrote it.
+    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
+    pub body: B,
+    /// Where the job is.
+    pub state: State,
+    /// Due time, Unix ms.
+    pub run_at: i64,
+    /// Time-to-run in ms.
+    pub ttr_ms: u64,
+    /// Deliveries so far.
+    pub attempts: u32,
+    /// Deliveries before dead (0 = unlimited).
+    pub max_attempts: u32,
+    /// When it was pushed, Unix ms (Redis's clock).
+    pub created_at: i64,
+    /// What the last failed delivery said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// End of the current reservation, Unix ms, while reserved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<i64>,
+    /// When its retries end, Unix ms: its first due time plus the max age it was pushed with (from the
+    /// push's `max_age_ms` or its topic's `retry.max_age_ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_until: Option<i64>,
+    /// Its own backoff list, ms, when it was pushed with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff_ms: Option<Vec<u64>>,
+}
+
+/// A job handed out by reserve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(bound = ""))]
+pub struct Reservation<B = RawBody> {
+    /// The job's id.
+    pub id: String,
+    /// The job's kind.
+    pub topic: String,
+    /// The body as the producer wrote it.
+    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
+    pub body: B,
+    /// Which delivery this is (1 for the first).
+    pub attempt: u32,
+    /// Proof of this reservation, needed by ack, nack and touch.
+    pub receipt: String,
+    /// When the reservation ends unless touched, Unix ms.
+    pub deadline: i64,
+    /// The job's due time, Unix ms.
+    pub run_at: i64,
+    /// How long the reservation lasts from when it was made, ms (`deadline` on Redis's clock minus
+    /// Redis's time then): a worker touches at half of it without comparing its clock to Redis's.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    #[serde(default)] // 0 from a server older than this field
+    pub ttr_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip() {
+        for s in State::ALL {
+            assert_eq!(State::parse(s.as_str()), Some(s));
+            assert_eq!(s, s.as_str());
+        }
+        assert_eq!(State::parse("x"), None);
+    }
+
+    #[test]
+    fn a_push_is_sent_without_the_fields_left_unset() {
+        let push = PushRequest::new("t", serde_json::json!({"a": 1}))
+            .delay_ms(5)
+            .max_attempts(2);
+        assert_eq!(
+            serde_json::to_value(&push).unwrap(),
+            serde_json::json!({"topic": "t", "body": {"a": 1}, "delay_ms": 5, "max_attempts": 2})
+        );
+        let back: PushRequest<serde_json::Value> =
+            serde_json::from_value(serde_json::to_value(&push).unwrap()).unwrap();
+        assert_eq!(back, push);
+        assert_eq!(PushRequest::new("t", 1).delay_ms(u64::MAX).delay_ms, Some(i64::MAX));
+    }
+
+    #[test]
+    fn batch_entries_are_a_job_or_an_error() {
+        let answer: BatchAnswer = serde_json::from_str(
+            r#"{"results": [{"id": "a", "state": "ready", "run_at": 5},
+                            {"error": {"code": "conflict", "message": "taken"}}]}"#,
+        )
+        .unwrap();
+        assert!(matches!(&answer.results[0], PushResult::Pushed(p) if p.id == "a" && !p.duplicate));
+        assert!(matches!(&answer.results[1], PushResult::Failed(e) if e.error.code == crate::ErrorCode::Conflict));
+    }
+}
