@@ -191,6 +191,8 @@ impl Client {
         }
         match serde_json::from_slice::<ErrorBody>(&body) {
             Ok(e) => Err(Error::Api(ApiError::from_detail(e.error, status.as_u16()))),
+            // A code this client does not know yet (a newer server's) is still dq's error answer.
+            Err(_) if let Some(e) = ApiError::from_unknown_code(&body, status.as_u16()) => Err(Error::Api(e)),
             Err(_) => Err(Error::Decode {
                 status: status.as_u16(),
                 detail: format!(

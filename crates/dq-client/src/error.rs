@@ -108,4 +108,39 @@ impl ApiError {
             id: detail.id,
         }
     }
+
+    /// dq's error shape with a code that [`dq_api::ErrorCode`] does not name (a newer server's): read
+    /// field by field, so the caller still gets the status, code and message.
+    pub(crate) fn from_unknown_code(body: &[u8], status: u16) -> Option<ApiError> {
+        let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+        let error = value.get("error")?;
+        Some(ApiError {
+            status,
+            code: error.get("code")?.as_str()?.to_string(),
+            message: error.get("message")?.as_str()?.to_string(),
+            id: error.get("id").and_then(|id| id.as_str()).map(str::to_string),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ApiError;
+
+    #[test]
+    fn an_error_code_this_client_does_not_know_is_still_an_api_error() {
+        let body = br#"{"error": {"code": "rate_limited", "message": "slow down", "id": "j1"}}"#;
+        let e = ApiError::from_unknown_code(body, 429).expect("dq's error shape");
+        assert_eq!(
+            e,
+            ApiError {
+                status: 429,
+                code: "rate_limited".into(),
+                message: "slow down".into(),
+                id: Some("j1".into()),
+            }
+        );
+        assert!(ApiError::from_unknown_code(b"<html>bad gateway</html>", 502).is_none());
+        assert!(ApiError::from_unknown_code(br#"{"error": "text"}"#, 500).is_none());
+    }
 }
