@@ -15,7 +15,7 @@ struct Old {
 
 impl Old {
     async fn push(&mut self, id: &str, topic: &str, delay_ms: u64, max_attempts: u32) {
-        let mut inv = scripts::PUSH.get(false).prepare_invoke();
+        let mut inv = scripts::push::SCRIPT.get(false).prepare_invoke();
         inv.key("dq:counts")
             .key("dq:delayed:3")
             .key(format!("dq:job:{id}"))

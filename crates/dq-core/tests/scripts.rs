@@ -47,7 +47,7 @@ fn assert_consistent(redis: &RedisServer) {
         }
     }
     let mut counted: HashMap<String, i64> = HashMap::new();
-    let mut read = dq_core::store::scripts::GET.prepare_invoke();
+    let mut read = dq_core::store::scripts::get::SCRIPT.prepare_invoke();
     for key in &jobs {
         read.key(key);
     }

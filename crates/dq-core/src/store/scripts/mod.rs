@@ -73,27 +73,11 @@ macro_rules! script {
 
 // One module per script: the Lua file beside its typed wrapper (partition keys in, a typed reply out).
 pub mod ack;
+pub mod cancel;
+pub mod get;
+pub mod push;
+pub mod reschedule;
 
-script!(
-    /// Read job records (look up, the dead list's pages, the audit).
-    GET,
-    record + "get.lua"
-);
-script!(
-    /// Store new jobs (push and push many).
-    PUSH,
-    record + publish + "push.lua"
-);
-script!(
-    /// Cancel a job: remove it from any state.
-    CANCEL,
-    record + "cancel.lua"
-);
-script!(
-    /// Give a delayed or ready job a new due time.
-    RESCHEDULE,
-    record + publish + "reschedule.lua"
-);
 script!(
     /// Reserve ready jobs over topics in priority order.
     RESERVE,
@@ -249,10 +233,10 @@ script!(
 /// `sharded` picks the builds of the scripts that publish.
 pub fn all(sharded: bool) -> [&'static Script; 34] {
     [
-        &GET,
-        PUSH.get(sharded),
-        &CANCEL,
-        RESCHEDULE.get(sharded),
+        &get::SCRIPT,
+        push::SCRIPT.get(sharded),
+        &cancel::SCRIPT,
+        reschedule::SCRIPT.get(sharded),
         RESERVE.get(sharded),
         &ack::SCRIPT,
         NACK.get(sharded),
