@@ -1414,7 +1414,7 @@ async fn reserve_says_whether_jobs_are_left_even_when_the_count_is_too_low() {
     let keys = q.partition_keys(0);
     let mut c = redis.conn();
     let mut reserve_one = || -> (usize, i64) {
-        let out: Vec<redis::Value> = dq_core::store::scripts::RESERVE
+        let out: Vec<redis::Value> = dq_core::store::scripts::reserve::SCRIPT
             .get(false)
             .prepare_invoke()
             .key(keys.reserved())

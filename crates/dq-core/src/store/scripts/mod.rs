@@ -75,24 +75,14 @@ macro_rules! script {
 pub mod ack;
 pub mod cancel;
 pub mod get;
+pub mod limit;
+pub mod nack;
 pub mod push;
+pub mod release;
 pub mod reschedule;
+pub mod reserve;
+pub mod touch;
 
-script!(
-    /// Reserve ready jobs over topics in priority order.
-    RESERVE,
-    record + publish + "reserve.lua"
-);
-script!(
-    /// Fail a reservation: back off, or dead.
-    NACK,
-    record + publish + "nack.lua"
-);
-script!(
-    /// Extend a reservation.
-    TOUCH,
-    record + publish + "touch.lua"
-);
 script!(
     /// Move due jobs of one bucket to ready (the timer).
     PROMOTE,
@@ -118,11 +108,6 @@ script!(
     /// Delete dead jobs.
     DEAD_DELETE,
     record + "dead_delete.lua"
-);
-script!(
-    /// Hand a reservation back unfinished (drain).
-    RELEASE,
-    record + publish + "release.lua"
 );
 script!(
     /// Put an orphaned job record back in its ready queue (the audit).
@@ -190,12 +175,6 @@ script!(
     "dead_hooks_retry.lua"
 );
 script!(
-    /// A topic's delivery limits across every dq-consumer: slots, rate, a pause asked by the callback.
-    LIMIT,
-    "limit.lua"
-);
-
-script!(
     /// Add a process's activity counts to the dashboard's per-minute hashes.
     ACTIVITY_ADD,
     "activity_add.lua"
@@ -237,16 +216,16 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
         push::SCRIPT.get(sharded),
         &cancel::SCRIPT,
         reschedule::SCRIPT.get(sharded),
-        RESERVE.get(sharded),
+        reserve::SCRIPT.get(sharded),
         &ack::SCRIPT,
-        NACK.get(sharded),
-        TOUCH.get(sharded),
+        nack::SCRIPT.get(sharded),
+        touch::SCRIPT.get(sharded),
         PROMOTE.get(sharded),
         EXPIRE.get(sharded),
         &TOPIC_SET,
         REQUEUE.get(sharded),
         &DEAD_DELETE,
-        RELEASE.get(sharded),
+        release::SCRIPT.get(sharded),
         REPAIR_RECORD.get(sharded),
         &REPAIR_MEMBER,
         &ADOPT,
@@ -258,7 +237,7 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
         &EVENTS_DONE,
         &DEAD_HOOKS_TAKE,
         &DEAD_HOOKS_RETRY,
-        &LIMIT,
+        &limit::SCRIPT,
         &SCHEDULE_SET,
         &SCHEDULE_FIRED,
         &ACTIVITY_ADD,
