@@ -73,26 +73,18 @@ macro_rules! script {
 
 // One module per script: the Lua file beside its typed wrapper (partition keys in, a typed reply out).
 pub mod ack;
+pub mod balance;
 pub mod cancel;
+pub mod expire;
 pub mod get;
 pub mod limit;
 pub mod nack;
+pub mod promote;
 pub mod push;
 pub mod release;
 pub mod reschedule;
 pub mod reserve;
 pub mod touch;
-
-script!(
-    /// Move due jobs of one bucket to ready (the timer).
-    PROMOTE,
-    record + publish + "promote.lua"
-);
-script!(
-    /// End expired reservations (the timer).
-    EXPIRE,
-    record + publish + "expire.lua"
-);
 
 script!(
     /// Write a topic's registration on one shard unless it holds a newer one.
@@ -123,11 +115,6 @@ script!(
     /// Take in one job converted from the shard layout (dq-checker migrate).
     ADOPT,
     "adopt.lua"
-);
-script!(
-    /// A timer's heartbeat: claim its fair share of partitions (the timer).
-    BALANCE,
-    "balance.lua"
 );
 script!(
     /// Put a quarantined record back (dq-checker quarantine restore).
@@ -220,8 +207,8 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
         &ack::SCRIPT,
         nack::SCRIPT.get(sharded),
         touch::SCRIPT.get(sharded),
-        PROMOTE.get(sharded),
-        EXPIRE.get(sharded),
+        promote::SCRIPT.get(sharded),
+        expire::SCRIPT.get(sharded),
         &TOPIC_SET,
         REQUEUE.get(sharded),
         &DEAD_DELETE,
@@ -229,7 +216,7 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
         REPAIR_RECORD.get(sharded),
         &REPAIR_MEMBER,
         &ADOPT,
-        &BALANCE,
+        &balance::SCRIPT,
         &UNQUARANTINE,
         &LEASE,
         &COUNTS_PRUNE,
