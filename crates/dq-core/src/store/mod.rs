@@ -2,8 +2,8 @@
 //! and which one holds a job ([`partition`]), the key names ([`keys`]), the Lua scripts, each beside its
 //! typed wrapper ([`scripts`]), the group commit that lets concurrent calls share script calls
 //! ([`coalesce`]), the stored layout ([`layout`]), the decoding of script answers ([`decode`]), the
-//! reads of job records ([`records`]), and the few commands roles need outside a script: the ready
-//! counts ([`ready`]) and a publish on a wake channel ([`publish`]).
+//! reads of job records ([`records`]), and the few commands roles need outside a script: Redis's clock
+//! ([`clock`]), the ready counts ([`ready`]) and a publish on a wake channel ([`publish`]).
 //!
 //! Everything here is the crate's own, except the key names and the partitions, which
 //! docs/redis-keys.md documents for operators (and tests read): no crate outside dq-core sends a command
@@ -11,6 +11,7 @@
 //! that build states by hand.
 
 mod calls;
+mod clock;
 pub(crate) mod coalesce;
 pub(crate) mod connection;
 pub(crate) mod decode;

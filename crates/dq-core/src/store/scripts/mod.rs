@@ -73,6 +73,7 @@ macro_rules! script {
 
 // One module per script: the Lua file beside its typed wrapper (partition keys in, a typed reply out).
 pub mod ack;
+pub mod activity_add;
 pub mod balance;
 pub mod cancel;
 pub mod expire;
@@ -162,12 +163,6 @@ script!(
     "dead_hooks_retry.lua"
 );
 script!(
-    /// Add a process's activity counts to the dashboard's per-minute hashes.
-    ACTIVITY_ADD,
-    "activity_add.lua"
-);
-
-script!(
     /// beanstalkd's release and bury (the protocol listener in dq-server).
     BS_RELEASE,
     record + publish + "bs_release.lua"
@@ -227,7 +222,7 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
         &limit::SCRIPT,
         &SCHEDULE_SET,
         &SCHEDULE_FIRED,
-        &ACTIVITY_ADD,
+        &activity_add::SCRIPT,
         BS_RELEASE.get(sharded),
         BS_KICK.get(sharded),
         &BS_NUMBER,
