@@ -3,7 +3,8 @@
 //! typed wrapper ([`scripts`]), the group commit that lets concurrent calls share script calls
 //! ([`coalesce`]), the stored layout ([`layout`]), the decoding of script answers ([`decode`]), the
 //! reads of job records ([`records`]), and the few commands roles need outside a script: Redis's clock
-//! ([`clock`]), the ready counts ([`ready`]) and a publish on a wake channel ([`publish`]).
+//! ([`clock`]), the ready counts ([`ready`]), a publish on a wake channel ([`publish`]) and the
+//! schedules' marks dq-timer reads ([`schedules`]).
 //!
 //! Everything here is the crate's own, except the key names and the partitions, which
 //! docs/redis-keys.md documents for operators (and tests read): no crate outside dq-core sends a command
@@ -21,6 +22,7 @@ pub mod partition;
 mod publish;
 mod ready;
 pub(crate) mod records;
+mod schedules;
 #[cfg(feature = "testing")]
 pub mod scripts;
 #[cfg(not(feature = "testing"))]

@@ -45,12 +45,7 @@ impl Core {
     /// Reads job records of partition `p`, decoded by `get.lua` (a record is one packed string): for each
     /// key, its fields by name, empty when there is no record. `fields` names the fields wanted; none
     /// means all.
-    pub(crate) async fn read_records(
-        &self,
-        p: u16,
-        keys: &[String],
-        fields: &[&str],
-    ) -> Result<Vec<get::Fields>> {
+    pub(crate) async fn read_records(&self, p: u16, keys: &[String], fields: &[&str]) -> Result<Vec<get::Fields>> {
         get::call(&self.store, p, keys, fields).await
     }
 }

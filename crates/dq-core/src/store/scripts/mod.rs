@@ -261,7 +261,10 @@ mod tests {
                 // Loaded here, or (a script with its typed wrapper) in the wrapper beside it.
                 let quoted = format!("\"{name}\"");
                 let wrapper = std::fs::read_to_string(path.with_extension("rs")).unwrap_or_default();
-                assert!(this.contains(&quoted) || wrapper.contains(&quoted), "{name} is not loaded");
+                assert!(
+                    this.contains(&quoted) || wrapper.contains(&quoted),
+                    "{name} is not loaded"
+                );
             }
             n += 1;
         }

@@ -30,13 +30,7 @@ pub(crate) enum TouchReply {
 
 /// One `touch.lua` call for job `id` of partition `p` under `receipt`: its deadline becomes now +
 /// `ttr_ms` (else the job's own TTR).
-pub(crate) async fn call(
-    store: &Store,
-    p: u16,
-    id: &str,
-    receipt: &str,
-    ttr_ms: Option<u64>,
-) -> Result<TouchReply> {
+pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str, ttr_ms: Option<u64>) -> Result<TouchReply> {
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.job(id))
