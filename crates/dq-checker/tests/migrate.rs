@@ -15,7 +15,7 @@ struct Old {
 
 impl Old {
     async fn push(&mut self, id: &str, topic: &str, delay_ms: u64, max_attempts: u32) {
-        let mut inv = scripts::PUSH.get(false).prepare_invoke();
+        let mut inv = scripts::push::SCRIPT.get(false).prepare_invoke();
         inv.key("dq:counts")
             .key("dq:delayed:3")
             .key(format!("dq:job:{id}"))
@@ -36,7 +36,7 @@ impl Old {
 
     /// Reserves one job of `topic`: its id and receipt.
     async fn reserve(&mut self, topic: &str) -> (String, String) {
-        let mut inv = scripts::RESERVE.get(false).prepare_invoke();
+        let mut inv = scripts::reserve::SCRIPT.get(false).prepare_invoke();
         inv.key("dq:reserved")
             .key("dq:counts")
             .key("dq:announced")
@@ -52,7 +52,7 @@ impl Old {
     }
 
     async fn nack(&mut self, id: &str, receipt: &str, error: &str) {
-        let mut inv = scripts::NACK.get(false).prepare_invoke();
+        let mut inv = scripts::nack::SCRIPT.get(false).prepare_invoke();
         inv.key(format!("dq:job:{id}"))
             .key("dq:reserved")
             .key("dq:delayed:3")

@@ -229,7 +229,7 @@ async fn a_push_whose_answer_was_lost_keeps_one_job_per_key() {
     // However the attempts went, no key has two jobs (each job's body is its key).
     let mut c = redis.conn();
     let keys: Vec<String> = redis::cmd("KEYS").arg("dq:{*}:job:*").query(&mut c).unwrap();
-    let mut read = dq_core::store::scripts::GET.prepare_invoke();
+    let mut read = dq_core::store::scripts::get::SCRIPT.prepare_invoke();
     for key in &keys {
         read.key(key);
     }

@@ -30,7 +30,7 @@ fn bodies(redis: &RedisServer) -> HashMap<String, usize> {
     let keys: Vec<String> = redis::cmd("KEYS").arg("dq:{*}:job:*").query(&mut c).unwrap();
     let mut out = HashMap::new();
     for chunk in keys.chunks(500) {
-        let mut read = dq_core::store::scripts::GET.prepare_invoke();
+        let mut read = dq_core::store::scripts::get::SCRIPT.prepare_invoke();
         for key in chunk {
             read.key(key);
         }

@@ -47,7 +47,7 @@ fn assert_consistent(redis: &RedisServer) {
         }
     }
     let mut counted: HashMap<String, i64> = HashMap::new();
-    let mut read = dq_core::store::scripts::GET.prepare_invoke();
+    let mut read = dq_core::store::scripts::get::SCRIPT.prepare_invoke();
     for key in &jobs {
         read.key(key);
     }
@@ -1414,7 +1414,7 @@ async fn reserve_says_whether_jobs_are_left_even_when_the_count_is_too_low() {
     let keys = q.partition_keys(0);
     let mut c = redis.conn();
     let mut reserve_one = || -> (usize, i64) {
-        let out: Vec<redis::Value> = dq_core::store::scripts::RESERVE
+        let out: Vec<redis::Value> = dq_core::store::scripts::reserve::SCRIPT
             .get(false)
             .prepare_invoke()
             .key(keys.reserved())

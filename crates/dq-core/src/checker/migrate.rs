@@ -157,7 +157,7 @@ async fn convert(
     let job_prefix = format!("{prefix}:job:");
     let keys = scan(old, &format!("{job_prefix}*")).await?;
     for chunk in keys.chunks(BATCH) {
-        let mut get = scripts::GET.prepare_invoke();
+        let mut get = scripts::get::SCRIPT.prepare_invoke();
         for key in chunk {
             get.key(key);
         }

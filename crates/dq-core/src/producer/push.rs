@@ -21,13 +21,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
-
 use super::Producer;
 use crate::error::{Error, Result};
-use crate::job::{Due, NewJob, Pushed, State};
-use crate::store::decode::{int, text};
-use crate::store::scripts;
+use crate::job::{NewJob, Pushed, State};
+use crate::store::scripts::push::{self, Mode, PushReply};
 
 /// The most jobs one coalesced push call carries: big enough that a crowd of single pushes costs Redis a
 /// few calls, small enough that one call holds Redis for only a few milliseconds.
@@ -300,100 +297,20 @@ async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
         .collect()
 }
 
-/// How `push.lua` treats a job's id.
-#[derive(Debug, Clone, Copy)]
-enum Mode {
-    /// Minted for this push: no live job has it; only this push's own retry could have stored it.
-    Minted,
-    /// The producer's: a live job with it is a conflict.
-    Given,
-    /// A retry of a write whose outcome is unknown: the id stored with the same topic and body is this
-    /// push, stored by the earlier attempt.
-    Retry,
-}
-
-impl Mode {
-    fn arg(self) -> &'static str {
-        match self {
-            Mode::Minted => "0",
-            Mode::Given => "1",
-            Mode::Retry => "2",
-        }
-    }
-}
-
-/// A job's options as push.lua takes them in one argument: `""` when it has none, else
-/// `dedup_ms;max_age_ms;backoff;priority`, each `""` when absent, the backoff list comma-separated.
-fn options_arg(job: &NewJob) -> String {
-    if job.dedup.is_none() && job.max_age_ms.is_none() && job.backoff_ms.is_none() && job.priority.is_none() {
-        return String::new();
-    }
-    let field = |v: Option<String>| v.unwrap_or_default();
-    format!(
-        "{};{};{};{}",
-        field(job.dedup.as_ref().map(|d| d.window_ms.to_string())),
-        field(job.max_age_ms.map(|a| a.to_string())),
-        field(
-            job.backoff_ms
-                .as_ref()
-                .map(|l| l.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
-        ),
-        field(job.priority.map(|p| p.to_string())),
-    )
-}
-
 /// What push.lua made of one job: its state and due time, and for a duplicate the first job's id.
 type Stored = (State, i64, Option<String>);
 
 /// Runs push.lua once on partition `p` for `jobs` (id, job and mode each), answering per job.
 async fn push_on(queue: &Producer, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Result<Vec<Result<Stored>>> {
-    let keys = queue.partition_keys(p);
-    let mut inv = queue.script(&scripts::PUSH).prepare_invoke();
-    inv.key(keys.counts()).key(keys.delayed());
-    inv.arg(keys.ready_channel()).arg(keys.timer_channel());
-    for (id, job, mode) in jobs {
-        inv.key(keys.job(id)).key(keys.ready(&job.topic));
-        inv.arg(*id).arg(&job.topic).arg(&job.body);
-        match job.schedule {
-            Due::Delay(d) => inv.arg(d).arg(""),
-            Due::At(at) => inv.arg("").arg(at),
-        };
-        inv.arg(job.ttr_ms).arg(job.max_attempts).arg(mode.arg());
-        inv.arg(options_arg(job));
-    }
-    // The deduplication keys come last, in the order of their jobs.
-    for (_, job, _) in jobs {
-        if let Some(d) = &job.dedup {
-            inv.key(keys.dedup(&job.topic, &d.key));
-        }
-    }
-    let out: Vec<Value> = queue.write(p, &inv).await?;
-    let bad = |what: &str| Error::Redis {
-        partition: Some(p),
-        message: format!("push returned {what}"),
-        source: None,
-    };
-    if out.len() != 4 * jobs.len() {
-        return Err(bad("the wrong number of values"));
-    }
-    let answers: Vec<Result<Stored>> = out
-        .chunks(4)
-        .map(|c| {
-            let status = int(&c[0]);
-            if status == Some(0) {
-                return Ok(Err(Error::Conflict("a live job already has this id".into())));
-            }
-            let state = text(&c[1])
-                .and_then(|s| State::parse(&s))
-                .ok_or_else(|| bad("an unknown state"))?;
-            let run_at = int(&c[2]).ok_or_else(|| bad("no run_at"))?;
-            let first = match status {
-                Some(2) => Some(text(&c[3]).ok_or_else(|| bad("a duplicate without the first job's id"))?),
-                _ => None,
-            };
-            Ok(Ok((state, run_at, first)))
+    let answers: Vec<Result<Stored>> = push::call(&queue.store, p, jobs)
+        .await?
+        .into_iter()
+        .map(|reply| match reply {
+            PushReply::Stored { state, run_at } => Ok((state, run_at, None)),
+            PushReply::Duplicate { first, state, run_at } => Ok((state, run_at, Some(first))),
+            PushReply::Conflict => Err(Error::Conflict("a live job already has this id".into())),
         })
-        .collect::<Result<_>>()?;
+        .collect();
     // This process's next reserve must see what it just made ready, without waiting for the wake-up.
     let mut marked = std::collections::HashSet::new();
     for ((_, job, _), answer) in jobs.iter().zip(&answers) {

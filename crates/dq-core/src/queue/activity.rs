@@ -5,8 +5,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Queue;
 use crate::activity::{Activity, FLUSH_EVERY, KEEP_SECS};
-use crate::error::{Error, Result};
-use crate::store::scripts;
+use crate::error::Result;
+use crate::store::scripts::activity_add;
 
 impl Queue {
     /// What this process counted and has not yet added to Redis.
@@ -22,22 +22,14 @@ impl Queue {
             return Ok(());
         }
         let flush = Activity::fields(&taken);
-        let mut inv = scripts::ACTIVITY_ADD.prepare_invoke();
-        inv.arg(KEEP_SECS);
-        for (minute, fields) in &flush {
-            inv.key(self.keys.activity(*minute)).arg(fields.len());
-            for (field, n) in fields {
-                inv.arg(field).arg(*n);
-            }
-        }
-        match self.redis.invoke::<i64>(&inv).await {
+        match activity_add::call(&self.store, &flush, KEEP_SECS).await {
             Ok(_) => Ok(()),
             Err(e) => {
                 let dropped = self.activity.restore(taken);
                 if dropped > 0 {
                     tracing::warn!(minutes = dropped, "activity counts older than a day dropped unflushed");
                 }
-                Err(Error::from_redis(None, e))
+                Err(e)
             }
         }
     }

@@ -17,13 +17,10 @@ use crate::admin::Admin;
 use crate::beanstalkd::Beanstalkd;
 use crate::checker::Checker;
 use crate::config::{EgressSettings, Limits, RedisMode, Settings};
-use redis::Value;
-
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::producer::Producer;
 use crate::reservations::Reservations;
 use crate::shared::Core;
-use crate::store::decode::int;
 use crate::store::keys::{Keys, PartitionKeys};
 use crate::store::partition::Partitions;
 use crate::timer::Timer;
@@ -132,20 +129,7 @@ impl Queue {
 
     /// Redis's clock, Unix ms: due times, schedules and retention count by it.
     pub async fn redis_now_ms(&self) -> Result<i64> {
-        let t: Vec<Value> = self
-            .core
-            .redis
-            .query(&redis::cmd("TIME"))
-            .await
-            .map_err(|e| Error::from_redis(None, e))?;
-        match (t.first().and_then(int), t.get(1).and_then(int)) {
-            (Some(s), Some(us)) => Ok(s * 1000 + us / 1000),
-            _ => Err(Error::Redis {
-                partition: None,
-                message: "TIME returned a malformed answer".into(),
-                source: None,
-            }),
-        }
+        self.core.store.now_ms().await
     }
 
     /// The limits in force (those at start, or of the last [`Queue::set_limits`]).

@@ -72,9 +72,7 @@ impl Reservations {
     /// 0's timer channel, which every timer listens to.
     pub async fn announce_waiting(&self, w: &Waiting) -> Result<()> {
         let channel = self.partition_keys(0).timer_channel();
-        let mut cmd = redis::cmd(if self.sharded() { "SPUBLISH" } else { "PUBLISH" });
-        cmd.arg(channel).arg(w.notice());
-        let _: i64 = self.query(0, &cmd).await?;
+        self.store.publish(0, &channel, &w.notice()).await?;
         Ok(())
     }
 

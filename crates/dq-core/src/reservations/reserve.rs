@@ -1,15 +1,10 @@
 //! Reserve: the group commit of reserves, and the calls to the partitions the ready index names.
 
-use rand::Rng;
-use redis::Value;
-use serde_json::value::RawValue;
-
 use super::Reservations;
 use super::ready::Tried;
 use crate::error::{Error, Result};
 use crate::job::Reservation;
-use crate::store::decode::{int, text};
-use crate::store::scripts;
+use crate::store::scripts::reserve;
 
 /// Partitions that may fail in one reserve before it answers with what it has.
 const MAX_FAILED_PARTITIONS: usize = 2;
@@ -199,21 +194,16 @@ impl Reservations {
     /// that does not answer is listed as if it had some, so reserves keep trying it.
     async fn sync_ready(&self, topics: &[String]) {
         let epoch = self.ready.epoch();
-        let fields: Vec<String> = topics.iter().map(|t| format!("{t}:ready")).collect();
-        let reads = self.partitions.all().map(|p| {
-            let fields = &fields;
-            async move {
-                let mut cmd = redis::cmd("HMGET");
-                cmd.arg(self.partition_keys(p).counts()).arg(fields);
-                (p, self.query::<Vec<Option<i64>>>(p, &cmd).await)
-            }
-        });
+        let reads = self
+            .partitions
+            .all()
+            .map(|p| async move { (p, self.store.ready_counts(p, topics).await) });
         let mut ready: Vec<Vec<u16>> = topics.iter().map(|_| Vec::new()).collect();
         for (p, counts) in futures_util::future::join_all(reads).await {
             match counts {
                 Ok(counts) => {
                     for (k, n) in counts.into_iter().enumerate() {
-                        if n.unwrap_or(0) > 0 {
+                        if n > 0 {
                             ready[k].push(p);
                         }
                     }
@@ -235,47 +225,8 @@ impl Reservations {
         count: usize,
         options: ReserveOptions,
     ) -> Result<(Vec<Reservation>, bool)> {
-        let keys = self.partition_keys(p);
-        let mut inv = self.script(&scripts::RESERVE).prepare_invoke();
-        inv.key(keys.reserved()).key(keys.counts()).key(keys.announced());
-        for t in topics {
-            inv.key(keys.ready(t));
-        }
-        let nonce: u64 = rand::rng().random();
-        inv.arg(keys.prefix()).arg(count).arg(format!("{nonce:016x}"));
-        match options.least_ttr_ms {
-            Some(t) => inv.arg(t),
-            None => inv.arg(""),
-        };
-        inv.arg(keys.timer_channel())
-            .arg(if options.best_first { "1" } else { "" });
-        let out: Vec<Value> = self.run(p, &inv).await?;
-        let bad = || Error::Redis {
-            partition: Some(p),
-            message: "reserve returned a malformed job".into(),
-            source: None,
-        };
-        let (more, jobs) = out.split_last().ok_or_else(bad)?;
-        let jobs = jobs
-            .chunks(8)
-            .map(|c| {
-                if c.len() != 8 {
-                    return Err(bad());
-                }
-                let body = text(&c[2]).ok_or_else(bad)?;
-                Ok(Reservation {
-                    id: text(&c[0]).ok_or_else(bad)?,
-                    topic: text(&c[1]).ok_or_else(bad)?,
-                    body: RawValue::from_string(body).map_err(|_| bad())?,
-                    attempt: int(&c[3]).ok_or_else(bad)? as u32,
-                    receipt: text(&c[4]).ok_or_else(bad)?,
-                    deadline: int(&c[5]).ok_or_else(bad)?,
-                    run_at: int(&c[6]).ok_or_else(bad)?,
-                    ttr_ms: int(&c[7]).ok_or_else(bad)? as u64,
-                })
-            })
-            .collect::<Result<_>>()?;
-        Ok((jobs, int(more).ok_or_else(bad)? != 0))
+        let reply = reserve::call(&self.store, p, topics, count, options.least_ttr_ms, options.best_first).await?;
+        Ok((reply.jobs, reply.more))
     }
 }
 

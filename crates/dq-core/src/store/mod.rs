@@ -1,8 +1,10 @@
 //! The store: the only way to Redis. The connection in its three shapes ([`connection`]), the partitions
 //! and which one holds a job ([`partition`]), the key names ([`keys`]), the Lua scripts, each beside its
 //! typed wrapper ([`scripts`]), the group commit that lets concurrent calls share script calls
-//! ([`coalesce`]), the stored layout ([`layout`]), the decoding of script answers ([`decode`]) and the
-//! reads of job records ([`records`]).
+//! ([`coalesce`]), the stored layout ([`layout`]), the decoding of script answers ([`decode`]), the
+//! reads of job records ([`records`]), and the few commands roles need outside a script: Redis's clock
+//! ([`clock`]), the ready counts ([`ready`]), a publish on a wake channel ([`publish`]) and the
+//! schedules' marks dq-timer reads ([`schedules`]).
 //!
 //! Everything here is the crate's own, except the key names and the partitions, which
 //! docs/redis-keys.md documents for operators (and tests read): no crate outside dq-core sends a command
@@ -10,13 +12,17 @@
 //! that build states by hand.
 
 mod calls;
+mod clock;
 pub(crate) mod coalesce;
 pub(crate) mod connection;
 pub(crate) mod decode;
 pub mod keys;
 pub(crate) mod layout;
 pub mod partition;
+mod publish;
+mod ready;
 pub(crate) mod records;
+mod schedules;
 #[cfg(feature = "testing")]
 pub mod scripts;
 #[cfg(not(feature = "testing"))]

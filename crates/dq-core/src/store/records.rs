@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::shared::Core;
 use crate::store::decode::{ParseJob, parse_job};
-use crate::store::scripts;
+use crate::store::scripts::get;
 
 impl Core {
     /// Looks jobs up by id, in one `get.lua` call per partition (side by side): each job in the order of
@@ -45,20 +45,8 @@ impl Core {
     /// Reads job records of partition `p`, decoded by `get.lua` (a record is one packed string): for each
     /// key, its fields by name, empty when there is no record. `fields` names the fields wanted; none
     /// means all.
-    pub(crate) async fn read_records(
-        &self,
-        p: u16,
-        keys: &[String],
-        fields: &[&str],
-    ) -> Result<Vec<HashMap<String, Vec<u8>>>> {
-        let mut inv = scripts::GET.prepare_invoke();
-        for key in keys {
-            inv.key(key);
-        }
-        for field in fields {
-            inv.arg(*field);
-        }
-        self.run(p, &inv).await
+    pub(crate) async fn read_records(&self, p: u16, keys: &[String], fields: &[&str]) -> Result<Vec<get::Fields>> {
+        get::call(&self.store, p, keys, fields).await
     }
 }
 

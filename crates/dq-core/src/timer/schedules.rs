@@ -9,12 +9,7 @@ use crate::store::scripts;
 impl Timer {
     /// The schedules' version: raised by every change of a schedule (0 before the first).
     pub async fn schedules_version(&self) -> Result<i64> {
-        let v: Option<i64> = self
-            .redis()
-            .query(redis::cmd("GET").arg(self.keys().schedules_version()))
-            .await
-            .map_err(|e| Error::from_redis(None, e))?;
-        Ok(v.unwrap_or(0))
+        self.store.schedules_version().await
     }
 
     /// Every schedule, by name (see [`crate::admin::Admin::schedules`]).
@@ -29,10 +24,7 @@ impl Timer {
 
     /// The last occurrence schedule `name` fired, as Redis holds it now.
     pub async fn schedule_last_fired(&self, name: &str) -> Result<Option<i64>> {
-        self.redis()
-            .query(redis::cmd("HGET").arg(self.keys().schedules_fired()).arg(name))
-            .await
-            .map_err(|e| Error::from_redis(None, e))
+        self.store.schedule_last_fired(name).await
     }
 
     /// Notes that schedule `name` fired its occurrence at `occurrence_ms` (the mark only rises). Returns

@@ -4,11 +4,12 @@
 -- KEYS[2]: the partition's delay set (<prefix>:delayed)
 -- KEYS[3]: the reserved set (<prefix>:reserved)
 -- KEYS[4]: counts hash (<prefix>:counts)
+-- KEYS[5]: the beanstalkd numbers' index (<prefix>:bs:ids)
 -- ARGV[1]: key prefix (ready and dead keys are named by the job's topic, known only from its record)
 -- ARGV[2]: id
 -- Returns: 1 when deleted, 0 when there was no such job.
 
-local job, bucket, reserved, counts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local job, bucket, reserved, counts, bs_ids = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix, id = ARGV[1], ARGV[2]
 local r = rec_load(job)
 if not r then return 0 end
@@ -24,6 +25,6 @@ elseif state == 'dead' then
 end
 redis.call('DEL', job)
 -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
-if r.n then redis.call('HDEL', prefix .. ':bs:ids', r.n) end
+if r.n then redis.call('HDEL', bs_ids, r.n) end
 if state ~= 'done' then redis.call('HINCRBY', counts, topic .. ':' .. state, -1) end
 return 1

@@ -1,0 +1,89 @@
+//! `nack.lua`: a reservation failed: the job backs off, or goes dead (see its header for KEYS and ARGV).
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use super::Waking;
+use crate::error::{Error, Result};
+use crate::job::State;
+use crate::store::Store;
+use crate::store::decode::{int, text};
+
+script!(
+    /// Fail a reservation: back off, or dead.
+    SCRIPT,
+    record + publish + "nack.lua"
+);
+
+/// What a nack came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NackReply {
+    /// The reservation is over: the job is delayed (its backoff), ready (no delay) or dead.
+    Moved {
+        /// Delayed, ready or dead.
+        state: State,
+        /// When it is due again (for a dead job: when it died), Unix ms (Redis's clock).
+        run_at: i64,
+        /// The job's topic.
+        topic: String,
+    },
+    /// No job has this id.
+    NoJob,
+    /// The receipt does not name the job's current reservation: nothing changed.
+    StaleReceipt,
+}
+
+/// One `nack.lua` call for job `id` of partition `p` under `receipt`: it backs off by `delay_ms`, else its
+/// own backoff list, else `backoff_ms` (the i-th delay after the i-th failure); `error` is kept as its
+/// last error.
+pub(crate) async fn call(
+    store: &Store,
+    p: u16,
+    id: &str,
+    receipt: &str,
+    delay_ms: Option<u64>,
+    error: Option<&str>,
+    backoff_ms: &[u64],
+) -> Result<NackReply> {
+    let keys = store.partition_keys(p);
+    let mut inv = store.script(&SCRIPT).prepare_invoke();
+    inv.key(keys.job(id))
+        .key(keys.reserved())
+        .key(keys.delayed())
+        .key(keys.counts())
+        .key(keys.events())
+        .arg(keys.prefix())
+        .arg(id)
+        .arg(receipt)
+        .arg(error.unwrap_or(""));
+    match delay_ms {
+        Some(d) => inv.arg(d),
+        None => inv.arg(""),
+    };
+    inv.arg(keys.ready_channel()).arg(keys.timer_channel());
+    for d in backoff_ms {
+        inv.arg(*d);
+    }
+    let out: Vec<Value> = store.write(p, &inv).await?;
+    match out.first().and_then(int) {
+        Some(1) => {
+            let state = out.get(1).and_then(text).and_then(|s| State::parse(&s));
+            match (state, out.get(2).and_then(int), out.get(3).and_then(text)) {
+                (Some(state), Some(run_at), Some(topic)) => Ok(NackReply::Moved { state, run_at, topic }),
+                _ => Err(malformed(p)),
+            }
+        }
+        Some(0) => Ok(NackReply::NoJob),
+        Some(-1) => Ok(NackReply::StaleReceipt),
+        _ => Err(malformed(p)),
+    }
+}
+
+fn malformed(p: u16) -> Error {
+    Error::Redis {
+        partition: Some(p),
+        message: "nack returned a malformed answer".into(),
+        source: None,
+    }
+}

@@ -1,0 +1,137 @@
+//! `push.lua`: store new jobs in one partition (see its header for KEYS and ARGV).
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use super::Waking;
+use crate::error::{Error, Result};
+use crate::job::{Due, NewJob, State};
+use crate::store::Store;
+use crate::store::decode::{int, text};
+
+script!(
+    /// Store new jobs (push and push many).
+    SCRIPT,
+    record + publish + "push.lua"
+);
+
+/// How `push.lua` treats a job's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Minted for this push: no live job has it; only this push's own retry could have stored it.
+    Minted,
+    /// The producer's: a live job with it is a conflict.
+    Given,
+    /// A retry of a write whose outcome is unknown: the id stored with the same topic and body is this
+    /// push, stored by the earlier attempt.
+    Retry,
+}
+
+impl Mode {
+    fn arg(self) -> &'static str {
+        match self {
+            Mode::Minted => "0",
+            Mode::Given => "1",
+            Mode::Retry => "2",
+        }
+    }
+}
+
+/// What `push.lua` made of one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PushReply {
+    /// Stored (or, for a retry, found stored by the earlier attempt), in `state`, due at `run_at`.
+    Stored {
+        /// Delayed, or ready when already due.
+        state: State,
+        /// Its due time, Unix ms (Redis's clock).
+        run_at: i64,
+    },
+    /// A live job already has the id: nothing of this job was written.
+    Conflict,
+    /// A live job pushed with the same deduplication key within its window: nothing was written.
+    Duplicate {
+        /// That first job's id.
+        first: String,
+        /// Its state.
+        state: State,
+        /// Its due time, Unix ms.
+        run_at: i64,
+    },
+}
+
+/// One `push.lua` call on partition `p` for `jobs` (the id each goes out with, the job, how its id is
+/// treated), in one round trip. Answers per job, in order.
+pub(crate) async fn call(store: &Store, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Result<Vec<PushReply>> {
+    let keys = store.partition_keys(p);
+    let mut inv = store.script(&SCRIPT).prepare_invoke();
+    inv.key(keys.counts()).key(keys.delayed());
+    inv.arg(keys.ready_channel()).arg(keys.timer_channel());
+    for (id, job, mode) in jobs {
+        inv.key(keys.job(id)).key(keys.ready(&job.topic));
+        inv.arg(*id).arg(&job.topic).arg(&job.body);
+        match job.schedule {
+            Due::Delay(d) => inv.arg(d).arg(""),
+            Due::At(at) => inv.arg("").arg(at),
+        };
+        inv.arg(job.ttr_ms).arg(job.max_attempts).arg(mode.arg());
+        inv.arg(options_arg(job));
+    }
+    // The deduplication keys come last, in the order of their jobs.
+    for (_, job, _) in jobs {
+        if let Some(d) = &job.dedup {
+            inv.key(keys.dedup(&job.topic, &d.key));
+        }
+    }
+    let out: Vec<Value> = store.write(p, &inv).await?;
+    let bad = |what: &str| Error::Redis {
+        partition: Some(p),
+        message: format!("push returned {what}"),
+        source: None,
+    };
+    if out.len() != 4 * jobs.len() {
+        return Err(bad("the wrong number of values"));
+    }
+    out.chunks(4)
+        .map(|c| {
+            let status = int(&c[0]);
+            if status == Some(0) {
+                return Ok(PushReply::Conflict);
+            }
+            let state = text(&c[1])
+                .and_then(|s| State::parse(&s))
+                .ok_or_else(|| bad("an unknown state"))?;
+            let run_at = int(&c[2]).ok_or_else(|| bad("no run_at"))?;
+            match status {
+                Some(1) => Ok(PushReply::Stored { state, run_at }),
+                Some(2) => Ok(PushReply::Duplicate {
+                    first: text(&c[3]).ok_or_else(|| bad("a duplicate without the first job's id"))?,
+                    state,
+                    run_at,
+                }),
+                _ => Err(bad("an unknown status")),
+            }
+        })
+        .collect()
+}
+
+/// A job's options as push.lua takes them in one argument: `""` when it has none, else
+/// `dedup_ms;max_age_ms;backoff;priority`, each `""` when absent, the backoff list comma-separated.
+fn options_arg(job: &NewJob) -> String {
+    if job.dedup.is_none() && job.max_age_ms.is_none() && job.backoff_ms.is_none() && job.priority.is_none() {
+        return String::new();
+    }
+    let field = |v: Option<String>| v.unwrap_or_default();
+    format!(
+        "{};{};{};{}",
+        field(job.dedup.as_ref().map(|d| d.window_ms.to_string())),
+        field(job.max_age_ms.map(|a| a.to_string())),
+        field(
+            job.backoff_ms
+                .as_ref()
+                .map(|l| l.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
+        ),
+        field(job.priority.map(|p| p.to_string())),
+    )
+}

@@ -1,0 +1,49 @@
+//! `release.lua`: hand a reservation back unfinished (see its header for KEYS and ARGV).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::Waking;
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+script!(
+    /// Hand a reservation back unfinished (drain).
+    SCRIPT,
+    record + publish + "release.lua"
+);
+
+/// What a release came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    /// The job is ready again, at the front of its queue, the delivery not counted.
+    Released,
+    /// No job has this id.
+    NoJob,
+    /// The receipt does not name the job's current reservation: nothing changed.
+    StaleReceipt,
+}
+
+/// One `release.lua` call for job `id` of partition `p` under `receipt`.
+pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str) -> Result<ReleaseReply> {
+    let keys = store.partition_keys(p);
+    let mut inv = store.script(&SCRIPT).prepare_invoke();
+    inv.key(keys.job(id))
+        .key(keys.reserved())
+        .key(keys.counts())
+        .arg(keys.prefix())
+        .arg(id)
+        .arg(receipt)
+        .arg(keys.ready_channel());
+    match store.write::<i64>(p, &inv).await? {
+        1 => Ok(ReleaseReply::Released),
+        0 => Ok(ReleaseReply::NoJob),
+        -1 => Ok(ReleaseReply::StaleReceipt),
+        other => Err(Error::Redis {
+            partition: Some(p),
+            message: format!("release returned {other}"),
+            source: None,
+        }),
+    }
+}
