@@ -9,6 +9,7 @@
 //! or builds a script's KEYS and ARGV. With the `testing` feature the scripts are public too, for tests
 //! that build states by hand.
 
+pub(crate) mod alerts;
 mod calls;
 pub(crate) mod coalesce;
 pub(crate) mod connection;

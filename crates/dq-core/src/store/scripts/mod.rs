@@ -181,31 +181,6 @@ script!(
     "schedule_fired.lua"
 );
 script!(
-    /// Take or keep a lease (dq-checker's: who sends alerts).
-    LEASE,
-    "lease.lua"
-);
-script!(
-    /// Hand out a partition's dead-job events, kept pending until sent (dq-checker).
-    EVENTS_TAKE,
-    "events_take.lua"
-);
-script!(
-    /// Forget pending dead-job events once their alert went out (dq-checker).
-    EVENTS_DONE,
-    "events_done.lua"
-);
-script!(
-    /// Hand out due dead-job hooks, claimed while they are sent (dq-checker).
-    DEAD_HOOKS_TAKE,
-    "dead_hooks_take.lua"
-);
-script!(
-    /// A dead-job hook's try failed: schedule the next one (dq-checker).
-    DEAD_HOOKS_RETRY,
-    "dead_hooks_retry.lua"
-);
-script!(
     /// A topic's delivery limits across every dq-consumer: slots, rate, a pause asked by the callback.
     LIMIT,
     "limit.lua"
@@ -243,6 +218,12 @@ script!(
     "bs_numbers.lua"
 );
 
+pub mod dead_hooks_retry;
+pub mod dead_hooks_take;
+pub mod events_done;
+pub mod events_take;
+pub mod lease;
+
 /// Every script, to load them all when a process connects: without that, the first calls of a script
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
 /// NOSCRIPT and send the script's text again.
@@ -268,12 +249,12 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
         &ADOPT,
         &BALANCE,
         &UNQUARANTINE,
-        &LEASE,
+        &lease::SCRIPT,
         &COUNTS_PRUNE,
-        &EVENTS_TAKE,
-        &EVENTS_DONE,
-        &DEAD_HOOKS_TAKE,
-        &DEAD_HOOKS_RETRY,
+        &events_take::SCRIPT,
+        &events_done::SCRIPT,
+        &dead_hooks_take::SCRIPT,
+        &dead_hooks_retry::SCRIPT,
         &LIMIT,
         &SCHEDULE_SET,
         &SCHEDULE_FIRED,
