@@ -9,19 +9,25 @@
 //! or builds a script's KEYS and ARGV. With the `testing` feature the scripts are public too, for tests
 //! that build states by hand.
 
+pub(crate) mod activity;
 pub(crate) mod alerts;
 mod calls;
 pub(crate) mod coalesce;
 pub(crate) mod connection;
+pub(crate) mod counts;
 pub(crate) mod decode;
 pub mod keys;
 pub(crate) mod layout;
+pub(crate) mod nodes;
 pub mod partition;
+pub(crate) mod quarantine;
 pub(crate) mod records;
+pub(crate) mod registry;
 #[cfg(feature = "testing")]
 pub mod scripts;
 #[cfg(not(feature = "testing"))]
 pub(crate) mod scripts;
+pub(crate) mod structures;
 
 pub(crate) use self::calls::Store;
 pub use self::connection::Node;

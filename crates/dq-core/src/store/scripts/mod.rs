@@ -121,21 +121,6 @@ script!(
 );
 
 script!(
-    /// Write a topic's registration on one shard unless it holds a newer one.
-    TOPIC_SET,
-    "topic_set.lua"
-);
-script!(
-    /// Dead jobs back to ready.
-    REQUEUE,
-    record + publish + "requeue.lua"
-);
-script!(
-    /// Delete dead jobs.
-    DEAD_DELETE,
-    record + "dead_delete.lua"
-);
-script!(
     /// Hand a reservation back unfinished (drain).
     RELEASE,
     record + publish + "release.lua"
@@ -159,26 +144,6 @@ script!(
     /// A timer's heartbeat: claim its fair share of partitions (the timer).
     BALANCE,
     "balance.lua"
-);
-script!(
-    /// Put a quarantined record back (dq-checker quarantine restore).
-    UNQUARANTINE,
-    "unquarantine.lua"
-);
-script!(
-    /// Remove counts fields that are 0 (dq-checker's housekeeping).
-    COUNTS_PRUNE,
-    "counts_prune.lua"
-);
-script!(
-    /// Write (or delete) a schedule, stamping when it starts counting occurrences.
-    SCHEDULE_SET,
-    "schedule_set.lua"
-);
-script!(
-    /// Note the last occurrence a schedule fired (only ever raised).
-    SCHEDULE_FIRED,
-    "schedule_fired.lua"
 );
 script!(
     /// A topic's delivery limits across every dq-consumer: slots, rate, a pause asked by the callback.
@@ -218,11 +183,18 @@ script!(
     "bs_numbers.lua"
 );
 
+pub mod counts_prune;
+pub mod dead_delete;
 pub mod dead_hooks_retry;
 pub mod dead_hooks_take;
 pub mod events_done;
 pub mod events_take;
 pub mod lease;
+pub mod requeue;
+pub mod schedule_fired;
+pub mod schedule_set;
+pub mod topic_set;
+pub mod unquarantine;
 
 /// Every script, to load them all when a process connects: without that, the first calls of a script
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
@@ -240,24 +212,24 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
         TOUCH.get(sharded),
         PROMOTE.get(sharded),
         EXPIRE.get(sharded),
-        &TOPIC_SET,
-        REQUEUE.get(sharded),
-        &DEAD_DELETE,
+        &topic_set::SCRIPT,
+        requeue::SCRIPT.get(sharded),
+        &dead_delete::SCRIPT,
         RELEASE.get(sharded),
         REPAIR_RECORD.get(sharded),
         &REPAIR_MEMBER,
         &ADOPT,
         &BALANCE,
-        &UNQUARANTINE,
+        &unquarantine::SCRIPT,
         &lease::SCRIPT,
-        &COUNTS_PRUNE,
+        &counts_prune::SCRIPT,
         &events_take::SCRIPT,
         &events_done::SCRIPT,
         &dead_hooks_take::SCRIPT,
         &dead_hooks_retry::SCRIPT,
         &LIMIT,
-        &SCHEDULE_SET,
-        &SCHEDULE_FIRED,
+        &schedule_set::SCRIPT,
+        &schedule_fired::SCRIPT,
         &ACTIVITY_ADD,
         BS_RELEASE.get(sharded),
         BS_KICK.get(sharded),
