@@ -11,6 +11,7 @@
 
 pub(crate) mod activity;
 pub(crate) mod alerts;
+pub(crate) mod audit;
 mod calls;
 pub(crate) mod coalesce;
 pub(crate) mod connection;

@@ -2,6 +2,7 @@
 //! the reserved set and the dead lists. Their writes are scripts.
 
 use crate::error::Result;
+use crate::job::State;
 use crate::store::Store;
 use crate::store::keys::PartitionKeys;
 
@@ -21,7 +22,18 @@ pub(crate) enum Structure<'a> {
     Dead(&'a str),
 }
 
-impl Structure<'_> {
+impl<'a> Structure<'a> {
+    /// The structure that `state` names for a job of `topic` (a done job is in none).
+    pub(crate) fn of(state: State, topic: &'a str) -> Option<Self> {
+        match state {
+            State::Delayed => Some(Structure::Delayed),
+            State::Ready => Some(Structure::Ready(topic)),
+            State::Reserved => Some(Structure::Reserved),
+            State::Dead => Some(Structure::Dead(topic)),
+            State::Done => None,
+        }
+    }
+
     /// Its key in the partition of `keys`.
     pub(crate) fn key(&self, keys: &PartitionKeys) -> String {
         match self {

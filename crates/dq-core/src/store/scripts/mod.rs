@@ -126,21 +126,6 @@ script!(
     record + publish + "release.lua"
 );
 script!(
-    /// Put an orphaned job record back in its ready queue (the audit).
-    REPAIR_RECORD,
-    record + publish + "repair_record.lua"
-);
-script!(
-    /// Drop an id that has no job record from a structure (the audit).
-    REPAIR_MEMBER,
-    "repair_member.lua"
-);
-script!(
-    /// Take in one job converted from the shard layout (dq-checker migrate).
-    ADOPT,
-    "adopt.lua"
-);
-script!(
     /// A timer's heartbeat: claim its fair share of partitions (the timer).
     BALANCE,
     "balance.lua"
@@ -183,6 +168,7 @@ script!(
     "bs_numbers.lua"
 );
 
+pub mod adopt;
 pub mod counts_prune;
 pub mod dead_delete;
 pub mod dead_hooks_retry;
@@ -190,6 +176,8 @@ pub mod dead_hooks_take;
 pub mod events_done;
 pub mod events_take;
 pub mod lease;
+pub mod repair_member;
+pub mod repair_record;
 pub mod requeue;
 pub mod schedule_fired;
 pub mod schedule_set;
@@ -216,9 +204,9 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
         requeue::SCRIPT.get(sharded),
         &dead_delete::SCRIPT,
         RELEASE.get(sharded),
-        REPAIR_RECORD.get(sharded),
-        &REPAIR_MEMBER,
-        &ADOPT,
+        repair_record::SCRIPT.get(sharded),
+        &repair_member::SCRIPT,
+        &adopt::SCRIPT,
         &BALANCE,
         &unquarantine::SCRIPT,
         &lease::SCRIPT,
