@@ -12,6 +12,7 @@
 pub(crate) mod activity;
 pub(crate) mod alerts;
 pub(crate) mod audit;
+pub(crate) mod beanstalkd;
 mod calls;
 pub(crate) mod coalesce;
 pub(crate) mod connection;

@@ -91,3 +91,10 @@ pub(crate) async fn head_and_count(
         .arg(field);
     store.pipe(p, &pipe).await
 }
+
+/// How many entries of `structure` in partition `p` have a score up to `max` (inclusive).
+pub(crate) async fn count_up_to(store: &Store, p: u16, structure: Structure<'_>, max: u64) -> Result<u64> {
+    let mut cmd = redis::cmd("ZCOUNT");
+    cmd.arg(structure.key(store.partition_keys(p))).arg("-inf").arg(max);
+    store.query(p, &cmd).await
+}

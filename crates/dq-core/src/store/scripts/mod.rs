@@ -142,33 +142,12 @@ script!(
     "activity_add.lua"
 );
 
-script!(
-    /// beanstalkd's release and bury (the protocol listener in dq-server).
-    BS_RELEASE,
-    record + publish + "bs_release.lua"
-);
-script!(
-    /// beanstalkd's kick of one buried or delayed job.
-    BS_KICK,
-    record + publish + "bs_kick.lua"
-);
-script!(
-    /// beanstalkd's reserve-job: reserve one given job.
-    BS_TAKE,
-    record + publish + "bs_take.lua"
-);
-script!(
-    /// The beanstalkd number of a job pushed over HTTP.
-    BS_NUMBER,
-    record + "bs_number.lua"
-);
-script!(
-    /// A dq-server's block of beanstalkd numbers in one partition, from a least one on.
-    BS_NUMBERS,
-    "bs_numbers.lua"
-);
-
 pub mod adopt;
+pub mod bs_kick;
+pub mod bs_number;
+pub mod bs_numbers;
+pub mod bs_release;
+pub mod bs_take;
 pub mod counts_prune;
 pub mod dead_delete;
 pub mod dead_hooks_retry;
@@ -219,11 +198,11 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
         &schedule_set::SCRIPT,
         &schedule_fired::SCRIPT,
         &ACTIVITY_ADD,
-        BS_RELEASE.get(sharded),
-        BS_KICK.get(sharded),
-        &BS_NUMBER,
-        BS_TAKE.get(sharded),
-        &BS_NUMBERS,
+        bs_release::SCRIPT.get(sharded),
+        bs_kick::SCRIPT.get(sharded),
+        &bs_number::SCRIPT,
+        bs_take::SCRIPT.get(sharded),
+        &bs_numbers::SCRIPT,
     ]
 }
 
