@@ -4,6 +4,12 @@
 //! ([`coalesce`]), the stored layout ([`layout`]), the decoding of script answers ([`decode`]) and the
 //! reads of job records ([`records`]).
 //!
+//! The commands that are not scripts, one module per concept: a partition's structures and counts
+//! ([`structures`], [`counts`]), its quarantine ([`quarantine`]), what the audit reads ([`audit`]); the
+//! registries of topics and schedules ([`registry`]), the dashboard's minutes ([`activity`]), dq-checker's
+//! alert states ([`alerts`]), the beanstalkd protocol's hashes ([`beanstalkd`]), and what is asked of a
+//! node itself ([`nodes`]).
+//!
 //! Everything here is the crate's own, except the key names and the partitions, which
 //! docs/redis-keys.md documents for operators (and tests read): no crate outside dq-core sends a command
 //! or builds a script's KEYS and ARGV. With the `testing` feature the scripts are public too, for tests
