@@ -15,9 +15,7 @@ use super::Admin;
 use super::dead::DeadPage;
 use crate::error::Result;
 use crate::job::{Job, State};
-
-/// A sorted set's entries as Redis gives them: (member, score).
-type Entries = Vec<(String, f64)>;
+use crate::store::structures::{self, Structure};
 
 /// Entries of a shared set each partition gives at least.
 pub const SCAN_EACH: usize = 100;
@@ -54,32 +52,16 @@ impl Admin {
         }
     }
 
-    /// Reads `count` entries of `key` from each partition with the topic's count of `state`: per
+    /// Reads `count` entries of `structure` from each partition with the topic's count of `state`: per
     /// partition, its entries (score, id), whether the set had more, and the count.
-    async fn firsts(
-        &self,
-        key: impl Fn(u16) -> String + Sync,
-        topic: &str,
-        state: State,
-        count: usize,
-    ) -> Result<Vec<Firsts>> {
+    async fn firsts(&self, structure: Structure<'_>, topic: &str, state: State, count: usize) -> Result<Vec<Firsts>> {
         let field = format!("{topic}:{}", state.as_str());
         let reads = self.partitions.all().map(|p| {
-            let key = key(p);
             let field = field.clone();
             async move {
-                let mut pipe = redis::pipe();
-                pipe.cmd("ZRANGE")
-                    .arg(&key)
-                    .arg(0)
-                    .arg(count as i64)
-                    .arg("WITHSCORES")
-                    .cmd("HGET")
-                    .arg(self.partition_keys(p).counts())
-                    .arg(&field);
-                let r: redis::RedisResult<(Entries, Option<i64>)> = self.redis.pipe(&pipe).await;
-                let (mut entries, n) = self.settle(p, r)?;
-                // One more than asked was read, to tell whether the set holds more.
+                // Up to index `count`: one more than asked, to tell whether the set holds more.
+                let (mut entries, n) =
+                    structures::head_and_count(&self.store, p, structure, count as i64, &field).await?;
                 let more = entries.len() > count;
                 entries.truncate(count);
                 let entries = entries.into_iter().map(|(id, score)| (score, id)).collect();
@@ -91,12 +73,7 @@ impl Admin {
 
     async fn browse_ready(&self, topic: &str, offset: usize, limit: usize) -> Result<JobPage> {
         let firsts = self
-            .firsts(
-                |p| self.partition_keys(p).ready(topic),
-                topic,
-                State::Ready,
-                offset + limit,
-            )
+            .firsts(Structure::Ready(topic), topic, State::Ready, offset + limit)
             .await?;
         let total = firsts.iter().map(|f| f.2).sum();
         let merged = merge(firsts.into_iter().map(|f| f.0));
@@ -111,9 +88,9 @@ impl Admin {
 
     async fn browse_shared(&self, topic: &str, state: State, offset: usize, limit: usize) -> Result<JobPage> {
         let each = (offset + limit).max(SCAN_EACH);
-        let shared = |p: u16| match state {
-            State::Delayed => self.partition_keys(p).delayed(),
-            _ => self.partition_keys(p).reserved(),
+        let shared = match state {
+            State::Delayed => Structure::Delayed,
+            _ => Structure::Reserved,
         };
         let firsts = self.firsts(shared, topic, state, each).await?;
         let total: u64 = firsts.iter().map(|f| f.2).sum();

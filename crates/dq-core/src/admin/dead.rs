@@ -2,7 +2,8 @@
 
 use super::Admin;
 use crate::error::Result;
-use crate::store::scripts;
+use crate::store::scripts::{dead_delete, requeue};
+use crate::store::structures::{self, Structure};
 
 pub use dq_api::DeadPage;
 
@@ -13,17 +14,7 @@ impl Admin {
     /// A page of a topic's dead list over all partitions, oldest death first.
     pub async fn dead(&self, topic: &str, offset: usize, limit: usize) -> Result<DeadPage> {
         let reads = self.partitions.all().map(|p| async move {
-            let key = self.partition_keys(p).dead(topic);
-            let mut pipe = redis::pipe();
-            pipe.cmd("ZCARD")
-                .arg(&key)
-                .cmd("ZRANGE")
-                .arg(&key)
-                .arg(0)
-                .arg((offset + limit) as i64 - 1)
-                .arg("WITHSCORES");
-            let r: redis::RedisResult<(u64, Vec<(String, f64)>)> = self.redis.pipe(&pipe).await;
-            self.settle(p, r)
+            structures::len_and_head(&self.store, p, Structure::Dead(topic), (offset + limit) as i64 - 1).await
         });
         let mut all: Vec<(f64, String)> = Vec::new();
         let mut total = 0u64;
@@ -41,76 +32,29 @@ impl Admin {
     /// Moves dead jobs of `topic` back to ready with fresh attempts: the given ids, else all of them.
     /// (A dead id without a record is dropped from the list and not counted.)
     pub async fn requeue_dead(&self, topic: &str, ids: Option<&[String]>) -> Result<u64> {
-        self.dead_op(ids, |p, ids, all_limit| {
-            let keys = self.partition_keys(p);
-            let mut inv = self.script(&scripts::REQUEUE).prepare_invoke();
-            inv.key(keys.dead(topic))
-                .key(keys.ready(topic))
-                .key(keys.counts())
-                .arg(keys.prefix())
-                .arg(topic)
-                .arg(keys.ready_channel())
-                .arg(all_limit);
-            for id in ids {
-                inv.arg(id);
-            }
-            inv
-        })
-        .await
+        self.dead_op(topic, ids, DeadAct::Requeue).await
     }
 
     /// Deletes dead jobs of `topic`: the given ids, else all of them.
     pub async fn delete_dead(&self, topic: &str, ids: Option<&[String]>) -> Result<u64> {
-        self.dead_op(ids, |p, ids, all_limit| {
-            self.delete_dead_invocation(p, topic, all_limit, None, ids)
-        })
-        .await
+        self.dead_op(topic, ids, DeadAct::Delete).await
     }
 
-    /// `dead_delete.lua` on partition `p`: the given ids, else up to `limit` of the oldest deaths (only those
-    /// dead for at least `age_ms`, when given).
-    pub(crate) fn delete_dead_invocation<'a>(
-        &self,
-        p: u16,
-        topic: &str,
-        limit: u32,
-        age_ms: Option<u64>,
-        ids: &[&String],
-    ) -> redis::ScriptInvocation<'a> {
-        let keys = self.partition_keys(p);
-        let mut inv = scripts::DEAD_DELETE.prepare_invoke();
-        inv.key(keys.dead(topic))
-            .key(keys.counts())
-            .arg(keys.prefix())
-            .arg(topic)
-            .arg(limit)
-            .arg(age_ms.map(|a| a.to_string()).unwrap_or_default());
-        for id in ids {
-            inv.arg(id);
-        }
-        inv
-    }
-
-    /// Runs a dead-list script per partition: with the ids that live there, or in batches until the list
-    /// is empty.
-    async fn dead_op<'a>(
-        &'a self,
-        ids: Option<&[String]>,
-        build: impl Fn(u16, &[&String], u32) -> redis::ScriptInvocation<'a>,
-    ) -> Result<u64> {
+    /// Does `act` per partition: with the ids that live there, or in batches until the list is empty.
+    async fn dead_op(&self, topic: &str, ids: Option<&[String]>, act: DeadAct) -> Result<u64> {
         let mut total = 0;
         for p in self.partitions.all() {
             match ids {
                 Some(ids) => {
                     let mine: Vec<&String> = ids.iter().filter(|id| self.partitions.of_id(id) == p).collect();
                     for chunk in mine.chunks(BATCH as usize) {
-                        let [done, _]: [u64; 2] = self.write(p, &build(p, chunk, BATCH)).await?;
+                        let (done, _) = self.dead_batch(p, topic, act, Some(chunk)).await?;
                         total += done;
                     }
                 }
                 // A full batch taken off the list means there may be more.
                 None => loop {
-                    let [done, removed]: [u64; 2] = self.write(p, &build(p, &[], BATCH)).await?;
+                    let (done, removed) = self.dead_batch(p, topic, act, None).await?;
                     total += done;
                     if removed < BATCH as u64 {
                         break;
@@ -120,4 +64,36 @@ impl Admin {
         }
         Ok(total)
     }
+
+    /// One script call of `act` on partition `p`: the given ids, else up to [`BATCH`] of the oldest
+    /// deaths. Returns (jobs requeued or deleted, ids taken off the list).
+    async fn dead_batch(&self, p: u16, topic: &str, act: DeadAct, ids: Option<&[&String]>) -> Result<(u64, u64)> {
+        match act {
+            DeadAct::Requeue => {
+                let which = match ids {
+                    Some(ids) => requeue::Which::Ids(ids),
+                    None => requeue::Which::Oldest(BATCH),
+                };
+                let r = requeue::call(&self.store, p, topic, which).await?;
+                Ok((r.requeued, r.removed))
+            }
+            DeadAct::Delete => {
+                let which = match ids {
+                    Some(ids) => dead_delete::Which::Ids(ids),
+                    None => dead_delete::Which::Oldest(BATCH),
+                };
+                let d = dead_delete::call(&self.store, p, topic, which).await?;
+                Ok((d.deleted, d.removed))
+            }
+        }
+    }
+}
+
+/// What a dead-list operation does to each job.
+#[derive(Debug, Clone, Copy)]
+enum DeadAct {
+    /// Back to ready.
+    Requeue,
+    /// Deleted.
+    Delete,
 }

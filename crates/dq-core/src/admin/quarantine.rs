@@ -4,7 +4,8 @@
 
 use super::Admin;
 use crate::error::{Error, Result};
-use crate::store::scripts;
+use crate::store::quarantine;
+use crate::store::scripts::unquarantine::{self, UnquarantineReply};
 
 /// A quarantined record.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -55,11 +56,10 @@ impl Quarantined {
 impl Admin {
     /// Every quarantined record, partition by partition (all of them asked at once).
     pub async fn quarantined(&self) -> Result<Vec<Quarantined>> {
-        let reads = self.partitions.all().map(|p| async move {
-            let mut cmd = redis::cmd("HGETALL");
-            cmd.arg(self.partition_keys(p).quarantine());
-            (p, self.query::<Vec<(String, Vec<u8>)>>(p, &cmd).await)
-        });
+        let reads = self
+            .partitions
+            .all()
+            .map(|p| async move { (p, quarantine::entries(&self.store, p).await) });
         let mut out = Vec::new();
         for (p, entries) in futures_util::future::join_all(reads).await {
             for (id, entry) in entries? {
@@ -75,33 +75,25 @@ impl Admin {
     /// How many records are quarantined, over the partitions that answer (all asked at once, so a
     /// node that is down costs one timeout, not one per partition).
     pub async fn quarantined_count(&self) -> u64 {
-        let reads = self.partitions.all().map(|p| async move {
-            let mut cmd = redis::cmd("HLEN");
-            cmd.arg(self.partition_keys(p).quarantine());
-            self.query::<u64>(p, &cmd).await.unwrap_or(0)
-        });
+        let reads = self
+            .partitions
+            .all()
+            .map(|p| async move { quarantine::len(&self.store, p).await.unwrap_or(0) });
         futures_util::future::join_all(reads).await.into_iter().sum()
     }
 
     /// Deletes a quarantined record for good; whether it was there.
     pub async fn drop_quarantined(&self, id: &str) -> Result<bool> {
-        let p = self.partitions.of_id(id);
-        let mut cmd = redis::cmd("HDEL");
-        cmd.arg(self.partition_keys(p).quarantine()).arg(id);
-        Ok(self.query::<u64>(p, &cmd).await? == 1)
+        quarantine::remove(&self.store, self.partitions.of_id(id), id).await
     }
 
     /// Puts a quarantined record back as the job's record, and its id in the structure it was found in
     /// (when known). A record that still cannot be decoded is quarantined again at its next read.
     pub async fn restore_quarantined(&self, id: &str) -> Result<()> {
-        let p = self.partitions.of_id(id);
-        let keys = self.partition_keys(p);
-        let mut inv = scripts::UNQUARANTINE.prepare_invoke();
-        inv.key(keys.quarantine()).key(keys.job(id)).arg(id);
-        match self.write::<i64>(p, &inv).await? {
-            1 => Ok(()),
-            0 => Err(Error::NotFound(id.to_string())),
-            _ => Err(Error::Conflict(format!(
+        match unquarantine::call(&self.store, self.partitions.of_id(id), id).await? {
+            UnquarantineReply::Restored => Ok(()),
+            UnquarantineReply::NotQuarantined => Err(Error::NotFound(id.to_string())),
+            UnquarantineReply::HasRecord => Err(Error::Conflict(format!(
                 "job `{id}` has a record again; drop the quarantined one"
             ))),
         }

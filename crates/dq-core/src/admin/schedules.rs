@@ -2,13 +2,12 @@
 //! occurrence each fired, `{<prefix>}:schedules:fired` (see `docs/redis-keys.md`). Both carry the
 //! installation's tag, so one script writes both atomically, in one slot on a cluster.
 
-use std::collections::HashMap;
-
 use super::Admin;
 use crate::error::{Error, Result};
 use crate::schedule::ScheduleConfig;
 use crate::shared::Core;
-use crate::store::scripts;
+use crate::store::registry;
+use crate::store::scripts::schedule_set;
 
 /// A schedule as the registry holds it.
 #[derive(Debug, Clone)]
@@ -38,39 +37,16 @@ impl Admin {
     /// one, fire from their next occurrence. Returns that start.
     pub async fn put_schedule(&self, name: &str, config: &ScheduleConfig, restart: bool) -> Result<i64> {
         let json = serde_json::to_string(config).map_err(|e| Error::Invalid(e.to_string()))?;
-        Ok(self.write_schedule(name, &json, restart).await?.0)
+        Ok(schedule_set::call(&self.store, name, Some(&json), restart).await?.since)
     }
 
     /// Deletes schedule `name` and its last occurrence fired (jobs it pushed stay). `ScheduleNotFound`
     /// when there is none.
     pub async fn delete_schedule(&self, name: &str) -> Result<()> {
-        match self.write_schedule(name, "", false).await? {
-            (_, true) => Ok(()),
-            (_, false) => Err(Error::ScheduleNotFound(name.to_string())),
-        }
-    }
-
-    /// Runs `schedule_set.lua`: returns the start stamped and whether the schedule existed.
-    async fn write_schedule(&self, name: &str, json: &str, restart: bool) -> Result<(i64, bool)> {
-        let mut inv = scripts::SCHEDULE_SET.prepare_invoke();
-        inv.key(self.keys().schedules())
-            .key(self.keys().schedules_fired())
-            .key(self.keys().schedules_version())
-            .arg(name)
-            .arg(json)
-            .arg(if restart { "1" } else { "0" });
-        let out: Vec<i64> = self
-            .redis()
-            .invoke(&inv)
-            .await
-            .map_err(|e| Error::from_redis(None, e))?;
-        match out[..] {
-            [since, existed] => Ok((since, existed == 1)),
-            _ => Err(Error::Redis {
-                partition: None,
-                message: "schedule_set returned a malformed answer".into(),
-                source: None,
-            }),
+        if schedule_set::call(&self.store, name, None, false).await?.existed {
+            Ok(())
+        } else {
+            Err(Error::ScheduleNotFound(name.to_string()))
         }
     }
 
@@ -89,13 +65,7 @@ impl Admin {
 impl Core {
     /// Every schedule, by name. A registration that does not parse is skipped, with a warning.
     pub(crate) async fn schedules(&self) -> Result<Vec<StoredSchedule>> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("HGETALL")
-            .arg(self.keys().schedules())
-            .cmd("HGETALL")
-            .arg(self.keys().schedules_fired());
-        let (raw, fired): (HashMap<String, String>, HashMap<String, i64>) =
-            self.redis().pipe(&pipe).await.map_err(|e| Error::from_redis(None, e))?;
+        let (raw, fired) = registry::schedules(&self.store).await?;
         let mut all: Vec<StoredSchedule> = raw
             .into_iter()
             .filter_map(|(name, value)| {
@@ -109,15 +79,7 @@ impl Core {
 
     /// Schedule `name`, if registered.
     pub(crate) async fn schedule(&self, name: &str) -> Result<Option<StoredSchedule>> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("HGET")
-            .arg(self.keys().schedules())
-            .arg(name)
-            .cmd("HGET")
-            .arg(self.keys().schedules_fired())
-            .arg(name);
-        let (raw, fired): (Option<String>, Option<i64>) =
-            self.redis().pipe(&pipe).await.map_err(|e| Error::from_redis(None, e))?;
+        let (raw, fired) = registry::schedule(&self.store, name).await?;
         Ok(raw.and_then(|v| decode(name.to_string(), &v, fired)))
     }
 }

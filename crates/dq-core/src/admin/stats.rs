@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::Admin;
 use crate::job::State;
 use crate::store::connection::Node;
+use crate::store::{counts, nodes};
 
 /// Health of one Redis primary.
 #[derive(Debug, Clone)]
@@ -67,10 +68,10 @@ impl Admin {
     /// topic calls and dq-checker's rounds need (the checker PINGs the nodes itself).
     pub async fn counts(&self) -> Stats {
         let mut stats = Stats::default();
-        let reads = self.partitions.all().map(|p| async move {
-            let cmd = redis::cmd("HGETALL").arg(self.partition_keys(p).counts()).clone();
-            (p, self.query::<HashMap<String, i64>>(p, &cmd).await)
-        });
+        let reads = self
+            .partitions
+            .all()
+            .map(|p| async move { (p, counts::all(&self.store, p).await) });
         for (p, raw) in futures_util::future::join_all(reads).await {
             match raw {
                 Ok(raw) => {
@@ -107,13 +108,7 @@ impl Admin {
     /// Every primary as the topology shows it now (the configured URLs as one node when it cannot be
     /// read).
     pub async fn primaries(&self) -> Vec<Node> {
-        match self.redis.primaries().await {
-            Ok(nodes) => nodes,
-            Err(_) => vec![Node {
-                name: self.redis.names().join(","),
-                addr: None,
-            }],
-        }
+        nodes::primaries(&self.store).await
     }
 
     /// PINGs every primary, side by side.
@@ -124,7 +119,7 @@ impl Admin {
     /// PINGs `nodes`, side by side.
     pub(crate) async fn ping_nodes(&self, nodes: Vec<Node>, timeout: Duration) -> Vec<NodeStats> {
         let pings = nodes.into_iter().map(|node| async move {
-            let latency = self.redis.ping(&node, timeout).await.ok();
+            let latency = nodes::ping(&self.store, &node, timeout).await.ok();
             NodeStats {
                 name: node.name,
                 up: latency.is_some(),
@@ -141,9 +136,7 @@ impl Admin {
     pub async fn node_memory(&self, timeout: Duration) -> Vec<NodeStats> {
         let asks = self.primaries().await.into_iter().map(|node| async move {
             let start = std::time::Instant::now();
-            let info = self
-                .redis
-                .query_node::<String>(&node, redis::cmd("INFO").arg("memory").clone());
+            let info = nodes::info(&self.store, &node, Some("memory"));
             let info = match tokio::time::timeout(timeout, info).await {
                 Ok(Ok(text)) => Some((start.elapsed(), text)),
                 _ => None,

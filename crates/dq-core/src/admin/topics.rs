@@ -11,7 +11,8 @@ use super::Admin;
 use crate::condition::Condition;
 use crate::error::{Error, Result};
 use crate::queue::Queue;
-use crate::store::scripts;
+use crate::store::registry;
+use crate::store::scripts::topic_set::{self, TopicSetReply};
 use crate::topic::{TopicConfig, TopicRules};
 
 /// Topic name → registration.
@@ -46,7 +47,7 @@ impl Admin {
     /// Registers (or replaces) a topic; its secrets and header values are sealed with `secrets.keys`.
     pub async fn put_topic(&self, name: &str, config: &TopicConfig) -> Result<()> {
         let json = self.stored_form(name, config)?;
-        self.write_topic(name, &json, None).await.map(|_| ())
+        self.write_topic(name, Some(&json), None).await.map(|_| ())
     }
 
     /// The JSON the registry holds for `config`: sealed, and marked with [`FORMAT`].
@@ -64,30 +65,19 @@ impl Admin {
         if !self.topics().await?.contains_key(name) {
             return Err(Error::TopicNotFound(name.to_string()));
         }
-        self.write_topic(name, "", None).await.map(|_| ())
+        self.write_topic(name, None, None).await.map(|_| ())
     }
 
-    /// Writes `json` as `name`'s registration (`""` deletes it); with `only_if`, only while the entry is
-    /// still exactly that. Returns whether it wrote.
-    pub(crate) async fn write_topic(&self, name: &str, json: &str, only_if: Option<&str>) -> Result<bool> {
-        let mut inv = scripts::TOPIC_SET.prepare_invoke();
-        inv.key(self.keys().topics()).arg(name).arg(json);
-        if let Some(old) = only_if {
-            inv.arg(old);
-        }
-        let written: i64 = self
-            .redis()
-            .invoke(&inv)
-            .await
-            .map_err(|e| Error::from_redis(None, e))?;
-        Ok(written >= 0)
+    /// Writes `json` as `name`'s registration (`None` deletes it); with `only_if`, only while the entry
+    /// is still exactly that. Returns whether it wrote.
+    pub(crate) async fn write_topic(&self, name: &str, json: Option<&str>, only_if: Option<&str>) -> Result<bool> {
+        let reply = topic_set::call(&self.store, name, json, only_if).await?;
+        Ok(reply != TopicSetReply::Changed)
     }
 
+    /// Every registration as stored: topic → `<version> <config JSON>`.
     pub(crate) async fn raw_topics(&self) -> Result<HashMap<String, String>> {
-        self.redis()
-            .query(redis::cmd("HGETALL").arg(self.keys().topics()))
-            .await
-            .map_err(|e| Error::from_redis(None, e))
+        registry::topics(&self.store).await
     }
 
     /// All registered topics, their sealed values opened.
@@ -111,7 +101,7 @@ impl Admin {
 }
 
 /// The registry as this process last read it, refreshed in the background so that registration changes
-/// reach every process within `refresh` without a restart, at the cost of one HGETALL.
+/// reach every process within `refresh` without a restart, at the cost of one read of the registry.
 #[derive(Debug, Default)]
 pub struct TopicCache {
     /// The last merged registry.

@@ -1,15 +1,18 @@
 //! What the beanstalkd protocol listener (dq-server) needs beyond the API's verbs: numbers, jobs by
 //! number, release and bury, kick (see [`crate::beanstalkd`] for the names).
 
-use redis::Value;
+use rand::Rng;
 
 use super::Beanstalkd;
 use crate::beanstalkd::{id_of_number, number_of_id, partition_of_number};
 use crate::error::{Error, Result};
 use crate::job::{Reservation, State};
-use crate::store::decode::{int, text};
-use crate::store::scripts;
-use rand::Rng;
+use crate::store::beanstalkd as store;
+use crate::store::scripts::bs_kick::{self, BsKickReply};
+use crate::store::scripts::bs_number::{self, BsNumberReply};
+use crate::store::scripts::bs_numbers;
+use crate::store::scripts::bs_release::{self, BsReleaseReply};
+use crate::store::scripts::bs_take::{self, BsTakeReply};
 
 /// A job as the protocol shows it (`peek`, `stats-job`).
 #[derive(Debug, Clone)]
@@ -58,15 +61,7 @@ impl Beanstalkd {
     /// Takes `size` numbers from partition `p`'s sequence, the first of them no lower than the k-th
     /// (`bs_numbers.lua`): the k of the last one (the block is `last - size + 1 ..= last`).
     pub async fn bs_take_numbers(&self, p: u16, size: u64, least: u64) -> Result<u64> {
-        let least = least.max(1);
-        let mut inv = scripts::BS_NUMBERS.prepare_invoke();
-        inv.key(self.partition_keys(p).bs_seq())
-            .arg(size)
-            .arg(least)
-            .arg(least - 1 + size);
-        // As the INCRBY it replaces: no wait for replicas (the puts that use the numbers wait).
-        let last: i64 = self.run(p, &inv).await?;
-        Ok(last as u64)
+        bs_numbers::call(&self.store, p, size, least).await
     }
 
     /// The number of job `id`: the one it was made from, else the one it was given (given now if it has
@@ -76,17 +71,10 @@ impl Beanstalkd {
         if let Some(n) = number_of_id(id, count) {
             return Ok(Some(n));
         }
-        let p = self.partitions.of_id(id);
-        let keys = self.partition_keys(p);
-        let mut inv = scripts::BS_NUMBER.prepare_invoke();
-        inv.key(keys.job(id))
-            .key(keys.bs_seq())
-            .key(keys.bs_ids())
-            .arg(id)
-            .arg(count)
-            .arg(p);
-        let n: i64 = self.write(p, &inv).await?;
-        Ok((n > 0).then_some(n as u64))
+        match bs_number::call(&self.store, self.partitions.of_id(id), id).await? {
+            BsNumberReply::Numbered(n) => Ok(Some(n)),
+            BsNumberReply::NoJob => Ok(None),
+        }
     }
 
     /// The live job (not done) with number `n`.
@@ -100,10 +88,7 @@ impl Beanstalkd {
             return Ok(Some(job));
         }
         let p = partition_of_number(n, count);
-        let mut cmd = redis::cmd("HGET");
-        cmd.arg(self.partition_keys(p).bs_ids()).arg(n);
-        let id: Option<String> = self.query(p, &cmd).await?;
-        match id {
+        match store::id_of_number(&self.store, p, n).await? {
             Some(id) => self.bs_job(&id).await,
             None => Ok(None),
         }
@@ -165,36 +150,16 @@ impl Beanstalkd {
     /// the dead list) of a job reserved under `receipt`, with a new priority.
     pub async fn bs_release(&self, id: &str, receipt: &str, priority: u32, delay_ms: Option<u64>) -> Result<Released> {
         let p = self.partitions.of_id(id);
-        let keys = self.partition_keys(p);
-        let mut inv = self.script(&scripts::BS_RELEASE).prepare_invoke();
-        inv.key(keys.job(id))
-            .key(keys.reserved())
-            .key(keys.delayed())
-            .key(keys.counts())
-            .arg(keys.prefix())
-            .arg(id)
-            .arg(receipt)
-            .arg(priority);
-        match delay_ms {
-            Some(d) => inv.arg(d),
-            None => inv.arg(""),
-        };
-        inv.arg(keys.ready_channel()).arg(keys.timer_channel());
-        let out: Vec<Value> = self.write(p, &inv).await?;
-        Ok(match out.first().and_then(int) {
-            Some(1) => {
-                let state = match out.get(1).and_then(text).as_deref() {
-                    Some("ready") => {
-                        self.ready.mark_own(&out.get(2).and_then(text).unwrap_or_default(), p);
-                        State::Ready
-                    }
-                    Some("delayed") => State::Delayed,
-                    _ => State::Dead,
-                };
-                Released::Now(state)
+        let reply = bs_release::call(&self.store, p, id, receipt, priority, delay_ms).await?;
+        Ok(match reply {
+            BsReleaseReply::Ready { topic } => {
+                self.ready.mark_own(&topic, p);
+                Released::Now(State::Ready)
             }
-            Some(0) => Released::Gone,
-            _ => Released::Stale,
+            BsReleaseReply::Delayed => Released::Now(State::Delayed),
+            BsReleaseReply::Buried => Released::Now(State::Dead),
+            BsReleaseReply::NoJob => Released::Gone,
+            BsReleaseReply::StaleReceipt => Released::Stale,
         })
     }
 
@@ -202,54 +167,22 @@ impl Beanstalkd {
     /// neither (or gone).
     pub async fn bs_kick(&self, id: &str) -> Result<bool> {
         let p = self.partitions.of_id(id);
-        let keys = self.partition_keys(p);
-        let mut inv = self.script(&scripts::BS_KICK).prepare_invoke();
-        inv.key(keys.job(id))
-            .key(keys.delayed())
-            .key(keys.counts())
-            .arg(keys.prefix())
-            .arg(id)
-            .arg(keys.ready_channel());
-        let topic: Option<String> = self.write(p, &inv).await?;
-        if let Some(topic) = &topic {
-            self.ready.mark_own(topic, p);
+        match bs_kick::call(&self.store, p, id).await? {
+            BsKickReply::Kicked { topic } => {
+                self.ready.mark_own(&topic, p);
+                Ok(true)
+            }
+            BsKickReply::NotKickable => Ok(false),
         }
-        Ok(topic.is_some())
     }
 
     /// beanstalkd's reserve-job: reserves job `id` when it is ready, delayed or buried (dead).
     pub async fn bs_take(&self, id: &str) -> Result<Option<Reservation>> {
-        let p = self.partitions.of_id(id);
-        let keys = self.partition_keys(p);
         let nonce: u64 = rand::rng().random();
         let receipt = format!("{nonce:016x}.1");
-        let mut inv = self.script(&scripts::BS_TAKE).prepare_invoke();
-        inv.key(keys.job(id))
-            .key(keys.reserved())
-            .key(keys.delayed())
-            .key(keys.counts())
-            .key(keys.announced())
-            .arg(keys.prefix())
-            .arg(id)
-            .arg(&receipt)
-            .arg(keys.timer_channel());
-        let out: Option<Vec<Value>> = self.write(p, &inv).await?;
-        let Some(out) = out else { return Ok(None) };
-        let bad = || Error::Redis {
-            partition: Some(p),
-            message: "reserve-job returned a malformed job".into(),
-            source: None,
-        };
-        let body = out.get(1).and_then(text).ok_or_else(bad)?;
-        Ok(Some(Reservation {
-            id: id.to_string(),
-            topic: out.first().and_then(text).ok_or_else(bad)?,
-            body: serde_json::value::RawValue::from_string(body).map_err(|_| bad())?,
-            attempt: out.get(2).and_then(int).ok_or_else(bad)? as u32,
-            receipt: out.get(3).and_then(text).ok_or_else(bad)?,
-            deadline: out.get(4).and_then(int).ok_or_else(bad)?,
-            run_at: 0,
-            ttr_ms: out.get(5).and_then(int).ok_or_else(bad)? as u64,
-        }))
+        match bs_take::call(&self.store, self.partitions.of_id(id), id, &receipt).await? {
+            BsTakeReply::Taken(reservation) => Ok(Some(reservation)),
+            BsTakeReply::NotTakeable => Ok(None),
+        }
     }
 }

@@ -5,60 +5,49 @@
 use std::collections::HashMap;
 
 use super::Beanstalkd;
-use crate::error::{Error, Result};
-
-/// A `{<prefix>}`-slot hash, as stored.
-type Hash = HashMap<String, String>;
+use crate::error::Result;
+use crate::store::beanstalkd::{self as store, Hash};
+use crate::store::structures::{self, Structure};
 
 impl Beanstalkd {
     /// Stores the tube name of the made topic `topic` (see [`super::topic_of_tube`]).
     pub async fn store_tube_name(&self, topic: &str, name: &str) -> Result<()> {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(self.keys.bs_tubes()).arg(topic).arg(name);
-        self.slot_query(&cmd).await
+        store::set_tube_name(&self.store, topic, name).await
     }
 
     /// The tube name stored for the made topic `topic`, if any.
     pub async fn stored_tube_name(&self, topic: &str) -> Result<Option<String>> {
-        let mut cmd = redis::cmd("HGET");
-        cmd.arg(self.keys.bs_tubes()).arg(topic);
-        self.slot_query(&cmd).await
+        store::tube_name(&self.store, topic).await
     }
 
     /// `pause-tube`: stores that `topic` is paused until `until` (Redis's clock, Unix ms) for `secs`.
     pub async fn pause(&self, topic: &str, until: i64, secs: u32) -> Result<()> {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(self.keys.bs_paused()).arg(topic).arg(format!("{until} {secs}"));
-        self.slot_query(&cmd).await
+        store::set_pause(&self.store, topic, &format!("{until} {secs}")).await
     }
 
     /// The stored pauses: topic → `<until ms> <secs>`.
     pub async fn pauses(&self) -> Result<Hash> {
-        self.hash(&self.keys.bs_paused()).await
+        store::pauses(&self.store).await
     }
 
     /// Forgets the pause of `topic` (long over).
     pub async fn forget_pause(&self, topic: &str) -> Result<()> {
-        let mut cmd = redis::cmd("HDEL");
-        cmd.arg(self.keys.bs_paused()).arg(topic);
-        self.slot_query(&cmd).await
+        store::forget_pause(&self.store, topic).await
     }
 
     /// The counters every server has written: name → count.
     pub async fn written_counters(&self) -> Result<Hash> {
-        self.hash(&self.keys.bs_stats()).await
+        store::counters(&self.store).await
     }
 
     /// The servers whose gauges have not expired at `now_ms`.
     pub async fn live_servers(&self, now_ms: i64) -> Result<Vec<String>> {
-        let mut cmd = redis::cmd("ZRANGE");
-        cmd.arg(self.keys.bs_servers()).arg(now_ms).arg("+inf").arg("BYSCORE");
-        self.slot_query(&cmd).await
+        store::live_servers(&self.store, now_ms).await
     }
 
     /// Server `id`'s gauges as it last wrote them.
     pub async fn server_gauges(&self, id: &str) -> Result<Hash> {
-        self.hash(&self.keys.bs_server(id)).await
+        store::server_gauges(&self.store, id).await
     }
 
     /// One write of server `id`'s counts (added to every server's) and gauges (replacing its own, kept
@@ -71,36 +60,7 @@ impl Beanstalkd {
         now_ms: i64,
         ttl_ms: i64,
     ) -> Result<()> {
-        let keys = &self.keys;
-        let own = keys.bs_server(id);
-        let mut pipe = redis::pipe();
-        for (field, n) in counts {
-            pipe.cmd("HINCRBY").arg(keys.bs_stats()).arg(field).arg(n).ignore();
-        }
-        pipe.cmd("DEL").arg(&own).ignore();
-        match gauges {
-            None => {
-                pipe.cmd("ZREM").arg(keys.bs_servers()).arg(id).ignore();
-            }
-            Some(fields) => {
-                pipe.cmd("HSET").arg(&own).arg(fields).ignore();
-                pipe.cmd("PEXPIRE").arg(&own).arg(ttl_ms).ignore();
-                pipe.cmd("ZADD")
-                    .arg(keys.bs_servers())
-                    .arg(now_ms + ttl_ms)
-                    .arg(id)
-                    .ignore();
-                pipe.cmd("ZREMRANGEBYSCORE")
-                    .arg(keys.bs_servers())
-                    .arg("-inf")
-                    .arg(now_ms)
-                    .ignore();
-            }
-        }
-        self.redis
-            .pipe::<()>(&pipe)
-            .await
-            .map_err(|e| Error::from_redis(None, e))
+        store::write_counters(&self.store, id, counts, gauges, now_ms, ttl_ms).await
     }
 
     /// The first ready job of `topic` in its home partition `p`, as (score, id): what a reserve of it
@@ -111,25 +71,14 @@ impl Beanstalkd {
 
     /// Ready jobs of `topic` with a priority below `below`, over every partition.
     pub async fn ready_below(&self, topic: &str, below: u64) -> Result<u64> {
-        let reads = self.partitions.all().map(|p| async move {
-            let mut cmd = redis::cmd("ZCOUNT");
-            cmd.arg(self.partition_keys(p).ready(topic)).arg("-inf").arg(below - 1);
-            self.query::<u64>(p, &cmd).await
-        });
+        let reads = self
+            .partitions
+            .all()
+            .map(|p| structures::count_up_to(&self.store, p, Structure::Ready(topic), below - 1));
         let mut n = 0;
         for r in futures_util::future::join_all(reads).await {
             n += r?;
         }
         Ok(n)
-    }
-
-    async fn hash(&self, key: &str) -> Result<Hash> {
-        let mut cmd = redis::cmd("HGETALL");
-        cmd.arg(key);
-        self.slot_query(&cmd).await
-    }
-
-    async fn slot_query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        self.redis.query(cmd).await.map_err(|e| Error::from_redis(None, e))
     }
 }

@@ -5,33 +5,25 @@
 use std::collections::HashMap;
 
 use super::Checker;
-use crate::error::{Error, Result};
-use crate::store::scripts;
+use crate::error::Result;
+use crate::store::alerts;
+use crate::store::scripts::lease::{self, LeaseReply};
+use crate::store::scripts::{events_done, events_take};
 
 impl Checker {
     /// Takes or keeps the checkers' lease for `ttl_ms` as `who`; whether `who` holds it now.
     pub async fn take_checker_lease(&self, who: &str, ttl_ms: u64) -> Result<bool> {
-        let mut inv = scripts::LEASE.prepare_invoke();
-        inv.key(self.keys.checker_lease()).arg(who).arg(ttl_ms);
-        let held: i64 = self.redis.invoke(&inv).await.map_err(|e| Error::from_redis(None, e))?;
-        Ok(held == 1)
+        Ok(lease::call(&self.store, who, ttl_ms).await? == LeaseReply::Held)
     }
 
     /// The alert states the checkers last sent.
     pub async fn alerts_sent(&self) -> Result<HashMap<String, String>> {
-        let mut cmd = redis::cmd("HGETALL");
-        cmd.arg(self.keys.alerts_sent());
-        self.redis.query(&cmd).await.map_err(|e| Error::from_redis(None, e))
+        alerts::sent(&self.store).await
     }
 
     /// Records that the alert state `field` is now `value` (sent).
     pub async fn set_alert_sent(&self, field: &str, value: &str) -> Result<()> {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(self.keys.alerts_sent()).arg(field).arg(value);
-        self.redis
-            .query::<()>(&cmd)
-            .await
-            .map_err(|e| Error::from_redis(None, e))
+        alerts::set_sent(&self.store, field, value).await
     }
 
     /// Up to `max` of partition `p`'s dead-job events, oldest first, kept in its pending list until
@@ -39,20 +31,11 @@ impl Checker {
     /// pending list whose topic is one of `hooked` (those with a `callback.on_dead_url`) have their
     /// hook queued in the same step (see [`Queue::take_dead_hooks`]).
     pub async fn take_events(&self, p: u16, max: usize, hooked: &[String]) -> Result<Vec<String>> {
-        let keys = self.partition_keys(p);
-        let mut inv = scripts::EVENTS_TAKE.prepare_invoke();
-        inv.key(keys.events())
-            .key(keys.events_pending())
-            .key(keys.dead_hooks())
-            .arg(max)
-            .arg(hooked);
-        self.run(p, &inv).await
+        events_take::call(&self.store, p, max, hooked).await
     }
 
     /// The alert for the `n` events [`Queue::take_events`] handed out of partition `p` went out.
     pub async fn events_sent(&self, p: u16, n: usize) -> Result<()> {
-        let mut inv = scripts::EVENTS_DONE.prepare_invoke();
-        inv.key(self.partition_keys(p).events_pending()).arg(n);
-        self.run::<i64>(p, &inv).await.map(drop)
+        events_done::call(&self.store, p, n).await.map(drop)
     }
 }

@@ -5,12 +5,14 @@
 
 use std::collections::BTreeMap;
 
-use redis::Value;
-
 use super::Checker;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::job::State;
 use crate::shared::Core;
-use crate::store::scripts;
+use crate::store::audit;
+use crate::store::scripts::repair_member::{self, MemberRepair};
+use crate::store::scripts::repair_record::{self, RecordRepair};
+use crate::store::structures::Structure;
 
 /// What one audit found (and repaired).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -37,16 +39,7 @@ impl Checker {
 
 /// See [`Checker::audit`].
 async fn run(queue: &Core) -> Result<AuditReport> {
-    let scan = |what: &'static str| {
-        let pattern = format!("{}:{{*}}:{what}:*", queue.keys().prefix());
-        async move {
-            queue
-                .redis()
-                .scan(&pattern)
-                .await
-                .map_err(|e| Error::from_redis(None, e))
-        }
-    };
+    let scan = |what: &'static str| audit::keys_of(&queue.store, what);
     // Keys by partition, read back from their hash tags.
     let mut records: BTreeMap<u16, Vec<String>> = BTreeMap::new();
     let mut structures: BTreeMap<u16, Vec<String>> = BTreeMap::new();
@@ -98,46 +91,32 @@ async fn audit_records(queue: &Core, p: u16, records: &[String], report: &mut Au
     let job_prefix = keys.job("");
     for chunk in records.chunks(BATCH) {
         let recs = queue.read_records(p, chunk, &["t", "s"]).await?;
-        let mut check = redis::pipe();
         let mut candidates = Vec::new();
         let text = |v: Option<Vec<u8>>| v.and_then(|v| String::from_utf8(v).ok());
         for (key, mut rec) in chunk.iter().zip(recs) {
             let (Some(topic), Some(state)) = (text(rec.remove("t")), text(rec.remove("s"))) else {
                 continue;
             };
-            let id = &key[job_prefix.len()..];
-            let structure = match state.as_str() {
-                "delayed" => keys.delayed(),
-                "ready" => keys.ready(&topic),
-                "reserved" => keys.reserved(),
-                "dead" => keys.dead(&topic),
-                _ => continue,
+            // A done job (or a state dq did not write) is in no structure.
+            let Some(state) = State::parse(&state).filter(|s| *s != State::Done) else {
+                continue;
             };
-            check.cmd("ZSCORE").arg(structure).arg(id);
-            candidates.push(id.to_string());
+            candidates.push((topic, state, &key[job_prefix.len()..]));
         }
         report.records += chunk.len() as u64;
         if candidates.is_empty() {
             continue;
         }
-        let scores: Vec<Value> = queue
-            .redis()
-            .pipe(&check)
-            .await
-            .map_err(|e| Error::from_redis(Some(p), e))?;
-        for (id, score) in candidates.iter().zip(scores) {
-            if score != Value::Nil {
+        let members: Vec<(Structure, &str)> = candidates
+            .iter()
+            .filter_map(|(topic, state, id)| Some((Structure::of(*state, topic)?, *id)))
+            .collect();
+        let listed = audit::listed(&queue.store, p, &members).await?;
+        for ((_, id), listed) in members.iter().zip(listed) {
+            if listed {
                 continue;
             }
-            let mut inv = queue.script(&scripts::REPAIR_RECORD).prepare_invoke();
-            inv.key(keys.job(id))
-                .key(keys.delayed())
-                .key(keys.reserved())
-                .key(keys.counts())
-                .arg(keys.prefix())
-                .arg(id)
-                .arg(queue.partition_keys(p).ready_channel());
-            if queue.run::<i64>(p, &inv).await? == 1 {
+            if repair_record::call(&queue.store, p, id).await? == RecordRepair::PutBack {
                 tracing::warn!(partition = p, %id, "audit: job record in no structure; put back in its ready queue");
                 report.orphan_records += 1;
             }
@@ -147,36 +126,18 @@ async fn audit_records(queue: &Core, p: u16, records: &[String], report: &mut Au
 }
 
 async fn audit_structures(queue: &Core, p: u16, structures: &[String], report: &mut AuditReport) -> Result<()> {
-    let keys = queue.partition_keys(p);
     for structure in structures {
         let mut cursor: u64 = 0;
         loop {
-            let cmd = redis::cmd("ZSCAN")
-                .arg(structure)
-                .arg(cursor)
-                .arg("COUNT")
-                .arg(BATCH)
-                .clone();
-            let (next, flat): (u64, Vec<String>) = queue.query(p, &cmd).await?;
-            let ids: Vec<&String> = flat.iter().step_by(2).collect();
+            let (next, ids) = audit::members(&queue.store, p, structure, cursor, BATCH).await?;
             report.ids += ids.len() as u64;
             if !ids.is_empty() {
-                let mut pipe = redis::pipe();
-                for id in &ids {
-                    pipe.cmd("EXISTS").arg(keys.job(id));
-                }
-                let exists: Vec<i64> = queue
-                    .redis()
-                    .pipe(&pipe)
-                    .await
-                    .map_err(|e| Error::from_redis(Some(p), e))?;
-                for (id, e) in ids.iter().zip(exists) {
-                    if e == 1 {
+                let have = audit::have_records(&queue.store, p, &ids).await?;
+                for (id, has_record) in ids.iter().zip(have) {
+                    if has_record {
                         continue;
                     }
-                    let mut inv = scripts::REPAIR_MEMBER.prepare_invoke();
-                    inv.key(structure).key(keys.job(id)).arg(id.as_str());
-                    if queue.run::<i64>(p, &inv).await? == 1 {
+                    if repair_member::call(&queue.store, p, structure, id).await? == MemberRepair::Removed {
                         tracing::warn!(partition = p, %id, %structure, "audit: id without a job record; removed");
                         report.dangling_ids += 1;
                     }

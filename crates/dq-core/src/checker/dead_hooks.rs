@@ -3,12 +3,11 @@
 //! verbs of the checker that sends them: take the due ones (claimed while they are sent), count a failed
 //! try, forget a hook once it is sent or given up.
 
-use redis::Value;
-
 use super::Checker;
 use crate::error::Result;
-use crate::store::decode::{int, text};
-use crate::store::scripts;
+use crate::store::alerts;
+use crate::store::scripts::dead_hooks_retry::{self, RetryReply};
+use crate::store::scripts::dead_hooks_take;
 
 /// One dead-job hook as the set holds it: `<failed tries> <died at ms> <topic> <id>` (topics and ids
 /// hold no space).
@@ -60,44 +59,30 @@ impl Checker {
     /// came first), and how many hooks the partition holds (due or not). An entry that cannot be read is
     /// dropped with a warning.
     pub async fn take_dead_hooks(&self, p: u16, max: usize, claim_ms: u64) -> Result<(Vec<DeadHook>, u64)> {
-        let mut inv = scripts::DEAD_HOOKS_TAKE.prepare_invoke();
-        inv.key(self.partition_keys(p).dead_hooks()).arg(max).arg(claim_ms);
-        let reply: Vec<Value> = self.run(p, &inv).await?;
-        let held = reply.first().and_then(int).unwrap_or(0).max(0) as u64;
-        let mut hooks = Vec::with_capacity(reply.len().saturating_sub(1));
-        for entry in reply.iter().skip(1).filter_map(text) {
+        let taken = dead_hooks_take::call(&self.store, p, max, claim_ms).await?;
+        let mut hooks = Vec::with_capacity(taken.due.len());
+        for entry in taken.due {
             match DeadHook::parse(&entry) {
                 Some(hook) => hooks.push(hook),
                 None => {
                     tracing::warn!(partition = p, %entry, "dropping a dead-job hook entry that cannot be read");
-                    self.forget_dead_hook(p, &entry).await?;
+                    alerts::forget_dead_hook(&self.store, p, &entry).await?;
                 }
             }
         }
-        Ok((hooks, held))
+        Ok((hooks, taken.held))
     }
 
     /// A try of `hook` failed: it is tried again in `wait_ms`, one more failed try counted. False when
     /// the hook was no longer there (another checker sent or gave it up meanwhile).
     pub async fn dead_hook_failed(&self, p: u16, hook: &DeadHook, wait_ms: u64) -> Result<bool> {
-        let mut inv = scripts::DEAD_HOOKS_RETRY.prepare_invoke();
-        inv.key(self.partition_keys(p).dead_hooks())
-            .arg(hook.entry())
-            .arg(hook.failed_once())
-            .arg(wait_ms);
-        self.run::<i64>(p, &inv).await.map(|n| n == 1)
+        let reply = dead_hooks_retry::call(&self.store, p, hook.entry(), &hook.failed_once(), wait_ms).await?;
+        Ok(reply == RetryReply::Scheduled)
     }
 
     /// `hook` was sent, given up or is not to be sent: it goes.
     pub async fn dead_hook_done(&self, p: u16, hook: &DeadHook) -> Result<()> {
-        self.forget_dead_hook(p, hook.entry()).await
-    }
-
-    /// Removes one entry of partition `p`'s hooks (one command: atomic on its own).
-    async fn forget_dead_hook(&self, p: u16, entry: &str) -> Result<()> {
-        let mut cmd = redis::cmd("ZREM");
-        cmd.arg(self.partition_keys(p).dead_hooks()).arg(entry);
-        self.query::<i64>(p, &cmd).await.map(drop)
+        alerts::forget_dead_hook(&self.store, p, hook.entry()).await
     }
 }
 

@@ -15,8 +15,10 @@ use redis::aio::MultiplexedConnection;
 
 use crate::config::{Settings, redact};
 use crate::error::Error;
+use crate::job::State;
 use crate::queue::Queue;
 use crate::store::scripts;
+use crate::store::scripts::adopt::{self, AdoptReply, Place};
 
 /// Why a conversion stopped. Running it again finishes what was left.
 #[derive(Debug, thiserror::Error)]
@@ -91,20 +93,11 @@ async fn connect_target(settings: &mut Settings) -> Result<Queue, Error> {
     let redis = crate::store::connection::Redis::new(&settings.redis)?;
     let keys = crate::store::keys::Keys::new(settings.redis.prefix.clone());
     // Hide the old marker from the layout check by creating the new layout first when absent.
-    let stored: Option<u32> = redis
-        .query(redis::cmd("HGET").arg(keys.layout()).arg("partitions"))
-        .await
-        .map_err(|e| Error::from_redis(None, e))?;
-    if stored.is_none() {
-        let want = settings
-            .redis
-            .partitions
-            .unwrap_or(crate::store::partition::DEFAULT_PARTITIONS);
-        let _: bool = redis
-            .query(redis::cmd("HSETNX").arg(keys.layout()).arg("partitions").arg(want))
-            .await
-            .map_err(|e| Error::from_redis(None, e))?;
-    }
+    let want = settings
+        .redis
+        .partitions
+        .unwrap_or(crate::store::partition::DEFAULT_PARTITIONS);
+    crate::store::layout::create(&redis, &keys, want).await?;
     Queue::connect(settings).await
 }
 
@@ -176,53 +169,31 @@ async fn convert(
             };
             let id = &key[job_prefix.len()..];
             let p = queue.partitions().of_id(id);
-            let new = queue.partition_keys(p);
-            // The old structure and score of each state.
-            let (structure, old_structure, score): (Option<String>, Option<String>, Option<f64>) = match state.as_str()
-            {
-                "delayed" => (Some(new.delayed()), None, rec.get("r").and_then(|r| r.parse().ok())),
+            // The old structure of each state, and the score there.
+            let (old_structure, score): (Option<String>, Option<f64>) = match state.as_str() {
+                "delayed" => (None, rec.get("r").and_then(|r| r.parse().ok())),
                 "reserved" => (
-                    Some(new.reserved()),
                     Some(format!("{prefix}:reserved")),
                     rec.get("d").and_then(|d| d.parse().ok()),
                 ),
                 "ready" | "dead" => {
                     let k = format!("{prefix}:{state}:{topic}");
                     let s: Option<f64> = redis::cmd("ZSCORE").arg(&k).arg(id).query_async(old).await?;
-                    let structure = if state == "ready" {
-                        new.ready(topic)
-                    } else {
-                        new.dead(topic)
-                    };
-                    (
-                        Some(structure),
-                        Some(k),
-                        s.or_else(|| rec.get("r").and_then(|r| r.parse().ok())),
-                    )
+                    (Some(k), s.or_else(|| rec.get("r").and_then(|r| r.parse().ok())))
                 }
-                _ => (None, None, None),
+                _ => (None, None),
             };
-            let mut adopt = scripts::ADOPT.prepare_invoke();
-            adopt.key(new.job(id)).key(new.counts());
-            if let Some(s) = &structure {
-                adopt.key(s);
-            }
-            adopt
-                .arg(id)
-                .arg(dump)
-                .arg(pttl.max(0))
-                .arg(score.unwrap_or(0.0))
-                .arg(if structure.is_some() {
-                    format!("{topic}:{state}")
-                } else {
-                    String::new()
-                });
-            let taken: i64 = queue.write(p, &adopt).await?;
-            if taken == 1 {
-                report.jobs += 1;
-                *report.by_state.entry(state.clone()).or_default() += 1;
-            } else {
-                report.already += 1;
+            let place = State::parse(state).map(|state| Place {
+                topic,
+                state,
+                score: score.unwrap_or(0.0),
+            });
+            match adopt::call(&queue.store, p, id, &dump, pttl, place).await? {
+                AdoptReply::Adopted => {
+                    report.jobs += 1;
+                    *report.by_state.entry(state.clone()).or_default() += 1;
+                }
+                AdoptReply::AlreadyHere => report.already += 1,
             }
             // Only now, with the job safe in its new place, it leaves the old one.
             let mut forget = redis::pipe();

@@ -4,34 +4,25 @@
 use std::time::Duration;
 
 use super::Checker;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::connection::Node;
+use crate::store::nodes;
 
 impl Checker {
     /// PINGs `node`: its round trip.
     pub async fn ping(&self, node: &Node, timeout: Duration) -> Result<Duration> {
-        self.redis
-            .ping(node, timeout)
-            .await
-            .map_err(|e| Error::from_redis(None, e))
+        nodes::ping(&self.store, node, timeout).await
     }
 
     /// `node`'s `INFO` (every default section), as Redis writes it.
     pub async fn info(&self, node: &Node) -> Result<String> {
-        self.redis
-            .query_node(node, redis::cmd("INFO"))
-            .await
-            .map_err(|e| Error::from_redis(None, e))
+        nodes::info(&self.store, node, None).await
     }
 
     /// Whether `node` writes RDB snapshots (its `save` has rules).
     pub async fn rdb_on(&self, node: &Node) -> Result<bool> {
-        let save: Vec<String> = self
-            .redis
-            .query_node(node, redis::cmd("CONFIG").arg("GET").arg("save").clone())
-            .await
-            .map_err(|e| Error::from_redis(None, e))?;
-        Ok(save.get(1).is_some_and(|rules| !rules.trim().is_empty()))
+        let rules = nodes::save_rules(&self.store, node).await?;
+        Ok(rules.is_some_and(|rules| !rules.trim().is_empty()))
     }
 
     /// The score (due time, Unix ms) of the oldest ready job of `topic` over every partition; partitions

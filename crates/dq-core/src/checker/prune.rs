@@ -5,7 +5,10 @@ use super::Checker;
 use crate::admin::Admin;
 use crate::admin::topics::stored_config;
 use crate::error::{Error, Result};
-use crate::store::scripts;
+use crate::store::scripts::counts_prune;
+use crate::store::scripts::dead_delete::{self, Which};
+use crate::store::scripts::topic_set::{self, TopicSetReply};
+use crate::store::structures::{self, Structure};
 use crate::topic::TopicRules;
 
 /// Dead jobs one retention call removes.
@@ -22,10 +25,10 @@ impl Checker {
     pub async fn delete_dead_older(&self, p: u16, topic: &str, age_ms: u64) -> Result<u64> {
         let mut total = 0;
         loop {
-            let inv = self.admin().delete_dead_invocation(p, topic, BATCH, Some(age_ms), &[]);
-            let [done, removed]: [u64; 2] = self.write(p, &inv).await?;
-            total += done;
-            if removed < BATCH as u64 {
+            let which: Which<&str> = Which::OlderThan { limit: BATCH, age_ms };
+            let batch = dead_delete::call(&self.store, p, topic, which).await?;
+            total += batch.deleted;
+            if batch.removed < BATCH as u64 {
                 return Ok(total);
             }
         }
@@ -36,24 +39,13 @@ impl Checker {
         if n == 0 {
             return Ok(Vec::new());
         }
-        let cmd = redis::cmd("ZRANGE")
-            .arg(self.partition_keys(p).dead(topic))
-            .arg(0)
-            .arg(n as i64 - 1)
-            .arg("WITHSCORES")
-            .clone();
-        let page: Vec<(String, f64)> = self.query(p, &cmd).await?;
+        let page = structures::head(&self.store, p, Structure::Dead(topic), n as i64 - 1).await?;
         Ok(page.into_iter().map(|(id, at)| (at, id)).collect())
     }
 
     /// Removes the counts fields of partition `p` among `fields` that are still 0. Returns how many went.
-    pub async fn prune_zero_counts(&self, p: u16, fields: &[String]) -> crate::error::Result<u64> {
-        let mut inv = crate::store::scripts::COUNTS_PRUNE.prepare_invoke();
-        inv.key(self.partition_keys(p).counts());
-        for f in fields {
-            inv.arg(f);
-        }
-        self.write(p, &inv).await
+    pub async fn prune_zero_counts(&self, p: u16, fields: &[String]) -> Result<u64> {
+        counts_prune::call(&self.store, p, fields).await
     }
 
     /// Seals again, under the first key of `secrets.keys`, every registration holding a value sealed
@@ -77,7 +69,7 @@ impl Checker {
                 .map_err(|e| Error::Invalid(format!("topic `{topic}`: {e}")))?;
             if self
                 .admin()
-                .write_topic(&topic, &self.admin().stored_form(&topic, &config)?, Some(&raw))
+                .write_topic(&topic, Some(&self.admin().stored_form(&topic, &config)?), Some(&raw))
                 .await?
             {
                 done.push(topic);
@@ -93,14 +85,8 @@ impl Checker {
         let mut pruned = 0;
         for (topic, value) in raw {
             if value.split_once(' ').is_some_and(|(_, json)| json.is_empty()) {
-                let mut inv = scripts::TOPIC_SET.prepare_invoke();
-                inv.key(self.keys().topics()).arg(&topic).arg("").arg(&value);
-                let done: i64 = self
-                    .redis()
-                    .invoke(&inv)
-                    .await
-                    .map_err(|e| Error::from_redis(None, e))?;
-                pruned += u64::from(done == 0);
+                let reply = topic_set::call(&self.store, &topic, None, Some(&value)).await?;
+                pruned += u64::from(reply == TopicSetReply::Deleted);
             }
         }
         Ok(pruned)

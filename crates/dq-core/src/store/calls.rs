@@ -126,3 +126,29 @@ impl Store {
         }
     }
 }
+
+/// Calls on keys of no partition (the `{<prefix>}` slot: the topic registry, the schedules, the checkers'
+/// lease and alerts, the beanstalkd protocol's hashes), whose answers mark no partition up or down; and
+/// pipelines.
+impl Store {
+    /// Runs a script whose keys are in no partition.
+    pub(crate) async fn run_unpartitioned<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> Result<T> {
+        self.redis.invoke(inv).await.map_err(|e| Error::from_redis(None, e))
+    }
+
+    /// Runs a command whose key is in no partition.
+    pub(crate) async fn query_unpartitioned<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        self.redis.query(cmd).await.map_err(|e| Error::from_redis(None, e))
+    }
+
+    /// Runs a pipeline whose keys are in no partition.
+    pub(crate) async fn pipe_unpartitioned<T: FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
+        self.redis.pipe(pipe).await.map_err(|e| Error::from_redis(None, e))
+    }
+
+    /// Runs a pipeline on partition `p` (its keys name the partition), noting whether it answered.
+    pub(crate) async fn pipe<T: FromRedisValue>(&self, p: u16, pipe: &redis::Pipeline) -> Result<T> {
+        let r = self.redis.pipe(pipe).await;
+        self.settle(p, r)
+    }
+}

@@ -57,6 +57,23 @@ pub async fn ensure(redis: &Redis, keys: &Keys, configured: Option<u32>) -> Resu
     }
 }
 
+/// Stores the partition count `want` for a new installation, and only then: a Redis that has a layout
+/// keeps it. For `dq-checker migrate`, whose target may still hold the old layout's marker that
+/// [`ensure`] refuses: with the new layout there first, the marker is not looked at.
+pub(crate) async fn create(redis: &Redis, keys: &Keys, want: u32) -> Result<()> {
+    let stored: Option<u32> = redis
+        .query(redis::cmd("HGET").arg(keys.layout()).arg("partitions"))
+        .await
+        .map_err(|e| Error::from_redis(None, e))?;
+    if stored.is_none() {
+        let _: bool = redis
+            .query(redis::cmd("HSETNX").arg(keys.layout()).arg("partitions").arg(want))
+            .await
+            .map_err(|e| Error::from_redis(None, e))?;
+    }
+    Ok(())
+}
+
 /// A cluster must have sharded pub/sub (Redis 7.0): the scripts wake processes with SPUBLISH there, and
 /// on an older Redis every script that publishes would fail. Checked on one primary.
 pub async fn require_sharded_pubsub(redis: &Redis) -> Result<()> {

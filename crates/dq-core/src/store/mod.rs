@@ -6,27 +6,42 @@
 //! ([`clock`]), the ready counts ([`ready`]), a publish on a wake channel ([`publish`]) and the
 //! schedules' marks dq-timer reads ([`schedules`]).
 //!
+//! The commands that are not scripts, one module per concept: a partition's structures and counts
+//! ([`structures`], [`counts`]), its quarantine ([`quarantine`]), what the audit reads ([`audit`]); the
+//! registries of topics and schedules ([`registry`]), the dashboard's minutes ([`activity`]), dq-checker's
+//! alert states ([`alerts`]), the beanstalkd protocol's hashes ([`beanstalkd`]), and what is asked of a
+//! node itself ([`nodes`]).
+//!
 //! Everything here is the crate's own, except the key names and the partitions, which
 //! docs/redis-keys.md documents for operators (and tests read): no crate outside dq-core sends a command
 //! or builds a script's KEYS and ARGV. With the `testing` feature the scripts are public too, for tests
 //! that build states by hand.
 
+pub(crate) mod activity;
+pub(crate) mod alerts;
+pub(crate) mod audit;
+pub(crate) mod beanstalkd;
 mod calls;
 mod clock;
 pub(crate) mod coalesce;
 pub(crate) mod connection;
+pub(crate) mod counts;
 pub(crate) mod decode;
 pub mod keys;
 pub(crate) mod layout;
+pub(crate) mod nodes;
 pub mod partition;
 mod publish;
+pub(crate) mod quarantine;
 mod ready;
 pub(crate) mod records;
+pub(crate) mod registry;
 mod schedules;
 #[cfg(feature = "testing")]
 pub mod scripts;
 #[cfg(not(feature = "testing"))]
 pub(crate) mod scripts;
+pub(crate) mod structures;
 
 pub(crate) use self::calls::Store;
 pub use self::connection::Node;

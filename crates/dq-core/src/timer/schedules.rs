@@ -3,8 +3,8 @@
 
 use super::Timer;
 use crate::admin::schedules::StoredSchedule;
-use crate::error::{Error, Result};
-use crate::store::scripts;
+use crate::error::Result;
+use crate::store::scripts::schedule_fired::{self, ScheduleFiredReply};
 
 impl Timer {
     /// The schedules' version: raised by every change of a schedule (0 before the first).
@@ -30,16 +30,9 @@ impl Timer {
     /// Notes that schedule `name` fired its occurrence at `occurrence_ms` (the mark only rises). Returns
     /// the last occurrence fired after the call, `None` when the schedule is gone.
     pub async fn schedule_fired(&self, name: &str, occurrence_ms: i64) -> Result<Option<i64>> {
-        let mut inv = scripts::SCHEDULE_FIRED.prepare_invoke();
-        inv.key(self.keys().schedules())
-            .key(self.keys().schedules_fired())
-            .arg(name)
-            .arg(occurrence_ms);
-        let out: i64 = self
-            .redis()
-            .invoke(&inv)
-            .await
-            .map_err(|e| Error::from_redis(None, e))?;
-        Ok((out >= 0).then_some(out))
+        match schedule_fired::call(&self.store, name, occurrence_ms).await? {
+            ScheduleFiredReply::LastFired(last) => Ok(Some(last)),
+            ScheduleFiredReply::NoSchedule => Ok(None),
+        }
     }
 }

@@ -2,6 +2,7 @@
 --
 -- KEYS[1]: the topic's dead list (<prefix>:dead:<topic>)
 -- KEYS[2]: counts hash (<prefix>:counts)
+-- KEYS[3]: the beanstalkd numbers' index (<prefix>:bs:ids)
 -- ARGV[1]: key prefix   ARGV[2]: topic   ARGV[3]: most jobs to take when no ids are given
 -- ARGV[4]: when no ids are given, take only jobs dead for at least this many ms (Redis's clock; ""
 --          for any): dq-checker's retention
@@ -9,7 +10,7 @@
 -- Returns: {deleted, removed from the dead list} (the same number; the shape matches requeue.lua).
 -- Ids not in the dead list are skipped.
 
-local dead, counts = KEYS[1], KEYS[2]
+local dead, counts, index = KEYS[1], KEYS[2], KEYS[3]
 local prefix, topic = ARGV[1], ARGV[2]
 local ids = {}
 if #ARGV >= 5 then
@@ -24,7 +25,6 @@ else
 end
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot"). Where the
 -- partition has a beanstalkd number index, the records are read for their numbers (n), which leave it.
-local index = prefix .. ':bs:ids'
 local numbered = {}
 if redis.call('EXISTS', index) == 1 then
   for i, id in ipairs(ids) do

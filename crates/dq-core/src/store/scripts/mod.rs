@@ -87,106 +87,26 @@ pub mod reschedule;
 pub mod reserve;
 pub mod touch;
 
-script!(
-    /// Write a topic's registration on one shard unless it holds a newer one.
-    TOPIC_SET,
-    "topic_set.lua"
-);
-script!(
-    /// Dead jobs back to ready.
-    REQUEUE,
-    record + publish + "requeue.lua"
-);
-script!(
-    /// Delete dead jobs.
-    DEAD_DELETE,
-    record + "dead_delete.lua"
-);
-script!(
-    /// Put an orphaned job record back in its ready queue (the audit).
-    REPAIR_RECORD,
-    record + publish + "repair_record.lua"
-);
-script!(
-    /// Drop an id that has no job record from a structure (the audit).
-    REPAIR_MEMBER,
-    "repair_member.lua"
-);
-script!(
-    /// Take in one job converted from the shard layout (dq-checker migrate).
-    ADOPT,
-    "adopt.lua"
-);
-script!(
-    /// Put a quarantined record back (dq-checker quarantine restore).
-    UNQUARANTINE,
-    "unquarantine.lua"
-);
-script!(
-    /// Remove counts fields that are 0 (dq-checker's housekeeping).
-    COUNTS_PRUNE,
-    "counts_prune.lua"
-);
-script!(
-    /// Write (or delete) a schedule, stamping when it starts counting occurrences.
-    SCHEDULE_SET,
-    "schedule_set.lua"
-);
-script!(
-    /// Note the last occurrence a schedule fired (only ever raised).
-    SCHEDULE_FIRED,
-    "schedule_fired.lua"
-);
-script!(
-    /// Take or keep a lease (dq-checker's: who sends alerts).
-    LEASE,
-    "lease.lua"
-);
-script!(
-    /// Hand out a partition's dead-job events, kept pending until sent (dq-checker).
-    EVENTS_TAKE,
-    "events_take.lua"
-);
-script!(
-    /// Forget pending dead-job events once their alert went out (dq-checker).
-    EVENTS_DONE,
-    "events_done.lua"
-);
-script!(
-    /// Hand out due dead-job hooks, claimed while they are sent (dq-checker).
-    DEAD_HOOKS_TAKE,
-    "dead_hooks_take.lua"
-);
-script!(
-    /// A dead-job hook's try failed: schedule the next one (dq-checker).
-    DEAD_HOOKS_RETRY,
-    "dead_hooks_retry.lua"
-);
-script!(
-    /// beanstalkd's release and bury (the protocol listener in dq-server).
-    BS_RELEASE,
-    record + publish + "bs_release.lua"
-);
-script!(
-    /// beanstalkd's kick of one buried or delayed job.
-    BS_KICK,
-    record + publish + "bs_kick.lua"
-);
-script!(
-    /// beanstalkd's reserve-job: reserve one given job.
-    BS_TAKE,
-    record + publish + "bs_take.lua"
-);
-script!(
-    /// The beanstalkd number of a job pushed over HTTP.
-    BS_NUMBER,
-    record + "bs_number.lua"
-);
-script!(
-    /// A dq-server's block of beanstalkd numbers in one partition, from a least one on.
-    BS_NUMBERS,
-    "bs_numbers.lua"
-);
+pub mod adopt;
+pub mod bs_kick;
+pub mod bs_number;
+pub mod bs_numbers;
+pub mod bs_release;
+pub mod bs_take;
+pub mod counts_prune;
+pub mod dead_delete;
+pub mod dead_hooks_retry;
+pub mod dead_hooks_take;
+pub mod events_done;
+pub mod events_take;
+pub mod lease;
+pub mod repair_member;
+pub mod repair_record;
+pub mod requeue;
+pub mod schedule_fired;
+pub mod schedule_set;
+pub mod topic_set;
+pub mod unquarantine;
 
 /// Every script, to load them all when a process connects: without that, the first calls of a script
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
@@ -204,30 +124,30 @@ pub fn all(sharded: bool) -> [&'static Script; 34] {
         touch::SCRIPT.get(sharded),
         promote::SCRIPT.get(sharded),
         expire::SCRIPT.get(sharded),
-        &TOPIC_SET,
-        REQUEUE.get(sharded),
-        &DEAD_DELETE,
+        &topic_set::SCRIPT,
+        requeue::SCRIPT.get(sharded),
+        &dead_delete::SCRIPT,
         release::SCRIPT.get(sharded),
-        REPAIR_RECORD.get(sharded),
-        &REPAIR_MEMBER,
-        &ADOPT,
+        repair_record::SCRIPT.get(sharded),
+        &repair_member::SCRIPT,
+        &adopt::SCRIPT,
         &balance::SCRIPT,
-        &UNQUARANTINE,
-        &LEASE,
-        &COUNTS_PRUNE,
-        &EVENTS_TAKE,
-        &EVENTS_DONE,
-        &DEAD_HOOKS_TAKE,
-        &DEAD_HOOKS_RETRY,
+        &unquarantine::SCRIPT,
+        &lease::SCRIPT,
+        &counts_prune::SCRIPT,
+        &events_take::SCRIPT,
+        &events_done::SCRIPT,
+        &dead_hooks_take::SCRIPT,
+        &dead_hooks_retry::SCRIPT,
         &limit::SCRIPT,
-        &SCHEDULE_SET,
-        &SCHEDULE_FIRED,
+        &schedule_set::SCRIPT,
+        &schedule_fired::SCRIPT,
         &activity_add::SCRIPT,
-        BS_RELEASE.get(sharded),
-        BS_KICK.get(sharded),
-        &BS_NUMBER,
-        BS_TAKE.get(sharded),
-        &BS_NUMBERS,
+        bs_release::SCRIPT.get(sharded),
+        bs_kick::SCRIPT.get(sharded),
+        &bs_number::SCRIPT,
+        bs_take::SCRIPT.get(sharded),
+        &bs_numbers::SCRIPT,
     ]
 }
 

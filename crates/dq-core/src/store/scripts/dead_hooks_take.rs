@@ -1,0 +1,45 @@
+//! `dead_hooks_take.lua`: hand out a partition's due dead-job hooks, each claimed while it is sent (see
+//! its header for KEYS and ARGV).
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use crate::error::{Error, Result};
+use crate::store::Store;
+use crate::store::decode::{int, text};
+
+script!(
+    /// Hand out due dead-job hooks, claimed while they are sent (dq-checker).
+    SCRIPT,
+    "dead_hooks_take.lua"
+);
+
+/// What one take handed out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DueHooks {
+    /// The due hooks' entries as stored, earliest first.
+    pub(crate) due: Vec<String>,
+    /// How many hooks the partition holds, due or not.
+    pub(crate) held: u64,
+}
+
+/// One `dead_hooks_take.lua` call on partition `p`: up to `max` due hooks, each claimed for `claim_ms`.
+pub(crate) async fn call(store: &Store, p: u16, max: usize, claim_ms: u64) -> Result<DueHooks> {
+    let mut inv = SCRIPT.prepare_invoke();
+    inv.key(store.partition_keys(p).dead_hooks()).arg(max).arg(claim_ms);
+    let reply: Vec<Value> = store.run(p, &inv).await?;
+    let malformed = || Error::Redis {
+        partition: Some(p),
+        message: "dead_hooks_take returned a malformed answer".into(),
+        source: None,
+    };
+    let (held, due) = reply.split_first().ok_or_else(malformed)?;
+    Ok(DueHooks {
+        held: int(held).ok_or_else(malformed)?.max(0) as u64,
+        due: due
+            .iter()
+            .map(|e| text(e).ok_or_else(malformed))
+            .collect::<Result<_>>()?,
+    })
+}
