@@ -4,7 +4,7 @@
 # figure is also given as a ratio to redis-benchmark running the same push script on the same Redis.
 #
 #   scripts/bench.sh            all figures
-#   BENCH_ONLY=push scripts/bench.sh   one of: push auth batch reserve memory lateness cpu cpu-deliver burst kill deliver
+#   BENCH_ONLY="push batch" scripts/bench.sh   some of: push auth batch reserve memory lateness cpu cpu-deliver burst kill deliver
 #                                      waiters schedules life (LIFE_PATH=push|pull|beanstalkd: scripts/profile-life.sh)
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
@@ -69,7 +69,7 @@ bench() { "${pin_rest[@]}" $bin/dq-bench --url "http://127.0.0.1:$sport" "$@"; }
 rcli() { for p in "${nodes[@]}"; do redis-cli -p "$p" "$@"; done; }
 # A field of INFO, summed over the nodes.
 info() { rcli info "$1" | tr -d '\r' | awk -F: -v k="$2" '$1==k {s += $2} END {printf "%.6f\n", s}'; }
-want() { [ -z "${BENCH_ONLY:-}" ] || [ "$BENCH_ONLY" = "$1" ]; }
+want() { [ -z "${BENCH_ONLY:-}" ] || [[ " $BENCH_ONLY " == *" $1 "* ]]; }
 # redis-benchmark on the private Redis, quiet; prints its requests per second.
 rbench() {
   redis-benchmark -p "$rport" -q "$@" | tr '\r' '\n' | grep -ao '[0-9.]* requests per second' | tail -1 | awk '{print $1}'
