@@ -141,6 +141,15 @@ impl Error {
         }
     }
 
+    /// Redis answered something dq did not expect (a script's malformed answer): a bug, a 500.
+    pub(crate) fn unexpected(partition: Option<u16>, message: impl Into<String>) -> Self {
+        Error::Redis {
+            partition,
+            message: message.into(),
+            source: None,
+        }
+    }
+
     /// Whether the operation certainly did not run, so that it may be sent elsewhere (a push without an
     /// id, under another id in another partition).
     pub fn did_not_run(&self) -> bool {

@@ -100,11 +100,7 @@ impl Beanstalkd {
         let keys = [self.partition_keys(p).job(id)];
         let mut records = self.read_records(p, &keys, &FIELDS).await?;
         let fields = records.pop().unwrap_or_default();
-        let bad = |what: &str| Error::Redis {
-            partition: Some(p),
-            message: format!("job {id}: {what}"),
-            source: None,
-        };
+        let bad = |what: &str| Error::unexpected(Some(p), format!("job {id}: {what}"));
         if fields.is_empty() {
             return Ok(None);
         }

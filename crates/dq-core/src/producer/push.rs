@@ -108,11 +108,7 @@ impl Producer {
                 .zip(outs.into_iter().map(Some).chain(std::iter::repeat_with(|| None)))
             {
                 let Some(Attempt { id, result }) = out else {
-                    results[i] = Some(Err(Error::Redis {
-                        partition: None,
-                        message: "the push call ended without an answer".into(),
-                        source: None,
-                    }));
+                    results[i] = Some(Err(Error::unexpected(None, "the push call ended without an answer")));
                     continue;
                 };
                 // Whether this write may have run: its outcome is unknown, or an earlier attempt's was.

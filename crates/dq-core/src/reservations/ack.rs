@@ -31,13 +31,11 @@ impl Reservations {
         };
         let me = self.clone();
         let flush = move |ops: Vec<AckOp>| send(me.clone(), ops);
-        let r = self.acks.submit(op, 1, flush).await.unwrap_or_else(|| {
-            Err(Error::Redis {
-                partition: None,
-                message: "the ack call ended without an answer".into(),
-                source: None,
-            })
-        });
+        let r = self
+            .acks
+            .submit(op, 1, flush)
+            .await
+            .unwrap_or_else(|| Err(Error::unexpected(None, "the ack call ended without an answer")));
         if r.is_ok() {
             metrics::counter!("dq_jobs_acked_total").increment(1);
             self.activity.delivered();
@@ -85,14 +83,6 @@ async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
     }
     answers
         .into_iter()
-        .map(|a| {
-            a.unwrap_or_else(|| {
-                Err(Error::Redis {
-                    partition: None,
-                    message: "ack returned too few answers".into(),
-                    source: None,
-                })
-            })
-        })
+        .map(|a| a.unwrap_or_else(|| Err(Error::unexpected(None, "ack returned too few answers"))))
         .collect()
 }

@@ -94,11 +94,7 @@ type Entry = (String, String, String, u32, String, i64, i64, u64);
 
 /// Reads a hand-off message (see `promote.lua`) into reservations.
 pub fn decode_handoff(payload: &str) -> Result<Vec<Reservation>> {
-    let bad = |why: String| Error::Redis {
-        partition: None,
-        message: format!("malformed hand-off: {why}"),
-        source: None,
-    };
+    let bad = |why: String| Error::unexpected(None, format!("malformed hand-off: {why}"));
     let entries: Vec<Entry> = serde_json::from_str(payload).map_err(|e| bad(e.to_string()))?;
     entries
         .into_iter()

@@ -80,13 +80,7 @@ impl Reservations {
             .reserves
             .submit_or_return(op, count - out.len(), flush, unclaimed)
             .await
-            .unwrap_or_else(|| {
-                Err(Error::Redis {
-                    partition: None,
-                    message: "the reserve call ended without an answer".into(),
-                    source: None,
-                })
-            });
+            .unwrap_or_else(|| Err(Error::unexpected(None, "the reserve call ended without an answer")));
         match answer {
             Ok(mut got) => {
                 out.append(&mut got);

@@ -16,11 +16,7 @@ impl Store {
             .map_err(|e| Error::from_redis(None, e))?;
         match (t.first().and_then(int), t.get(1).and_then(int)) {
             (Some(s), Some(us)) => Ok(s * 1000 + us / 1000),
-            _ => Err(Error::Redis {
-                partition: None,
-                message: "TIME returned a malformed answer".into(),
-                source: None,
-            }),
+            _ => Err(Error::unexpected(None, "TIME returned a malformed answer")),
         }
     }
 }

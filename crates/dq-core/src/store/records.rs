@@ -30,11 +30,7 @@ impl Core {
                     Ok(job) => Some(job),
                     Err(ParseJob::Missing) => None,
                     Err(ParseJob::Bad(what)) => {
-                        return Err(Error::Redis {
-                            partition: Some(p),
-                            message: format!("job {id}: {what}"),
-                            source: None,
-                        });
+                        return Err(Error::unexpected(Some(p), format!("job {id}: {what}")));
                     }
                 };
             }

@@ -49,11 +49,7 @@ pub(crate) async fn call<'a>(
             1 => Ok(AckReply::Acked),
             0 => Ok(AckReply::NoJob),
             -1 => Ok(AckReply::StaleReceipt),
-            other => Err(Error::Redis {
-                partition: Some(p),
-                message: format!("ack returned {other}"),
-                source: None,
-            }),
+            other => Err(Error::unexpected(Some(p), format!("ack returned {other}"))),
         })
         .collect()
 }

@@ -72,10 +72,6 @@ pub(crate) async fn call(
     match store.write::<i64>(p, &inv).await? {
         1 => Ok(AdoptReply::Adopted),
         0 => Ok(AdoptReply::AlreadyHere),
-        other => Err(Error::Redis {
-            partition: Some(p),
-            message: format!("adopt returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(Some(p), format!("adopt returned {other}"))),
     }
 }

@@ -38,11 +38,7 @@ pub(crate) async fn call(store: &Store, timer_id: &str, lease_ms: u64, release: 
         .arg(if release { "1" } else { "0" });
     let out: Vec<i64> = store.redis.invoke(&inv).await.map_err(|e| Error::from_redis(None, e))?;
     if out.len() < 2 {
-        return Err(Error::Redis {
-            partition: None,
-            message: "balance returned too little".into(),
-            source: None,
-        });
+        return Err(Error::unexpected(None, "balance returned too little"));
     }
     Ok(Balance {
         now: out[0],

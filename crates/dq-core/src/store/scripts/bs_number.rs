@@ -36,10 +36,6 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str) -> Result<BsNumberRepl
     match store.write::<i64>(p, &inv).await? {
         0 => Ok(BsNumberReply::NoJob),
         n if n > 0 => Ok(BsNumberReply::Numbered(n as u64)),
-        other => Err(Error::Redis {
-            partition: Some(p),
-            message: format!("bs_number returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(Some(p), format!("bs_number returned {other}"))),
     }
 }

@@ -27,10 +27,6 @@ pub(crate) async fn call(store: &Store, p: u16, size: u64, least: u64) -> Result
     // As the INCRBY it replaces: no wait for replicas (the puts that use the numbers wait).
     match store.run::<i64>(p, &inv).await? {
         last if last >= 0 => Ok(last as u64),
-        other => Err(Error::Redis {
-            partition: Some(p),
-            message: format!("bs_numbers returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(Some(p), format!("bs_numbers returned {other}"))),
     }
 }

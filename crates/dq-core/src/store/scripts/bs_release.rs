@@ -59,11 +59,7 @@ pub(crate) async fn call(
     };
     inv.arg(keys.ready_channel()).arg(keys.timer_channel());
     let out: Vec<Value> = store.write(p, &inv).await?;
-    let malformed = || Error::Redis {
-        partition: Some(p),
-        message: "bs_release returned a malformed answer".into(),
-        source: None,
-    };
+    let malformed = || Error::unexpected(Some(p), "bs_release returned a malformed answer");
     match out.first().and_then(int) {
         Some(1) => match out.get(1).and_then(text).as_deref() {
             Some("ready") => Ok(BsReleaseReply::Ready {

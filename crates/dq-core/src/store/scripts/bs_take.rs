@@ -43,11 +43,7 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str) -> Resu
     let Some(out) = out else {
         return Ok(BsTakeReply::NotTakeable);
     };
-    let bad = || Error::Redis {
-        partition: Some(p),
-        message: "reserve-job returned a malformed job".into(),
-        source: None,
-    };
+    let bad = || Error::unexpected(Some(p), "reserve-job returned a malformed job");
     let body = out.get(1).and_then(text).ok_or_else(bad)?;
     Ok(BsTakeReply::Taken(Reservation {
         id: id.to_string(),

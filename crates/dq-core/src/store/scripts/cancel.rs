@@ -37,10 +37,6 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str) -> Result<CancelReply>
     match store.write::<i64>(p, &inv).await? {
         1 => Ok(CancelReply::Cancelled),
         0 => Ok(CancelReply::NoJob),
-        other => Err(Error::Redis {
-            partition: Some(p),
-            message: format!("cancel returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(Some(p), format!("cancel returned {other}"))),
     }
 }

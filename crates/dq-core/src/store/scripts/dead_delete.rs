@@ -63,10 +63,6 @@ pub(crate) async fn call<S: AsRef<str>>(store: &Store, p: u16, topic: &str, whic
     }
     match store.write::<Vec<u64>>(p, &inv).await?[..] {
         [deleted, removed] => Ok(Deleted { deleted, removed }),
-        _ => Err(Error::Redis {
-            partition: Some(p),
-            message: "dead_delete returned a malformed answer".into(),
-            source: None,
-        }),
+        _ => Err(Error::unexpected(Some(p), "dead_delete returned a malformed answer")),
     }
 }

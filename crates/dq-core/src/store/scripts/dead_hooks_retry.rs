@@ -34,10 +34,6 @@ pub(crate) async fn call(store: &Store, p: u16, entry: &str, next: &str, wait_ms
     match store.run::<i64>(p, &inv).await? {
         1 => Ok(RetryReply::Scheduled),
         0 => Ok(RetryReply::Gone),
-        other => Err(Error::Redis {
-            partition: Some(p),
-            message: format!("dead_hooks_retry returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(Some(p), format!("dead_hooks_retry returned {other}"))),
     }
 }

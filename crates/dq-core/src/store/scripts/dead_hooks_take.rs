@@ -29,11 +29,7 @@ pub(crate) async fn call(store: &Store, p: u16, max: usize, claim_ms: u64) -> Re
     let mut inv = SCRIPT.prepare_invoke();
     inv.key(store.partition_keys(p).dead_hooks()).arg(max).arg(claim_ms);
     let reply: Vec<Value> = store.run(p, &inv).await?;
-    let malformed = || Error::Redis {
-        partition: Some(p),
-        message: "dead_hooks_take returned a malformed answer".into(),
-        source: None,
-    };
+    let malformed = || Error::unexpected(Some(p), "dead_hooks_take returned a malformed answer");
     let (held, due) = reply.split_first().ok_or_else(malformed)?;
     Ok(DueHooks {
         held: int(held).ok_or_else(malformed)?.max(0) as u64,

@@ -46,10 +46,6 @@ pub(crate) async fn call(store: &Store, p: u16, limit: u32) -> Result<Expired> {
             next_deadline: (next_deadline >= 0).then_some(next_deadline),
             now,
         }),
-        _ => Err(Error::Redis {
-            partition: Some(p),
-            message: "expire returned a malformed answer".into(),
-            source: None,
-        }),
+        _ => Err(Error::unexpected(Some(p), "expire returned a malformed answer")),
     }
 }

@@ -29,10 +29,6 @@ pub(crate) async fn call(store: &Store, who: &str, ttl_ms: u64) -> Result<LeaseR
     match store.run_unpartitioned::<i64>(&inv).await? {
         1 => Ok(LeaseReply::Held),
         0 => Ok(LeaseReply::HeldByOther),
-        other => Err(Error::Redis {
-            partition: None,
-            message: format!("lease returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(None, format!("lease returned {other}"))),
     }
 }

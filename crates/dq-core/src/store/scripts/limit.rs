@@ -70,10 +70,6 @@ pub(crate) async fn call(store: &Store, topic: &str, holder: &str, ask: LimitAsk
             wait_ms: wait as u64,
             paused: paused == 1,
         }),
-        _ => Err(Error::Redis {
-            partition: None,
-            message: "limit returned a malformed answer".into(),
-            source: None,
-        }),
+        _ => Err(Error::unexpected(None, "limit returned a malformed answer")),
     }
 }

@@ -81,9 +81,5 @@ pub(crate) async fn call(
 }
 
 fn malformed(p: u16) -> Error {
-    Error::Redis {
-        partition: Some(p),
-        message: "nack returned a malformed answer".into(),
-        source: None,
-    }
+    Error::unexpected(Some(p), "nack returned a malformed answer")
 }

@@ -54,11 +54,7 @@ pub(crate) async fn call(store: &Store, p: u16, limit: u32, waiting: &[Waiting])
             .arg(w.least_ttr_ms);
     }
     let out: Vec<i64> = store.run(p, &inv).await?;
-    let bad = || Error::Redis {
-        partition: Some(p),
-        message: "promote returned a malformed answer".into(),
-        source: None,
-    };
+    let bad = || Error::unexpected(Some(p), "promote returned a malformed answer");
     let (head, rest) = out.split_at_checked(4).ok_or_else(bad)?;
     let (handed, lateness) = rest.split_at_checked(head[3] as usize).ok_or_else(bad)?;
     if handed.len() != waiting.len() {

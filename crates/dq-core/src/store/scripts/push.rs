@@ -85,11 +85,7 @@ pub(crate) async fn call(store: &Store, p: u16, jobs: &[(&str, &NewJob, Mode)]) 
         }
     }
     let out: Vec<Value> = store.write(p, &inv).await?;
-    let bad = |what: &str| Error::Redis {
-        partition: Some(p),
-        message: format!("push returned {what}"),
-        source: None,
-    };
+    let bad = |what: &str| Error::unexpected(Some(p), format!("push returned {what}"));
     if out.len() != 4 * jobs.len() {
         return Err(bad("the wrong number of values"));
     }

@@ -40,10 +40,6 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str) -> Resu
         1 => Ok(ReleaseReply::Released),
         0 => Ok(ReleaseReply::NoJob),
         -1 => Ok(ReleaseReply::StaleReceipt),
-        other => Err(Error::Redis {
-            partition: Some(p),
-            message: format!("release returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(Some(p), format!("release returned {other}"))),
     }
 }

@@ -31,10 +31,6 @@ pub(crate) async fn call(store: &Store, p: u16, structure: &str, id: &str) -> Re
     match store.run::<i64>(p, &inv).await? {
         1 => Ok(MemberRepair::Removed),
         0 => Ok(MemberRepair::Left),
-        other => Err(Error::Redis {
-            partition: Some(p),
-            message: format!("repair_member returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(Some(p), format!("repair_member returned {other}"))),
     }
 }

@@ -38,10 +38,6 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str) -> Result<RecordRepair
     match store.run::<i64>(p, &inv).await? {
         1 => Ok(RecordRepair::PutBack),
         0 => Ok(RecordRepair::Left),
-        other => Err(Error::Redis {
-            partition: Some(p),
-            message: format!("repair_record returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(Some(p), format!("repair_record returned {other}"))),
     }
 }

@@ -61,10 +61,6 @@ pub(crate) async fn call<S: AsRef<str>>(store: &Store, p: u16, topic: &str, whic
     }
     match store.write::<Vec<u64>>(p, &inv).await?[..] {
         [requeued, removed] => Ok(Requeued { requeued, removed }),
-        _ => Err(Error::Redis {
-            partition: Some(p),
-            message: "requeue returned a malformed answer".into(),
-            source: None,
-        }),
+        _ => Err(Error::unexpected(Some(p), "requeue returned a malformed answer")),
     }
 }

@@ -50,11 +50,7 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str, schedule: Due) -> Resu
     };
     inv.arg(keys.ready_channel()).arg(keys.timer_channel());
     let out: Vec<Value> = store.write(p, &inv).await?;
-    let malformed = || Error::Redis {
-        partition: Some(p),
-        message: "reschedule returned a malformed answer".into(),
-        source: None,
-    };
+    let malformed = || Error::unexpected(Some(p), "reschedule returned a malformed answer");
     match out.first().and_then(int) {
         Some(1) => {
             let state = out.get(1).and_then(text).and_then(|s| State::parse(&s));

@@ -53,11 +53,7 @@ pub(crate) async fn call(
     };
     inv.arg(keys.timer_channel()).arg(if best_first { "1" } else { "" });
     let out: Vec<Value> = store.run(p, &inv).await?;
-    let bad = || Error::Redis {
-        partition: Some(p),
-        message: "reserve returned a malformed job".into(),
-        source: None,
-    };
+    let bad = || Error::unexpected(Some(p), "reserve returned a malformed job");
     let (more, jobs) = out.split_last().ok_or_else(bad)?;
     let jobs = jobs
         .chunks(8)

@@ -33,10 +33,6 @@ pub(crate) async fn call(store: &Store, name: &str, occurrence_ms: i64) -> Resul
     match store.run_unpartitioned::<i64>(&inv).await? {
         -1 => Ok(ScheduleFiredReply::NoSchedule),
         last if last >= 0 => Ok(ScheduleFiredReply::LastFired(last)),
-        other => Err(Error::Redis {
-            partition: None,
-            message: format!("schedule_fired returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(None, format!("schedule_fired returned {other}"))),
     }
 }

@@ -38,10 +38,6 @@ pub(crate) async fn call(store: &Store, name: &str, json: Option<&str>, restart:
             since,
             existed: existed == 1,
         }),
-        _ => Err(Error::Redis {
-            partition: None,
-            message: "schedule_set returned a malformed answer".into(),
-            source: None,
-        }),
+        _ => Err(Error::unexpected(None, "schedule_set returned a malformed answer")),
     }
 }

@@ -42,10 +42,6 @@ pub(crate) async fn call(
         0 => Ok(TopicSetReply::Deleted),
         -1 => Ok(TopicSetReply::Changed),
         version if version > 0 => Ok(TopicSetReply::Written(version as u64)),
-        other => Err(Error::Redis {
-            partition: None,
-            message: format!("topic_set returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(None, format!("topic_set returned {other}"))),
     }
 }

@@ -47,10 +47,6 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str, ttr_ms:
         0 => Ok(TouchReply::NoJob),
         -1 => Ok(TouchReply::StaleReceipt),
         deadline if deadline > 0 => Ok(TouchReply::Extended { deadline }),
-        other => Err(Error::Redis {
-            partition: Some(p),
-            message: format!("touch returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(Some(p), format!("touch returned {other}"))),
     }
 }

@@ -33,10 +33,6 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str) -> Result<Unquarantine
         1 => Ok(UnquarantineReply::Restored),
         0 => Ok(UnquarantineReply::NotQuarantined),
         -1 => Ok(UnquarantineReply::HasRecord),
-        other => Err(Error::Redis {
-            partition: Some(p),
-            message: format!("unquarantine returned {other}"),
-            source: None,
-        }),
+        other => Err(Error::unexpected(Some(p), format!("unquarantine returned {other}"))),
     }
 }
