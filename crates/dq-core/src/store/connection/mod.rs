@@ -7,6 +7,7 @@
 
 mod cluster;
 mod nodes;
+mod primary;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,12 +17,12 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 
 use self::cluster::ClusterConn;
-use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{AsyncConnectionConfig, Client, FromRedisValue, IntoConnectionInfo, ScriptInvocation};
+use self::primary::{LastError, PrimaryConnections, Target, client, mark, sentinel_client};
+use redis::{AsyncConnectionConfig, Client, FromRedisValue, ScriptInvocation};
 use tokio::sync::Mutex;
 
 use crate::config::{RedisMode, RedisSettings, redact};
-use crate::error::{Error, NOT_SENT, Outcome, REFUSED_FOR_NOW, Result, outcome};
+use crate::error::{Error, NOT_SENT, REFUSED_FOR_NOW, Result};
 
 /// How often a script that met a key on a slot being moved is sent again (50 ms, doubling to 500 ms
 /// between tries: about 8 s in all, longer than a slot's move takes).
@@ -72,95 +73,6 @@ impl std::fmt::Debug for Redis {
             .field("mode", &self.inner.mode)
             .field("urls", &self.inner.names)
             .finish()
-    }
-}
-
-/// Where a primary's connections come from.
-enum Target {
-    /// A standalone Redis.
-    Url(Client),
-    /// The primary Sentinel names now, asked again for every new connection.
-    Sentinel(Mutex<SentinelClient>),
-}
-
-impl Target {
-    async fn client(&self) -> redis::RedisResult<Client> {
-        match self {
-            Target::Url(c) => Ok(c.clone()),
-            Target::Sentinel(s) => s.lock().await.async_get_client().await,
-        }
-    }
-}
-
-/// bb8's manager for the primary's connections. A checkout only clones the multiplexed connection and
-/// gives it straight back, so concurrent requests share the pool's few sockets and redis-rs pipelines
-/// them; the pool owns connecting, timeouts and replacing broken sockets.
-struct PrimaryConnections {
-    /// Where to connect.
-    target: Arc<Target>,
-    /// Connect and answer timeouts for each new connection.
-    config: AsyncConnectionConfig,
-    /// Cleared by a successful connect.
-    last_error: LastError,
-}
-
-/// A pooled connection that remembers whether it saw a connection error (or a READONLY: a demoted
-/// primary), so the pool drops it and the next one resolves the primary again.
-struct PrimaryConnection {
-    /// The multiplexed connection.
-    conn: MultiplexedConnection,
-    /// Set by whichever clone saw the error.
-    broken: Arc<AtomicBool>,
-}
-
-impl bb8::ManageConnection for PrimaryConnections {
-    type Connection = PrimaryConnection;
-    type Error = redis::RedisError;
-
-    async fn connect(&self) -> Result<PrimaryConnection, redis::RedisError> {
-        let client = self.target.client().await?;
-        let conn = client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await?;
-        self.last_error.clear();
-        Ok(PrimaryConnection {
-            conn,
-            broken: Arc::new(AtomicBool::new(false)),
-        })
-    }
-
-    async fn is_valid(&self, conn: &mut PrimaryConnection) -> Result<(), redis::RedisError> {
-        redis::cmd("PING").query_async::<()>(&mut conn.conn).await
-    }
-
-    fn has_broken(&self, conn: &mut PrimaryConnection) -> bool {
-        conn.broken.load(Ordering::Relaxed)
-    }
-}
-
-/// bb8 keeps a failed connect to itself and answers callers only "timed out": this remembers the
-/// error (a refused connection, an untrusted certificate, a wrong password) so the caller's error has
-/// it as its source.
-#[derive(Debug, Clone, Default)]
-struct LastError(Arc<std::sync::Mutex<Option<crate::error::RedisCause>>>);
-
-impl LastError {
-    fn get(&self) -> Option<crate::error::RedisCause> {
-        self.0.lock().expect("last error lock").clone()
-    }
-
-    fn clear(&self) {
-        *self.0.lock().expect("last error lock") = None;
-    }
-}
-
-impl bb8::ErrorSink<redis::RedisError> for LastError {
-    fn sink(&self, error: redis::RedisError) {
-        *self.0.lock().expect("last error lock") = Some(Arc::new(error));
-    }
-
-    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<redis::RedisError>> {
-        Box::new(self.clone())
     }
 }
 
@@ -549,69 +461,6 @@ fn cluster_builder(
         .retries(settings.cluster_retries)
         .min_retry_wait(50)
         .max_retry_wait(500)
-}
-
-/// A client for `url`, trusting the configured CA and showing the configured client certificate when
-/// the URL uses TLS.
-fn client(url: &str, certs: &Option<redis::TlsCertificates>) -> redis::RedisResult<Client> {
-    match certs {
-        Some(certs) if url.starts_with("rediss://") => Client::build_with_tls(url, certs.clone()),
-        _ => Client::open(url),
-    }
-}
-
-fn sentinel_client(
-    settings: &RedisSettings,
-    certs: &Option<redis::TlsCertificates>,
-) -> redis::RedisResult<SentinelClient> {
-    // Sentinel reports only the primary's address: the first URL's user, password and TLS serve the
-    // sentinels and the data nodes alike, with the configured CA and client certificate.
-    let infos = settings
-        .urls
-        .iter()
-        .map(|u| u.as_str().into_connection_info())
-        .collect::<redis::RedisResult<Vec<_>>>()?;
-    let first = infos[0].redis_settings().clone();
-    let tls = match infos[0].addr() {
-        redis::ConnectionAddr::TcpTls { insecure: true, .. } => Some(redis::TlsMode::Insecure),
-        redis::ConnectionAddr::TcpTls { .. } => Some(redis::TlsMode::Secure),
-        _ => None,
-    };
-    let mut builder = SentinelClientBuilder::new(
-        infos.iter().map(|i| i.addr().clone()),
-        settings.sentinel_master.clone(),
-        SentinelServerType::Master,
-    )?;
-    if let Some(user) = first.username() {
-        builder = builder
-            .set_client_to_sentinel_username(user)
-            .set_client_to_redis_username(user);
-    }
-    if let Some(password) = first.password() {
-        builder = builder
-            .set_client_to_sentinel_password(password)
-            .set_client_to_redis_password(password);
-    }
-    if let Some(mode) = tls {
-        builder = builder.set_client_to_redis_tls_mode(mode);
-        if let Some(certs) = certs {
-            builder = builder
-                .set_client_to_sentinel_certificates(certs.clone())
-                .set_client_to_redis_certificates(certs.clone());
-        }
-    }
-    builder.build()
-}
-
-/// Marks a pooled connection broken when it may be (a call sent and not answered, a refused connect),
-/// or after READONLY (the primary was demoted: the next connection resolves the new one).
-fn mark<T>(broken: &AtomicBool, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
-    if let Err(e) = &r
-        && (outcome(e) == Outcome::Unknown || e.is_connection_refusal() || e.code() == Some("READONLY"))
-    {
-        broken.store(true, Ordering::Relaxed);
-    }
-    r
 }
 
 impl Redis {
