@@ -44,9 +44,7 @@ impl Core {
     pub(crate) async fn read_records(&self, p: u16, keys: &[String], fields: &[&str]) -> Result<Vec<get::Fields>> {
         get::call(&self.store, p, keys, fields).await
     }
-}
 
-impl Core {
     /// The first job of `topic`'s ready queue in partition `p`, as (id, score).
     pub(crate) async fn ready_head(&self, p: u16, topic: &str) -> Result<Option<(String, f64)>> {
         let mut cmd = redis::cmd("ZRANGE");
