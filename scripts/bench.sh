@@ -88,6 +88,45 @@ per_job() {
   sleep 3
   python3 -c "print(f'{($(info memory used_memory)-$m0)/100000:.0f} {($c1-$c0)/100000:.2f}')"
 }
+# Redis's time per script, from a slowlog that logged every call (slowlog-log-slower-than 0): calls,
+# time in all and per call, each script named by its file (matched by the SHA1 dq-server loads it under).
+script_times() {
+  rcli slowlog get 1000000 > "$work/slowlog.txt"
+  python3 - "$work/slowlog.txt" "${1:-0}" crates/dq-core/src/store/scripts <<'PY'
+import hashlib, os, sys, collections
+jobs, lua = int(sys.argv[2]), sys.argv[3]
+rec = open(os.path.join(lua, "record.lua")).read()
+names = {}
+# A grouped build (where there is one: grouped.lua) wraps a body as one(KEYS, ARGV) and loops over parts.
+loop = open(os.path.join(lua, "grouped.lua")).read() if os.path.exists(os.path.join(lua, "grouped.lua")) else None
+for f in os.listdir(lua):
+    body = open(os.path.join(lua, f)).read()
+    for pub in ("", "local publish = 'PUBLISH'\n", "local publish = 'SPUBLISH'\n"):
+        for text in (pub + body, rec + pub + body):
+            names[hashlib.sha1(text.encode()).hexdigest()] = f
+        if loop:
+            text = rec + pub + "local function one(KEYS, ARGV)\n" + body + "\nend\n" + loop
+            names[hashlib.sha1(text.encode()).hexdigest()] = f + " (grouped)"
+lines = open(sys.argv[1], errors="replace").read().split("\n")
+# redis-cli prints each entry as: id, time, duration, then the command's words, then client, name.
+tot, cnt = collections.Counter(), collections.Counter()
+i = 0
+while i < len(lines) - 3:
+    if lines[i + 3].lower() == "evalsha" and i + 4 < len(lines):
+        try:
+            d = int(lines[i + 2])
+        except ValueError:
+            i += 1; continue
+        n = names.get(lines[i + 4], lines[i + 4][:8])
+        tot[n] += d; cnt[n] += 1
+        i += 5
+    else:
+        i += 1
+for n, t in tot.most_common(12):
+    per_job = f" {t / jobs:7.1f} us per job" if jobs else ""
+    print(f"   {n:24} {cnt[n]:8d} calls {t:10d} us {t / cnt[n]:8.1f} us/call{per_job}")
+PY
+}
 echo "redis $(redis-server --version | awk '{print $3}'), $(nproc) cores; ${cluster:+a Redis Cluster of 3 primaries, }Redis, dq-server, 2 dq-timers, dq-consumer and the load on this one machine"
 
 if want push && [ -n "$cluster" ]; then
@@ -234,6 +273,9 @@ if want life; then
   rcli flushall >/dev/null
   c0=$(cpu); sleep 5; c1=$(cpu); t1=$(date +%s.%N)
   rcli config resetstat >/dev/null
+  # LIFE_SCRIPTS=1: also each script's share (logging every call costs Redis a little time of its own).
+  [ -n "${LIFE_SCRIPTS:-}" ] && rcli config set slowlog-log-slower-than 0 >/dev/null && \
+    rcli config set slowlog-max-len 1000000 >/dev/null && rcli slowlog reset >/dev/null
   case "$path" in
     push) jobs=$(bench --json deliver -n "$n" --rate 5000 --lead-ms 1500 --concurrency 64 --linger-ms 0 | tail -1 |
                  python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["unique"])') ;;
@@ -270,6 +312,7 @@ print(f"| of which Redis commands (those the scripts call, and the few clients s
 print(f"| of which Lua itself | {lua:.1f} us ({lua / scripts * 100 if scripts else 0:.0f}% of the time inside scripts) |")
 print(f"({jobs} jobs)")
 PY
+  [ -n "${LIFE_SCRIPTS:-}" ] && script_times "$jobs" && rcli config set slowlog-log-slower-than 10000 >/dev/null
   rcli flushall >/dev/null
 fi
 
@@ -298,36 +341,7 @@ print(f"due at {rate}/s: {(c2 - c1) / jobs * 1e6:.1f} us of Redis CPU per job, {
       f"{int(sys.argv[11])} handed off by the timers")
 PY
     # BENCH_SLOWLOG=1: Redis's time per script (every call logged; the names from the scripts' SHA1s).
-    if [ -n "${BENCH_SLOWLOG:-}" ]; then
-      rcli slowlog get 1000000 > "$work/slowlog.txt"
-      python3 - "$work/slowlog.txt" crates/dq-core/src/store/scripts <<'PY'
-import hashlib, os, sys, collections
-lua = sys.argv[2]
-rec = open(os.path.join(lua, "record.lua")).read()
-names = {}
-for f in os.listdir(lua):
-    body = open(os.path.join(lua, f)).read()
-    for text in (body, rec + body, rec + "local publish = 'PUBLISH'\n" + body, rec + "local publish = 'SPUBLISH'\n" + body):
-        names[hashlib.sha1(text.encode()).hexdigest()] = f
-lines = open(sys.argv[1], errors="replace").read().split("\n")
-# redis-cli prints each entry as: id, time, duration, then the command's words, then client, name.
-tot, cnt = collections.Counter(), collections.Counter()
-i = 0
-while i < len(lines) - 3:
-    if lines[i + 3].lower() == "evalsha" and i + 4 < len(lines):
-        try:
-            d = int(lines[i + 2])
-        except ValueError:
-            i += 1; continue
-        n = names.get(lines[i + 4], lines[i + 4][:8])
-        tot[n] += d; cnt[n] += 1
-        i += 5
-    else:
-        i += 1
-for n, t in tot.most_common(12):
-    print(f"   {n:24} {cnt[n]:8d} calls {t:10d} us {t / cnt[n]:8.1f} us/call")
-PY
-    fi
+    [ -n "${BENCH_SLOWLOG:-}" ] && script_times
     # BENCH_COMMANDSTATS=1: where Redis's time went (commands run inside scripts are counted too).
     if [ -n "${BENCH_COMMANDSTATS:-}" ]; then
       rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_/ {print $5, $3, $7, $1}' | sort -rn | head -15 |

@@ -6,6 +6,7 @@
 #   scripts/profile-life.sh [push|pull|beanstalkd] [jobs]      default: push 10000
 #   DQ_BIN=/path/to/other/build scripts/profile-life.sh push   another build, for a before/after table
 #   DQ_REDIS_MODE=cluster scripts/profile-life.sh              summed over a local cluster's 3 primaries
+#   LIFE_SCRIPTS=1 scripts/profile-life.sh push  also the time of each script, per call and per job
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_ONLY=life LIFE_PATH=${1:-push} LIFE_JOBS=${2:-10000} exec bash scripts/bench.sh
