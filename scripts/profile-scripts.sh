@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# What one call of each script on a job's life costs Redis by itself, with nothing else on the machine's
+# Redis: a private redis-server, and the calls dq makes (push.lua with a delay, the job made due, then
+# promote.lua, reserve.lua and ack.lua), sent by redis-cli --pipe with BATCH jobs per call, all in one
+# partition. Prints Redis CPU per job (a run without the slowlog), then each script's time per call and
+# per job (a run that logs every call). Where scripts/profile-life.sh measures the whole system under
+# load, this one separates what a call costs from what a job in it costs.
+#
+#   scripts/profile-scripts.sh              5,000 jobs, in calls of 1, 10 and 100 jobs
+#   scripts/profile-scripts.sh 20000 1 50   20,000 jobs, in calls of 1 and of 50
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/ensure-redis.sh
+n=${1:-5000}; shift || true
+batches=("${@:-1 10 100}"); batches=(${batches[@]})
+work=$(mktemp -d)
+port=$(bash scripts/free-port.sh)
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --logfile "$work/redis.log" &
+rpid=$!
+trap 'kill -9 $rpid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+rcli() { redis-cli -p "$port" "$@"; }
+cpu() { rcli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f\n", s}'; }
+
+for batch in "${batches[@]}"; do
+  # The calls, with their KEYS and ARGV as docs/redis-keys.md gives them.
+  python3 - "$port" "$n" "$batch" "$work" crates/dq-core/src/store/scripts <<'PY'
+import json, os, subprocess, sys
+port, n, batch, work, lua = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+rec = open(os.path.join(lua, "record.lua")).read()
+sha = {}
+for name in ("push", "promote", "reserve", "ack"):
+    text = rec + ("" if name == "ack" else "local publish = 'PUBLISH'\n") + open(os.path.join(lua, name + ".lua")).read()
+    sha[name] = subprocess.check_output(["redis-cli", "-p", port, "script", "load", text]).decode().strip()
+def resp(*args):
+    out = [f"*{len(args)}\r\n"]
+    for a in map(str, args):
+        out.append(f"${len(a.encode())}\r\n{a}\r\n")
+    return "".join(out)
+P, body, cmds = "dq:{0.1}", '"' + "x" * 62 + '"', []
+for b in range(0, n, batch):
+    ids = [f"job{i:08d}" for i in range(b, min(n, b + batch))]
+    keys, args = [f"{P}:counts", f"{P}:delayed"], ["ch:ready", "ch:timer"]
+    for i in ids:
+        keys += [f"{P}:job:{i}", f"{P}:ready:t"]
+        args += [i, "t", body, 3600000, "", 30000, 10, "0", ""]
+    cmds.append(resp("EVALSHA", sha["push"], len(keys), *keys, *args))
+    cmds += [resp("ZADD", f"{P}:delayed", 1, i) for i in ids]  # due now
+    cmds.append(resp("EVALSHA", sha["promote"], 4, f"{P}:delayed", f"{P}:counts", f"{P}:reserved", f"{P}:announced",
+                     P, len(ids), "ch:ready", "ch:timer", "nonce"))
+    cmds.append(resp("EVALSHA", sha["reserve"], 4, f"{P}:reserved", f"{P}:counts", f"{P}:announced", f"{P}:ready:t",
+                     P, len(ids), "rc", "", "ch:timer", ""))
+    # reserve.lua's receipts are <nonce>.<k>, in the order it popped: the ids' order here.
+    keys = [f"{P}:reserved", f"{P}:counts", f"{P}:bs:ids"] + [f"{P}:job:{i}" for i in ids]
+    args = [0] + [x for k, i in enumerate(ids) for x in (i, f"rc.{k + 1}")]
+    cmds.append(resp("EVALSHA", sha["ack"], len(keys), *keys, *args))
+open(os.path.join(work, "calls.resp"), "w").write("".join(cmds))
+json.dump({v: k for k, v in sha.items()}, open(os.path.join(work, "names.json"), "w"))
+PY
+  rcli flushall >/dev/null
+  c0=$(cpu); rcli --pipe < "$work/calls.resp" >/dev/null; c1=$(cpu)
+  left=$(rcli dbsize)
+  rcli flushall >/dev/null
+  rcli config set slowlog-log-slower-than 0 >/dev/null; rcli config set slowlog-max-len 1000000 >/dev/null; rcli slowlog reset >/dev/null
+  rcli --pipe < "$work/calls.resp" >/dev/null
+  rcli slowlog get 1000000 > "$work/slowlog.txt"
+  rcli config set slowlog-log-slower-than 10000 >/dev/null
+  echo "== $n jobs in calls of $batch: $(python3 -c "print(f'{($c1 - $c0) / $n * 1e6:.1f}')" ) us of Redis CPU per job (keys left: $left)"
+  python3 - "$n" "$work" <<'PY'
+import collections, json, os, sys
+n, work = int(sys.argv[1]), sys.argv[2]
+names = json.load(open(os.path.join(work, "names.json")))
+lines = open(os.path.join(work, "slowlog.txt"), errors="replace").read().split("\n")
+tot, cnt = collections.Counter(), collections.Counter()
+i = 0
+while i < len(lines) - 4:
+    if lines[i + 2].isdigit() and lines[i + 3].lower() in ("evalsha", "zadd"):
+        k = names.get(lines[i + 4], lines[i + 3].lower())
+        tot[k] += int(lines[i + 2]); cnt[k] += 1; i += 5
+    else:
+        i += 1
+for k in ("push", "promote", "reserve", "ack"):
+    print(f"   {k + '.lua':12} {cnt[k]:6} calls {tot[k] / max(cnt[k], 1):8.1f} us per call {tot[k] / n:6.1f} us per job")
+PY
+done
