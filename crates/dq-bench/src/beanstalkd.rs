@@ -6,6 +6,10 @@
 //! loops `reserve-with-timeout 1` → `delete` until the tube is empty. A phase's time ends at its last job:
 //! the closing `TIMED_OUT` each connection waits for is not counted. The protocol is spoken here directly
 //! (a line, and a body after RESERVED), so the bench measures the servers, not a client library.
+//!
+//! With `--pipeline N`, a connection sends N commands in one write and then reads their N replies, as
+//! a pipelining client does: N puts at a time; in the drain, N `reserve-with-timeout 0`, then the
+//! deletes of what they got, in one write each.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +39,9 @@ pub struct BeanstalkdArgs {
     /// Tube to put to and drain; it should be empty at the start.
     #[arg(long, default_value = "bench")]
     pub tube: String,
+    /// Commands each connection sends in one write before it reads their replies (1: one at a time).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub pipeline: u32,
 }
 
 /// Runs `dq-bench beanstalkd`.
@@ -61,6 +68,7 @@ pub async fn run(args: &BeanstalkdArgs) -> Result<Report> {
                 conn,
                 Arc::clone(&put),
                 args.jobs_per_connection,
+                args.pipeline,
                 Arc::clone(&errors),
             ))
         })
@@ -77,7 +85,7 @@ pub async fn run(args: &BeanstalkdArgs) -> Result<Report> {
     let tasks: Vec<_> = puts
         .into_iter()
         .filter_map(|p| p.conn)
-        .map(|conn| tokio::spawn(drain(conn, Arc::clone(&errors))))
+        .map(|conn| tokio::spawn(drain(conn, args.pipeline, Arc::clone(&errors))))
         .collect();
     let mut drains = Vec::with_capacity(tasks.len());
     for task in tasks {
@@ -110,6 +118,7 @@ pub async fn run(args: &BeanstalkdArgs) -> Result<Report> {
         )
         .with("reserve_delete_jobs_per_sec", per_sec(deleted, drain_seconds))
         .with("connections", args.connections)
+        .with("pipeline", args.pipeline)
         .with("body_bytes", args.body_bytes)
         .with("tube", args.tube.as_str());
     Ok(if deleted < inserted {
@@ -156,6 +165,11 @@ impl Conn {
     /// Sends `request` and reads the reply line (without its CR LF).
     async fn call(&mut self, request: &[u8]) -> Result<String> {
         self.stream.get_mut().write_all(request).await?;
+        self.reply().await
+    }
+
+    /// Reads the next reply line (without its CR LF).
+    async fn reply(&mut self) -> Result<String> {
         self.line.clear();
         if self.stream.read_until(b'\n', &mut self.line).await? == 0 {
             bail!("the server closed the connection");
@@ -181,24 +195,33 @@ struct Puts {
     latency: Hist,
 }
 
-/// Puts `jobs` jobs, one at a time.
-async fn put_all(mut conn: Conn, put: Arc<Vec<u8>>, jobs: u64, errors: Arc<Errors>) -> Puts {
+/// Puts `jobs` jobs, `pipeline` at a time (sent in one write, then their replies read).
+async fn put_all(mut conn: Conn, put: Arc<Vec<u8>>, jobs: u64, pipeline: u32, errors: Arc<Errors>) -> Puts {
     let mut done = Puts {
         conn: None,
         jobs: 0,
         latency: report::new_hist(),
     };
-    for _ in 0..jobs {
+    let mut left = jobs;
+    while left > 0 {
+        let n = left.min(u64::from(pipeline));
+        left -= n;
         let sent = Instant::now();
-        match conn.call(&put).await {
-            Ok(reply) if reply.starts_with("INSERTED ") => {
-                report::record(&mut done.latency, sent.elapsed());
-                done.jobs += 1;
-            }
-            Ok(reply) => errors.add(1, || format!("put: {reply}")),
-            Err(e) => {
-                errors.add(1, || format!("put: {e:#}"));
-                return done;
+        if let Err(e) = conn.stream.get_mut().write_all(&put.repeat(n as usize)).await {
+            errors.add(1, || format!("put: {e:#}"));
+            return done;
+        }
+        for _ in 0..n {
+            match conn.reply().await {
+                Ok(reply) if reply.starts_with("INSERTED ") => {
+                    report::record(&mut done.latency, sent.elapsed());
+                    done.jobs += 1;
+                }
+                Ok(reply) => errors.add(1, || format!("put: {reply}")),
+                Err(e) => {
+                    errors.add(1, || format!("put: {e:#}"));
+                    return done;
+                }
             }
         }
     }
@@ -217,47 +240,78 @@ struct Drain {
     delete: Hist,
 }
 
-/// Reserves and deletes jobs until a reserve times out.
-async fn drain(mut conn: Conn, errors: Arc<Errors>) -> Drain {
+/// Reserves and deletes jobs until a reserve times out: `pipeline` reserves in one write, then the
+/// deletes of the jobs they got in one write.
+async fn drain(mut conn: Conn, pipeline: u32, errors: Arc<Errors>) -> Drain {
     let mut done = Drain {
         jobs: 0,
         last_job: None,
         reserve: report::new_hist(),
         delete: report::new_hist(),
     };
+    // Pipelined, the reserves say `reserve-with-timeout 0`: once the tube is empty, each of a batch would
+    // otherwise wait its second in turn (a connection's reserves are answered in order).
+    let one = if pipeline > 1 {
+        "reserve-with-timeout 0\r\n"
+    } else {
+        "reserve-with-timeout 1\r\n"
+    };
+    let reserves = one.repeat(pipeline as usize).into_bytes();
     loop {
         let sent = Instant::now();
-        let reply = match conn.call(b"reserve-with-timeout 1\r\n").await {
-            Ok(reply) => reply,
-            Err(e) => {
-                errors.add(1, || format!("reserve: {e:#}"));
-                return done;
-            }
-        };
-        if reply == "TIMED_OUT" {
-            return done;
-        }
-        let Some((id, len)) = reserved(&reply) else {
-            errors.add(1, || format!("reserve: {reply}"));
-            return done;
-        };
-        if let Err(e) = conn.skip_body(len).await {
+        if let Err(e) = conn.stream.get_mut().write_all(&reserves).await {
             errors.add(1, || format!("reserve: {e:#}"));
             return done;
         }
-        report::record(&mut done.reserve, sent.elapsed());
-        let sent = Instant::now();
-        match conn.call(format!("delete {id}\r\n").as_bytes()).await {
-            Ok(reply) if reply == "DELETED" => {
-                report::record(&mut done.delete, sent.elapsed());
-                done.jobs += 1;
-                done.last_job = Some(Instant::now());
+        let mut ids = Vec::with_capacity(pipeline as usize);
+        let mut timed_out = false;
+        for _ in 0..pipeline {
+            let reply = match conn.reply().await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    errors.add(1, || format!("reserve: {e:#}"));
+                    return done;
+                }
+            };
+            if reply == "TIMED_OUT" {
+                timed_out = true;
+                continue;
             }
-            Ok(reply) => errors.add(1, || format!("delete {id}: {reply}")),
-            Err(e) => {
-                errors.add(1, || format!("delete {id}: {e:#}"));
+            let Some((id, len)) = reserved(&reply) else {
+                errors.add(1, || format!("reserve: {reply}"));
+                return done;
+            };
+            if let Err(e) = conn.skip_body(len).await {
+                errors.add(1, || format!("reserve: {e:#}"));
                 return done;
             }
+            report::record(&mut done.reserve, sent.elapsed());
+            ids.push(id);
+        }
+        if !ids.is_empty() {
+            let sent = Instant::now();
+            let deletes: String = ids.iter().map(|id| format!("delete {id}\r\n")).collect();
+            if let Err(e) = conn.stream.get_mut().write_all(deletes.as_bytes()).await {
+                errors.add(1, || format!("delete: {e:#}"));
+                return done;
+            }
+            for id in &ids {
+                match conn.reply().await {
+                    Ok(reply) if reply == "DELETED" => {
+                        report::record(&mut done.delete, sent.elapsed());
+                        done.jobs += 1;
+                        done.last_job = Some(Instant::now());
+                    }
+                    Ok(reply) => errors.add(1, || format!("delete {id}: {reply}")),
+                    Err(e) => {
+                        errors.add(1, || format!("delete {id}: {e:#}"));
+                        return done;
+                    }
+                }
+            }
+        }
+        if timed_out {
+            return done;
         }
     }
 }
@@ -282,9 +336,16 @@ mod tests {
         assert_eq!(reserved("RESERVED x 1"), None);
     }
 
-    /// A put and a drain against a tiny in-process server that speaks just enough of the protocol.
+    /// A put and a drain against a tiny in-process server that speaks just enough of the protocol, one
+    /// command at a time and pipelined.
     #[tokio::test]
     async fn puts_then_drains() {
+        for pipeline in [1, 4] {
+            puts_then_drains_with(pipeline).await;
+        }
+    }
+
+    async fn puts_then_drains_with(pipeline: u32) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let jobs = Arc::new(std::sync::Mutex::new((0u64, Vec::<u64>::new())));
@@ -299,6 +360,7 @@ mod tests {
             connections: 3,
             body_bytes: 8,
             tube: "t".into(),
+            pipeline,
         };
         let report = run(&args).await.unwrap();
         assert!(!report.is_failure(), "{}", report.human());

@@ -14,6 +14,7 @@ pub mod command;
 pub mod counters;
 pub mod dispatch;
 pub mod numbers;
+pub mod output;
 pub mod reply;
 pub mod reserve;
 pub mod session;
@@ -27,8 +28,7 @@ use std::time::{Duration, Instant};
 use dq_core::admin::topics::TopicCache;
 use dq_core::beanstalkd::{home_partition, is_made_topic, topic_of_tube};
 use dq_core::{Queue, Result};
-use futures_util::StreamExt;
-use tokio::io::AsyncWriteExt;
+use futures_util::{FutureExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::codec::FramedRead;
@@ -38,6 +38,7 @@ use tokio_util::task::TaskTracker;
 use self::codec::Codec;
 use self::counters::Counters;
 use self::numbers::Numbers;
+use self::output::Output;
 use self::session::{Next, Session, Tube};
 
 /// What every connection of the listener shares.
@@ -267,33 +268,44 @@ pub async fn serve(
 /// One connection, until it quits, goes away, or the server's drain ends it.
 async fn connection(shared: Arc<Shared>, socket: TcpStream) {
     let _ = socket.set_nodelay(true);
-    let (read, mut write) = socket.into_split();
+    let (read, write) = socket.into_split();
     let mut frames = FramedRead::new(read, Codec::new(shared.max_job_size));
+    let mut out = Output::new(write);
     let mut session = Session::new(shared.clone());
     loop {
         let frame = match session.pending.pop_front() {
             Some(frame) => frame,
-            None => {
-                // A draining server closes connections that hold nothing at once.
-                let idle = !session.holds_jobs();
-                tokio::select! {
-                    frame = frames.next() => match frame {
-                        Some(Ok(frame)) => frame,
-                        _ => break,
-                    },
-                    _ = shared.draining.cancelled(), if idle => break,
-                    _ = shared.closing.cancelled() => break,
+            // A command already read (a pipelining client's next one) is answered before anything is
+            // written: the replies of one batch go in one write.
+            None => match frames.next().now_or_never() {
+                Some(Some(Ok(frame))) => frame,
+                Some(_) => break,
+                None => {
+                    if out.flush().await.is_err() {
+                        break;
+                    }
+                    // A draining server closes connections that hold nothing at once.
+                    let idle = !session.holds_jobs();
+                    tokio::select! {
+                        frame = frames.next() => match frame {
+                            Some(Ok(frame)) => frame,
+                            _ => break,
+                        },
+                        _ = shared.draining.cancelled(), if idle => break,
+                        _ = shared.closing.cancelled() => break,
+                    }
                 }
-            }
+            },
         };
-        match session.handle(frame, &mut frames).await {
+        match session.handle(frame, &mut frames, &mut out).await {
             Next::Reply(bytes) => {
-                if write.write_all(&bytes).await.is_err() {
+                if out.push(&bytes).await.is_err() {
                     break;
                 }
             }
             Next::Close => break,
         }
     }
+    let _ = out.flush().await;
     session.close().await;
 }

@@ -11,11 +11,16 @@ use tokio::time::Instant;
 
 use super::body;
 use super::counters::TubeGauge;
+use super::output::{FLUSH_WHILE_WAITING, Output};
 use super::reply;
 use super::session::{Frames, Held, Next, Session, internal, local_deadline};
 
 /// A reserved job's deadline is "soon" within this much of it (beanstalkd's safety margin).
 const SAFETY_MARGIN: Duration = Duration::from_secs(1);
+
+/// Commands a waiting reserve reads ahead and keeps for after it; past this many it reads no more until
+/// it is answered (the socket's buffer then holds the rest).
+const MOST_PENDING_FRAMES: usize = 1024;
 
 impl Session {
     /// The topics a reserve takes from now: the watched ones that are not paused (here or over HTTP),
@@ -49,7 +54,13 @@ impl Session {
     }
 
     /// `reserve` and `reserve-with-timeout`.
-    pub(super) async fn reserve(&mut self, timeout: Option<u32>, with_timeout: bool, frames: &mut Frames) -> Next {
+    pub(super) async fn reserve(
+        &mut self,
+        timeout: Option<u32>,
+        with_timeout: bool,
+        frames: &mut Frames,
+        out: &mut Output,
+    ) -> Next {
         let shared = self.shared.clone();
         shared.counters.count(if with_timeout {
             "cmd-reserve-with-timeout"
@@ -104,24 +115,32 @@ impl Session {
                 Other,
                 Gone,
             }
-            let woke = tokio::select! {
-                job = async {
-                    match place.as_mut() {
-                        Some(p) => p.job().await,
-                        None => std::future::pending().await,
+            // Commands that arrive meanwhile (a pipelining client's) wait their turn in `pending`
+            // while this reserve keeps its place in the line; the replies before it are written once
+            // the wait lasts (see `super::output`).
+            let flush_at = Instant::now() + FLUSH_WHILE_WAITING;
+            let woke = loop {
+                tokio::select! {
+                    job = async {
+                        match place.as_mut() {
+                            Some(p) => p.job().await,
+                            None => std::future::pending().await,
+                        }
+                    } => break Woke::Job(job),
+                    _ = tokio::time::sleep_until(until.unwrap_or(far)) => break Woke::Other,
+                    _ = tokio::time::sleep_until(soonest.map_or(far, |d| d - SAFETY_MARGIN)) => break Woke::Other,
+                    _ = tokio::time::sleep_until(pause_ends.unwrap_or(far)) => break Woke::Other,
+                    _ = shared.draining.cancelled() => break Woke::Other,
+                    _ = tokio::time::sleep_until(flush_at), if out.is_pending() => {
+                        if out.flush().await.is_err() {
+                            break Woke::Gone;
+                        }
                     }
-                } => Woke::Job(job),
-                _ = tokio::time::sleep_until(until.unwrap_or(far)) => Woke::Other,
-                _ = tokio::time::sleep_until(soonest.map_or(far, |d| d - SAFETY_MARGIN)) => Woke::Other,
-                _ = tokio::time::sleep_until(pause_ends.unwrap_or(far)) => Woke::Other,
-                _ = shared.draining.cancelled() => Woke::Other,
-                frame = frames.next() => match frame {
-                    Some(Ok(frame)) => {
-                        self.pending.push_back(frame);
-                        Woke::Other
-                    }
-                    _ => Woke::Gone,
-                },
+                    frame = frames.next(), if self.pending.len() < MOST_PENDING_FRAMES => match frame {
+                        Some(Ok(frame)) => self.pending.push_back(frame),
+                        _ => break Woke::Gone,
+                    },
+                }
             };
             // Out of the line; a job sent meanwhile is this connection's.
             let gone = matches!(woke, Woke::Gone);
