@@ -5,7 +5,7 @@
 #
 #   scripts/bench.sh            all figures
 #   BENCH_ONLY="push batch" scripts/bench.sh   some of: push auth batch reserve memory lateness cpu cpu-deliver burst kill deliver
-#                                      waiters schedules life (LIFE_PATH=push|pull|beanstalkd: scripts/profile-life.sh)
+#                                      waiters schedules life (LIFE_PATH=push|pull|beanstalkd|bullmq: scripts/profile-life.sh)
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
 #   DQ_REDIS_MODE=cluster scripts/bench.sh   the same on a local Redis Cluster of 3 primaries
@@ -265,7 +265,8 @@ if want life; then
   # scripts/profile-life.sh: where Redis's time goes over one job's whole life, on the path LIFE_PATH
   # names: `push` (pushed with a 1.5 s delay in batches of 500, promoted, delivered by dq-consumer to a
   # sink that answers at once, acked), `pull` (pushed ready, reserved 10 at a time and acked with ack
-  # many) or `beanstalkd` (put, reserve, delete over the protocol, 4 connections).
+  # many) or `beanstalkd` (put, reserve, delete over the protocol, 4 connections); `bullmq` is BullMQ
+  # doing the push path's work on the same Redis (scripts/peers/bullmq-life.mjs), for the ratio.
   path=${LIFE_PATH:-push}
   n=${LIFE_JOBS:-10000}
   echo; echo "== one job's life on the $path path, $n jobs: Redis CPU, script calls and where the time inside them goes"
@@ -283,7 +284,9 @@ if want life; then
                  python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["jobs"])') ;;
     beanstalkd) $bin/dq-bench beanstalkd --addr "127.0.0.1:$bsport" -n $((n / 4)) -c 4 --tube "life-$RANDOM" >/dev/null
                 jobs=$(( n / 4 * 4 )) ;;
-    *) echo "LIFE_PATH is push, pull or beanstalkd, not $path" >&2; exit 2 ;;
+    bullmq) jobs=$(node scripts/peers/bullmq-life.mjs "$rport" "$n" 5000 | tail -1 |
+                   python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["jobs"])') ;;
+    *) echo "LIFE_PATH is push, pull, beanstalkd or bullmq, not $path" >&2; exit 2 ;;
   esac
   c2=$(cpu); t2=$(date +%s.%N)
   rcli info commandstats | tr -d '\r' > "$work/commandstats.txt"
