@@ -15,6 +15,7 @@ pub mod counters;
 pub mod dispatch;
 pub mod numbers;
 pub mod output;
+pub mod put;
 pub mod reply;
 pub mod reserve;
 pub mod session;
