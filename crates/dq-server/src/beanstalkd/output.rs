@@ -36,7 +36,7 @@ impl Output {
         }
     }
 
-    /// Adds a reply; writes what is pending once it passes [`MOST_PENDING`].
+    /// Adds a reply; writes what is pending once it passes `MOST_PENDING` (64 KiB).
     pub async fn push(&mut self, reply: &[u8]) -> std::io::Result<()> {
         self.pending.extend_from_slice(reply);
         if self.pending.len() >= MOST_PENDING {
