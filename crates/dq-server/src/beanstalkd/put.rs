@@ -41,16 +41,12 @@ impl Session {
         }
     }
 
-    /// `put`: a job with its number's id in its tube's home partition.
-    pub(super) async fn put(&mut self, line: PutLine, bytes: &[u8]) -> Vec<u8> {
-        if self.shared.draining.is_cancelled() {
-            return reply::DRAINING.to_vec();
-        }
-        self.count_producer();
+    /// A put whose number a producer took over HTTP meanwhile (a conflict), tried under the next
+    /// numbers (three numbers in all, the first one included).
+    async fn put_again(&mut self, line: PutLine, bytes: &[u8]) -> Vec<u8> {
         let queue = &self.shared.queue;
         let json = body::to_json(bytes);
-        // A number whose id a producer took over HTTP is skipped.
-        for _ in 0..3 {
+        for _ in 0..2 {
             let n = match self.shared.numbers.next(queue, self.used.home).await {
                 Ok(n) => n,
                 Err(e) => return internal(e),
@@ -64,13 +60,17 @@ impl Session {
         reply::INTERNAL_ERROR.to_vec()
     }
 
-    /// Puts that came together, stored with one push many (one group-commit entry, not one per job);
-    /// the replies of all, in order. A put whose number was taken meanwhile goes again alone.
-    pub(super) async fn put_run(&mut self, run: Vec<(PutLine, Bytes)>) -> Vec<u8> {
+    /// `put`s: one, or those that came together, stored with one push many (one group-commit entry, not
+    /// one per job); the replies of all, in order. A put whose number was taken meanwhile goes again
+    /// alone.
+    pub(super) async fn put(&mut self, run: Vec<(PutLine, Bytes)>) -> Vec<u8> {
         if self.shared.draining.is_cancelled() {
             return reply::DRAINING.repeat(run.len());
         }
-        self.count_producer();
+        if !self.producer {
+            self.producer = true;
+            self.shared.counters.gauge(|g| g.producers += 1);
+        }
         let queue = self.shared.queue.clone();
         let mut numbers = Vec::with_capacity(run.len());
         let mut jobs = Vec::with_capacity(run.len());
@@ -87,20 +87,12 @@ impl Session {
         for (((line, bytes), n), result) in run.into_iter().zip(numbers).zip(results) {
             let reply = match result {
                 Ok(_) => self.inserted(n),
-                Err(Error::Conflict(_)) => self.put(line, &bytes).await,
+                Err(Error::Conflict(_)) => self.put_again(line, &bytes).await,
                 Err(e) => internal(e),
             };
             out.extend_from_slice(&reply);
         }
         out
-    }
-
-    /// Counts this connection as a producer, at its first put.
-    fn count_producer(&mut self) {
-        if !self.producer {
-            self.producer = true;
-            self.shared.counters.gauge(|g| g.producers += 1);
-        }
     }
 
     /// The job of a put numbered `n` in the used tube.

@@ -124,12 +124,7 @@ impl Session {
                 } else {
                     let mut run = vec![(line, body)];
                     self.gather_puts(&mut run, frames);
-                    if run.len() == 1 {
-                        let (line, body) = run.pop().expect("one put");
-                        self.put(line, &body).await
-                    } else {
-                        self.put_run(run).await
-                    }
+                    self.put(run).await
                 }
             }
             Frame::Line(line) => match super::command::parse(&line) {
