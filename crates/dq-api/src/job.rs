@@ -67,6 +67,13 @@ impl PartialEq<&str> for State {
     }
 }
 
+/// The priority of a job pushed without one. Lower is more urgent; beanstalkd clients use 1024 too.
+pub const DEFAULT_PRIORITY: u32 = 1024;
+
+fn default_priority() -> u32 {
+    DEFAULT_PRIORITY
+}
+
 /// A push as the API receives it (`POST /v1/jobs`, and each entry of a batch).
 //
 // (Not in the doc comment, which is the OpenAPI document's description.) Integers are `i64` even where
@@ -111,6 +118,10 @@ pub struct PushRequest<B = RawBody> {
     /// The job's own backoff list, in ms (else the topic's, or `jobs.backoff_ms`, at each failure).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_ms: Option<Vec<u64>>,
+    /// 0 ..= 4294967295, lower is more urgent (default 1024): within its topic a ready job is
+    /// reserved and delivered by priority, then by due time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
 }
 
 /// A value for an `i64` field given as a `u64`: one beyond `i64::MAX` stays beyond every limit.
@@ -133,6 +144,7 @@ impl<B> PushRequest<B> {
             dedup_ms: None,
             max_age_ms: None,
             backoff_ms: None,
+            priority: None,
         }
     }
 
@@ -182,6 +194,12 @@ impl<B> PushRequest<B> {
     /// Sets the job's own backoff list.
     pub fn backoff_ms(mut self, delays: Vec<u64>) -> Self {
         self.backoff_ms = Some(delays);
+        self
+    }
+
+    /// Sets the priority (lower is more urgent; default [`DEFAULT_PRIORITY`]).
+    pub fn priority(mut self, priority: u32) -> Self {
+        self.priority = Some(priority.into());
         self
     }
 }
@@ -269,7 +287,8 @@ pub struct BatchRequest<J = RawBody> {
     pub jobs: Vec<J>,
 }
 
-/// `PATCH /v1/jobs/{id}` body: exactly one of `delay_ms` and `run_at` (a `null` counts as absent).
+/// `PATCH /v1/jobs/{id}` body: a new due time (`delay_ms` or `run_at`, not both), a new `priority`, or
+/// both (a `null` counts as absent).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
@@ -280,6 +299,9 @@ pub struct RescheduleRequest {
     /// New due time, Unix ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_at: Option<i64>,
+    /// New priority, 0 ..= 4294967295 (lower is more urgent); the due time stays unless given too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
 }
 
 /// A stored job, as a lookup returns it.
@@ -319,6 +341,10 @@ pub struct Job<B = RawBody> {
     /// Its own backoff list, ms, when it was pushed with one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backoff_ms: Option<Vec<u64>>,
+    /// Lower is more urgent (default 1024): ready jobs of a topic go out by priority, then due time.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    #[serde(default = "default_priority")] // absent from a server older than this field
+    pub priority: u32,
 }
 
 /// A job handed out by reserve.

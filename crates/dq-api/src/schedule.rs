@@ -27,6 +27,9 @@ pub struct ScheduleConfig<B = RawBody> {
     /// Each job's deliveries before dead (else the topic's, then `jobs.max_attempts`; 0 = unlimited).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<i64>,
+    /// Each job's priority (0 ..= 4294967295, lower is more urgent; else 1024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
     /// A paused schedule fires nothing; on resume it goes on from its next occurrence.
     #[serde(default)]
     pub paused: bool,

@@ -53,17 +53,23 @@ pub struct PushArgs {
     /// Jobs pushed before the timed phase, not measured.
     #[arg(long, default_value_t = 2000)]
     pub warmup: u64,
+    /// Each job's priority (none: the default, which is not sent).
+    #[arg(long)]
+    pub priority: Option<u32>,
 }
 
 /// Runs `dq-bench push`.
 pub async fn run(target: &Arc<Target>, args: &PushArgs) -> Result<Report> {
-    let plan = Arc::new(PushPlan::new(
-        target,
-        &args.topic,
-        body_of_size(args.body_bytes as usize),
-        args.delay_ms,
-        args.batch as usize,
-    )?);
+    let plan = Arc::new(
+        PushPlan::new(
+            target,
+            &args.topic,
+            body_of_size(args.body_bytes as usize),
+            args.delay_ms,
+            args.batch as usize,
+        )?
+        .priority(args.priority),
+    );
     let conns = Conn::connect_many(target, args.connections as usize).await?;
 
     let conns = if args.warmup > 0 {
@@ -85,6 +91,7 @@ pub async fn run(target: &Arc<Target>, args: &PushArgs) -> Result<Report> {
             .with("topic", args.topic.as_str())
             .with("delay_ms", args.delay_ms)
             .with("warmup", args.warmup)
+            .with("priority", args.priority.map_or("none".to_string(), |p| p.to_string()))
             .with("requests", done.hist.len()),
     )
 }
@@ -109,6 +116,8 @@ pub struct PushPlan {
     body: Box<RawValue>,
     delay_ms: u64,
     batch: usize,
+    /// Each job's priority, when it is sent.
+    priority: Option<u32>,
     uri: Uri,
     /// The request body for a full request (`batch` jobs).
     full: Bytes,
@@ -124,11 +133,19 @@ impl PushPlan {
             body,
             delay_ms,
             batch: batch.max(1),
+            priority: None,
             uri,
             full: Bytes::new(),
         };
         plan.full = plan.request_body(plan.batch);
         Ok(plan)
+    }
+
+    /// Pushes every job with `priority` (`None`: without one).
+    pub fn priority(mut self, priority: Option<u32>) -> Self {
+        self.priority = priority;
+        self.full = self.request_body(self.batch);
+        self
     }
 
     /// The request body for `n` jobs (1 ≤ n ≤ batch): a single job object
@@ -142,7 +159,10 @@ impl PushPlan {
         let jobs: Vec<PushRequest<&RawValue>> = ids
             .iter()
             .map(|id| {
-                let job = PushRequest::new(self.topic.as_str(), &*self.body).delay_ms(self.delay_ms);
+                let mut job = PushRequest::new(self.topic.as_str(), &*self.body).delay_ms(self.delay_ms);
+                if let Some(p) = self.priority {
+                    job = job.priority(p);
+                }
                 match id {
                     Some(id) => job.id(id.as_str()),
                     None => job,

@@ -201,7 +201,10 @@ async fn an_old_data_set_in_every_state_converts_survives_a_second_run_and_drain
     // It drains: the ready job, the dead one requeued, the delayed ones rescheduled.
     assert_eq!(q.admin().requeue_dead("x", None).await.unwrap(), 1);
     for id in ["delayed", "retried"] {
-        q.producer().reschedule(id, dq_core::Due::Delay(0)).await.unwrap();
+        q.producer()
+            .reschedule(id, Some(dq_core::Due::Delay(0)), None)
+            .await
+            .unwrap();
     }
     let mut got = Vec::new();
     for topic in ["t", "x", "e"] {

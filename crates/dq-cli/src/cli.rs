@@ -41,13 +41,16 @@ pub enum Command {
         /// The job's id.
         id: String,
     },
-    /// Make a delayed or ready job due at another time.
+    /// Make a delayed or ready job due at another time, give it another priority, or both.
     Reschedule {
         /// The job's id.
         id: String,
         /// When it is due.
         #[command(flatten)]
-        when: WhenArgs,
+        when: OptionalWhen,
+        /// Its new priority (0 to 4294967295, lower is more urgent).
+        #[arg(long, required_unless_present_any = ["delay", "at"])]
+        priority: Option<u32>,
     },
     /// Reserve jobs of some topics (highest priority first); prints each job with its receipt.
     Reserve {
@@ -144,6 +147,10 @@ pub struct PushArgs {
     /// Deliveries before it goes dead (0: unlimited).
     #[arg(long)]
     pub max_attempts: Option<u32>,
+    /// Its priority: 0 to 4294967295, lower is more urgent (default 1024). A topic's ready jobs go out
+    /// by priority, then due time.
+    #[arg(long)]
+    pub priority: Option<u32>,
     /// A deduplication key, with `--dedup-window`.
     #[arg(long, requires = "dedup_window", conflicts_with = "id")]
     pub dedup_key: Option<String>,
@@ -152,19 +159,7 @@ pub struct PushArgs {
     pub dedup_window: Option<u64>,
 }
 
-/// When a job is due: exactly one of a delay and a time.
-#[derive(Debug, Args)]
-#[group(required = true, multiple = false)]
-pub struct WhenArgs {
-    /// Due this long from now, e.g. `90s`, `5m`, `1500ms`.
-    #[arg(long, value_parser = parse_duration_ms)]
-    pub delay: Option<u64>,
-    /// Due at this time: Unix ms, or RFC 3339 (`2026-12-01T09:00:00Z`).
-    #[arg(long, value_parser = parse_time_ms)]
-    pub at: Option<i64>,
-}
-
-/// When a pushed job is due: at most one of a delay and a time.
+/// When a job is due: at most one of a delay and a time.
 #[derive(Debug, Args)]
 #[group(required = false, multiple = false)]
 pub struct OptionalWhen {

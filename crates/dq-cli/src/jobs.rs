@@ -3,7 +3,7 @@
 use std::io::Read;
 
 use anyhow::{Context, Result, bail};
-use dq_client::{Client, Job, Nack, PushRequest, ReserveRequest, When};
+use dq_client::{Client, Job, Nack, PushRequest, RescheduleRequest, ReserveRequest, When};
 use serde_json::Value;
 
 use crate::cli::Command;
@@ -26,6 +26,9 @@ pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> 
             }
             if let Some(n) = a.max_attempts {
                 job = job.max_attempts(n);
+            }
+            if let Some(p) = a.priority {
+                job = job.priority(p);
             }
             if let (Some(key), Some(window)) = (a.dedup_key, a.dedup_window) {
                 job = job.dedup(key, window);
@@ -50,14 +53,26 @@ pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> 
                 println!("{id} deleted");
             }
         }
-        Command::Reschedule { id, when } => {
-            let when = match (when.delay, when.at) {
-                (Some(ms), _) => When::DelayMs(ms),
-                (_, Some(at)) => When::RunAt(at),
-                _ => bail!("give --delay or --at"),
+        Command::Reschedule { id, when, priority } => {
+            let mut request = match (when.delay, when.at) {
+                (Some(ms), _) => RescheduleRequest::from(When::DelayMs(ms)),
+                (_, Some(at)) => RescheduleRequest::from(When::RunAt(at)),
+                _ => RescheduleRequest::default(),
             };
-            let job = client.reschedule(&id, when).await?;
-            out.either(&job, || println!("{} {} due {}", job.id, job.state, time(job.run_at)));
+            request.priority = priority.map(i64::from);
+            if request == RescheduleRequest::default() {
+                bail!("give --delay, --at or --priority");
+            }
+            let job = client.patch(&id, &request).await?;
+            out.either(&job, || {
+                println!(
+                    "{} {} due {} priority {}",
+                    job.id,
+                    job.state,
+                    time(job.run_at),
+                    job.priority
+                )
+            });
         }
         Command::Reserve { topics, count, wait } => {
             let jobs = client
@@ -126,6 +141,7 @@ pub fn job_fields(job: &Job) -> String {
         ("topic", job.topic.clone()),
         ("state", job.state.to_string()),
         ("run_at", time(job.run_at)),
+        ("priority", job.priority.to_string()),
         (
             "attempts",
             format!("{} of {}", job.attempts, attempts_cap(job.max_attempts)),

@@ -385,10 +385,25 @@ impl Client {
 
     /// `PATCH /v1/jobs/{id}`: a delayed or ready job is due again at `when`.
     pub async fn reschedule(&self, id: &str, when: When) -> Result<Job, Error> {
+        self.patch(id, &RescheduleRequest::from(when)).await
+    }
+
+    /// `PATCH /v1/jobs/{id}` with `priority`: a delayed or ready job takes its new place in line (lower
+    /// is more urgent), its due time kept.
+    pub async fn set_priority(&self, id: &str, priority: u32) -> Result<Job, Error> {
+        let request = RescheduleRequest {
+            priority: Some(priority.into()),
+            ..RescheduleRequest::default()
+        };
+        self.patch(id, &request).await
+    }
+
+    /// `PATCH /v1/jobs/{id}` with any of its fields: a new due time, a new priority, or both at once.
+    pub async fn patch(&self, id: &str, request: &RescheduleRequest) -> Result<Job, Error> {
         self.json(
             Method::PATCH,
             self.at(&["v1", "jobs", id]),
-            Some(&RescheduleRequest::from(when)),
+            Some(request),
             Idempotence::Safe,
         )
         .await

@@ -30,10 +30,12 @@ impl From<When> for dq_api::RescheduleRequest {
             When::DelayMs(ms) => dq_api::RescheduleRequest {
                 delay_ms: Some(i64::try_from(ms).unwrap_or(i64::MAX)),
                 run_at: None,
+                priority: None,
             },
             When::RunAt(at) => dq_api::RescheduleRequest {
                 delay_ms: None,
                 run_at: Some(at),
+                priority: None,
             },
         }
     }

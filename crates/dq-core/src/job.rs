@@ -1,7 +1,7 @@
 //! The job model: the checks between what a producer sends (dq-api's [`PushRequest`]) and what dq
 //! stores ([`NewJob`]).
 
-pub use dq_api::{Job, PushRequest, Reservation, State};
+pub use dq_api::{DEFAULT_PRIORITY, Job, PushRequest, Reservation, State};
 use serde::Serialize;
 
 use crate::config::{JobDefaults, Limits};
@@ -37,8 +37,8 @@ pub struct NewJob {
     pub max_age_ms: Option<u64>,
     /// The job's own backoff list, kept in its record.
     pub backoff_ms: Option<Vec<u64>>,
-    /// Its priority, lower first (beanstalkd's `put <pri>`): its ready queue orders it by this instead
-    /// of by its due time, ahead of every job without one. Not part of the HTTP API.
+    /// Its priority, lower first (none: [`DEFAULT_PRIORITY`]): its ready queue orders it by this, then
+    /// by due time. The beanstalkd protocol's `put <pri>` is this field too.
     pub priority: Option<u32>,
 }
 
@@ -155,6 +155,7 @@ impl NewJob {
         if let Some(b) = &req.backoff_ms {
             check_backoff(b, "backoff_ms", limits)?;
         }
+        let priority = req.priority.map(|p| check_priority(p, "priority")).transpose()?;
         Ok(NewJob {
             id: req.id,
             topic: req.topic,
@@ -165,9 +166,14 @@ impl NewJob {
             dedup,
             max_age_ms,
             backoff_ms: req.backoff_ms,
-            priority: None,
+            priority,
         })
     }
+}
+
+/// Checks a priority (`field` names it in the message): 0 ..= 2³²−1.
+pub fn check_priority(p: i64, field: &str) -> Result<u32> {
+    u32::try_from(p).map_err(|_| Error::Invalid(format!("`{field}` must be between 0 and {}, got {p}", u32::MAX)))
 }
 
 /// Checks a retry age (`field` names it in the message): 1 ..= `limits.max_delay_ms`.
@@ -326,6 +332,21 @@ mod tests {
     }
 
     #[test]
+    fn a_priority_is_kept_in_its_range() {
+        assert_eq!(check(r#"{"topic":"t","body":1}"#).unwrap().priority, None);
+        assert_eq!(
+            check(r#"{"topic":"t","body":1,"priority":0}"#).unwrap().priority,
+            Some(0)
+        );
+        assert_eq!(
+            check(r#"{"topic":"t","body":1,"priority":4294967295}"#)
+                .unwrap()
+                .priority,
+            Some(u32::MAX)
+        );
+    }
+
+    #[test]
     fn a_dedup_key_comes_with_its_window() {
         let j = check(r#"{"topic":"t","body":1,"dedup_key":"order:42","dedup_ms":60000}"#).unwrap();
         assert_eq!(
@@ -381,6 +402,8 @@ mod tests {
             (r#"{"topic":"t","body":1,"max_age_ms":99999999999999}"#, "max_age_ms"),
             (r#"{"topic":"t","body":1,"backoff_ms":[]}"#, "backoff_ms"),
             (r#"{"topic":"t","body":1,"backoff_ms":[99999999999999]}"#, "backoff_ms"),
+            (r#"{"topic":"t","body":1,"priority":-1}"#, "priority"),
+            (r#"{"topic":"t","body":1,"priority":4294967296}"#, "priority"),
             (
                 r#"{"topic":"t","body":1,"dedup_key":"k","dedup_ms":99999999999999}"#,
                 "dedup_ms",

@@ -71,7 +71,10 @@ async fn a_jobs_own_backoff_list_wins_over_the_callers_and_its_last_delay_repeat
     assert!(low <= 60000 && 60000 <= high, "{low}..{high}");
     // Third and later: 120 s, the last one, again and again.
     for _ in 0..2 {
-        q.producer().reschedule("j", dq_core::Due::Delay(0)).await.unwrap();
+        q.producer()
+            .reschedule("j", Some(dq_core::Due::Delay(0)), None)
+            .await
+            .unwrap();
         let receipt = reserve_one(&q, "j").await;
         let (state, low, high) = nack(&q, &redis, "j", &receipt).await;
         assert_eq!(state, State::Delayed);

@@ -410,7 +410,7 @@ async fn nack_uses_the_given_backoff_list() {
             .unwrap();
         assert_eq!(state, State::Delayed);
         delays.push(run_at - (r.deadline - 30_000));
-        q.producer().reschedule("b", Due::Delay(0)).await.unwrap();
+        q.producer().reschedule("b", Some(Due::Delay(0)), None).await.unwrap();
     }
     // The i-th delay after the i-th failure; the last repeats. (Reserve-to-nack time is added on top.)
     for (d, want) in delays.iter().zip([100_000, 200_000, 200_000]) {
@@ -451,7 +451,7 @@ async fn delete_and_reschedule_keep_counts_right() {
         .map(|r| r.unwrap().id)
         .collect();
     for id in &ids[..5] {
-        q.producer().reschedule(id, Due::Delay(0)).await.unwrap();
+        q.producer().reschedule(id, Some(Due::Delay(0)), None).await.unwrap();
     }
     let got = q.reservations().reserve(&["c".into()], 3).await.unwrap();
     q.reservations().ack(&got[0].id, &got[0].receipt).await.unwrap();
@@ -1003,12 +1003,11 @@ async fn promotion_moves_records_of_every_shape_whole() {
     // A retry age and a backoff list: 14 fields.
     let full = serde_json::json!({"id": "full", "topic": "a", "body": "x", "delay_ms": 30, "max_age_ms": 600_000, "backoff_ms": [5, 10]});
     q.producer().push(job(&q, full)).await.unwrap();
-    // A priority (beanstalkd's): 15 fields, and its ready queue scores it by the priority.
-    let mut prio = job(
+    // A priority: 15 fields, and its ready queue scores it by the priority, then the due time.
+    let prio = job(
         &q,
-        serde_json::json!({"id": "prio", "topic": "a", "body": 1, "delay_ms": 30}),
+        serde_json::json!({"id": "prio", "topic": "a", "body": 1, "delay_ms": 30, "priority": 7}),
     );
-    prio.priority = Some(7);
     q.producer().push(prio).await.unwrap();
     // A record written as a hash, as dq wrote them before it packed them.
     let fields = [
@@ -1042,13 +1041,18 @@ async fn promotion_moves_records_of_every_shape_whole() {
         (State::Ready, "\"x\"", Some(&[5u64, 10][..]))
     );
     assert!(j.retry_until.is_some());
-    assert_eq!(q.producer().get("prio").await.unwrap().state, State::Ready);
+    let prio = q.producer().get("prio").await.unwrap();
+    assert_eq!((prio.state, prio.priority), (State::Ready, 7));
     let score: f64 = redis::cmd("ZSCORE")
         .arg(key(&q, "prio", "ready:a"))
         .arg("prio")
         .query(&mut c)
         .unwrap();
-    assert_eq!(score, 7.0, "a job with a priority is scored by it");
+    assert_eq!(
+        score,
+        7.0 * 2f64.powi(42) + prio.run_at as f64,
+        "a job with a priority is scored by it, then by its due time"
+    );
     let j = q.producer().get("old").await.unwrap();
     assert_eq!((j.state, j.body.get(), j.created_at), (State::Ready, "2", 900));
     assert_consistent(&redis);
@@ -1235,7 +1239,10 @@ async fn a_reserve_sees_what_its_own_process_just_made_ready() {
         ))
         .await
         .unwrap();
-    q.producer().reschedule(&later.id, Due::Delay(0)).await.unwrap();
+    q.producer()
+        .reschedule(&later.id, Some(Due::Delay(0)), None)
+        .await
+        .unwrap();
     let r = q.reservations().reserve(&t, 1).await.unwrap();
     assert_eq!(r.len(), 1, "a job rescheduled to now is reserved at once");
     assert_eq!(r[0].id, later.id);

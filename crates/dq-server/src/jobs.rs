@@ -171,13 +171,14 @@ pub async fn cancel(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `PATCH /v1/jobs/{id}`: 200 job, only while delayed or ready (else 409).
+/// `PATCH /v1/jobs/{id}`: a new due time, a new priority, or both; 200 job, only while delayed or ready
+/// (else 409).
 #[utoipa::path(patch, path = "/v1/jobs/{id}", tag = "jobs", operation_id = "reschedule",
-    summary = "Reschedule a delayed or ready job",
+    summary = "Reschedule or reprioritise a delayed or ready job",
     params(("id" = String, Path, description = "The job's id.")),
     request_body = RescheduleRequest,
     responses(
-        (status = 200, description = "The job with its new `state` and `run_at`.", body = Job),
+        (status = 200, description = "The job with its new `state`, `run_at` and `priority`.", body = Job),
         (status = 404, description = "`not_found`: no job with this id.", body = ErrorBody),
         (status = 409, description = "`conflict`: the job is `reserved`, `done` or `dead`.", body = ErrorBody),
     ))]
@@ -191,22 +192,32 @@ pub async fn reschedule(
     checked_id(&id)?;
     let horizon = app.queue.limits().max_delay_ms;
     let schedule = match (req.delay_ms, req.run_at) {
-        (Some(d), None) if d >= 0 && d as u64 <= horizon => Due::Delay(d as u64),
+        (None, None) if req.priority.is_some() => None,
+        (Some(d), None) if d >= 0 && d as u64 <= horizon => Some(Due::Delay(d as u64)),
         (Some(d), None) => {
             return Err(ApiError::invalid(format!(
                 "`delay_ms` must be between 0 and {horizon}, got {d}"
             )));
         }
-        (None, Some(at)) if at >= 0 && at <= dq_core::clock::unix_ms().saturating_add(horizon as i64) => Due::At(at),
+        (None, Some(at)) if at >= 0 && at <= dq_core::clock::unix_ms().saturating_add(horizon as i64) => {
+            Some(Due::At(at))
+        }
         (None, Some(at)) => {
             return Err(ApiError::invalid(format!(
                 "`run_at` must be a Unix time in ms at most {horizon} ms from now, got {at}"
             )));
         }
-        _ => {
-            return Err(ApiError::invalid("give exactly one of `delay_ms` or `run_at`"));
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid("give either `delay_ms` or `run_at`, not both"));
+        }
+        (None, None) => {
+            return Err(ApiError::invalid("give `delay_ms` or `run_at`, `priority`, or both"));
         }
     };
+    let priority = req
+        .priority
+        .map(|p| dq_core::job::check_priority(p, "priority"))
+        .transpose()?;
     allow_job(&app, &caller, Scope::Produce, &id).await?;
-    Ok(Json(app.queue.producer().reschedule(&id, schedule).await?))
+    Ok(Json(app.queue.producer().reschedule(&id, schedule, priority).await?))
 }

@@ -177,6 +177,43 @@ async fn reschedule_moves_delayed_and_ready_jobs_only() {
     assert_error(status, &body, 404, "not_found");
 }
 
+/// Ready jobs go out by priority, then due time; a look-up shows the priority (1024 when the push gave
+/// none); PATCH with `priority` alone moves a ready job ahead and keeps its due time. One partition, so
+/// the topic has one ready queue and the order is exact (across partitions, see api.md).
+#[tokio::test]
+async fn priorities_order_what_is_ready() {
+    let redis = vec![dq_harness::RedisServer::start()];
+    let mut settings = common::settings(&redis);
+    settings.redis.partitions = Some(1);
+    let s = TestServer::with_settings(redis, settings).await;
+    let plain = s.push(json!({"topic": "t", "body": "plain", "run_at": 5})).await;
+    let low = s
+        .push(json!({"topic": "t", "body": "low", "run_at": 1, "priority": 4000}))
+        .await;
+    let urgent = s.push(json!({"topic": "t", "body": "urgent", "priority": 0})).await;
+    let id = |j: &serde_json::Value| j["id"].as_str().unwrap().to_string();
+    let (_, got) = s.call("GET", &format!("/v1/jobs/{}", id(&plain)), None).await;
+    assert_eq!(got["priority"], 1024);
+    let (_, got) = s.call("GET", &format!("/v1/jobs/{}", id(&urgent)), None).await;
+    assert_eq!(got["priority"], 0);
+
+    let (status, out) = s
+        .call("PATCH", &format!("/v1/jobs/{}", id(&low)), Some(json!({"priority": 1})))
+        .await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(
+        (out["priority"].as_u64(), out["run_at"].as_i64(), out["state"].as_str()),
+        (Some(1), Some(1), Some("ready"))
+    );
+
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let got = s.reserve(&["t"], 1, 0).await;
+        order.push(got[0]["body"].as_str().unwrap().to_string());
+    }
+    assert_eq!(order, ["urgent", "low", "plain"]);
+}
+
 #[tokio::test]
 async fn stats_count_per_topic_and_state() {
     let s = TestServer::start().await;

@@ -147,6 +147,8 @@ async fn bad_schedules_are_refused_and_write_nothing() {
         ("kept", with("ttr_ms", json!("60000")), "ttr_ms"),
         ("kept", with("max_attempts", json!(-1)), "max_attempts"),
         ("kept", with("max_attempts", json!(1_000_000)), "max_attempts"),
+        ("kept", with("priority", json!(-1)), "priority"),
+        ("kept", with("priority", json!(4_294_967_296i64)), "priority"),
         ("kept", with("paused", json!("yes")), "paused"),
         ("kept", with("delay_ms", json!(5)), "delay_ms"),
         ("kept", with("id", json!("x")), "id"),

@@ -105,7 +105,10 @@ async fn rescheduling_earlier_wakes_a_sleeping_timer() {
         leases(&redis).len() == 256
     })
     .await;
-    q.producer().reschedule(&p.id, Due::Delay(300)).await.unwrap();
+    q.producer()
+        .reschedule(&p.id, Some(Due::Delay(300)), None)
+        .await
+        .unwrap();
     eventually(Duration::from_secs(20), "the job is promoted", || async {
         q.producer().get(&p.id).await.unwrap().state == State::Ready
     })

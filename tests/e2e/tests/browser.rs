@@ -282,6 +282,20 @@ async fn a_logged_in_operator_uses_the_admin_and_a_page_of_another_site_still_ca
         })
         .await;
     }
+
+    // On the delayed job's page the operator gives it another priority; it stays delayed.
+    client.goto(&format!("{dq}/admin/jobs/secret-job")).await.unwrap();
+    let input = client.wait().for_element(Locator::Id("priority")).await.unwrap();
+    input.clear().await.unwrap();
+    input.send_keys("7").await.unwrap();
+    let button = "button[data-priority-from='priority']";
+    client.find(Locator::Css(button)).await.unwrap().click().await.unwrap();
+    eventually(Duration::from_secs(30), "the new priority took effect", || async {
+        let (_, job) = call(&http, server.port, "GET", "/v1/jobs/secret-job", None).await;
+        job["priority"] == 7 && job["state"] == "delayed"
+    })
+    .await;
+
     client
         .goto(&format!("{dq}/admin/topics/victim?state=dead"))
         .await

@@ -64,6 +64,8 @@ async fn jobs_from_push_to_ack() {
             "1h",
             "--max-attempts",
             "3",
+            "--priority",
+            "10",
         ],
     );
     let id = pushed["id"].as_str().unwrap().to_string();
@@ -77,7 +79,14 @@ async fn jobs_from_push_to_ack() {
     let text = ok(p, &["get", &id]);
     assert!(text.contains("state") && text.contains("delayed"), "{text}");
     assert!(text.contains("0 of 3"), "{text}");
+    assert!(text.contains("priority") && text.contains("10"), "{text}");
 
+    // A new priority alone keeps the job delayed; then due now.
+    let job = json_of(p, &["reschedule", &id, "--priority", "3"]);
+    assert_eq!(
+        (job["priority"].clone(), job["state"].clone()),
+        (json!(3), json!("delayed"))
+    );
     assert_eq!(json_of(p, &["reschedule", &id, "--delay", "0"])["state"], "ready");
     let reserved = json_of(p, &["reserve", "orders", "--count", "5"]);
     let job = &reserved["jobs"][0];
@@ -153,7 +162,9 @@ async fn bad_input_is_refused_with_a_message() {
     assert!(e.contains("400 invalid_argument"), "{e}");
     // clap refuses a bad duration and a missing choice.
     assert!(fails(p, &["push", "t", "1", "--delay", "5 weeks"]).contains("unknown unit"));
-    assert!(fails(p, &["reschedule", "x"]).contains("--delay"));
+    assert!(fails(p, &["reschedule", "x"]).contains("--priority"));
+    assert!(fails(p, &["push", "t", "1", "--priority", "-1"]).contains("-1"));
+    assert!(fails(p, &["push", "t", "1", "--priority", "4294967296"]).contains("--priority"));
     // Deleting needs ids or `--all`: never all by accident.
     assert!(fails(p, &["dead", "rm", "t"]).contains("<IDS>"));
     assert_eq!(json_of(p, &["stats"])["topics"], json!({}), "nothing was written");

@@ -42,9 +42,16 @@ async fn every_job_verb() {
         ("orders", json!({"n": 1}), "delayed")
     );
 
-    // Reschedule to now; reserve; touch; ack.
+    assert_eq!(job.priority, 1024, "the default priority");
+
+    // A new priority keeps the due time; reschedule to now keeps the priority; reserve; touch; ack.
+    let job = c.set_priority(&pushed.id, 7).await.unwrap();
+    assert_eq!(
+        (job.priority, job.state.as_str(), job.run_at),
+        (7, "delayed", pushed.run_at)
+    );
     let job = c.reschedule(&pushed.id, When::DelayMs(0)).await.unwrap();
-    assert_eq!(job.state, "ready");
+    assert_eq!((job.state.as_str(), job.priority), ("ready", 7));
     let reserved = c.reserve(&ReserveRequest::new(["orders"]).count(5)).await.unwrap();
     assert_eq!(reserved.len(), 1);
     assert_eq!((reserved[0].id.as_str(), reserved[0].attempt), (pushed.id.as_str(), 1));
@@ -170,6 +177,7 @@ async fn topics_dead_letters_schedules_and_stats() {
         body: json!({"report": "weekly"}),
         ttr_ms: None,
         max_attempts: None,
+        priority: Some(5),
         paused: false,
     };
     let made = c.put_schedule("weekly", &s).await.unwrap();

@@ -25,8 +25,8 @@ pub struct BsJob {
     pub body: String,
     /// Where it is.
     pub state: State,
-    /// Priority (jobs pushed over HTTP have none).
-    pub priority: Option<u32>,
+    /// Priority (the job's `priority`, whichever protocol pushed it).
+    pub priority: u32,
     /// Due time, Unix ms.
     pub run_at: i64,
     /// Created, Unix ms.
@@ -131,7 +131,7 @@ impl Beanstalkd {
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .ok_or_else(|| bad("no body"))?,
             state,
-            priority: num("p").map(|p| p as u32),
+            priority: num("p").map_or(crate::job::DEFAULT_PRIORITY, |p| p as u32),
             run_at: num("r").ok_or_else(|| bad("no due time"))?,
             created_at: num("c").unwrap_or_default(),
             ttr_ms: num("ttr").unwrap_or_default() as u64,

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use super::Beanstalkd;
 use crate::error::Result;
 use crate::store::beanstalkd::{self as store, Hash};
+use crate::store::ready::priority_floor;
 use crate::store::structures::{self, Structure};
 
 impl Beanstalkd {
@@ -70,11 +71,12 @@ impl Beanstalkd {
     }
 
     /// Ready jobs of `topic` with a priority below `below`, over every partition.
-    pub async fn ready_below(&self, topic: &str, below: u64) -> Result<u64> {
+    pub async fn ready_below(&self, topic: &str, below: u32) -> Result<u64> {
+        let floor = priority_floor(below);
         let reads = self
             .partitions
             .all()
-            .map(|p| structures::count_up_to(&self.store, p, Structure::Ready(topic), below - 1));
+            .map(|p| structures::count_below(&self.store, p, Structure::Ready(topic), floor));
         let mut n = 0;
         for r in futures_util::future::join_all(reads).await {
             n += r?;

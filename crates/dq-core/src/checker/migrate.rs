@@ -15,8 +15,9 @@ use redis::aio::MultiplexedConnection;
 
 use crate::config::{Settings, redact};
 use crate::error::Error;
-use crate::job::State;
+use crate::job::{DEFAULT_PRIORITY, State};
 use crate::queue::Queue;
+use crate::store::ready::ready_score;
 use crate::store::scripts;
 use crate::store::scripts::adopt::{self, AdoptReply, Place};
 
@@ -179,7 +180,13 @@ async fn convert(
                 "ready" | "dead" => {
                     let k = format!("{prefix}:{state}:{topic}");
                     let s: Option<f64> = redis::cmd("ZSCORE").arg(&k).arg(id).query_async(old).await?;
-                    (Some(k), s.or_else(|| rec.get("r").and_then(|r| r.parse().ok())))
+                    let s = s.or_else(|| rec.get("r").and_then(|r| r.parse().ok()));
+                    // The old layout scored a ready job by its due time alone, and had no priorities.
+                    let s = match state.as_str() {
+                        "ready" => s.map(|due| ready_score(DEFAULT_PRIORITY, due as i64)),
+                        _ => s,
+                    };
+                    (Some(k), s)
                 }
                 _ => (None, None),
             };

@@ -7,6 +7,7 @@ use super::Checker;
 use crate::error::Result;
 use crate::store::connection::Node;
 use crate::store::nodes;
+use crate::store::ready::due_of_score;
 
 impl Checker {
     /// PINGs `node`: its round trip.
@@ -25,14 +26,16 @@ impl Checker {
         Ok(rules.is_some_and(|rules| !rules.trim().is_empty()))
     }
 
-    /// The score (due time, Unix ms) of the oldest ready job of `topic` over every partition; partitions
-    /// that do not answer are left out.
+    /// The earliest due time (Unix ms) of the jobs first in line in `topic`'s ready queues, over every
+    /// partition (the first in line is the most urgent by priority: with priorities in use, an older job
+    /// of a lower priority may wait behind it); partitions that do not answer are left out.
     pub async fn oldest_ready(&self, topic: &str) -> Option<f64> {
         let heads = self.partitions.all().map(|p| self.0.ready_head(p, topic));
         futures_util::future::join_all(heads)
             .await
             .into_iter()
-            .filter_map(|head| head.ok().flatten().map(|(_, score)| score))
+            .filter_map(|head| head.ok().flatten().and_then(|(_, score)| due_of_score(score)))
+            .map(|due| due as f64)
             .reduce(f64::min)
     }
 }

@@ -23,15 +23,16 @@ impl Producer {
         }
     }
 
-    /// Gives a delayed or ready job a new due time and returns it.
-    pub async fn reschedule(&self, id: &str, schedule: Due) -> Result<Job> {
+    /// Gives a delayed or ready job a new due time (`None`: it stays), a new priority (`None`: it stays),
+    /// or both, and returns it.
+    pub async fn reschedule(&self, id: &str, schedule: Option<Due>, priority: Option<u32>) -> Result<Job> {
         let p = self.partitions.of_id(id);
-        match reschedule::call(&self.store, p, id, schedule).await? {
+        match reschedule::call(&self.store, p, id, schedule, priority).await? {
             RescheduleReply::Moved { .. } => {}
             RescheduleReply::NoJob => return Err(Error::NotFound(id.to_string())),
             RescheduleReply::NotMovable { state } => {
                 return Err(Error::Conflict(format!(
-                    "job `{id}` is {state}; only delayed or ready jobs can be rescheduled"
+                    "job `{id}` is {state}; only delayed or ready jobs can be rescheduled or reprioritised"
                 )));
             }
         }

@@ -19,15 +19,29 @@ pub(crate) struct AckOp {
     id: String,
     /// The receipt of its reservation.
     receipt: String,
+    /// How long its done record stays, ms (0: deleted at once).
+    retention_ms: u64,
 }
 
 impl Reservations {
-    /// Finishes a reservation: the job is done. `NotFound` when the job is gone, `StaleReceipt` when
-    /// the reservation `receipt` names is over.
+    /// Finishes a reservation: the job is done, its record kept for `jobs.done_retention_ms`.
+    /// `NotFound` when the job is gone, `StaleReceipt` when the reservation `receipt` names is over.
     pub async fn ack(&self, id: &str, receipt: &str) -> Result<()> {
+        self.ack_kept(id, receipt, self.defaults.done_retention_ms).await
+    }
+
+    /// Finishes a reservation and deletes the job at once, keeping no done record (beanstalkd's
+    /// `delete`, whose clients look nothing up after it and delete at rates where retained records
+    /// would cost memory). Answers as [`Reservations::ack`].
+    pub async fn ack_deleting(&self, id: &str, receipt: &str) -> Result<()> {
+        self.ack_kept(id, receipt, 0).await
+    }
+
+    async fn ack_kept(&self, id: &str, receipt: &str, retention_ms: u64) -> Result<()> {
         let op = AckOp {
             id: id.to_string(),
             receipt: receipt.to_string(),
+            retention_ms,
         };
         let me = self.clone();
         let flush = move |ops: Vec<AckOp>| send(me.clone(), ops);
@@ -44,21 +58,27 @@ impl Reservations {
     }
 }
 
-/// Sends gathered acks: one `ack.lua` call per partition (of at most [`ACK_GROUP`]), side by side.
-/// Answers per ack, in order.
+/// Sends gathered acks: one `ack.lua` call per partition and retention (of at most [`ACK_GROUP`]), side
+/// by side. Answers per ack, in order.
 async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
-    let mut by_partition: HashMap<u16, Vec<usize>> = HashMap::new();
+    let mut groups: HashMap<(u16, u64), Vec<usize>> = HashMap::new();
     for (i, op) in ops.iter().enumerate() {
-        by_partition.entry(queue.partitions.of_id(&op.id)).or_default().push(i);
+        let p = queue.partitions.of_id(&op.id);
+        groups.entry((p, op.retention_ms)).or_default().push(i);
     }
-    let calls = by_partition
+    let calls = groups
         .into_iter()
-        .flat_map(|(p, members)| members.chunks(ACK_GROUP).map(|c| (p, c.to_vec())).collect::<Vec<_>>())
-        .map(|(p, members)| {
+        .flat_map(|(group, members)| {
+            members
+                .chunks(ACK_GROUP)
+                .map(|c| (group, c.to_vec()))
+                .collect::<Vec<_>>()
+        })
+        .map(|((p, retention_ms), members)| {
             let (queue, ops) = (&queue, &ops);
             async move {
                 let acks = members.iter().map(|&i| (ops[i].id.as_str(), ops[i].receipt.as_str()));
-                let out = ack::call(&queue.store, p, queue.defaults.done_retention_ms, acks).await;
+                let out = ack::call(&queue.store, p, retention_ms, acks).await;
                 (members, out)
             }
         });

@@ -53,8 +53,14 @@ impl Reservations {
 
     /// Hands a reservation back unfinished: ready again at once, the delivery not counted.
     pub async fn release(&self, id: &str, receipt: &str) -> Result<()> {
+        self.hand_back(id, receipt, false).await
+    }
+
+    /// Hands a reservation back: ready again at once; `counted`: the delivery stays counted in its
+    /// attempts (beanstalkd's `reserves` counts every reservation, one its client saw and dropped too).
+    pub async fn hand_back(&self, id: &str, receipt: &str, counted: bool) -> Result<()> {
         let p = self.partitions.of_id(id);
-        match release::call(&self.store, p, id, receipt).await? {
+        match release::call(&self.store, p, id, receipt, counted).await? {
             ReleaseReply::Released => Ok(()),
             ReleaseReply::NoJob => Err(Error::NotFound(id.to_string())),
             ReleaseReply::StaleReceipt => Err(Error::StaleReceipt),

@@ -56,6 +56,7 @@ impl ScheduleRules for ScheduleConfig {
             dedup_ms: None,
             max_age_ms: None,
             backoff_ms: None,
+            priority: self.priority,
         }
     }
 }

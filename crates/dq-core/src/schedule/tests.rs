@@ -212,6 +212,11 @@ fn a_registration_is_checked_like_a_push() {
             r#"{"cron":"* * * * *","topic":"t","body":1,"max_attempts":-1}"#,
             "max_attempts",
         ),
+        (
+            "n",
+            r#"{"cron":"* * * * *","topic":"t","body":1,"priority":4294967296}"#,
+            "priority",
+        ),
         ("n", &big, "`body`"),
     ] {
         let err = config(json).validate(name, &limits).unwrap_err();
@@ -220,6 +225,18 @@ fn a_registration_is_checked_like_a_push() {
     }
     assert!(
         serde_json::from_str::<ScheduleConfig>(r#"{"cron":"* * * * *","topic":"t","body":1,"delay_ms":5}"#).is_err()
+    );
+}
+
+#[test]
+fn a_schedules_priority_goes_into_its_jobs() {
+    let c = config(r#"{"cron":"* * * * *","topic":"t","body":1,"priority":3}"#);
+    assert_eq!(c.push_request("n", 60_000).priority, Some(3));
+    assert_eq!(
+        config(r#"{"cron":"* * * * *","topic":"t","body":1}"#)
+            .push_request("n", 0)
+            .priority,
+        None
     );
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use redis::Value;
 use serde_json::value::RawValue;
 
-use crate::job::{Job, State};
+use crate::job::{DEFAULT_PRIORITY, Job, State};
 
 /// An integer, however Redis sent it.
 pub(crate) fn int(v: &Value) -> Option<i64> {
@@ -70,5 +70,6 @@ pub(crate) fn parse_job(id: &str, mut f: HashMap<String, Vec<u8>>) -> Result<Job
                     .collect::<Result<Vec<u64>, _>>()
             })
             .transpose()?,
+        priority: take("p").map_or(Ok(DEFAULT_PRIORITY as i64), |p| num(Some(p), "bad priority"))? as u32,
     })
 }

@@ -33,7 +33,7 @@ pub(crate) mod nodes;
 pub mod partition;
 mod publish;
 pub(crate) mod quarantine;
-mod ready;
+pub(crate) mod ready;
 pub(crate) mod records;
 pub(crate) mod registry;
 mod schedules;

@@ -92,9 +92,12 @@ pub(crate) async fn head_and_count(
     store.pipe(p, &pipe).await
 }
 
-/// How many entries of `structure` in partition `p` have a score up to `max` (inclusive).
-pub(crate) async fn count_up_to(store: &Store, p: u16, structure: Structure<'_>, max: u64) -> Result<u64> {
+/// How many entries of `structure` in partition `p` have a score below `below`.
+pub(crate) async fn count_below(store: &Store, p: u16, structure: Structure<'_>, below: f64) -> Result<u64> {
     let mut cmd = redis::cmd("ZCOUNT");
-    cmd.arg(structure.key(store.partition_keys(p))).arg("-inf").arg(max);
+    // Rust writes a float without an exponent, which Redis reads; `(` makes the bound exclusive.
+    cmd.arg(structure.key(store.partition_keys(p)))
+        .arg("-inf")
+        .arg(format!("({below}"));
     store.query(p, &cmd).await
 }

@@ -47,6 +47,7 @@ pub async fn job(State(app): State<AppState>, caller: Caller, Path(id): Path<Str
                 dt { "topic" } dd { a href=(topic_page) { (job.topic) } }
                 dt { "state" } dd { (job.state.as_str()) }
                 dt { "due (UTC)" } dd { (utc(job.run_at)) }
+                dt { "priority" } dd { (job.priority) @if job.priority == dq_api::DEFAULT_PRIORITY { " (default)" } }
                 @if let Some(d) = job.deadline { dt { "reserved until (UTC)" } dd { (utc(d)) } }
                 dt { "attempts" } dd { (job.attempts) " of " @if job.max_attempts == 0 { "unlimited" } @else { (job.max_attempts) } }
                 dt { "time to run" } dd { (job.ttr_ms) " ms" }
@@ -64,6 +65,8 @@ pub async fn job(State(app): State<AppState>, caller: Caller, Path(id): Path<Str
                         button data-call={ "PATCH /v1/jobs/" (id) } data-body=r#"{"delay_ms":0}"# { "run now" }
                         label { "in " input id="delay-s" type="number" min="0" step="any" value="60"; " s " }
                         button data-call={ "PATCH /v1/jobs/" (id) } data-delay-from="delay-s" { "reschedule" }
+                        label { " priority " input id="priority" type="number" min="0" max="4294967295" step="1" value=(job.priority); }
+                        button data-call={ "PATCH /v1/jobs/" (id) } data-priority-from="priority" { "set priority" }
                     }
                     @if job.state == JobState::Dead {
                         button data-call={ "POST /v1/topics/" (job.topic) "/dead/requeue" } data-body=(serde_json::json!({"ids": [&id]}).to_string()) { "requeue" }

@@ -166,13 +166,14 @@ fn job_table(jobs: &[&dq_core::Job], state: JobState, ro: bool) -> Markup {
         table {
             tr {
                 @if !ro { th { input type="checkbox" class="pick-all" title="select all"; } }
-                th { "id" } th { (when) } th { "attempts" } th { "last error" } th { "body" }
+                th { "id" } th { (when) } th { "priority" } th { "attempts" } th { "last error" } th { "body" }
             }
             @for job in jobs {
                 tr {
                     @if !ro { td { input type="checkbox" class="pick" value=(job.id); } }
                     td { a href=(job_href(&job.id)) { code { (job.id) } } }
                     td { (utc(if state == JobState::Reserved { job.deadline.unwrap_or(job.run_at) } else { job.run_at })) }
+                    td class="num" { (job.priority) }
                     td class="num" { (job.attempts) "/" @if job.max_attempts == 0 { "∞" } @else { (job.max_attempts) } }
                     td { (job.last_error.as_deref().unwrap_or("")) }
                     td { code { (job.body.get().chars().take(120).collect::<String>()) } }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::beanstalkd::Released;
-use dq_core::beanstalkd::home_partition;
+use dq_core::beanstalkd::{home_partition, number_of_id};
 use dq_core::{Error, State};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::time::Instant;
@@ -167,12 +167,20 @@ impl Session {
         self.held.get(&n)
     }
 
-    /// `delete <id>`: a job this connection holds is acked; a ready, delayed or buried job is deleted;
-    /// a job another connection holds is `NOT_FOUND`.
+    /// `delete <id>`: a job this connection holds is acked (a job put over the protocol, its id made
+    /// from its number, leaves no done record: beanstalkd's delete leaves nothing; one pushed over HTTP
+    /// stays `done` for lookups as after any ack); a ready, delayed or buried job is deleted; a job
+    /// another connection holds is `NOT_FOUND`.
     async fn delete(&mut self, n: u64) -> dq_core::Result<Vec<u8>> {
         let queue = self.shared.queue.clone();
         if let Some(h) = self.held.remove(&n).filter(|h| h.deadline > Instant::now()) {
-            return Ok(match queue.reservations().ack(&h.id, &h.receipt).await {
+            let reservations = queue.reservations();
+            let acked = if number_of_id(&h.id, queue.partitions().count()).is_some() {
+                reservations.ack_deleting(&h.id, &h.receipt).await
+            } else {
+                reservations.ack(&h.id, &h.receipt).await
+            };
+            return Ok(match acked {
                 Ok(()) => {
                     self.shared.counters.count(format!("{}:cmd-delete", h.topic));
                     reply::DELETED.to_vec()
@@ -278,7 +286,12 @@ impl Session {
     /// The connection ends: what it holds goes back to ready at once, and its gauges go.
     pub async fn close(mut self) {
         for (_, h) in self.held.drain() {
-            if let Err(e) = self.shared.queue.reservations().release(&h.id, &h.receipt).await
+            if let Err(e) = self
+                .shared
+                .queue
+                .reservations()
+                .hand_back(&h.id, &h.receipt, true)
+                .await
                 && !matches!(e, Error::StaleReceipt | Error::NotFound(_))
             {
                 tracing::warn!(error = %e.chain(), id = %h.id, "could not release a closed connection's job; dq-timer will at its TTR");

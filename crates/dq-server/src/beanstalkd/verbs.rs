@@ -153,7 +153,7 @@ impl Session {
             return Ok(0);
         }
         let queue = &self.shared.queue;
-        queue.beanstalkd().ready_below(topic, u64::from(URGENT)).await
+        queue.beanstalkd().ready_below(topic, URGENT).await
     }
 }
 

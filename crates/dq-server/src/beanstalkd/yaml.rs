@@ -42,7 +42,7 @@ pub fn job(n: u64, tube: &str, job: &BsJob, now_ms: i64) -> Vec<u8> {
         "---\nid: {n}\ntube: {tube}\nstate: {}\npri: {}\nage: {}\ndelay: {}\nttr: {}\ntime-left: {time_left}\n\
          file: 0\nreserves: {}\ntimeouts: {timeouts}\nreleases: {releases}\nburies: {buries}\nkicks: {kicks}\n",
         state_name(job),
-        job.priority.unwrap_or(u32::MAX),
+        job.priority,
         secs(now_ms - job.created_at),
         job.delay_s.map_or(secs(job.run_at - job.created_at), |d| d as i64),
         job.ttr_ms / 1000,

@@ -32,6 +32,7 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     let job_fields = |s: &mut Value| {
         int(s, "ttr_ms", ttr.0, ttr.1);
         int(s, "max_attempts", 0, limits.max_attempts as u64);
+        int(s, "priority", 0, u32::MAX as u64);
     };
 
     let push = schema(schemas, "PushRequest");
@@ -58,10 +59,13 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     let reschedule = schema(schemas, "RescheduleRequest");
     int(reschedule, "delay_ms", 0, max_delay);
     run_at(reschedule, max_delay);
+    int(reschedule, "priority", 0, u32::MAX as u64);
     // Rules between fields go in `allOf`: a generated client (openapi-python-client) reads a top-level
     // `oneOf`/`anyOf` as a union of other types, and loses the object's own fields.
     reschedule["allOf"] = json!([
-        {"oneOf": [given(&["delay_ms"]), given(&["run_at"])], "description": "exactly one of `delay_ms` and `run_at`"},
+        {"oneOf": [given(&["delay_ms"]), given(&["run_at"]),
+                   {"allOf": [given(&["priority"]), absent(&["delay_ms", "run_at"])]}],
+         "description": "a new due time (`delay_ms` or `run_at`, not both), a new `priority`, or both"},
     ]);
 
     let reserve = schema(schemas, "ReserveRequest");

@@ -1,6 +1,6 @@
 -- ack.lua: finish reserved jobs of one partition: each is done, kept for lookups for the retention period
--- (a job put over the beanstalkd protocol, which has a priority `p`, is deleted: beanstalkd's delete
--- leaves nothing, and its clients delete at a rate that retained records would make a memory cost).
+-- (the beanstalkd protocol's delete passes 0: beanstalkd's delete leaves nothing, and its clients delete
+-- at a rate that retained records would make a memory cost).
 -- One call carries the acks that dq's group commit gathered for the partition (one, or many at once).
 --
 -- KEYS[1]: the reserved set (<prefix>:reserved)
@@ -35,7 +35,7 @@ for k = 1, #KEYS - 3 do
     ended[r.t] = (ended[r.t] or 0) + 1
     -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
     if r.n then redis.call('HDEL', bs_ids, r.n) end
-    if retention > 0 and not r.p then
+    if retention > 0 then
       r.s = 'done'
       rec_store(job, r, true)
       redis.call('PEXPIRE', job, retention)

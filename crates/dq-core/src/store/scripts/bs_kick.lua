@@ -27,7 +27,7 @@ if r.k[5] == nil then r.k[5] = math.max(0, math.floor((r.r - r.c) / 1000)) end
 r.s, r.r = 'ready', now
 if r.g then r.x = now + r.g end
 rec_store(job, r)
-redis.call('ZADD', ready, r.p or now, id)
+redis.call('ZADD', ready, rec_score(r.p, now), id)
 if was_empty then redis.call(publish, ARGV[3], topic) end
 redis.call('HINCRBY', counts, topic .. ':' .. from, -1)
 redis.call('HINCRBY', counts, topic .. ':ready', 1)

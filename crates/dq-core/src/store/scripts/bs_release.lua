@@ -41,15 +41,17 @@ end
 r.k[2] = r.k[2] + 1
 local delay = tonumber(ARGV[5])
 r.k[5] = math.floor(delay / 1000)
-r.r = now + delay
 if delay <= 0 then
+  -- Back in its place: its due time stays, so it goes ahead of the jobs of its priority that became due
+  -- after it (beanstalkd puts a released job back by its number, which is its put order).
   r.s = 'ready'
   rec_store(job, r)
-  redis.call('ZADD', ready, r.p, id)
+  redis.call('ZADD', ready, rec_score(r.p, r.r), id)
   if was_empty then redis.call(publish, ARGV[6], topic) end
   redis.call('HINCRBY', counts, topic .. ':ready', 1)
   return {1, 'ready', topic}
 end
+r.r = now + delay
 local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
 redis.call('ZADD', bucket, r.r, id)
 if head[2] == nil or r.r < tonumber(head[2]) then

@@ -37,10 +37,9 @@ for i, id in ipairs(expired) do
     local topic = r.t
     r.rc, r.d = nil, nil
     r.e = 'reservation expired (ttr)'
-    if r.p then
-      r.k = r.k or {0, 0, 0, 0}
-      r.k[1] = r.k[1] + 1
-    end
+    -- beanstalkd's `timeouts` of the job (stats-job), counted whichever protocol reserved it.
+    r.k = r.k or {0, 0, 0, 0}
+    r.k[1] = r.k[1] + 1
     redis.call('HINCRBY', counts, topic .. ':reserved', -1)
     local attempts, max = r.a, r.m
     if r.x and now > r.x then r.e = r.e .. '; retries ended: max age reached' end
@@ -56,7 +55,7 @@ for i, id in ipairs(expired) do
     else
       local ready = prefix .. ':ready:' .. topic
       -- Its original due time puts it ahead of jobs that became due after it.
-      redis.call('ZADD', ready, r.p or r.r, id)
+      redis.call('ZADD', ready, rec_score(r.p, r.r), id)
       if redis.call('ZCARD', ready) == 1 then redis.call(publish, ready_channel, topic) end
       r.s = 'ready'
       rec_store(job, r)

@@ -61,7 +61,7 @@ end
 local run_at = now + delay
 if delay <= 0 then
   local ready = prefix .. ':ready:' .. topic
-  redis.call('ZADD', ready, r.p or run_at, id)
+  redis.call('ZADD', ready, rec_score(r.p, run_at), id)
   if redis.call('ZCARD', ready) == 1 then redis.call(publish, ARGV[6], topic) end
   r.s, r.r = 'ready', run_at
   rec_store(job, r)

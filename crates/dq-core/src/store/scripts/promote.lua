@@ -14,8 +14,8 @@
 --   (<prefix>:handoff:<consumer>), free slots, least TTR in ms. A due job of a waiting worker's topic is
 --   reserved for it (attempt + 1, a receipt, a deadline of now + max(its TTR, the least TTR)) and
 --   published on its channel, up to its free slots, in the order given. When the publish reaches nobody
---   (the consumer is gone) those jobs go to the ready queue instead. Jobs with a priority (beanstalkd's)
---   always go to the ready queue, whose order is theirs.
+--   (the consumer is gone) those jobs go to the ready queue instead. Jobs are handed by priority, then
+--   due time, as the ready queue would give them out.
 -- Returns: {moved, next_due (-1 when the delay set is empty), now, jobs handed to each waiting worker
 --   (one value per worker, in the order given) ..., lateness of each moved job in ms ...}
 --   A hand-off message is a JSON array of jobs, each [id, topic, body, attempt, receipt, deadline, run_at,
@@ -68,9 +68,26 @@ end
 -- handed_to[i]: the worker job i went to (nil: the ready queue); entry[i]: its entry in the message.
 local handed_to, entry = {}, {}
 local n = 0
-for i = 1, count do
+-- The due jobs are handed in due order, unless some have a priority: then `turn` lists them by priority
+-- first, as the ready queue would give them out (only when a worker waits: else nothing is handed).
+local turn
+if next(by_topic) then
+  for i = 1, count do
+    if recs[i] and recs[i].p then turn = {} break end
+  end
+end
+if turn then
+  for i = 1, count do turn[i] = i end
+  table.sort(turn, function(x, y)
+    local px, py = recs[x] and recs[x].p or 1024, recs[y] and recs[y].p or 1024
+    if px ~= py then return px < py end
+    return x < y
+  end)
+end
+for k = 1, count do
+  local i = turn and turn[k] or k
   local r = recs[i]
-  local ws = r and not r.p and by_topic[r.t]
+  local ws = r and by_topic[r.t]
   if ws then
     for _, w in ipairs(ws) do
       local wk = waiting[w]
@@ -144,7 +161,7 @@ for i = 1, count do
       if earliest == nil or r.d < earliest then earliest = r.d end
       to_reserved[r.t] = (to_reserved[r.t] or 0) + 1
     else
-      add(prefix .. ':ready:' .. r.t, r.p or run_at, id)
+      add(prefix .. ':ready:' .. r.t, rec_score(r.p, run_at), id)
       r.s = 'ready'
       rec_store(prefix .. ':job:' .. id, r, true)
       per_topic[r.t] = per_topic[r.t] + 1

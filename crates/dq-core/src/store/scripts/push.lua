@@ -13,8 +13,8 @@
 --          producer's id, "2" a retry of a write whose outcome is unknown (it may have run); then its
 --          options, "" for none, else four fields, each "" when absent, separated by ";": dedup_ms (the
 --          deduplication window), max_age_ms (retries end that long after the first due time), backoff
---          list (ms, comma-separated; else the caller's at each nack), priority (the ready queue's score
---          is then the priority instead of the due time). Options are rare, so most jobs cost Redis one
+--          list (ms, comma-separated; else the caller's at each nack), priority (none: the default,
+--          1024; see rec_score). Options are rare, so most jobs cost Redis one
 --          argument for them instead of four (each argument is a string Redis makes for Lua).
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
@@ -113,8 +113,11 @@ for i = 0, n - 1 do
       end
       local z = adds[zset]
       -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3% of
-      -- a batch push's instructions).
-      z[#z + 1] = string.format('%d', (state == 'ready' and p) or run_at)
+      -- a batch push's instructions); %d holds integers below 2^63, a ready score of a priority of 2^21
+      -- or more is past that.
+      local score = run_at
+      if state == 'ready' then score = rec_score(p, run_at) end
+      if score < 9.2e18 then z[#z + 1] = string.format('%d', score) else z[#z + 1] = score end
       z[#z + 1] = id
       local c = topic .. ':' .. state
       tally[c] = (tally[c] or 0) + 1

@@ -6,7 +6,7 @@ use redis::{Script, Value};
 
 use super::Waking;
 use crate::error::{Error, Result};
-use crate::job::{Due, NewJob, State};
+use crate::job::{DEFAULT_PRIORITY, Due, NewJob, State};
 use crate::store::Store;
 use crate::store::decode::{int, text};
 
@@ -115,7 +115,9 @@ pub(crate) async fn call(store: &Store, p: u16, jobs: &[(&str, &NewJob, Mode)]) 
 /// A job's options as push.lua takes them in one argument: `""` when it has none, else
 /// `dedup_ms;max_age_ms;backoff;priority`, each `""` when absent, the backoff list comma-separated.
 fn options_arg(job: &NewJob) -> String {
-    if job.dedup.is_none() && job.max_age_ms.is_none() && job.backoff_ms.is_none() && job.priority.is_none() {
+    // The default priority is stored as none (record.lua), so it is sent as none.
+    let priority = job.priority.filter(|&p| p != DEFAULT_PRIORITY);
+    if job.dedup.is_none() && job.max_age_ms.is_none() && job.backoff_ms.is_none() && priority.is_none() {
         return String::new();
     }
     let field = |v: Option<String>| v.unwrap_or_default();
@@ -128,6 +130,6 @@ fn options_arg(job: &NewJob) -> String {
                 .as_ref()
                 .map(|l| l.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
         ),
-        field(job.priority.map(|p| p.to_string())),
+        field(priority.map(|p| p.to_string())),
     )
 }

@@ -23,8 +23,8 @@
 -- a attempts, d reservation deadline (ms), rc receipt, e last error. Absent fields are nil; `a` reads
 -- as 0. x: the end of the job's retries (Unix ms: its first due time plus the retry age it was pushed
 -- with), g: that age (ms; a requeue starts it again), bo: its own backoff list (ms); all three only for
--- jobs pushed with them. p: the job's priority (0 to 2^32-1, lower first: beanstalkd's), which its
--- ready queue's score is instead of its due time (see the ready queue in docs/redis-keys.md); n: the
+-- jobs pushed with them. p: the job's priority (0 to 2^32-1, lower first; absent: the default, 1024),
+-- which its ready queue's score puts before its due time (rec_score, and docs/redis-keys.md); n: the
 -- beanstalkd number of a job whose id is not one made from its number (see crates/dq-core/src/
 -- beanstalkd.rs), given when the beanstalkd protocol first showed it; k: beanstalkd's counters of the
 -- job, {timeouts, releases, buries, kicks, delay}: delay (seconds) once a release or kick
@@ -34,7 +34,7 @@
 -- Returns: nothing (defines local functions).
 
 -- This preamble runs on every call of the scripts that include it, and each function or table it makes
--- costs instructions on each call, so it makes three functions and no table.
+-- costs instructions on each call, so it makes four functions and no table.
 
 -- The record at `key` as a table, or nil when there is none. A read that fails raises the error, so
 -- the script stops; with `soft`, it returns nil and the error instead, for a caller that must undo
@@ -104,6 +104,13 @@ local function rec_topic(raw)
   return topic
 end
 
+-- The score of a job in its ready queue: its priority `p` (nil: the default, 1024; lower is more urgent)
+-- times 2^42, plus `at`, its due time (Unix ms, below 2^42 until the year 2109). So a ready queue is in
+-- priority order and, within one priority, in due-time order, and one ZPOPMIN takes the most urgent job.
+-- A double holds integers exactly up to 2^53: the due time is exact to the ms for priorities up to 2047;
+-- above, due times closer than 2^(floor(log2 p) - 10) ms may come in id order (docs/redis-keys.md).
+local function rec_score(p, at) return (p or 1024) * 4398046511104 + at end
+
 -- Writes `r` at `key`. The fields up to `a` are always there; the optional ones (d, rc, e, x, g, bo) are
 -- `false` when absent, and left out at the end. (So are p, n and k.) A reservation's end is `r.rc, r.d = nil, nil`.
 --
@@ -115,6 +122,8 @@ end
 --
 -- Only done records have a TTL (ack gives it after this), and no script rewrites a done record, so a SET
 -- never drops a TTL that should stay.
+--
+-- A priority of 1024, the default, is stored as none.
 --
 -- With `new`, the record is written only if there is none at `key` (SET NX); returns whether it was.
 local function rec_store(key, r, only_state, new)
@@ -131,7 +140,7 @@ local function rec_store(key, r, only_state, new)
   local since = r.r - r.c
   if since >= 1e12 then since = r.c end
   local v = {code, r.t, r.b, r.r, r.ttr, r.m, since, r.a, r.d or false, r.rc or false, r.e or false,
-    r.x or false, r.g or false, r.bo or false, r.p or false, r.n or false, r.k or false}
+    r.x or false, r.g or false, r.bo or false, (r.p ~= 1024 and r.p) or false, r.n or false, r.k or false}
   local n = 17
   while n > 8 and v[n] == false do
     v[n] = nil

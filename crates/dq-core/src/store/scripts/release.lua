@@ -1,10 +1,13 @@
--- release.lua: hand a reservation back unfinished (a consumer draining): the job goes to the front of its
--- ready queue at once and the delivery does not count, since it never completed.
+-- release.lua: hand a reservation back unfinished (a consumer draining): the job goes back to its ready
+-- queue at once, in its place by priority and due time, and the delivery does not count, since it never
+-- completed (unless the caller says it does: beanstalkd counts every reservation in `reserves`, so a
+-- beanstalkd connection that closes holding a job hands it back counted).
 --
 -- KEYS[1]: job record (<prefix>:job:<id>)
 -- KEYS[2]: the reserved set (<prefix>:reserved)
 -- KEYS[3]: counts hash (<prefix>:counts)
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: receipt   ARGV[4]: ready wake channel
+-- ARGV[5]: "1" when the delivery counts, "" when it does not
 -- Returns: 1 released, 0 no such job, -1 stale receipt.
 
 local job, reserved, counts = KEYS[1], KEYS[2], KEYS[3]
@@ -18,11 +21,10 @@ local ready = prefix .. ':ready:' .. topic
 local was_empty = redis.call('EXISTS', ready) == 0
 redis.call('ZREM', reserved, id)
 r.rc, r.d = nil, nil
--- (A job put over the beanstalkd protocol counts it: beanstalkd's `reserves` counts every reservation.)
-if not r.p then r.a = r.a - 1 end
+if ARGV[5] ~= '1' then r.a = r.a - 1 end
 r.s = 'ready'
 rec_store(job, r)
-redis.call('ZADD', ready, r.p or r.r, id)
+redis.call('ZADD', ready, rec_score(r.p, r.r), id)
 if was_empty then redis.call(publish, ARGV[4], topic) end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 redis.call('HINCRBY', counts, topic .. ':ready', 1)

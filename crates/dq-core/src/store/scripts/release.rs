@@ -17,7 +17,7 @@ script!(
 /// What a release came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReleaseReply {
-    /// The job is ready again, at the front of its queue, the delivery not counted.
+    /// The job is ready again, in its place by priority and due time.
     Released,
     /// No job has this id.
     NoJob,
@@ -25,8 +25,9 @@ pub(crate) enum ReleaseReply {
     StaleReceipt,
 }
 
-/// One `release.lua` call for job `id` of partition `p` under `receipt`.
-pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str) -> Result<ReleaseReply> {
+/// One `release.lua` call for job `id` of partition `p` under `receipt`; `counted`: the delivery counts
+/// as an attempt (beanstalkd's `reserves`), else it is taken back.
+pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str, counted: bool) -> Result<ReleaseReply> {
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.job(id))
@@ -35,7 +36,8 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str) -> Resu
         .arg(keys.prefix())
         .arg(id)
         .arg(receipt)
-        .arg(keys.ready_channel());
+        .arg(keys.ready_channel())
+        .arg(if counted { "1" } else { "" });
     match store.write::<i64>(p, &inv).await? {
         1 => Ok(ReleaseReply::Released),
         0 => Ok(ReleaseReply::NoJob),

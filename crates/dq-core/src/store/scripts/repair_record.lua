@@ -20,7 +20,7 @@ if where[state] and redis.call('ZSCORE', where[state], id) then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local was_empty = redis.call('EXISTS', ready) == 0
-redis.call('ZADD', ready, r.p or now, id)
+redis.call('ZADD', ready, rec_score(r.p, now), id)
 r.rc, r.d = nil, nil
 r.s, r.e = 'ready', 'restored by the consistency audit'
 rec_store(job, r)

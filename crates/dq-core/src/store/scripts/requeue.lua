@@ -39,7 +39,7 @@ for i, id in ipairs(ids) do
       r.s, r.a, r.r = 'ready', 0, now
       if r.g then r.x = now + r.g end
       rec_store(job, r)
-      redis.call('ZADD', ready, r.p or now, id)
+      redis.call('ZADD', ready, rec_score(r.p, now), id)
       n = n + 1
     end
   end

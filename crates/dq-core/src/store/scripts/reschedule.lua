@@ -1,10 +1,11 @@
--- reschedule.lua: give a delayed or ready job a new due time.
+-- reschedule.lua: give a delayed or ready job a new due time, a new priority, or both.
 --
 -- KEYS[1]: job record (<prefix>:job:<id>)
 -- KEYS[2]: the partition's delay set (<prefix>:delayed)
 -- KEYS[3]: counts hash (<prefix>:counts)
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: delay_ms ("" when run_at is given)   ARGV[4]: run_at ("" when delay_ms is given)
--- ARGV[5]: ready wake channel   ARGV[6]: timer wake channel
+--   (both "": the due time stays)
+-- ARGV[5]: ready wake channel   ARGV[6]: timer wake channel   ARGV[7]: the new priority ("": it stays)
 -- Returns: {1, state, run_at} when moved; {0, 'not_found'} or {0, <state>} when the job is not delayed or ready.
 
 local job, bucket, counts = KEYS[1], KEYS[2], KEYS[3]
@@ -16,8 +17,9 @@ if state ~= 'delayed' and state ~= 'ready' then return {0, state} end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local run_at
-if ARGV[3] ~= '' then run_at = now + tonumber(ARGV[3]) else run_at = tonumber(ARGV[4]) end
+local run_at = r.r
+if ARGV[3] ~= '' then run_at = now + tonumber(ARGV[3]) elseif ARGV[4] ~= '' then run_at = tonumber(ARGV[4]) end
+if ARGV[7] ~= '' then r.p = tonumber(ARGV[7]) end
 
 local ready = prefix .. ':ready:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
@@ -26,7 +28,7 @@ if state == 'delayed' then redis.call('ZREM', bucket, id) else redis.call('ZREM'
 local new_state = 'delayed'
 if run_at <= now then new_state = 'ready' end
 if new_state == 'ready' then
-  redis.call('ZADD', ready, r.p or run_at, id)
+  redis.call('ZADD', ready, rec_score(r.p, run_at), id)
   if redis.call('ZCARD', ready) == 1 then redis.call(publish, ARGV[5], topic) end
 else
   local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')

@@ -1,4 +1,5 @@
-//! `reschedule.lua`: give a delayed or ready job a new due time (see its header for KEYS and ARGV).
+//! `reschedule.lua`: give a delayed or ready job a new due time, a new priority, or both (see its header
+//! for KEYS and ARGV).
 
 use std::sync::LazyLock;
 
@@ -11,7 +12,7 @@ use crate::store::Store;
 use crate::store::decode::{int, text};
 
 script!(
-    /// Give a delayed or ready job a new due time.
+    /// Give a delayed or ready job a new due time or priority.
     SCRIPT,
     record + publish + "reschedule.lua"
 );
@@ -35,8 +36,15 @@ pub(crate) enum RescheduleReply {
     },
 }
 
-/// One `reschedule.lua` call for job `id` of partition `p`: due after a delay, or at a time.
-pub(crate) async fn call(store: &Store, p: u16, id: &str, schedule: Due) -> Result<RescheduleReply> {
+/// One `reschedule.lua` call for job `id` of partition `p`: due after a delay, or at a time (`None`: the
+/// due time stays), and a new priority (`None`: it stays).
+pub(crate) async fn call(
+    store: &Store,
+    p: u16,
+    id: &str,
+    schedule: Option<Due>,
+    priority: Option<u32>,
+) -> Result<RescheduleReply> {
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.job(id))
@@ -45,10 +53,13 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str, schedule: Due) -> Resu
         .arg(keys.prefix())
         .arg(id);
     match schedule {
-        Due::Delay(d) => inv.arg(d).arg(""),
-        Due::At(at) => inv.arg("").arg(at),
+        Some(Due::Delay(d)) => inv.arg(d).arg(""),
+        Some(Due::At(at)) => inv.arg("").arg(at),
+        None => inv.arg("").arg(""),
     };
-    inv.arg(keys.ready_channel()).arg(keys.timer_channel());
+    inv.arg(keys.ready_channel())
+        .arg(keys.timer_channel())
+        .arg(priority.map(|p| p.to_string()).unwrap_or_default());
     let out: Vec<Value> = store.write(p, &inv).await?;
     let malformed = || Error::unexpected(Some(p), "reschedule returned a malformed answer");
     match out.first().and_then(int) {

@@ -4,6 +4,7 @@
 //   data-body='{"json":1}'          its body
 //   data-body-from="element-id"     its body: the text of that textarea or input
 //   data-delay-from="element-id"    its body: {"delay_ms": <that input's seconds × 1000>}
+//   data-priority-from="element-id" its body: {"priority": <that input's number>}
 //   data-ids                        its body: {"ids": [the selected jobs' ids]}
 //   data-each                       one call per selected job (the path holds `{id}`)
 //   data-confirm="question?"        asked first
@@ -38,6 +39,9 @@ document.addEventListener('click', async (event) => {
   if (d.delayFrom) {
     const seconds = Number(document.getElementById(d.delayFrom).value);
     body = JSON.stringify({delay_ms: Math.round(seconds * 1000)});
+  }
+  if (d.priorityFrom) {
+    body = JSON.stringify({priority: Number(document.getElementById(d.priorityFrom).value)});
   }
   if (d.ids !== undefined) body = JSON.stringify({ids});
   const errors = [];
