@@ -4,7 +4,7 @@
 # figure is also given as a ratio to redis-benchmark running the same push script on the same Redis.
 #
 #   scripts/bench.sh            all figures
-#   BENCH_ONLY="push batch" scripts/bench.sh   some of: push auth batch reserve memory lateness cpu cpu-deliver burst kill deliver
+#   BENCH_ONLY="push batch" scripts/bench.sh   some of: push auth priority batch reserve memory lateness cpu cpu-deliver burst kill deliver
 #                                      waiters schedules life (LIFE_PATH=push|pull|beanstalkd|bullmq: scripts/profile-life.sh)
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
@@ -190,6 +190,37 @@ if want auth; then
   done
   kill "$apid"; wait "$apid" 2>/dev/null || true
   printf '%s\n' "${ratios[@]}" | awk '{printf "open %s/s   with tokens %s/s   ratio %s\n", $1, $2, $3}'
+fi
+
+if want priority; then
+  echo; echo "== single pushes with a priority (7) and without, loaded in turn, three times (64 connections,"
+  echo "   100,000 pushes each; delayed, then due at once, so the ready queue's score is written too),"
+  echo "   with Redis's CPU per push"
+  cpu_now() { python3 -c "print($(rcli info cpu | awk -F: '/^used_cpu_(user|sys):/ {s+=$2} END {print s}'))"; }
+  for delay in 3600000 0; do
+    rows=()
+    for _ in 1 2 3; do
+      for prio in "" 7; do
+        c0=$(cpu_now)
+        out=$(bench --json push -n 100000 -c 64 --delay-ms "$delay" ${prio:+--priority "$prio"} | tail -1)
+        c1=$(cpu_now)
+        rcli flushall >/dev/null
+        rows+=("${prio:-none} $(python3 -c "import json,sys; print(json.loads(sys.argv[1])['jobs_per_sec'])" "$out") $c0 $c1")
+      done
+    done
+    python3 - "$delay" "${rows[@]}" <<'PY'
+import statistics, sys
+delay, rows = sys.argv[1], [r.split() for r in sys.argv[2:]]
+by = {"none": [], "7": []}
+for prio, rate, c0, c1 in rows:
+    by[prio].append((float(rate), (float(c1) - float(c0)) / 100000 * 1e6))
+for prio, runs in by.items():
+    print(f"delay_ms {delay}, priority {prio:>4}: " + "  ".join(f"{r:,.0f}/s {c:.1f} µs" for r, c in runs))
+ratios = [p[0] / n[0] for n, p in zip(by["none"], by["7"])]
+print(f"delay_ms {delay}: with / without, throughput median {statistics.median(ratios):.3f}, Redis CPU per push median "
+      f"{statistics.median(p[1] / n[1] for n, p in zip(by['none'], by['7'])):.3f}")
+PY
+  done
 fi
 
 if want batch && [ -n "$cluster" ]; then

@@ -122,6 +122,58 @@ pub struct PushRequest<B = RawBody> {
     /// reserved and delivered by priority, then by due time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
+    /// Coalescing key (a job id's syntax): pushes to the topic with this key while its job is pending
+    /// are one job, as `coalesce` says. Only with `coalesce`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesce_key: Option<String>,
+    /// How pushes with `coalesce_key` become one job. Only with `coalesce_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesce: Option<Coalesce>,
+}
+
+/// How the pushes of one `coalesce_key` become one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Coalesce {
+    /// `first`: the first push's job stands for `window_ms` (as `dedup_key`); `last`: each push
+    /// replaces the pending job's body and moves it to now + `window_ms` (debounce); `merge`: each
+    /// push's body is appended to the pending job's `{"items": […]}`, due `window_ms` after the first.
+    pub mode: CoalesceMode,
+    /// The window, ms: how long a `first` key holds, the quiet time a `last` job waits for, how long a
+    /// `merge` job gathers.
+    pub window_ms: i64,
+    /// `last` only: the job is due at most this long after the push that started it, however often it
+    /// is pushed again (absent: no bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wait_ms: Option<i64>,
+    /// `merge` only: the job is due at once when it holds this many items (absent: by the window only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_items: Option<i64>,
+}
+
+/// A coalescing mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum CoalesceMode {
+    /// The first push wins for the window (deduplication).
+    First,
+    /// The last push wins, due a window after it (debounce).
+    Last,
+    /// Every push is an item of one job (batching).
+    Merge,
+}
+
+impl CoalesceMode {
+    /// Its name in the API and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CoalesceMode::First => "first",
+            CoalesceMode::Last => "last",
+            CoalesceMode::Merge => "merge",
+        }
+    }
 }
 
 /// A value for an `i64` field given as a `u64`: one beyond `i64::MAX` stays beyond every limit.
@@ -145,6 +197,8 @@ impl<B> PushRequest<B> {
             max_age_ms: None,
             backoff_ms: None,
             priority: None,
+            coalesce_key: None,
+            coalesce: None,
         }
     }
 
@@ -202,6 +256,13 @@ impl<B> PushRequest<B> {
         self.priority = Some(priority.into());
         self
     }
+
+    /// Coalesces with the other pushes of `key` in the topic, as `coalesce` says.
+    pub fn coalesce(mut self, key: impl Into<String>, coalesce: Coalesce) -> Self {
+        self.coalesce_key = Some(key.into());
+        self.coalesce = Some(coalesce);
+        self
+    }
 }
 
 /// `POST /v1/jobs` answer.
@@ -220,6 +281,10 @@ pub struct PushAnswer {
     /// job, and nothing was stored.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub duplicate: bool,
+    /// Present (true) when the push went into the pending job of its `coalesce_key` (or its
+    /// `dedup_key`): this is that job.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub coalesced: bool,
 }
 
 /// One entry of the `POST /v1/jobs/batch` answer, in the order of the request: the job stored (or found
@@ -263,6 +328,9 @@ pub struct BatchPushed {
     /// Present (true) when the entry's deduplication key found a job: this is that job.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub duplicate: bool,
+    /// Present (true) when the entry went into the pending job of its coalescing key.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub coalesced: bool,
 }
 
 /// `POST /v1/jobs/batch` answer.

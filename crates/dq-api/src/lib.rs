@@ -35,8 +35,8 @@ pub use consume::{
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use job::{
-    BatchAnswer, BatchPushed, BatchRequest, DEFAULT_PRIORITY, Job, PushAnswer, PushRequest, PushResult,
-    RescheduleRequest, Reservation, State,
+    BatchAnswer, BatchPushed, BatchRequest, Coalesce, CoalesceMode, DEFAULT_PRIORITY, Job, PushAnswer, PushRequest,
+    PushResult, RescheduleRequest, Reservation, State,
 };
 pub use ops::{Health, Node, NotReady, Ready, RedisMode, RedisStats, Stats};
 pub use schedule::{ScheduleConfig, ScheduleList, ScheduleView};

@@ -71,6 +71,7 @@ async fn push(
         state: JobState::Delayed,
         run_at,
         duplicate: false,
+        coalesced: false,
     };
     Ok((StatusCode::CREATED, Json(answer)))
 }

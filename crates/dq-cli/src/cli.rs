@@ -157,6 +157,33 @@ pub struct PushArgs {
     /// The deduplication window, e.g. `10m`.
     #[arg(long, value_parser = parse_duration_ms, requires = "dedup_key")]
     pub dedup_window: Option<u64>,
+    /// A coalescing key: pushes with it become one job while it is pending, as `--coalesce` says.
+    #[arg(long, requires_all = ["coalesce", "window"], conflicts_with = "dedup_key")]
+    pub coalesce_key: Option<String>,
+    /// How: `first` (deduplication), `last` (debounce: the last body, due a window after the last
+    /// push), `merge` (every body an item of one job, due a window after the first).
+    #[arg(long, value_enum, requires = "coalesce_key")]
+    pub coalesce: Option<ModeArg>,
+    /// The coalescing window, e.g. `500ms`, `5m`.
+    #[arg(long, value_parser = parse_duration_ms, requires = "coalesce_key")]
+    pub window: Option<u64>,
+    /// `last`: due at most this long after the first push, e.g. `10m`.
+    #[arg(long, value_parser = parse_duration_ms, requires = "coalesce_key")]
+    pub max_wait: Option<u64>,
+    /// `merge`: due at once with this many items.
+    #[arg(long, requires = "coalesce_key")]
+    pub max_items: Option<u32>,
+}
+
+/// A coalescing mode.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ModeArg {
+    /// The first push's job stands for the window.
+    First,
+    /// The last push's body, due a window after it.
+    Last,
+    /// Every push's body an item of one job.
+    Merge,
 }
 
 /// When a job is due: at most one of a delay and a time.

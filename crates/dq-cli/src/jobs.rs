@@ -3,10 +3,10 @@
 use std::io::Read;
 
 use anyhow::{Context, Result, bail};
-use dq_client::{Client, Job, Nack, PushRequest, RescheduleRequest, ReserveRequest, When};
+use dq_client::{Client, Coalesce, CoalesceMode, Job, Nack, PushRequest, RescheduleRequest, ReserveRequest, When};
 use serde_json::Value;
 
-use crate::cli::Command;
+use crate::cli::{Command, ModeArg};
 use crate::output::{Output, fields, maybe_time, short, table, time};
 
 /// Runs a job verb.
@@ -33,10 +33,29 @@ pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> 
             if let (Some(key), Some(window)) = (a.dedup_key, a.dedup_window) {
                 job = job.dedup(key, window);
             }
+            if let (Some(key), Some(mode), Some(window)) = (a.coalesce_key, a.coalesce, a.window) {
+                let wide = |ms: u64| i64::try_from(ms).unwrap_or(i64::MAX);
+                let mode = match mode {
+                    ModeArg::First => CoalesceMode::First,
+                    ModeArg::Last => CoalesceMode::Last,
+                    ModeArg::Merge => CoalesceMode::Merge,
+                };
+                job = job.coalesce(
+                    key,
+                    Coalesce {
+                        mode,
+                        window_ms: wide(window),
+                        max_wait_ms: a.max_wait.map(wide),
+                        max_items: a.max_items.map(i64::from),
+                    },
+                );
+            }
             let pushed = client.push(&job).await?;
             out.either(&pushed, || {
                 let dup = if pushed.duplicate {
                     " (a duplicate: the job pushed first)"
+                } else if pushed.coalesced {
+                    " (coalesced: into the key's pending job)"
                 } else {
                     ""
                 };

@@ -294,9 +294,10 @@ impl Client {
         self.url(segments, query)
     }
 
-    /// `POST /v1/jobs`. A job without an id (and without a `dedup_key`, which excludes one) gets a ULID
-    /// here, so that trying again after a time-out cannot make a second job: a try that finds the id
-    /// stored answers with the stored job.
+    /// `POST /v1/jobs`. A job without an id (and without a `dedup_key` or a `first` coalescing key, which
+    /// exclude one) gets a ULID here, so that trying again after a time-out cannot make a second job: a
+    /// try that finds the id stored answers with the stored job (for a `last` or `merge` push the id is
+    /// the push's own, and a try again goes into its job once).
     pub async fn push(&self, job: &PushRequest) -> Result<PushAnswer, Error> {
         let job = with_id(job);
         let tried = self
@@ -317,6 +318,7 @@ impl Client {
                     state: stored.state,
                     run_at: stored.run_at,
                     duplicate: false,
+                    coalesced: false,
                 }),
                 None => Err(e),
             },
@@ -363,6 +365,7 @@ impl Client {
                             state: stored.state,
                             run_at: stored.run_at,
                             duplicate: false,
+                            coalesced: false,
                         }),
                         None => Err(e),
                     }
@@ -533,7 +536,10 @@ impl Client {
 /// The job with an id: its own, or a fresh ULID (unless it deduplicates by key, which excludes an id).
 fn with_id(job: &PushRequest) -> PushRequest {
     let mut job = job.clone();
-    if job.id.is_none() && job.dedup_key.is_none() {
+    // A `first` coalescing key, like a `dedup_key`, excludes an id; with `last` and `merge` the id names
+    // the push within its key, so that a try again goes in once.
+    let first = job.coalesce.is_some_and(|c| c.mode == dq_api::CoalesceMode::First);
+    if job.id.is_none() && job.dedup_key.is_none() && !first {
         job.id = Some(ulid::Ulid::new().to_string());
     }
     job

@@ -32,8 +32,8 @@ mod worker;
 pub use admin::{DeadPage, JobPage, ScheduleConfig, ScheduleView};
 pub use client::{Client, ClientBuilder};
 pub use dq_api::{
-    BatchPushed, Callback, Counts, DEFAULT_PRIORITY, ErrorCode, Node, PushAnswer, RedisMode, RedisStats,
-    RescheduleRequest, ReserveRequest, Retry, State, Stats, TopicConfig, TopicDefaults, TopicView,
+    BatchPushed, Callback, Coalesce, CoalesceMode, Counts, DEFAULT_PRIORITY, ErrorCode, Node, PushAnswer, RedisMode,
+    RedisStats, RescheduleRequest, ReserveRequest, Retry, State, Stats, TopicConfig, TopicDefaults, TopicView,
 };
 pub use error::{ApiError, Error};
 pub use jobs::{Job, Nack, PushRequest, Reservation, When};

@@ -4,6 +4,7 @@
 pub use dq_api::{DEFAULT_PRIORITY, Job, PushRequest, Reservation, State};
 use serde::Serialize;
 
+use crate::coalesce::{self, Coalesced, Coalescing};
 use crate::config::{JobDefaults, Limits};
 use crate::error::{Error, Result};
 
@@ -40,6 +41,9 @@ pub struct NewJob {
     /// Its priority, lower first (none: [`DEFAULT_PRIORITY`]): its ready queue orders it by this, then
     /// by due time. The beanstalkd protocol's `put <pri>` is this field too.
     pub priority: Option<u32>,
+    /// A `last` or `merge` coalescing key: the push goes into the key's pending job, or starts one (then
+    /// `id` is `None`: dq makes the job's id, and the producer's `id` is the push's own).
+    pub coalesce: Option<Coalescing>,
 }
 
 /// A push's deduplication: within `window_ms` of the push that made a job with `key` (in its topic),
@@ -120,6 +124,17 @@ impl NewJob {
             }
             Some(m) => m as u32,
         };
+        let coalesced = coalesce::check(
+            coalesce::Fields {
+                key: req.coalesce_key,
+                coalesce: req.coalesce,
+                dedup: req.dedup_key.is_some() || req.dedup_ms.is_some(),
+                id: req.id.as_deref(),
+                due_given: req.delay_ms.is_some() || req.run_at.is_some(),
+                body_len: body.len(),
+            },
+            limits,
+        )?;
         let dedup = match (req.dedup_key, req.dedup_ms) {
             (None, None) => None,
             (Some(_), None) | (None, Some(_)) => {
@@ -156,8 +171,14 @@ impl NewJob {
             check_backoff(b, "backoff_ms", limits)?;
         }
         let priority = req.priority.map(|p| check_priority(p, "priority")).transpose()?;
+        let (dedup, coalesce, id) = match coalesced {
+            Coalesced::None => (dedup, None, req.id),
+            Coalesced::First(d) => (Some(d), None, req.id),
+            // The producer's id names the push; dq makes the job's (due by the window, not `schedule`).
+            Coalesced::Pending(c) => (None, Some(c), None),
+        };
         Ok(NewJob {
-            id: req.id,
+            id,
             topic: req.topic,
             body: body.to_string(),
             schedule,
@@ -167,6 +188,7 @@ impl NewJob {
             max_age_ms,
             backoff_ms: req.backoff_ms,
             priority,
+            coalesce,
         })
     }
 }
@@ -277,6 +299,9 @@ pub struct Pushed {
     /// The push found a job with its deduplication key inside the window: this is that job, and
     /// nothing was stored.
     pub duplicate: bool,
+    /// The push went into the pending job of its coalescing key (or found its deduplication key's):
+    /// this is that job.
+    pub coalesced: bool,
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! - [`condition`]: retry conditions on a callback's answer, parsed once and evaluated safely.
 //! - [`keys`]: the Redis key layout; [`scripts`]: the Lua scripts, one per atomic operation.
 //! - [`connection`]: Redis in its three shapes (standalone, Sentinel, Cluster) behind one type;
-//!   [`partition`]: the partitions and which one holds a job; [`coalesce`]: group commit, so concurrent
+//!   [`partition`]: the partitions and which one holds a job; [`group_commit`]: group commit, so concurrent
 //!   pushes share script calls.
 //! - [`queue`]: the typed async API over the scripts, by role; [`activity`]: the dashboard's counts per
 //!   minute, gathered in each process and added to Redis in batches; [`registry`]: the topic registry and its
@@ -26,6 +26,7 @@ pub mod admin;
 pub mod beanstalkd;
 pub mod checker;
 pub mod clock;
+pub mod coalesce;
 pub mod condition;
 pub mod config;
 pub mod egress;

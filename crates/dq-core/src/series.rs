@@ -74,6 +74,7 @@ pub const QUEUE: &[Counter] = &[
 pub const QUEUE_PER_TOPIC: &[Counter] = &[
     Counter::plain("dq_jobs_pushed_total"),
     Counter::plain("dq_jobs_deduplicated_total"),
+    Counter::labelled("dq_jobs_coalesced_total", &[("mode", &["last", "merge"])]),
     Counter::plain("dq_jobs_reserved_total"),
 ];
 

@@ -12,8 +12,8 @@ use crate::job::Reservation;
 use crate::reservations::ReadyIndex;
 use crate::sealed::Sealer;
 use crate::store::Store;
-use crate::store::coalesce::Coalescer;
 use crate::store::connection::Redis;
+use crate::store::group_commit::GroupCommit;
 use crate::store::keys::Keys;
 use crate::store::layout;
 use crate::store::partition::Partitions;
@@ -55,11 +55,11 @@ pub struct Parts {
     /// Seals callback secrets and header values in the registry (`secrets.keys`).
     pub(crate) sealer: Arc<Sealer>,
     /// The group commit of pushes.
-    pub(crate) pushes: Arc<Coalescer<crate::producer::push::PushGroup, crate::producer::push::PushOutcome>>,
+    pub(crate) pushes: Arc<GroupCommit<crate::producer::push::PushGroup, crate::producer::push::PushOutcome>>,
     /// The group commit of acks.
-    pub(crate) acks: Arc<Coalescer<crate::reservations::ack::AckOp, Result<()>>>,
+    pub(crate) acks: Arc<GroupCommit<crate::reservations::ack::AckOp, Result<()>>>,
     /// The group commit of reserves.
-    pub(crate) reserves: Arc<Coalescer<crate::reservations::reserve::ReserveOp, Result<Vec<Reservation>>>>,
+    pub(crate) reserves: Arc<GroupCommit<crate::reservations::reserve::ReserveOp, Result<Vec<Reservation>>>>,
     /// Which partitions may hold ready jobs of which topics, so reserves go straight to them.
     pub(crate) ready: Arc<ReadyIndex>,
     /// What this process counted for the dashboard and has not yet added to Redis.
@@ -103,9 +103,9 @@ impl Core {
             defaults: settings.jobs.clone(),
             egress: std::sync::RwLock::new(Arc::new(settings.egress.clone())),
             sealer: Arc::new(settings.secrets.sealer()),
-            pushes: Arc::new(Coalescer::new(crate::producer::push::PUSH_GROUP_JOBS, in_flight)),
-            acks: Arc::new(Coalescer::new(crate::reservations::ack::ACK_GROUP, in_flight)),
-            reserves: Arc::new(Coalescer::new(crate::reservations::reserve::RESERVE_GROUP, in_flight)),
+            pushes: Arc::new(GroupCommit::new(crate::producer::push::PUSH_GROUP_JOBS, in_flight)),
+            acks: Arc::new(GroupCommit::new(crate::reservations::ack::ACK_GROUP, in_flight)),
+            reserves: Arc::new(GroupCommit::new(crate::reservations::reserve::RESERVE_GROUP, in_flight)),
             ready: Arc::new(ReadyIndex::default()),
             activity: Arc::default(),
         }))

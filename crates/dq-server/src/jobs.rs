@@ -14,14 +14,15 @@ use crate::auth::Caller;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ErrorBody};
 
-/// `POST /v1/jobs`: 201 `{id, topic, state, run_at}`, or 200 with `"duplicate": true` and the first job
-/// when the push's `dedup_key` found one inside its window.
+/// `POST /v1/jobs`: 201 `{id, topic, state, run_at}` for a new job, or 200 with `"coalesced": true` and
+/// the job the push went into: the first job of its `dedup_key` (then `"duplicate": true` too) or of a
+/// `first` `coalesce_key` inside its window, or the pending job of a `last` or `merge` key.
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs", operation_id = "push",
     summary = "Push a job",
     request_body = PushRequest,
     responses(
         (status = 201, description = "Stored: `delayed`, or `ready` when already due.", body = PushAnswer),
-        (status = 200, description = "A job with this `dedup_key` exists inside its window: that job, with `\"duplicate\": true`; nothing was stored.", body = PushAnswer),
+        (status = 200, description = "The push went into an existing job, with `\"coalesced\": true`: the job of its `dedup_key` or `first` `coalesce_key` inside the window (also `\"duplicate\": true`; nothing was stored), or the pending job of its `last` or `merge` `coalesce_key` (its body replaced or appended to).", body = PushAnswer),
         (status = 409, description = "`conflict`: the id already has a record (live, `done` or `dead`); nothing is overwritten.", body = ErrorBody),
     ))]
 pub async fn push(
@@ -35,7 +36,7 @@ pub async fn push(
     let job = app.queue.producer().validate_for(req, config)?;
     let topic = job.topic.clone();
     let pushed = app.queue.producer().push(job).await?;
-    let status = if pushed.duplicate {
+    let status = if pushed.coalesced {
         StatusCode::OK
     } else {
         StatusCode::CREATED
@@ -46,6 +47,7 @@ pub async fn push(
         state: pushed.state,
         run_at: pushed.run_at,
         duplicate: pushed.duplicate,
+        coalesced: pushed.coalesced,
     };
     Ok((status, Json(body)).into_response())
 }
@@ -107,6 +109,7 @@ pub async fn push_many(
                 state: p.state,
                 run_at: p.run_at,
                 duplicate: p.duplicate,
+                coalesced: p.coalesced,
             }),
             Err(e) => PushResult::Failed(ApiError::from(e).body()),
         })

@@ -28,6 +28,18 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
         "z".repeat(70 * 1024)
     );
     let long_error = json!({"receipt": receipt, "error": "e".repeat(5000)}).to_string();
+    // A merge item within the body limit (64 KiB) but past it once framed as `{"items":[…]}`.
+    let big_item = json!({"topic": "t", "body": "i".repeat(64 * 1024 - 8), "coalesce_key": "k",
+                          "coalesce": {"mode": "merge", "window_ms": 1000}})
+    .to_string();
+    let coalesced = |extra: serde_json::Value| {
+        let mut push =
+            json!({"topic": "t", "body": 1, "coalesce_key": "k", "coalesce": {"mode": "last", "window_ms": 1000}});
+        for (k, v) in extra.as_object().unwrap() {
+            push[k] = v.clone();
+        }
+        push.to_string()
+    };
     let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
     let deep_body = format!(r#"{{"topic":"t","body":{deep}}}"#);
     let deep_in_batch = format!(r#"{{"jobs":[{{"topic":"t","body":1}},{{"topic":"t","body":{deep}}}]}}"#);
@@ -210,6 +222,37 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
             400,
             "invalid_argument",
         ),
+        // coalescing
+        ("POST", "/v1/jobs", coalesced(json!({"coalesce": {"mode": "sometimes", "window_ms": 1000}})), 400, "invalid_argument"),
+        ("POST", "/v1/jobs", coalesced(json!({"coalesce": {"mode": "last", "window_ms": 0}})), 400, "invalid_argument"),
+        ("POST", "/v1/jobs", coalesced(json!({"coalesce": {"mode": "last"}})), 400, "invalid_argument"),
+        ("POST", "/v1/jobs", coalesced(json!({"coalesce": {"mode": "last", "window_ms": 5, "extra": 1}})), 400, "invalid_argument"),
+        ("POST", "/v1/jobs", coalesced(json!({"coalesce_key": "a b"})), 400, "invalid_argument"),
+        ("POST", "/v1/jobs", coalesced(json!({"coalesce_key": null})), 400, "invalid_argument"),
+        ("POST", "/v1/jobs", coalesced(json!({"delay_ms": 5})), 400, "invalid_argument"),
+        ("POST", "/v1/jobs", coalesced(json!({"dedup_key": "d", "dedup_ms": 5})), 400, "invalid_argument"),
+        (
+            "POST",
+            "/v1/jobs",
+            coalesced(json!({"coalesce": {"mode": "first", "window_ms": 5}, "id": "x"})),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            coalesced(json!({"coalesce": {"mode": "merge", "window_ms": 5, "max_items": 0}})),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            coalesced(json!({"coalesce": {"mode": "merge", "window_ms": 5, "max_wait_ms": 10}})),
+            400,
+            "invalid_argument",
+        ),
+        ("POST", "/v1/jobs", big_item, 400, "invalid_argument"),
         // priority: 0 ..= 2^32 - 1, an integer
         (
             "POST",

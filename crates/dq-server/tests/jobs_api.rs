@@ -214,6 +214,40 @@ async fn priorities_order_what_is_ready() {
     assert_eq!(order, ["urgent", "low", "plain"]);
 }
 
+/// A coalescing key over HTTP: 201 for the push that makes the job, 200 with `"coalesced": true` and
+/// that job's id for the pushes that go into it, in a batch too.
+#[tokio::test]
+async fn coalesced_pushes_answer_200_with_the_pending_job() {
+    let s = TestServer::start().await;
+    let merge = |n: u32| {
+        json!({"topic": "digest", "body": {"n": n}, "coalesce_key": "member:7",
+               "coalesce": {"mode": "merge", "window_ms": 600000}})
+    };
+    let (status, first) = s.call("POST", "/v1/jobs", Some(merge(1))).await;
+    assert_eq!(status, 201, "{first}");
+    assert!(first.get("coalesced").is_none(), "{first}");
+    let (status, second) = s.call("POST", "/v1/jobs", Some(merge(2))).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!((&second["id"], &second["coalesced"]), (&first["id"], &json!(true)));
+    let (status, batch) = s
+        .call("POST", "/v1/jobs/batch", Some(json!({"jobs": [merge(3), merge(4)]})))
+        .await;
+    assert_eq!(status, 200, "{batch}");
+    for r in batch["results"].as_array().unwrap() {
+        assert_eq!((&r["id"], &r["coalesced"]), (&first["id"], &json!(true)), "{r}");
+    }
+    let (_, job) = s
+        .call("GET", &format!("/v1/jobs/{}", first["id"].as_str().unwrap()), None)
+        .await;
+    assert_eq!(job["body"], json!({"items": [{"n": 1}, {"n": 2}, {"n": 3}, {"n": 4}]}));
+    // A dedup_key duplicate says both.
+    let dedup = json!({"topic": "t", "body": 1, "dedup_key": "d", "dedup_ms": 60000});
+    s.call("POST", "/v1/jobs", Some(dedup.clone())).await;
+    let (status, dup) = s.call("POST", "/v1/jobs", Some(dedup)).await;
+    assert_eq!(status, 200);
+    assert_eq!((&dup["duplicate"], &dup["coalesced"]), (&json!(true), &json!(true)));
+}
+
 #[tokio::test]
 async fn stats_count_per_topic_and_state() {
     let s = TestServer::start().await;

@@ -231,6 +231,7 @@ async fn every_integer_a_request_takes_is_bounded() {
     let mut unbounded = Vec::new();
     for name in [
         "PushRequest",
+        "Coalesce",
         "BatchRequest",
         "RescheduleRequest",
         "ReserveRequest",

@@ -127,6 +127,26 @@ async fn jobs_from_push_to_ack() {
     ok(p, &["cancel", &id2]);
     assert!(fails(p, &["get", &id2]).contains("404 not_found"));
 
+    // Two pushes of one merge key: one job with both items; the human form says the second coalesced.
+    fn merge(n: &str) -> Vec<&str> {
+        vec![
+            "push",
+            "digest",
+            n,
+            "--coalesce-key",
+            "member-7",
+            "--coalesce",
+            "merge",
+            "--window",
+            "5m",
+        ]
+    }
+    let first = json_of(p, &merge("1"));
+    assert!(ok(p, &merge("2")).contains("coalesced"));
+    let job = json_of(p, &["get", first["id"].as_str().unwrap()]);
+    assert_eq!(job["body"], json!({"items": [1, 2]}));
+    assert!(fails(p, &["push", "t", "1", "--coalesce-key", "k"]).contains("--coalesce"));
+
     // A topic's jobs by state.
     ok(
         p,

@@ -1,6 +1,7 @@
 //! The producer: push (one job or many, with the group commit that lets concurrent pushes share script
 //! calls), look up, cancel and reschedule.
 
+pub(crate) mod coalesce;
 pub(crate) mod jobs;
 pub(crate) mod push;
 pub(crate) mod validate;

@@ -1,6 +1,6 @@
 //! Storing jobs: push and push many, with the group commit.
 //!
-//! Pushes that arrive at the same moment share `push.lua` calls (see [`crate::store::coalesce`]). A job without
+//! Pushes that arrive at the same moment share `push.lua` calls (see [`crate::store::group_commit`]). A job without
 //! an id gets one minted when its group is sent, in the partition the group goes to (the next one, in
 //! turn, that answers), so a crowd of pushes without ids shares one call; jobs with producer-given ids go
 //! to their own partitions, one call per partition touched, shared with the other requests of the group.
@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::job::{NewJob, Pushed, State};
 use crate::store::scripts::push::{self, Mode, PushReply};
 
-/// The most jobs one coalesced push call carries: big enough that a crowd of single pushes costs Redis a
+/// The most jobs one grouped push call carries: big enough that a crowd of single pushes costs Redis a
 /// few calls, small enough that one call holds Redis for only a few milliseconds.
 pub(crate) const PUSH_GROUP_JOBS: usize = 1000;
 
@@ -79,8 +79,19 @@ impl Producer {
         let mut results: Vec<Option<Result<Pushed>>> = (0..jobs.len()).map(|_| None).collect();
         // Each job, with the id of an earlier attempt whose outcome is unknown (then it is only retried).
         let mut pending: Vec<(usize, Option<String>)> = (0..jobs.len()).map(|i| (i, None)).collect();
+        // Pushes of a coalescing key go one at a time, in order: each meets its key's pending job as the
+        // one before left it.
+        for (i, job) in jobs.iter().enumerate() {
+            if let Some(c) = &job.coalesce {
+                results[i] = Some(self.push_coalesced(job, c).await);
+            }
+        }
+        pending.retain(|(i, _)| jobs[*i].coalesce.is_none());
         let (mut fresh_rounds, mut retries) = (vec![0usize; jobs.len()], vec![0usize; jobs.len()]);
         for _ in 0..MAX_ROUNDS {
+            if pending.is_empty() {
+                break;
+            }
             if pending.iter().any(|(_, fixed)| fixed.is_some()) {
                 let tries = pending.iter().map(|(i, _)| retries[*i]).max().unwrap_or(1);
                 let wait = RETRY_WAITS_MS[(tries.max(1) - 1).min(RETRY_WAITS_MS.len() - 1)];
@@ -150,7 +161,12 @@ impl Producer {
             pending = again;
         }
         let mut stored = 0;
-        for (r, job) in results.iter().zip(jobs.iter()) {
+        // (push_coalesced counted its own.)
+        for (r, job) in results
+            .iter()
+            .zip(jobs.iter())
+            .filter(|(_, job)| job.coalesce.is_none())
+        {
             match r {
                 Some(Ok(p)) if p.duplicate => {
                     metrics::counter!("dq_jobs_deduplicated_total", "topic" => job.topic.clone()).increment(1)
@@ -269,6 +285,7 @@ async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
                     answers[g][k] = Some(Attempt {
                         result: r.map(|(state, run_at, first)| Pushed {
                             duplicate: first.is_some(),
+                            coalesced: first.is_some(),
                             id: first.unwrap_or_else(|| id.clone()),
                             state,
                             run_at,

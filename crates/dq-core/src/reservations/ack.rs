@@ -1,5 +1,5 @@
 //! Acks, in groups: the acks that arrive while calls are out travel together in the next one, one
-//! `ack.lua` call per partition, the group commit pushes use ([`crate::store::coalesce`]). A lone ack goes out
+//! `ack.lua` call per partition, the group commit pushes use ([`crate::store::group_commit`]). A lone ack goes out
 //! at once; a worker that settles a crowd of deliveries shares calls. Each ack gets its own answer,
 //! exactly as if it had gone alone.
 

@@ -42,7 +42,7 @@ impl Reservations {
     ///
     /// Jobs a timer handed to this process for its long polls are taken first (see
     /// [`super::ready::HANDED_HOLD`]). The rest goes through the group commit pushes and acks use
-    /// ([`crate::store::coalesce`]): a lone reserve goes out at once, and reserves of the same topics (asking
+    /// ([`crate::store::group_commit`]): a lone reserve goes out at once, and reserves of the same topics (asking
     /// the same way) that arrive while calls are out are sent as one reserve of all their jobs, which
     /// are then dealt out one at a time in arrival order, each caller up to its `count`. Under load most of a
     /// reserve's cost in Redis is the call, not the jobs, so a crowd of single reserves shares calls.

@@ -57,6 +57,8 @@ impl ScheduleRules for ScheduleConfig {
             max_age_ms: None,
             backoff_ms: None,
             priority: self.priority,
+            coalesce_key: None,
+            coalesce: None,
         }
     }
 }

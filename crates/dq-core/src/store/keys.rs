@@ -135,12 +135,25 @@ impl PartitionKeys {
         format!("{}:dedup:{topic}:{key}", self.prefix)
     }
 
+    /// A coalescing key of a topic (`coalesce.lua`): a hash naming the key's last job (`j`), when its
+    /// first push came (`f`, Unix ms) and how many pushes it took (`n`).
+    pub fn coalesce(&self, topic: &str, key: &str) -> String {
+        format!("{}:coalesce:{topic}:{key}", self.prefix)
+    }
+
+    /// One push of a coalescing key (`coalesce.lua`): the id of the job it went into, kept
+    /// [`crate::coalesce::PUSH_MEMORY_MS`].
+    pub fn coalesced(&self, topic: &str, key: &str, push_id: &str) -> String {
+        format!("{}:coalesced:{topic}:{key}:{push_id}", self.prefix)
+    }
+
     /// The delay set: job ids scored by due time (ms).
     pub fn delayed(&self) -> String {
         format!("{}:delayed", self.prefix)
     }
 
-    /// A topic's ready queue: a sorted set of job ids scored by due time, popped lowest first.
+    /// A topic's ready queue: a sorted set of job ids scored by priority, then due time, popped lowest
+    /// first.
     pub fn ready(&self, topic: &str) -> String {
         format!("{}:ready:{topic}", self.prefix)
     }

@@ -1,7 +1,7 @@
 //! The store: the only way to Redis. The connection in its three shapes ([`connection`]), the partitions
 //! and which one holds a job ([`partition`]), the key names ([`keys`]), the Lua scripts, each beside its
 //! typed wrapper ([`scripts`]), the group commit that lets concurrent calls share script calls
-//! ([`coalesce`]), the stored layout ([`layout`]), the decoding of script answers ([`decode`]), the
+//! ([`group_commit`]), the stored layout ([`layout`]), the decoding of script answers ([`decode`]), the
 //! reads of job records ([`records`]), and the few commands roles need outside a script: Redis's clock
 //! ([`clock`]), the ready counts ([`ready`]), a publish on a wake channel ([`publish`]) and the
 //! schedules' marks dq-timer reads ([`schedules`]).
@@ -23,10 +23,10 @@ pub(crate) mod audit;
 pub(crate) mod beanstalkd;
 mod calls;
 mod clock;
-pub(crate) mod coalesce;
 pub(crate) mod connection;
 pub(crate) mod counts;
 pub(crate) mod decode;
+pub(crate) mod group_commit;
 pub mod keys;
 pub(crate) mod layout;
 pub(crate) mod nodes;

@@ -1,4 +1,4 @@
-//! A connection's replies, coalesced: a pipelining client (many commands in one write) gets its replies
+//! A connection's replies, gathered: a pipelining client (many commands in one write) gets its replies
 //! in one write per batch of commands read, not one write per reply.
 //!
 //! The connection loop answers every command already read before it writes ([`Output::flush`] when no

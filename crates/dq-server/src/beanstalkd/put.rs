@@ -109,6 +109,7 @@ impl Session {
             max_age_ms: None,
             backoff_ms: None,
             priority: Some(line.priority),
+            coalesce: None,
         }
     }
 

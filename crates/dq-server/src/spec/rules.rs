@@ -39,6 +39,7 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     string(push, "topic", TOPIC);
     string(push, "id", NEW_ID);
     string(push, "dedup_key", ID);
+    string(push, "coalesce_key", ID);
     int(push, "delay_ms", 0, max_delay);
     run_at(push, max_delay);
     job_fields(push);
@@ -51,6 +52,31 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
         {"anyOf": [given(&["dedup_key", "dedup_ms"]), absent(&["dedup_key", "dedup_ms"])],
          "description": "`dedup_key` and `dedup_ms` go together"},
         {"not": given(&["id", "dedup_key"]), "description": "not both `id` and `dedup_key`"},
+        {"anyOf": [given(&["coalesce_key", "coalesce"]), absent(&["coalesce_key", "coalesce"])],
+         "description": "`coalesce_key` and `coalesce` go together"},
+        {"not": given(&["dedup_key", "coalesce_key"]), "description": "not both `dedup_key` and `coalesce_key`"},
+        {"not": {"allOf": [given(&["id"]), mode_is(&["first"])]},
+         "description": "not both `id` and a `first` coalescing key (its window is the idempotency)"},
+        {"not": {"allOf": [{"anyOf": [given(&["delay_ms"]), given(&["run_at"])]}, mode_is(&["last", "merge"])]},
+         "description": "a `last` or `merge` push is due by its window: no `delay_ms` or `run_at`"},
+    ]);
+    note(
+        push,
+        "body",
+        &format!(
+            "With a `merge` coalescing key, at most {} bytes (each item goes into `{{\"items\":[…]}}`).",
+            limits.max_body_bytes - dq_core::coalesce::MERGE_FRAME_BYTES
+        ),
+    );
+    let coalesce = schema(schemas, "Coalesce");
+    int(coalesce, "window_ms", 1, max_delay);
+    int(coalesce, "max_wait_ms", 1, max_delay);
+    int(coalesce, "max_items", 1, dq_core::coalesce::MAX_ITEMS as u64);
+    coalesce["allOf"] = json!([
+        {"anyOf": [{"properties": {"mode": {"const": "last"}}}, absent(&["max_wait_ms"])],
+         "description": "`max_wait_ms` with mode `last` only"},
+        {"anyOf": [{"properties": {"mode": {"const": "merge"}}}, absent(&["max_items"])],
+         "description": "`max_items` with mode `merge` only"},
     ]);
 
     let batch = schema(schemas, "BatchRequest");
@@ -302,6 +328,12 @@ fn given(fields: &[&str]) -> Value {
         .map(|f| (f.to_string(), json!({"not": {"type": "null"}})))
         .collect();
     json!({"required": fields, "properties": properties})
+}
+
+/// A push whose `coalesce` is present with one of `modes`.
+fn mode_is(modes: &[&str]) -> Value {
+    json!({"required": ["coalesce"],
+           "properties": {"coalesce": {"type": "object", "required": ["mode"], "properties": {"mode": {"enum": modes}}}}})
 }
 
 /// None of `fields` is present but as `null`.

@@ -76,6 +76,7 @@ pub mod ack;
 pub mod activity_add;
 pub mod balance;
 pub mod cancel;
+pub mod coalesce;
 pub mod expire;
 pub mod get;
 pub mod limit;
@@ -112,10 +113,11 @@ pub mod unquarantine;
 /// made side by side (a timer's first pass over its partitions, a crowd of first reserves) each meet
 /// NOSCRIPT and send the script's text again.
 /// `sharded` picks the builds of the scripts that publish.
-pub fn all(sharded: bool) -> [&'static Script; 34] {
+pub fn all(sharded: bool) -> [&'static Script; 35] {
     [
         &get::SCRIPT,
         push::SCRIPT.get(sharded),
+        coalesce::SCRIPT.get(sharded),
         &cancel::SCRIPT,
         reschedule::SCRIPT.get(sharded),
         reserve::SCRIPT.get(sharded),
@@ -188,11 +190,12 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 35);
+        assert_eq!(n, 36);
         assert_eq!(super::all(false).len(), n - 1, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [
             "push",
+            "coalesce",
             "promote",
             "nack",
             "expire",

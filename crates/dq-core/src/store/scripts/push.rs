@@ -114,7 +114,7 @@ pub(crate) async fn call(store: &Store, p: u16, jobs: &[(&str, &NewJob, Mode)]) 
 
 /// A job's options as push.lua takes them in one argument: `""` when it has none, else
 /// `dedup_ms;max_age_ms;backoff;priority`, each `""` when absent, the backoff list comma-separated.
-fn options_arg(job: &NewJob) -> String {
+pub(crate) fn options_arg(job: &NewJob) -> String {
     // The default priority is stored as none (record.lua), so it is sent as none.
     let priority = job.priority.filter(|&p| p != DEFAULT_PRIORITY);
     if job.dedup.is_none() && job.max_age_ms.is_none() && job.backoff_ms.is_none() && priority.is_none() {

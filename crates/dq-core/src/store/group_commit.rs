@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 /// One kind of operation on one partition: what is waiting, and how many calls are out.
 #[derive(Debug)]
-pub struct Coalescer<T, R> {
+pub struct GroupCommit<T, R> {
     /// Waiting operations and the number of flushing tasks.
     state: Mutex<Pending<T, R>>,
     /// The most weight (jobs) one call carries; an operation heavier than this still goes, alone.
@@ -32,9 +32,9 @@ struct Pending<T, R> {
     flushing: usize,
 }
 
-/// Gives back a flushing task's slot however the task ends (a panic included), so the coalescer never
+/// Gives back a flushing task's slot however the task ends (a panic included), so the group commit never
 /// stalls with operations waiting and no task to send them.
-struct Slot<'a, T, R>(&'a Coalescer<T, R>);
+struct Slot<'a, T, R>(&'a GroupCommit<T, R>);
 
 impl<T, R> Drop for Slot<'_, T, R> {
     fn drop(&mut self) {
@@ -43,10 +43,10 @@ impl<T, R> Drop for Slot<'_, T, R> {
     }
 }
 
-impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
-    /// A coalescer sending at most `max_weight` per call, with at most `max_in_flight` calls out.
+impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
+    /// A group commit sending at most `max_weight` per call, with at most `max_in_flight` calls out.
     pub fn new(max_weight: usize, max_in_flight: usize) -> Self {
-        Coalescer {
+        GroupCommit {
             state: Mutex::new(Pending {
                 queue: VecDeque::new(),
                 flushing: 0,
@@ -70,7 +70,7 @@ impl<T: Send + 'static, R: Send + 'static> Coalescer<T, R> {
         self.submit_or_return(item, weight, flush, |_| {}).await
     }
 
-    /// [`Coalescer::submit`], with `unclaimed` given each answer whose caller stopped waiting before it
+    /// [`GroupCommit::submit`], with `unclaimed` given each answer whose caller stopped waiting before it
     /// came: what the operation took (reserved jobs) can be handed back instead of lost.
     pub async fn submit_or_return<F, Fut, U>(
         self: &Arc<Self>,
@@ -148,7 +148,7 @@ mod tests {
     /// Each caller gets its own answer, and operations that arrive while a call is out share the next call.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn answers_each_caller_and_groups_waiting_operations() {
-        let c = Arc::new(Coalescer::<u32, u32>::new(1000, 1));
+        let c = Arc::new(GroupCommit::<u32, u32>::new(1000, 1));
         let calls = Arc::new(AtomicUsize::new(0));
         let tasks: Vec<_> = (0..200u32)
             .map(|i| {
@@ -179,7 +179,7 @@ mod tests {
     /// A group never exceeds the weight limit, except an operation heavier than the limit, which goes alone.
     #[tokio::test]
     async fn respects_the_weight_limit() {
-        let c = Arc::new(Coalescer::<usize, usize>::new(10, 1));
+        let c = Arc::new(GroupCommit::<usize, usize>::new(10, 1));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let flush = {
             let seen = seen.clone();
@@ -204,7 +204,7 @@ mod tests {
     /// A flush that panics answers `None` to its callers and frees its slot, so later operations still go.
     #[tokio::test]
     async fn survives_a_panicking_flush() {
-        let c = Arc::new(Coalescer::<u32, u32>::new(10, 1));
+        let c = Arc::new(GroupCommit::<u32, u32>::new(10, 1));
         let bad = c.submit(1, 1, |_: Vec<u32>| async { panic!("flush failed") }).await;
         assert_eq!(bad, None);
         let good = c.submit(2, 1, |items: Vec<u32>| async move { items }).await;
