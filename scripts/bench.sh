@@ -5,6 +5,7 @@
 #
 #   scripts/bench.sh            all figures
 #   BENCH_ONLY="push batch" scripts/bench.sh   some of: push auth priority batch reserve memory lateness cpu cpu-deliver burst kill deliver
+#                                      coalesce
 #                                      waiters schedules life (LIFE_PATH=push|pull|beanstalkd|bullmq: scripts/profile-life.sh)
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
@@ -221,6 +222,15 @@ print(f"delay_ms {delay}: with / without, throughput median {statistics.median(r
       f"{statistics.median(p[1] / n[1] for n, p in zip(by['none'], by['7'])):.3f}")
 PY
   done
+fi
+
+if want coalesce; then
+  echo; echo "== coalescing end to end (dq-server, dq-timer, dq-consumer; an in-process callback):"
+  echo "   last: 1,000 pushes to one key over 10 s, window 500 ms: one delivery, the last body, how long after the last push"
+  bench coalesce --mode last -n 1000 --over-ms 10000 --window-ms 500 | grep -v '^  p[0-9]'
+  echo "   merge: 10,000 pushes over 100 keys from 16 connections, window 1 s: every item in exactly one delivered job"
+  bench coalesce --mode merge -n 10000 --keys 100 --window-ms 1000 -c 16 | grep -v '^  p[0-9]'
+  rcli flushall >/dev/null
 fi
 
 if want batch && [ -n "$cluster" ]; then

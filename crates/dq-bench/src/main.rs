@@ -15,6 +15,7 @@
 mod baseline;
 mod beanstalkd;
 mod burst;
+mod coalesce;
 mod deliver;
 mod due;
 mod http;
@@ -88,6 +89,9 @@ enum Command {
     /// Put, then reserve and delete, M jobs on each of C connections over the beanstalkd protocol (dq-server's
     /// beanstalkd listener or a beanstalkd, at `--addr`; `--url` is not used).
     Beanstalkd(beanstalkd::BeanstalkdArgs),
+    /// Push to coalescing keys (`last`: one key, debounced; `merge`: items over many keys) with an
+    /// in-process callback; check what is delivered.
+    Coalesce(coalesce::CoalesceArgs),
 }
 
 fn main() -> ExitCode {
@@ -130,6 +134,7 @@ fn run(cli: &Cli) -> Result<Report> {
             Command::Baseline(args) => baseline::run(args).await,
             Command::Waiters(args) => waiters::run(&target, args).await,
             Command::Beanstalkd(args) => beanstalkd::run(args).await,
+            Command::Coalesce(args) => coalesce::run(&target, args).await,
         }
     })?;
     Ok(report.with("threads", cli.common.threads))

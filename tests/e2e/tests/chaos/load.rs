@@ -12,32 +12,56 @@ pub(crate) fn work_time(id: &str, max_ms: u64) -> Duration {
     Duration::from_millis(h % max_ms)
 }
 
-/// The callback: records each job's id, takes up to 50 ms, answers 200 with a body (a delivery that
-/// succeeds).
+/// The callback: records each job's id (at `/hook`), or each item of a merged job with the job's id (at
+/// `/merge`), takes up to 50 ms, answers 200 with a body (a delivery that succeeds). Its base URL.
 pub(crate) async fn start_sink(shared: Arc<Shared>) -> String {
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
-            let shared = shared.clone();
-            async move {
-                let id = body["id"].as_str().unwrap_or("<no id>");
-                shared.delivered(id, Via::Callback);
-                tokio::time::sleep(work_time(id, 50)).await;
-                r#"{"ok":true}"#
-            }
-        }),
-    );
+    let merging = shared.clone();
+    let app = axum::Router::new()
+        .route(
+            "/hook",
+            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                let shared = shared.clone();
+                async move {
+                    let id = body["id"].as_str().unwrap_or("<no id>");
+                    shared.delivered(id, Via::Callback);
+                    tokio::time::sleep(work_time(id, 50)).await;
+                    r#"{"ok":true}"#
+                }
+            }),
+        )
+        .route(
+            "/merge",
+            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                let shared = merging.clone();
+                async move {
+                    let id = body["id"].as_str().unwrap_or("<no id>");
+                    let items: Vec<String> = body["body"]["items"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .map(|i| i.as_str().unwrap_or("<not a string>").to_string())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    shared.merged(id, &items);
+                    tokio::time::sleep(work_time(id, 50)).await;
+                    r#"{"ok":true}"#
+                }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     url
 }
 
-/// One job the test pushes.
+/// One job the test pushes (for the merge topic, one item: its id is the push's, its key the job's).
 pub(crate) struct Job {
     pub(crate) id: String,
     pub(crate) topic: &'static str,
     pub(crate) delay_ms: u64,
+    /// The merge topic's coalescing key.
+    pub(crate) merge_key: Option<String>,
 }
 
 /// Pushes jobs off the shared list, job `i` no earlier than `i / rate` s after the start, each until it is
@@ -53,10 +77,17 @@ pub(crate) async fn pusher(shared: Arc<Shared>, jobs: Arc<Vec<Job>>, next: Arc<A
         let i = next.fetch_add(1, Ordering::SeqCst);
         let Some(job) = jobs.get(i) else { return };
         tokio::time::sleep_until((began + Duration::from_secs_f64(i as f64 / rate)).into()).await;
-        let body = json!({
-            "id": job.id, "topic": job.topic, "body": {"n": i}, "delay_ms": job.delay_ms,
-            "ttr_ms": TTR_MS, "max_attempts": 0,
-        });
+        let body = match &job.merge_key {
+            None => json!({
+                "id": job.id, "topic": job.topic, "body": {"n": i}, "delay_ms": job.delay_ms,
+                "ttr_ms": TTR_MS, "max_attempts": 0,
+            }),
+            // The item is its own push id; pushed again, it goes in once (docs/api.md, Coalescing).
+            Some(key) => json!({
+                "id": job.id, "topic": job.topic, "body": job.id, "coalesce_key": key,
+                "coalesce": {"mode": "merge", "window_ms": MERGE_WINDOW_MS}, "ttr_ms": TTR_MS, "max_attempts": 0,
+            }),
+        };
         let mut history: Vec<(u64, u16)> = Vec::new();
         loop {
             let sent = Instant::now();
@@ -67,6 +98,11 @@ pub(crate) async fn pusher(shared: Arc<Shared>, jobs: Arc<Vec<Job>>, next: Arc<A
                 match status {
                     201 => {
                         s.created += 1;
+                        true
+                    }
+                    // A merge item that went into its key's pending job.
+                    200 if job.merge_key.is_some() && out["coalesced"] == true => {
+                        s.coalesced += 1;
                         true
                     }
                     409 if history.len() > 1 => {

@@ -39,6 +39,12 @@ use shared::*;
 const PULL: &str = "chaos.pull";
 /// The topic whose callback is the test's sink, delivered by dq-consumer.
 const PUSH: &str = "chaos.push";
+/// The topic whose jobs are merged: each push one item, into the pending job of its coalescing key.
+const MERGE: &str = "chaos.merge";
+/// The merge topic's coalescing keys: each push goes to `m<i % MERGE_KEYS>`.
+const MERGE_KEYS: usize = 8;
+/// The merge window.
+const MERGE_WINDOW_MS: u64 = 500;
 /// TTR of every job: how long a reservation lost with a killed process (or a lost answer) waits.
 const TTR_MS: u64 = 5000;
 /// The push topic's callback timeout; dq-consumer reserves for at least this + 5 s.
@@ -115,7 +121,7 @@ async fn stats(http: &reqwest::Client, port: u16) -> Option<(BTreeMap<String, i6
         return None;
     }
     let mut counts = BTreeMap::new();
-    for topic in [PULL, PUSH] {
+    for topic in [PULL, PUSH, MERGE] {
         for state in ["delayed", "ready", "reserved", "dead"] {
             let n = out["topics"][topic][state].as_i64().unwrap_or(0);
             counts.insert(format!("{topic}:{state}"), n);
@@ -145,9 +151,14 @@ fn job_plan(n: usize, rng: &mut Rng) -> Vec<Job> {
     (0..n)
         .map(|i| Job {
             id: format!("chaos-{i:06}"),
-            topic: if i % 2 == 0 { PULL } else { PUSH },
+            topic: match i % 4 {
+                3 => MERGE,
+                1 => PUSH,
+                _ => PULL,
+            },
             // A third due at once, the rest spread over 2 s, so that the timers matter.
             delay_ms: if rng.below(3) == 0 { 0 } else { 1 + rng.below(2000) },
+            merge_key: (i % 4 == 3).then(|| format!("m{}", i % MERGE_KEYS)),
         })
         .collect()
 }
@@ -215,6 +226,8 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
         faults: Default::default(),
         pushes_done: AtomicBool::new(false),
         stop_pulling: AtomicBool::new(false),
+        merged: Default::default(),
+        twice_in_one_job: Default::default(),
     });
     let sink = start_sink(shared.clone()).await;
     let (status, out) = common::call(
@@ -223,12 +236,24 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
         "PUT",
         &format!("/v1/topics/{PUSH}"),
         Some(json!({
-            "callback": {"url": sink, "timeout_ms": CALLBACK_TIMEOUT_MS, "concurrency": 16},
+            "callback": {"url": format!("{sink}/hook"), "timeout_ms": CALLBACK_TIMEOUT_MS, "concurrency": 16},
             "retry": {"max_attempts": 0, "backoff_ms": [200]},
         })),
     )
     .await;
     assert_eq!(status, 200, "register {PUSH}: {out}");
+    let (status, out) = common::call(
+        &http,
+        port,
+        "PUT",
+        &format!("/v1/topics/{MERGE}"),
+        Some(json!({
+            "callback": {"url": format!("{sink}/merge"), "timeout_ms": CALLBACK_TIMEOUT_MS, "concurrency": 4},
+            "retry": {"max_attempts": 0, "backoff_ms": [200]},
+        })),
+    )
+    .await;
+    assert_eq!(status, 200, "register {MERGE}: {out}");
     let (status, out) = common::call(
         &http,
         port,
@@ -333,10 +358,10 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
     let misrouted: Vec<String> = deliveries
         .iter()
         .filter(|(id, ds)| {
-            let want = if topic_of.get(id.as_str()) == Some(&PULL) {
-                Via::Pull
-            } else {
-                Via::Callback
+            let want = match topic_of.get(id.as_str()) {
+                Some(&PULL) => Via::Pull,
+                Some(&MERGE) => Via::Merge,
+                _ => Via::Callback,
             };
             ds.iter().any(|(_, via)| *via != want)
         })
@@ -360,10 +385,36 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
     let kills = process_kills + redis_kills;
     let faults_total: usize = report.counts.values().sum();
 
-    // Every job's record says done.
+    // Merged jobs: each item in exactly one job (a job delivered again is the same job), none twice in one.
+    let merged = shared.merged.lock().unwrap().clone();
+    let twice_in_one_job = shared.twice_in_one_job.lock().unwrap().clone();
+    let mut in_two_jobs: Vec<String> = merged
+        .iter()
+        .filter(|(_, jobs)| jobs.iter().collect::<HashSet<_>>().len() > 1)
+        .map(|(item, jobs)| format!("{item} in {jobs:?}"))
+        .collect();
+    in_two_jobs.sort();
+    let merged_jobs: HashSet<String> = merged.values().flatten().cloned().collect();
+    let merge_items = topic_of.values().filter(|t| **t == MERGE).count();
+    println!(
+        "chaos: merged: {} items pushed in {} jobs delivered ({} items coalesced at push); in two jobs: {}, twice in \
+         one job: {}",
+        merge_items,
+        merged_jobs.len(),
+        shared.push_stats.lock().unwrap().coalesced,
+        in_two_jobs.len(),
+        twice_in_one_job.len()
+    );
+
+    // Every job's record says done (a merge item is a push, not a job: its jobs are looked up instead).
     let mut not_done: Vec<String> = Vec::new();
     {
-        let ids: Vec<String> = pushed.iter().cloned().collect();
+        let ids: Vec<String> = pushed
+            .iter()
+            .filter(|id| topic_of.get(id.as_str()) != Some(&MERGE))
+            .cloned()
+            .chain(merged_jobs.iter().cloned())
+            .collect();
         let mut set = tokio::task::JoinSet::new();
         for chunk in ids.chunks(ids.len().div_ceil(8).max(1)) {
             let (chunk, http) = (chunk.to_vec(), http.clone());
@@ -697,7 +748,11 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
         audits_repaired.join("\n")
     );
     assert!(
-        audit_report["records"].as_u64() >= Some(plan.jobs as u64),
+        audit_report["records"].as_u64() >= Some((plan.jobs - merge_items + merged_jobs.len()) as u64),
         "{audit_report}"
+    );
+    assert!(
+        in_two_jobs.is_empty() && twice_in_one_job.is_empty(),
+        "merge items in more than one job: {in_two_jobs:?}; twice in one job: {twice_in_one_job:?}"
     );
 }

@@ -9,11 +9,15 @@ pub(crate) enum Via {
     Callback,
     /// A pull worker reserved it.
     Pull,
+    /// An item of a merged job that dq-consumer POSTed to the sink's merge route.
+    Merge,
 }
 
 #[derive(Default)]
 pub(crate) struct PushStats {
     pub(crate) created: u64,
+    /// Merge items that went into a pending job (200, `"coalesced": true`).
+    pub(crate) coalesced: u64,
     /// 409 on a retry of an id whose earlier attempt had no certain outcome: it was stored.
     pub(crate) conflict_on_retry: u64,
     /// 409 on an id's first attempt: the id had a record before the test pushed it.
@@ -53,6 +57,10 @@ pub(crate) struct Shared {
     pub(crate) faults: Mutex<Vec<(u64, String)>>,
     pub(crate) pushes_done: AtomicBool,
     pub(crate) stop_pulling: AtomicBool,
+    /// Every merge item delivered: item id → the ids of the jobs it came in (one per delivery).
+    pub(crate) merged: Mutex<HashMap<String, Vec<String>>>,
+    /// Merge items that came twice in one job's body: "item in job".
+    pub(crate) twice_in_one_job: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -68,6 +76,23 @@ impl Shared {
             .entry(id.to_string())
             .or_default()
             .push((ms, via));
+    }
+
+    /// A delivery of merged job `job` holding `items`.
+    pub(crate) fn merged(&self, job: &str, items: &[String]) {
+        let mut seen = HashSet::new();
+        for item in items {
+            if !seen.insert(item) {
+                self.twice_in_one_job.lock().unwrap().push(format!("{item} in {job}"));
+            }
+            self.delivered(item, Via::Merge);
+            self.merged
+                .lock()
+                .unwrap()
+                .entry(item.clone())
+                .or_default()
+                .push(job.to_string());
+        }
     }
 
     pub(crate) fn fault(&self, what: String, verbose: bool) {
