@@ -151,6 +151,32 @@ pub async fn every_verb(mode: &str, urls: &[String], extra: &[(&'static str, &st
         }
     }
 
+    // A priority, changed by PATCH with the due time kept; two merge pushes of one key, one job.
+    let urgent = api
+        .ok(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"topic": "prio", "body": 1, "priority": 3, "delay_ms": 600000})),
+        )
+        .await;
+    let path = format!("/v1/jobs/{}", urgent["id"].as_str().unwrap());
+    let job = api.ok("PATCH", &path, Some(json!({"priority": 0}))).await;
+    assert_eq!(
+        (&job["priority"], &job["state"], &job["run_at"]),
+        (&json!(0), &json!("delayed"), &urgent["run_at"])
+    );
+    api.call("DELETE", &path, None).await;
+    let merge = |n: u32| {
+        json!({"topic": "digest", "body": n, "coalesce_key": "member-7",
+               "coalesce": {"mode": "merge", "window_ms": 600000}})
+    };
+    let first = api.ok("POST", "/v1/jobs", Some(merge(1))).await;
+    let (status, second) = api.call("POST", "/v1/jobs", Some(merge(2))).await;
+    assert_eq!((status, &second["id"], &second["coalesced"]), (200, &first["id"], &json!(true)));
+    let path = format!("/v1/jobs/{}", first["id"].as_str().unwrap());
+    assert_eq!(api.ok("GET", &path, None).await["body"], json!({"items": [1, 2]}));
+    api.call("DELETE", &path, None).await;
+
     // Dead letters over the partitions: nack on the last attempt, list, requeue.
     for i in 0..5 {
         api.ok(
