@@ -168,8 +168,9 @@ async fn jobs_cross_between_the_protocol_and_the_http_api() {
     assert_eq!(c.line("watch cross").await, "WATCHING 2\r\n");
     assert_eq!(c.reserve(0).await, Some((n, bytes)));
     assert_eq!(c.line(&format!("delete {n}")).await, "DELETED\r\n");
-    // A job pushed over HTTP is reserved over the protocol (its JSON as the body), numbered then.
-    let pushed = server.push(json!({"topic": "cross", "body": {"order": 1}})).await;
+    // A job pushed over HTTP is reserved over the protocol (its JSON as the body), numbered then; its
+    // priority is the protocol's.
+    let pushed = server.push(json!({"topic": "cross", "body": {"order": 1}, "priority": 5})).await;
     let mut seen = Vec::new();
     while let Some((num, body)) = c.reserve(0).await {
         seen.push(body.clone());
@@ -178,6 +179,8 @@ async fn jobs_cross_between_the_protocol_and_the_http_api() {
                 c.line(&format!("peek {num}")).await,
                 format!("FOUND {num} 11\r\n{{\"order\":1}}\r\n")
             );
+            let stats = c.line(&format!("stats-job {num}")).await;
+            assert!(stats.contains("\npri: 5\n"), "{stats}");
             assert_eq!(c.line(&format!("delete {num}")).await, "DELETED\r\n");
         }
     }
