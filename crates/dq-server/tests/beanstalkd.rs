@@ -170,7 +170,9 @@ async fn jobs_cross_between_the_protocol_and_the_http_api() {
     assert_eq!(c.line(&format!("delete {n}")).await, "DELETED\r\n");
     // A job pushed over HTTP is reserved over the protocol (its JSON as the body), numbered then; its
     // priority is the protocol's.
-    let pushed = server.push(json!({"topic": "cross", "body": {"order": 1}, "priority": 5})).await;
+    let pushed = server
+        .push(json!({"topic": "cross", "body": {"order": 1}, "priority": 5}))
+        .await;
     let mut seen = Vec::new();
     while let Some((num, body)) = c.reserve(0).await {
         seen.push(body.clone());

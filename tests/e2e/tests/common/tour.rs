@@ -172,7 +172,10 @@ pub async fn every_verb(mode: &str, urls: &[String], extra: &[(&'static str, &st
     };
     let first = api.ok("POST", "/v1/jobs", Some(merge(1))).await;
     let (status, second) = api.call("POST", "/v1/jobs", Some(merge(2))).await;
-    assert_eq!((status, &second["id"], &second["coalesced"]), (200, &first["id"], &json!(true)));
+    assert_eq!(
+        (status, &second["id"], &second["coalesced"]),
+        (200, &first["id"], &json!(true))
+    );
     let path = format!("/v1/jobs/{}", first["id"].as_str().unwrap());
     assert_eq!(api.ok("GET", &path, None).await["body"], json!({"items": [1, 2]}));
     api.call("DELETE", &path, None).await;
