@@ -185,7 +185,16 @@ pub fn follow_ready(queue: &Queue, shutdown: CancellationToken) -> JoinHandle<()
         WakeKind::Ready,
         shutdown,
         Arc::new(move |wake| match wake {
-            Wake::Message { partition, payload } => index.mark(&payload, partition),
+            // `<topic>`, or `<topic> <priority>` for an urgent job (a topic name has no space).
+            Wake::Message { partition, payload } => match payload.split_once(' ') {
+                Some((topic, priority)) => {
+                    index.mark(topic, partition);
+                    if let Ok(priority) = priority.parse() {
+                        index.hint(topic, partition, priority);
+                    }
+                }
+                None => index.mark(&payload, partition),
+            },
             Wake::Subscribed => index.resync(),
         }),
     )

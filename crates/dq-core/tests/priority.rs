@@ -1,7 +1,8 @@
 //! Priorities on a real Redis, standalone and cluster: ready jobs of a topic go out by priority, then by
 //! due time, however they became ready (pushed due, promoted, nacked, handed back, their reservation
 //! expired, rescheduled); a new priority moves a delayed or ready job and nothing else; the default
-//! priority costs a record nothing.
+//! priority costs a record nothing; across partitions, an urgent job pushed behind a backlog is the next
+//! reserve's, in the process that pushed it and in one that heard its wake-up.
 
 use std::time::Duration;
 
@@ -81,6 +82,55 @@ async fn the_order_holds_on_a_cluster() {
     let q = Queue::connect(&s).await.unwrap();
     push_mixed(&q, dq_core::clock::unix_ms()).await;
     assert_eq!(drain_order(&q, "t").await, MIXED_ORDER);
+}
+
+/// A backlog in every one of 16 partitions, then one urgent job.
+async fn backlog_then_urgent(q: &Queue) -> String {
+    let now = dq_core::clock::unix_ms();
+    for i in 0..64 {
+        push(
+            q,
+            json!({"topic": "t", "id": format!("d{i}"), "body": i, "run_at": now - 60_000}),
+        )
+        .await;
+    }
+    push(q, json!({"topic": "t", "body": "urgent", "priority": 0})).await
+}
+
+#[tokio::test]
+async fn an_urgent_job_behind_a_backlog_in_other_partitions_goes_next() {
+    let redis = RedisServer::start();
+    let mut s = standalone(&redis);
+    s.redis.partitions = Some(16);
+    let q = Queue::connect(&s).await.unwrap();
+    let urgent = backlog_then_urgent(&q).await;
+    let topics = ["t".to_string()];
+    let got = q.reservations().reserve(&topics, 1).await.unwrap();
+    assert_eq!(got[0].id, urgent, "this process pushed it: its own hint");
+
+    // Another process, which hears the wake-up.
+    let q2 = Queue::connect(&s).await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _listener = dq_core::wake::follow_ready(&q2, stop.clone());
+    // Its index reads the partitions once (the first reserve), then follows the wake-ups.
+    let first = q2.reservations().reserve(&topics, 1).await.unwrap();
+    assert_eq!(first.len(), 1);
+    // Urgent jobs until one's wake-up arrives (the subscription may be made after the first).
+    let urgent = std::sync::Mutex::new(Vec::new());
+    eventually(Duration::from_secs(10), "a wake-up's hint arrives", || async {
+        let id = push(&q, json!({"topic": "t", "body": "urgent too", "priority": 5})).await;
+        urgent.lock().unwrap().push(id);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        !q2.reservations().ready_index().hinted("t").is_empty()
+    })
+    .await;
+    let got = q2.reservations().reserve(&topics, 1).await.unwrap();
+    assert!(
+        urgent.lock().unwrap().contains(&got[0].id),
+        "the wake-up's hint: {}",
+        got[0].id
+    );
+    stop.cancel();
 }
 
 #[tokio::test]

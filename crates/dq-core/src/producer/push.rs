@@ -327,8 +327,14 @@ async fn push_on(queue: &Producer, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Re
     // This process's next reserve must see what it just made ready, without waiting for the wake-up.
     let mut marked = std::collections::HashSet::new();
     for ((_, job, _), answer) in jobs.iter().zip(&answers) {
-        if matches!(answer, Ok((State::Ready, _, None))) && marked.insert(job.topic.as_str()) {
+        if !matches!(answer, Ok((State::Ready, _, None))) {
+            continue;
+        }
+        if marked.insert(job.topic.as_str()) {
             queue.ready.mark_own(&job.topic, p);
+        }
+        if let Some(urgent) = job.priority.filter(|&pr| pr < crate::job::DEFAULT_PRIORITY) {
+            queue.ready.hint(&job.topic, p, urgent);
         }
     }
     Ok(answers)

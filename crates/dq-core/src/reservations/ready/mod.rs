@@ -98,6 +98,11 @@ struct Entry {
     syncing: Option<Arc<Notify>>,
     /// The long polls waiting, and the jobs handed to them (see [`handed`]).
     handed: Handed,
+    /// Partition → the most urgent priority (below the default) a wake-up or this process's own push
+    /// said arrived there, and the epoch of that mark: a reserve asks these partitions first, most
+    /// urgent first, so an urgent job is not left behind a backlog in other partitions. Dropped once a
+    /// reserve has asked the partition since (it took the most urgent jobs there first).
+    urgent: HashMap<u16, (u32, u64)>,
 }
 
 impl Default for Entry {
@@ -110,6 +115,7 @@ impl Default for Entry {
             busy: Vec::new(),
             syncing: None,
             handed: Handed::default(),
+            urgent: HashMap::new(),
         }
     }
 }
@@ -188,6 +194,32 @@ impl ReadyIndex {
         }
     }
 
+    /// A job of `topic` more urgent than the default (`priority` below 1024) became ready in partition `p`
+    /// (a wake-up said so, or this process pushed it): lists `p`, and reserves ask it before the
+    /// partitions without such a job until one has asked it.
+    pub fn hint(&self, topic: &str, p: u16, priority: u32) {
+        let mut t = self.lock();
+        t.epoch += 1;
+        let epoch = t.epoch;
+        let entry = t.by_topic.entry(topic.to_string()).or_default();
+        entry.partitions.insert(p, epoch);
+        let best = entry.urgent.get(&p).map_or(priority, |&(was, _)| was.min(priority));
+        entry.urgent.insert(p, (best, epoch));
+    }
+
+    /// The partitions hinted for `topic` ([`ReadyIndex::hint`]) and their most urgent priority, by
+    /// partition: what the next reserve asks first.
+    pub fn hinted(&self, topic: &str) -> Vec<(u16, u32)> {
+        let t = self.lock();
+        let mut out: Vec<(u16, u32)> = t
+            .by_topic
+            .get(topic)
+            .map(|e| e.urgent.iter().map(|(&p, &(prio, _))| (p, prio)).collect())
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
+
     /// Lists `p` for `topic`; answers the topic's line.
     fn list(&self, topic: &str, p: u16) -> Arc<Notify> {
         let mut t = self.lock();
@@ -237,8 +269,15 @@ impl ReadyIndex {
         let lines: Vec<Arc<Notify>> = {
             let mut t = self.lock();
             for topic in topics {
-                if let Some(n) = t.by_topic.get_mut(topic).and_then(|e| e.busy.get_mut(p as usize)) {
+                let Some(entry) = t.by_topic.get_mut(topic) else {
+                    continue;
+                };
+                if let Some(n) = entry.busy.get_mut(p as usize) {
                     *n = n.saturating_sub(1);
+                }
+                // Asked: it took the partition's most urgent jobs first. A hint newer than the ask stays.
+                if tried != Tried::Failed && entry.urgent.get(&p).is_some_and(|&(_, e)| e <= epoch) {
+                    entry.urgent.remove(&p);
                 }
             }
             if tried == Tried::Emptied {
@@ -374,7 +413,20 @@ impl ReadyIndex {
                 continue;
             }
             let start = rng.random_range(0..entry.partitions.len());
-            for p in entry.partitions.from(start) {
+            // Partitions hinted to hold urgent jobs first, the most urgent first; then the others from a
+            // random start.
+            let mut urgent: Vec<(u32, u16)> = entry
+                .urgent
+                .iter()
+                .filter(|(p, _)| entry.partitions.contains(**p))
+                .map(|(&p, &(prio, _))| (prio, p))
+                .collect();
+            urgent.sort_unstable();
+            let order = urgent
+                .iter()
+                .map(|&(_, p)| p)
+                .chain(entry.partitions.from(start).filter(|p| !entry.urgent.contains_key(p)));
+            for p in order {
                 // Asked already, or listed for a topic before this one: already in.
                 let earlier = topics[..k]
                     .iter()

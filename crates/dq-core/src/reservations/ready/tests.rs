@@ -32,6 +32,33 @@ fn priority_order_then_clear_unless_marked_since() {
 }
 
 #[test]
+fn hinted_partitions_are_asked_first_most_urgent_first_until_asked() {
+    let ix = ReadyIndex::default();
+    let topics = t(&["a"]);
+    for p in 0..16 {
+        ix.mark("a", p);
+    }
+    ix.hint("a", 9, 500);
+    ix.hint("a", 4, 10);
+    ix.hint("a", 9, 700); // a less urgent one keeps 9's best
+    let list: Vec<u16> = ix.candidates(&topics, &[], 16).list.iter().map(|&(p, _)| p).collect();
+    assert_eq!(&list[..2], [4, 9], "{list:?}");
+    assert_eq!(list.len(), 16, "every partition once");
+    assert_eq!(ix.hinted("a"), [(4, 10), (9, 500)]);
+    // A reserve asks 4: its hint goes; a hint that arrives during an ask of 9 stays.
+    ix.claim(&topics, 4).settle(Tried::Full);
+    let claim = ix.claim(&topics, 9);
+    ix.hint("a", 9, 3);
+    claim.settle(Tried::Full);
+    assert_eq!(ix.hinted("a"), [(9, 3)]);
+    // A failed ask keeps it.
+    ix.claim(&topics, 9).settle(Tried::Failed);
+    assert_eq!(ix.hinted("a"), [(9, 3)]);
+    ix.claim(&topics, 9).settle(Tried::Emptied);
+    assert!(ix.hinted("a").is_empty());
+}
+
+#[test]
 fn a_mark_wakes_one_waiter_and_a_reserve_that_leaves_work_passes_it_on() {
     let ix = ReadyIndex::default();
     let topics = t(&["a"]);

@@ -29,6 +29,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', bucket, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 local recs = {}
 local per_topic = {}
+-- topic -> the most urgent priority below the default among its jobs moved to the ready queue
+local urgent = {}
 local was_empty = {}
 local count = #due / 2
 -- The waiting workers; `wanted`: the topics one with free slots takes (their jobs may be handed, which
@@ -162,6 +164,7 @@ for i = 1, count do
       to_reserved[r.t] = (to_reserved[r.t] or 0) + 1
     else
       add(prefix .. ':ready:' .. r.t, rec_score(r.p, run_at), id)
+      if r.p and r.p < 1024 and (urgent[r.t] == nil or r.p < urgent[r.t]) then urgent[r.t] = r.p end
       r.s = 'ready'
       rec_store(prefix .. ':job:' .. id, r, true)
       per_topic[r.t] = per_topic[r.t] + 1
@@ -178,7 +181,12 @@ for topic, m in pairs(per_topic) do
   if m + h > 0 then redis.call('HINCRBY', counts, topic .. ':delayed', -(m + h)) end
   if m > 0 then redis.call('HINCRBY', counts, topic .. ':ready', m) end
   if h > 0 then redis.call('HINCRBY', counts, topic .. ':reserved', h) end
-  if m > 0 and was_empty[topic] then redis.call(publish, ready_channel, topic) end
+  -- As push.lua: the first job wakes a waiter; a job more urgent than the default is told besides.
+  if m > 0 and urgent[topic] then
+    redis.call(publish, ready_channel, topic .. ' ' .. urgent[topic])
+  elseif m > 0 and was_empty[topic] then
+    redis.call(publish, ready_channel, topic)
+  end
 end
 -- As in reserve.lua: only a deadline earlier than the one announced needs telling.
 local told = earliest and tonumber(redis.call('GET', announced))

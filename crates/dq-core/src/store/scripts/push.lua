@@ -44,6 +44,7 @@ local order = {}   -- sorted set keys in first-seen order
 local earliest = {} -- delay bucket key -> earliest run_at added
 local topic_of = {} -- ready queue key -> topic
 local tally = {}   -- "<topic>:<state>" -> jobs added
+local urgent = {}  -- ready queue key -> the most urgent priority below the default added to it
 local delayed = KEYS[2]
 local n = (#ARGV - 2) / 9
 -- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority} (strings, "" when absent), and its
@@ -104,6 +105,7 @@ for i = 0, n - 1 do
     if stored then
       if state == 'ready' then
         topic_of[zset] = topic
+        if p and p < 1024 and (urgent[zset] == nil or p < urgent[zset]) then urgent[zset] = p end
       elseif earliest[zset] == nil or run_at < earliest[zset] then
         earliest[zset] = run_at
       end
@@ -147,10 +149,16 @@ end
 for _, zset in ipairs(order) do
   local topic = topic_of[zset]
   if topic then
-    -- Long-polling reservers wait only on an empty queue, so only its first job needs to wake them.
+    -- Long-polling reservers wait only on an empty queue, so only its first job needs to wake them; a
+    -- job more urgent than the default is told whatever the queue held ("<topic> <priority>"), so that
+    -- reservers ask this partition first (see the ready index's hints).
     local was_empty = redis.call('EXISTS', zset) == 0
     redis.call('ZADD', zset, unpack(adds[zset]))
-    if was_empty then redis.call(publish, ready_channel, topic) end
+    if urgent[zset] then
+      redis.call(publish, ready_channel, topic .. ' ' .. urgent[zset])
+    elseif was_empty then
+      redis.call(publish, ready_channel, topic)
+    end
   else
     -- A timer sleeps until the earliest due time it knows; tell it when that just moved earlier.
     local head = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
