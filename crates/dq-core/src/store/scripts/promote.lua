@@ -120,11 +120,27 @@ for w = 1, #waiting do
 end
 
 -- Whether each ready queue that gets jobs was empty (its wake-up), read once the hand-offs are known
--- (a topic whose every job was handed needs no look) and before the first write.
+-- (a topic whose every job was handed needs no look) and before the first write; and for a topic
+-- getting jobs more urgent than the default (`urgent`), the priority of the queue's first job
+-- (`head_p`): as in push.lua, only one that goes ahead of it is told.
+local head_p = {}
+for i = 1, count do
+  local r = recs[i]
+  if r and not handed_to[i] and r.p and r.p < 1024 and (urgent[r.t] == nil or r.p < urgent[r.t]) then
+    urgent[r.t] = r.p
+  end
+end
 for i = 1, count do
   local r = recs[i]
   if r and not handed_to[i] and was_empty[r.t] == nil then
-    was_empty[r.t] = redis.call('EXISTS', prefix .. ':ready:' .. r.t) == 0
+    local key = prefix .. ':ready:' .. r.t
+    if urgent[r.t] then
+      local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      was_empty[r.t] = head[1] == nil
+      if head[2] then head_p[r.t] = math.floor(tonumber(head[2]) / 4398046511104) end
+    else
+      was_empty[r.t] = redis.call('EXISTS', key) == 0
+    end
   end
 end
 
@@ -164,7 +180,6 @@ for i = 1, count do
       to_reserved[r.t] = (to_reserved[r.t] or 0) + 1
     else
       add(prefix .. ':ready:' .. r.t, rec_score(r.p, run_at), id)
-      if r.p and r.p < 1024 and (urgent[r.t] == nil or r.p < urgent[r.t]) then urgent[r.t] = r.p end
       r.s = 'ready'
       rec_store(prefix .. ':job:' .. id, r, true)
       per_topic[r.t] = per_topic[r.t] + 1
@@ -181,8 +196,9 @@ for topic, m in pairs(per_topic) do
   if m + h > 0 then redis.call('HINCRBY', counts, topic .. ':delayed', -(m + h)) end
   if m > 0 then redis.call('HINCRBY', counts, topic .. ':ready', m) end
   if h > 0 then redis.call('HINCRBY', counts, topic .. ':reserved', h) end
-  -- As push.lua: the first job wakes a waiter; a job more urgent than the default is told besides.
-  if m > 0 and urgent[topic] then
+  -- As push.lua: the first job wakes a waiter; a job more urgent than the default that goes ahead of the
+  -- queue's first job is told besides.
+  if m > 0 and urgent[topic] and (head_p[topic] == nil or head_p[topic] > urgent[topic]) then
     redis.call(publish, ready_channel, topic .. ' ' .. urgent[topic])
   elseif m > 0 and was_empty[topic] then
     redis.call(publish, ready_channel, topic)

@@ -149,13 +149,22 @@ end
 for _, zset in ipairs(order) do
   local topic = topic_of[zset]
   if topic then
-    -- Long-polling reservers wait only on an empty queue, so only its first job needs to wake them; a
-    -- job more urgent than the default is told whatever the queue held ("<topic> <priority>"), so that
-    -- reservers ask this partition first (see the ready index's hints).
-    local was_empty = redis.call('EXISTS', zset) == 0
+    -- Long-polling reservers wait only on an empty queue, so only its first job needs to wake them. A
+    -- job more urgent than the default that goes ahead of the queue's first job is told as
+    -- "<topic> <priority>", so that reservers ask this partition first (the ready index's hints); behind
+    -- a first job as urgent, it is not news.
+    local was_empty, ahead = true, false
+    local u = urgent[zset]
+    if u then
+      local head = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+      was_empty = head[1] == nil
+      ahead = was_empty or math.floor(tonumber(head[2]) / 4398046511104) > u
+    else
+      was_empty = redis.call('EXISTS', zset) == 0
+    end
     redis.call('ZADD', zset, unpack(adds[zset]))
-    if urgent[zset] then
-      redis.call(publish, ready_channel, topic .. ' ' .. urgent[zset])
+    if ahead then
+      redis.call(publish, ready_channel, topic .. ' ' .. u)
     elseif was_empty then
       redis.call(publish, ready_channel, topic)
     end
