@@ -36,9 +36,10 @@ impl Producer {
                     tries += 1;
                 }
                 Err(Error::Indeterminate { partition, source, .. }) => {
+                    // The answer names the push's id, as a push's names its job's: to push again with.
                     return Err(Error::Indeterminate {
                         partition,
-                        id: None,
+                        id: Some(push_id.clone()),
                         reason: format!(
                             "the push's outcome is unknown; push again with \"id\": \"{push_id}\" (the push's id within \
                              its coalesce_key: it then goes in once)"
