@@ -129,6 +129,11 @@ pub struct PushRequest<B = RawBody> {
     /// How pushes with `coalesce_key` become one job. Only with `coalesce_key`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coalesce: Option<Coalesce>,
+    /// Flow key (a job id's syntax, up to 128 bytes; a customer, a tenant, an endpoint): the topic's
+    /// `flow` limits apply to each key separately, and the keys with ready jobs take turns, so one
+    /// key's backlog never holds the others back. Not with `id` (dq makes the id, in the key's place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_key: Option<String>,
 }
 
 /// How the pushes of one `coalesce_key` become one job.
@@ -199,7 +204,14 @@ impl<B> PushRequest<B> {
             priority: None,
             coalesce_key: None,
             coalesce: None,
+            flow_key: None,
         }
+    }
+
+    /// Sets the flow key: the topic's `flow` limits apply to each key separately, and keys take turns.
+    pub fn flow_key(mut self, key: impl Into<String>) -> Self {
+        self.flow_key = Some(key.into());
+        self
     }
 
     /// Sets the id, an idempotency key for the job's life.
@@ -413,6 +425,9 @@ pub struct Job<B = RawBody> {
     #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default = "default_priority")] // absent from a server older than this field
     pub priority: u32,
+    /// Its flow key, when it was pushed with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_key: Option<String>,
 }
 
 /// A job handed out by reserve.
@@ -440,6 +455,9 @@ pub struct Reservation<B = RawBody> {
     #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)] // 0 from a server older than this field
     pub ttr_ms: u64,
+    /// The job's flow key, when it was pushed with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_key: Option<String>,
 }
 
 #[cfg(test)]

@@ -41,8 +41,8 @@ pub use job::{
 pub use ops::{Health, Node, NotReady, Ready, RedisMode, RedisStats, Stats};
 pub use schedule::{ScheduleConfig, ScheduleList, ScheduleView};
 pub use topic::{
-    BrowseQuery, Callback, Counts, DeadIds, DeadPage, DeadQuery, Deleted, JobPage, Listed, Requeued, Retry,
-    TopicConfig, TopicDefaults, TopicList, TopicView,
+    BrowseQuery, Callback, Counts, DeadIds, DeadPage, DeadQuery, Deleted, Flow, FlowKey, FlowKeys, FlowsQuery, JobPage,
+    Listed, Requeued, Retry, TopicConfig, TopicDefaults, TopicList, TopicView,
 };
 
 /// A job's body as the server keeps it: the producer's JSON text, untouched.

@@ -39,6 +39,39 @@ pub struct TopicConfig {
     /// `checker.backlog_threshold`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backlog_threshold: Option<u64>,
+    /// Limits on each flow key of the topic (its jobs' `flow_key`), counted over every dq-consumer and
+    /// every pull reserve. Keys with ready jobs take turns whether or not the topic has limits.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::strict::option_object"
+    )]
+    pub flow: Option<Flow>,
+}
+
+/// Limits on each flow key of a topic, apart (a customer's, a merchant's): a key at its concurrency,
+/// out of tokens or paused by its callback waits, and the other keys go on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Flow {
+    /// Jobs of one key reserved at once (deliveries in flight, pull reservations); none for no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Jobs of one key reserved per second at most (a token bucket per key); none for no rate limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_s: Option<f64>,
+    /// Jobs of one key that may start at once after a quiet spell under `rate_per_s` (its bucket's
+    /// size); else the rate rounded up (one second's worth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+}
+
+impl Flow {
+    /// The token bucket's size: `burst`, else one second's worth of `rate_per_s` (at least 1).
+    pub fn burst_or_default(&self) -> u32 {
+        bucket_size(self.rate_per_s, self.burst)
+    }
 }
 
 /// The callback of a push topic.
@@ -166,9 +199,35 @@ pub const MAX_RATE: f64 = 1_000_000.0;
 impl Callback {
     /// The token bucket's size: `burst`, else one second's worth of `rate_per_s` (at least 1).
     pub fn burst_or_default(&self) -> u32 {
-        self.burst
-            .unwrap_or_else(|| self.rate_per_s.map_or(1, |r| r.ceil().clamp(1.0, MAX_RATE) as u32))
+        bucket_size(self.rate_per_s, self.burst)
     }
+}
+
+/// A topic's flow keys with ready jobs, as `GET /v1/topics/{topic}/flows` shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FlowKeys {
+    /// How many keys have ready jobs.
+    pub keys: u64,
+    /// The busiest of them: most ready jobs first.
+    pub busiest: Vec<FlowKey>,
+}
+
+/// One flow key's jobs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FlowKey {
+    /// The key.
+    pub key: String,
+    /// Its ready jobs.
+    pub ready: u64,
+    /// Its reserved jobs (what counts against `flow.concurrency`).
+    pub reserved: u64,
+}
+
+/// A token bucket's size: `burst`, else one second's worth of `rate_per_s` (at least 1).
+fn bucket_size(rate_per_s: Option<f64>, burst: Option<u32>) -> u32 {
+    burst.unwrap_or_else(|| rate_per_s.map_or(1, |r| r.ceil().clamp(1.0, MAX_RATE) as u32))
 }
 
 /// Retry policy.
@@ -370,6 +429,17 @@ impl From<Listed> for State {
             Listed::Dead => State::Dead,
         }
     }
+}
+
+/// `GET /v1/topics/{topic}/flows` query.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct FlowsQuery {
+    /// The busiest keys to show (1 ..= 100, default 10).
+    #[serde(default)]
+    pub limit: Option<usize>,
 }
 
 /// `GET /v1/topics/{topic}/jobs` query.

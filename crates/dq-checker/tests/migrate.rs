@@ -65,12 +65,13 @@ impl Old {
             .arg("")
             .arg("dq:wake:ready")
             .arg("dq:wake:timer")
+            .arg(0)
             .arg(600_000);
         let _: redis::Value = inv.invoke_async(&mut self.conn).await.unwrap();
     }
 
     async fn ack(&mut self, id: &str, receipt: &str) {
-        let mut inv = scripts::ack::SCRIPT.prepare_invoke();
+        let mut inv = scripts::ack::SCRIPT.get(false).prepare_invoke();
         inv.key("dq:reserved")
             .key("dq:counts")
             .key("dq:bs:ids")

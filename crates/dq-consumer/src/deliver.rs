@@ -284,6 +284,7 @@ mod tests {
             deadline: 0,
             run_at: 0,
             ttr_ms: 30_000,
+            flow_key: None,
         }
     }
 

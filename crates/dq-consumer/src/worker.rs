@@ -292,7 +292,14 @@ const SETTLE_RETRY_WAITS_MS: [u64; 6] = [50, 100, 200, 400, 400, 400];
 /// Acks or nacks a delivered job by its outcome. One that failed on Redis (not reached, refused for now,
 /// no answer in time) is sent again with the same receipt; a stale receipt after such a retry means the
 /// earlier attempt took effect. The job is never lost either way: unsettled, it comes back after its TTR.
-async fn settle(shared: &Shared, plan: &Plan, job: &Reservation, outcome: &Outcome) -> dq_core::Result<()> {
+/// `pause_key`: the job's flow key gets no deliveries for this long (its callback's `Retry-After`).
+async fn settle(
+    shared: &Shared,
+    plan: &Plan,
+    job: &Reservation,
+    outcome: &Outcome,
+    pause_key: Option<Duration>,
+) -> dq_core::Result<()> {
     let topic = &job.topic;
     let mut waits = SETTLE_RETRY_WAITS_MS.iter();
     let mut retried = false;
@@ -304,7 +311,14 @@ async fn settle(shared: &Shared, plan: &Plan, job: &Reservation, outcome: &Outco
                 match shared
                     .queue
                     .reservations()
-                    .nack(&job.id, &job.receipt, None, Some(reason), Some(backoff))
+                    .nack_pausing(
+                        &job.id,
+                        &job.receipt,
+                        None,
+                        Some(reason),
+                        Some(backoff),
+                        pause_key.map_or(0, |w| w.as_millis().max(1) as u64),
+                    )
                     .await
                 {
                     Ok((dq_core::State::Dead, _)) => {
@@ -375,12 +389,21 @@ async fn deliver_one(
         metrics::counter!("dq_deliveries_total", "topic" => topic, "outcome" => "handed_back").increment(1);
         return;
     };
-    if let Some(wait) = retry_after {
-        limiter.pause(&plan.callback, wait).await;
-    }
+    // A job with a flow key pauses its key only (with its nack, below); any other, its topic.
+    let pause_key = match (retry_after, &job.flow_key) {
+        (Some(wait), Some(key)) => {
+            tracing::info!(%topic, flow_key = %key, pause_ms = wait.as_millis() as u64, "the callback asked for a pause of the flow key");
+            Some(wait)
+        }
+        (Some(wait), None) => {
+            limiter.pause(&plan.callback, wait).await;
+            None
+        }
+        (None, _) => None,
+    };
     metrics::histogram!("dq_callback_duration_seconds", "topic" => topic.clone()).record(took.as_secs_f64());
     metrics::counter!("dq_deliveries_total", "topic" => topic.clone(), "outcome" => outcome.label()).increment(1);
-    let settled = settle(&shared, &plan, &job, &outcome).await;
+    let settled = settle(&shared, &plan, &job, &outcome, pause_key).await;
     if let Err(e) = settled {
         // Most likely the reservation expired and the job went to another delivery: it is not lost.
         tracing::warn!(id = %job.id, %topic, cause = %e.chain(), "cannot settle the delivery");

@@ -44,6 +44,9 @@ pub struct NewJob {
     /// A `last` or `merge` coalescing key: the push goes into the key's pending job, or starts one (then
     /// `id` is `None`: dq makes the job's id, and the producer's `id` is the push's own).
     pub coalesce: Option<Coalescing>,
+    /// Its flow key: the job lives in the partition its topic and key hash to, where the key's queue,
+    /// turn and limits are (`flow.lua`); its id is dq's.
+    pub flow_key: Option<String>,
 }
 
 /// A push's deduplication: within `window_ms` of the push that made a job with `key` (in its topic),
@@ -177,6 +180,14 @@ impl NewJob {
             // The producer's id names the push; dq makes the job's (due by the window, not `schedule`).
             Coalesced::Pending(c) => (None, Some(c), None),
         };
+        if let Some(key) = &req.flow_key {
+            validate_id(key).map_err(|_| {
+                Error::Invalid(format!(
+                    "flow_key `{}` is not valid: 1 to 128 of A-Z a-z 0-9 _ . : -",
+                    shorten(key)
+                ))
+            })?;
+        }
         Ok(NewJob {
             id,
             topic: req.topic,
@@ -189,6 +200,7 @@ impl NewJob {
             backoff_ms: req.backoff_ms,
             priority,
             coalesce,
+            flow_key: req.flow_key,
         })
     }
 }

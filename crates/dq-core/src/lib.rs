@@ -9,6 +9,7 @@
 //! - [`queue`]: the typed async API over the scripts, by role; [`activity`]: the dashboard's counts per
 //!   minute, gathered in each process and added to Redis in batches; [`registry`]: the topic registry and its
 //!   cache.
+//! - [`flow`]: flow keys, each limited apart and taking turns with the others.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks;
 //!   [`egress`]: which addresses its callback may reach, and the HTTP clients that apply that;
 //!   [`sign`]: the `X-DQ-Signature` of what dq POSTs.
@@ -31,6 +32,7 @@ pub mod condition;
 pub mod config;
 pub mod egress;
 pub mod error;
+pub mod flow;
 pub mod job;
 pub mod process;
 pub mod producer;

@@ -64,6 +64,8 @@ pub struct Parts {
     pub(crate) ready: Arc<ReadyIndex>,
     /// What this process counted for the dashboard and has not yet added to Redis.
     pub(crate) activity: Arc<crate::activity::Activity>,
+    /// The topics' flow limits, as this process last read the registry; reserves send them.
+    pub(crate) flows: crate::flow::Flows,
 }
 
 impl Core {
@@ -108,6 +110,7 @@ impl Core {
             reserves: Arc::new(GroupCommit::new(crate::reservations::reserve::RESERVE_GROUP, in_flight)),
             ready: Arc::new(ReadyIndex::default()),
             activity: Arc::default(),
+            flows: Default::default(),
         }))
     }
 

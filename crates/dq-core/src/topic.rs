@@ -11,7 +11,7 @@ use crate::egress::Policy;
 use crate::error::{Error, Result};
 use crate::sealed::{SealError, Sealer};
 
-pub use dq_api::topic::{Callback, MASK, MAX_RATE, Retry, TopicConfig, TopicDefaults, masked_url};
+pub use dq_api::topic::{Callback, Flow, MASK, MAX_RATE, Retry, TopicConfig, TopicDefaults, masked_url};
 
 /// Calls `f` with every value of `cb` kept sealed at rest and its context (topic and field), which the
 /// seal is bound to.
@@ -25,6 +25,30 @@ fn for_each_secret(cb: &mut Callback, topic: &str, mut f: impl FnMut(&mut String
     for (name, v) in &mut cb.headers {
         f(v, &format!("{topic}\0header\0{}", name.to_ascii_lowercase()));
     }
+}
+
+/// The highest `flow.concurrency` a topic may set.
+pub const MAX_FLOW_CONCURRENCY: u32 = 1_000_000;
+
+/// Checks a token bucket (`<section>.rate_per_s`, `<section>.burst`).
+fn check_bucket(section: &str, rate_per_s: Option<f64>, burst: Option<u32>) -> Result<()> {
+    let bad = |m: String| Err(Error::Invalid(m));
+    if let Some(r) = rate_per_s
+        && !(r > 0.0 && r <= MAX_RATE)
+    {
+        return bad(format!(
+            "`{section}.rate_per_s` must be above 0 and at most {MAX_RATE}, got {r}"
+        ));
+    }
+    if let Some(b) = burst {
+        if rate_per_s.is_none() {
+            return bad(format!("`{section}.burst` needs `{section}.rate_per_s`"));
+        }
+        if !(1..=MAX_RATE as u32).contains(&b) {
+            return bad(format!("`{section}.burst` must be between 1 and {MAX_RATE}, got {b}"));
+        }
+    }
+    Ok(())
 }
 
 /// Headers dq sets itself, which a topic may not override.
@@ -65,6 +89,16 @@ pub trait TopicRules: Sized {
 impl TopicRules for TopicConfig {
     fn validate(&self, limits: &Limits, egress: &Policy) -> Result<()> {
         let bad = |m: String| Err(Error::Invalid(m));
+        if let Some(flow) = &self.flow {
+            if let Some(c) = flow.concurrency
+                && !(1..=MAX_FLOW_CONCURRENCY).contains(&c)
+            {
+                return bad(format!(
+                    "`flow.concurrency` must be between 1 and {MAX_FLOW_CONCURRENCY}, got {c}"
+                ));
+            }
+            check_bucket("flow", flow.rate_per_s, flow.burst)?;
+        }
         if let Some(cb) = &self.callback {
             check_url("callback.url", &cb.url, egress)?;
             if let Some(url) = &cb.on_dead_url {
@@ -82,21 +116,7 @@ impl TopicRules for TopicConfig {
                     cb.concurrency
                 ));
             }
-            if let Some(r) = cb.rate_per_s
-                && !(r > 0.0 && r <= MAX_RATE)
-            {
-                return bad(format!(
-                    "`callback.rate_per_s` must be above 0 and at most {MAX_RATE}, got {r}"
-                ));
-            }
-            if let Some(b) = cb.burst {
-                if cb.rate_per_s.is_none() {
-                    return bad("`callback.burst` needs `callback.rate_per_s`".into());
-                }
-                if !(1..=MAX_RATE as u32).contains(&b) {
-                    return bad(format!("`callback.burst` must be between 1 and {MAX_RATE}, got {b}"));
-                }
-            }
+            check_bucket("callback", cb.rate_per_s, cb.burst)?;
             for (name, value) in &cb.headers {
                 let valid_name =
                     !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));

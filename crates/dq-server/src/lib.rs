@@ -22,6 +22,7 @@ pub mod body;
 pub mod browse;
 pub mod browser;
 pub mod error;
+pub mod flows;
 pub mod jobs;
 pub mod listener;
 pub mod long_polls;

@@ -9,7 +9,7 @@ use axum::routing::{MethodRouter, get};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::{AppState, admin, browse, error, jobs, probes, reserve, schedules, spec, topics};
+use crate::{AppState, admin, browse, error, flows, jobs, probes, reserve, schedules, spec, topics};
 
 /// Every route of the API, with its description: the one list the OpenAPI document is made of.
 pub fn api() -> OpenApiRouter<AppState> {
@@ -27,6 +27,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(topics::pause))
         .routes(routes!(topics::resume))
         .routes(routes!(browse::jobs))
+        .routes(routes!(flows::flows))
         .routes(routes!(topics::dead, topics::delete_dead))
         .routes(routes!(topics::requeue))
         .routes(routes!(schedules::list))

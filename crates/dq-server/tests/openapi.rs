@@ -153,6 +153,7 @@ async fn the_router_serves_every_documented_route_and_the_document_every_api_rou
         "/v1/topics/{topic}/dead",
         "/v1/topics/{topic}/dead/requeue",
         "/v1/topics/{topic}/jobs",
+        "/v1/topics/{topic}/flows",
         "/v1/schedules",
         "/v1/schedules/{name}",
         "/v1/schedules/{name}/pause",
@@ -165,9 +166,9 @@ async fn the_router_serves_every_documented_route_and_the_document_every_api_rou
     ] {
         assert!(paths.contains(want), "{want} is documented");
     }
-    // 31: the six look up, cancel and reschedule of jobs called `ack` or `batch` are gone (no push
+    // 32: the six look up, cancel and reschedule of jobs called `ack` or `batch` are gone (no push
     // may give those ids).
-    assert_eq!(ops.len(), 31, "{ops:?}");
+    assert_eq!(ops.len(), 32, "{ops:?}");
 
     for (method, path) in &ops {
         let mut req = s

@@ -26,6 +26,7 @@ fn scopes() -> BTreeMap<&'static str, Option<&'static str>> {
         ("list_topics", Some("read")),
         ("get_topic", Some("read")),
         ("list_jobs", Some("read")),
+        ("list_flow_keys", Some("read")),
         ("list_dead", Some("read")),
         ("list_schedules", Some("read")),
         ("get_schedule", Some("read")),

@@ -3,7 +3,7 @@
 //!
 //! A topic's ready queue and dead list are its own sorted sets in each partition, so their pages are
 //! exact: each partition gives its first `offset + limit` entries, merged by score (due time, or time
-//! of death). The delay set and the reserved set of a partition hold every topic's jobs, so a page of
+//! of death); a flow key's turn in a ready queue gives its key's first `offset + limit` ready jobs. The delay set and the reserved set of a partition hold every topic's jobs, so a page of
 //! one topic's delayed or reserved jobs is looked for: each partition gives its first [`SCAN_EACH`]
 //! entries (or `offset + limit`, when more), merged by score (due time, or deadline), and their records
 //! are read in that order, [`LOOK_CHUNK`] at a time, keeping the topic's, until the page is full or
@@ -76,7 +76,24 @@ impl Admin {
             .firsts(Structure::Ready(topic), topic, State::Ready, offset + limit)
             .await?;
         let total = firsts.iter().map(|f| f.2).sum();
-        let merged = merge(firsts.into_iter().map(|f| f.0));
+        // A flow key's turn (`~<key>`) stands for the key's ready jobs: their firsts take its place.
+        let mut parts = Vec::with_capacity(firsts.len());
+        for (p, (entries, _, _)) in self.partitions.all().zip(firsts) {
+            let mut part = Vec::with_capacity(entries.len());
+            for (score, id) in entries {
+                match id.strip_prefix('~') {
+                    Some(key) => {
+                        let jobs =
+                            structures::head(&self.store, p, Structure::Flow(topic, key), (offset + limit) as i64)
+                                .await?;
+                        part.extend(jobs.into_iter().map(|(id, score)| (score, id)));
+                    }
+                    None => part.push((score, id)),
+                }
+            }
+            parts.push(part);
+        }
+        let merged = merge(parts.into_iter());
         let page: Vec<String> = merged.into_iter().skip(offset).take(limit).map(|(_, id)| id).collect();
         let jobs = self.get_many(&page).await?.into_iter().flatten().collect();
         Ok(JobPage {

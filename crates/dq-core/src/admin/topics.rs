@@ -106,6 +106,9 @@ impl Admin {
 pub struct TopicCache {
     /// The last merged registry.
     topics: RwLock<Arc<Topics>>,
+    /// The queue whose reserves send the topics' flow limits ([`crate::flow::Flows`]), kept current
+    /// with the registry.
+    queue: Option<Queue>,
 }
 
 impl TopicCache {
@@ -123,12 +126,18 @@ impl TopicCache {
     /// which topics are registered ([`crate::series::registered`]).
     pub fn set(&self, topics: Topics) {
         crate::series::registered(topics.keys());
+        if let Some(queue) = &self.queue {
+            queue.flows.set(&topics);
+        }
         *self.topics.write().expect("topic cache lock") = Arc::new(topics);
     }
 
     /// Reads the registry now, then every `refresh` until `shutdown`.
     pub async fn start(queue: Queue, refresh: Duration, shutdown: CancellationToken) -> Arc<TopicCache> {
-        let cache = Arc::new(TopicCache::default());
+        let cache = Arc::new(TopicCache {
+            topics: RwLock::default(),
+            queue: Some(queue.clone()),
+        });
         match queue.admin().topics().await {
             Ok(t) => cache.set(t),
             Err(e) => tracing::warn!(cause = %e.chain(), "cannot read the topic registry yet"),

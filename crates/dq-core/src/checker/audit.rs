@@ -48,7 +48,12 @@ async fn run(queue: &Core) -> Result<AuditReport> {
             records.entry(p).or_default().push(key);
         }
     }
-    for key in scan("ready").await?.into_iter().chain(scan("dead").await?) {
+    for key in scan("ready")
+        .await?
+        .into_iter()
+        .chain(scan("dead").await?)
+        .chain(scan("fq").await?)
+    {
         if let Some(p) = partition_of_key(queue, &key) {
             structures.entry(p).or_default().push(key);
         }
@@ -90,18 +95,19 @@ async fn audit_records(queue: &Core, p: u16, records: &[String], report: &mut Au
     let keys = queue.partition_keys(p);
     let job_prefix = keys.job("");
     for chunk in records.chunks(BATCH) {
-        let recs = queue.read_records(p, chunk, &["t", "s"]).await?;
+        let recs = queue.read_records(p, chunk, &["t", "s", "f"]).await?;
         let mut candidates = Vec::new();
         let text = |v: Option<Vec<u8>>| v.and_then(|v| String::from_utf8(v).ok());
         for (key, mut rec) in chunk.iter().zip(recs) {
             let (Some(topic), Some(state)) = (text(rec.remove("t")), text(rec.remove("s"))) else {
                 continue;
             };
+            let flow = text(rec.remove("f"));
             // A done job (or a state dq did not write) is in no structure.
             let Some(state) = State::parse(&state).filter(|s| *s != State::Done) else {
                 continue;
             };
-            candidates.push((topic, state, &key[job_prefix.len()..]));
+            candidates.push((topic, state, flow, &key[job_prefix.len()..]));
         }
         report.records += chunk.len() as u64;
         if candidates.is_empty() {
@@ -109,7 +115,7 @@ async fn audit_records(queue: &Core, p: u16, records: &[String], report: &mut Au
         }
         let members: Vec<(Structure, &str)> = candidates
             .iter()
-            .filter_map(|(topic, state, id)| Some((Structure::of(*state, topic)?, *id)))
+            .filter_map(|(topic, state, flow, id)| Some((Structure::of(*state, topic, flow.as_deref())?, *id)))
             .collect();
         let listed = audit::listed(&queue.store, p, &members).await?;
         for ((_, id), listed) in members.iter().zip(listed) {
@@ -134,7 +140,8 @@ async fn audit_structures(queue: &Core, p: u16, structures: &[String], report: &
             if !ids.is_empty() {
                 let have = audit::have_records(&queue.store, p, &ids).await?;
                 for (id, has_record) in ids.iter().zip(have) {
-                    if has_record {
+                    // A flow key's turn (`~<key>`, in a ready queue or the delay set) is no job.
+                    if has_record || id.starts_with('~') {
                         continue;
                     }
                     if repair_member::call(&queue.store, p, structure, id).await? == MemberRepair::Removed {

@@ -20,7 +20,10 @@ const RETRY_WAITS_MS: [u64; 3] = [100, 200, 400];
 impl Producer {
     /// Pushes `job`, which has a `last` or `merge` coalescing `c`.
     pub(crate) async fn push_coalesced(&self, job: &NewJob, c: &Coalescing) -> Result<Pushed> {
-        let p = self.partitions.of_id(&format!("{}:{}", job.topic, c.key));
+        // A job of a flow key lives where the key does: its coalescing key is then one within the flow key.
+        let p = self
+            .partitions
+            .of_key(&job.topic, job.flow_key.as_ref().unwrap_or(&c.key));
         let push_id = c.push_id.clone().unwrap_or_else(|| self.partitions.fresh_in(p));
         let new_id = self.partitions.fresh_in(p);
         let limit = self.limits().max_body_bytes;

@@ -6,7 +6,8 @@
 //! to their own partitions, one call per partition touched, shared with the other requests of the group.
 //!
 //! A job with a deduplication key goes to the partition its topic and key hash to (minted ids included),
-//! so that every push with that key meets the key in one place, atomically with the push.
+//! so that every push with that key meets the key in one place, atomically with the push. So does a job
+//! with a flow key (by the flow key: a deduplication key it also has is then one within the flow key).
 //!
 //! A call that fails is sent again by what its failure says (invariant 8). One that did not run
 //! ([`Error::did_not_run`]) may go elsewhere: its jobs without an id get fresh ids in another partition.
@@ -86,7 +87,20 @@ impl Producer {
                 results[i] = Some(self.push_coalesced(job, c).await);
             }
         }
-        pending.retain(|(i, _)| jobs[*i].coalesce.is_none());
+        // A job with a flow key lives in its key's partition: an id of its own must be one dq made there
+        // (the one a 503 named for pushing again).
+        for (i, job) in jobs.iter().enumerate() {
+            if let (Some(id), Some(key), None) = (&job.id, &job.flow_key, &job.coalesce)
+                && self.partitions.of_id(id) != self.partitions.of_key(&job.topic, key)
+            {
+                results[i] = Some(Err(Error::Invalid(format!(
+                    "`id` `{id}` cannot go with `flow_key` `{key}`: a job with a flow key has an id dq makes in \
+                     the key's place (give no `id`, or the one an earlier push's answer named; `dedup_key` makes \
+                     a push idempotent)"
+                ))));
+            }
+        }
+        pending.retain(|(i, _)| jobs[*i].coalesce.is_none() && results[*i].is_none());
         let (mut fresh_rounds, mut retries) = (vec![0usize; jobs.len()], vec![0usize; jobs.len()]);
         for _ in 0..MAX_ROUNDS {
             if pending.is_empty() {
@@ -141,11 +155,12 @@ impl Producer {
                             }));
                         }
                     }
-                    // It did not run: a job without an id (or a deduplication key, which has its
-                    // partition) may go to another partition.
+                    // It did not run: a job without an id (or a deduplication or flow key, which has
+                    // its partition) may go to another partition.
                     Err(e)
                         if jobs[i].id.is_none()
                             && jobs[i].dedup.is_none()
+                            && jobs[i].flow_key.is_none()
                             && e.did_not_run()
                             && fresh_rounds[i] + 1 < FRESH_ROUNDS =>
                     {
@@ -214,14 +229,15 @@ impl Producer {
     }
 
     /// The partition a job must go to: its id's (`fixed`, the id of an earlier attempt, or the
-    /// producer's), or for a job with a deduplication key its topic and key's; `None` for a job that may
-    /// go anywhere (it gets an id where it goes).
+    /// producer's), or for a job with a flow key its topic and key's (its deduplication key, if any,
+    /// goes there too), or for a job with a deduplication key its topic and key's; `None` for a job
+    /// that may go anywhere (it gets an id where it goes).
     fn home(&self, job: &NewJob, fixed: Option<&String>) -> Option<u16> {
-        match (fixed.or(job.id.as_ref()), &job.dedup) {
-            (Some(id), _) => Some(self.partitions.of_id(id)),
-            (None, Some(dedup)) => Some(self.partitions.of_id(&format!("{}:{}", job.topic, dedup.key))),
-            (None, None) => None,
+        if let Some(id) = fixed.or(job.id.as_ref()) {
+            return Some(self.partitions.of_id(id));
         }
+        let key = job.flow_key.as_ref().or(job.dedup.as_ref().map(|d| &d.key))?;
+        Some(self.partitions.of_key(&job.topic, key))
     }
 }
 

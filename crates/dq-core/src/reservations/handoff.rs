@@ -108,6 +108,8 @@ pub fn decode_handoff(payload: &str) -> Result<Vec<Reservation>> {
                 deadline,
                 run_at,
                 ttr_ms,
+                // promote.lua never hands a job with a flow key: it waits for its key's turn.
+                flow_key: None,
             })
         })
         .collect()

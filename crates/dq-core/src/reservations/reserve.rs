@@ -219,7 +219,17 @@ impl Reservations {
         count: usize,
         options: ReserveOptions,
     ) -> Result<(Vec<Reservation>, bool)> {
-        let reply = reserve::call(&self.store, p, topics, count, options.least_ttr_ms, options.best_first).await?;
+        let flows: Vec<_> = topics.iter().map(|t| self.flows.get(t)).collect();
+        let reply = reserve::call(
+            &self.store,
+            p,
+            topics,
+            &flows,
+            count,
+            options.least_ttr_ms,
+            options.best_first,
+        )
+        .await?;
         Ok((reply.jobs, reply.more))
     }
 }

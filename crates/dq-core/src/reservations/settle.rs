@@ -19,9 +19,23 @@ impl Reservations {
         error: Option<&str>,
         backoff_ms: Option<&[u64]>,
     ) -> Result<(State, i64)> {
+        self.nack_pausing(id, receipt, delay_ms, error, backoff_ms, 0).await
+    }
+
+    /// [`Reservations::nack`], and the job's flow key, if it has one, gets no reservation for `pause_ms`
+    /// (its callback answered 429 or 503 with `Retry-After`): the pause applies to that key only.
+    pub async fn nack_pausing(
+        &self,
+        id: &str,
+        receipt: &str,
+        delay_ms: Option<u64>,
+        error: Option<&str>,
+        backoff_ms: Option<&[u64]>,
+        pause_ms: u64,
+    ) -> Result<(State, i64)> {
         let p = self.partitions.of_id(id);
         let backoff_ms = backoff_ms.unwrap_or(&self.defaults.backoff_ms);
-        match nack::call(&self.store, p, id, receipt, delay_ms, error, backoff_ms).await? {
+        match nack::call(&self.store, p, id, receipt, delay_ms, error, backoff_ms, pause_ms).await? {
             NackReply::Moved { state, run_at, topic } => {
                 // This process's next reserve must see the job it just made ready again.
                 if state == State::Ready {

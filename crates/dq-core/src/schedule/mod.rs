@@ -59,6 +59,7 @@ impl ScheduleRules for ScheduleConfig {
             priority: self.priority,
             coalesce_key: None,
             coalesce: None,
+            flow_key: None,
         }
     }
 }

@@ -71,5 +71,6 @@ pub(crate) fn parse_job(id: &str, mut f: HashMap<String, Vec<u8>>) -> Result<Job
             })
             .transpose()?,
         priority: take("p").map_or(Ok(DEFAULT_PRIORITY as i64), |p| num(Some(p), "bad priority"))? as u32,
+        flow_key: take("f"),
     })
 }

@@ -147,6 +147,21 @@ impl PartitionKeys {
         format!("{}:coalesced:{topic}:{key}:{push_id}", self.prefix)
     }
 
+    /// A flow key's ready jobs (`flow.lua`), scored as a ready queue.
+    pub fn flow_queue(&self, topic: &str, key: &str) -> String {
+        format!("{}:fq:{topic}:{key}", self.prefix)
+    }
+
+    /// A flow key's state (`flow.lua`): a hash of its reserved jobs, token bucket and pause.
+    pub fn flow_state(&self, topic: &str, key: &str) -> String {
+        format!("{}:fs:{topic}:{key}", self.prefix)
+    }
+
+    /// A topic's flow keys with ready jobs in the partition: a sorted set of key -> ready jobs.
+    pub fn flows(&self, topic: &str) -> String {
+        format!("{}:flows:{topic}", self.prefix)
+    }
+
     /// The delay set: job ids scored by due time (ms).
     pub fn delayed(&self) -> String {
         format!("{}:delayed", self.prefix)

@@ -92,6 +92,12 @@ impl Partitions {
         partition_of(id, self.count() as u32) as u16
     }
 
+    /// The partition of a key of `topic` (a deduplication, coalescing or flow key): every job and every
+    /// piece of state of the key is there, so one script sees them all.
+    pub fn of_key(&self, topic: &str, key: &str) -> u16 {
+        self.of_id(&format!("{topic}:{key}"))
+    }
+
     /// A fresh server-made id and its partition: the next partition, in turn, that answered at last
     /// contact (any, when none did), so pushes without an id spread evenly and avoid a partition that is
     /// down. `avoid` is skipped too (it just failed).

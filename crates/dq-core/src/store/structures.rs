@@ -14,8 +14,10 @@ pub(crate) type Entries = Vec<(String, f64)>;
 pub(crate) enum Structure<'a> {
     /// The delay set: ids by due time.
     Delayed,
-    /// A topic's ready queue: ids by priority or due time.
+    /// A topic's ready queue: ids by priority or due time, and its flow keys' turns (`~<key>`).
     Ready(&'a str),
+    /// A flow key's ready jobs (topic, key): ids by priority or due time (`flow.lua`).
+    Flow(&'a str, &'a str),
     /// The reserved set: ids by deadline.
     Reserved,
     /// A topic's dead list: ids by time of death.
@@ -23,11 +25,11 @@ pub(crate) enum Structure<'a> {
 }
 
 impl<'a> Structure<'a> {
-    /// The structure that `state` names for a job of `topic` (a done job is in none).
-    pub(crate) fn of(state: State, topic: &'a str) -> Option<Self> {
+    /// The structure that `state` names for a job of `topic` with flow key `flow` (a done job is in none).
+    pub(crate) fn of(state: State, topic: &'a str, flow: Option<&'a str>) -> Option<Self> {
         match state {
             State::Delayed => Some(Structure::Delayed),
-            State::Ready => Some(Structure::Ready(topic)),
+            State::Ready => Some(flow.map_or(Structure::Ready(topic), |k| Structure::Flow(topic, k))),
             State::Reserved => Some(Structure::Reserved),
             State::Dead => Some(Structure::Dead(topic)),
             State::Done => None,
@@ -39,6 +41,7 @@ impl<'a> Structure<'a> {
         match self {
             Structure::Delayed => keys.delayed(),
             Structure::Ready(topic) => keys.ready(topic),
+            Structure::Flow(topic, key) => keys.flow_queue(topic, key),
             Structure::Reserved => keys.reserved(),
             Structure::Dead(topic) => keys.dead(topic),
         }

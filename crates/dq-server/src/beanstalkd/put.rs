@@ -110,6 +110,7 @@ impl Session {
             backoff_ms: None,
             priority: Some(line.priority),
             coalesce: None,
+            flow_key: None,
         }
     }
 

@@ -40,6 +40,7 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     string(push, "id", NEW_ID);
     string(push, "dedup_key", ID);
     string(push, "coalesce_key", ID);
+    string(push, "flow_key", ID);
     int(push, "delay_ms", 0, max_delay);
     run_at(push, max_delay);
     job_fields(push);
@@ -55,6 +56,8 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
         {"anyOf": [given(&["coalesce_key", "coalesce"]), absent(&["coalesce_key", "coalesce"])],
          "description": "`coalesce_key` and `coalesce` go together"},
         {"not": given(&["dedup_key", "coalesce_key"]), "description": "not both `dedup_key` and `coalesce_key`"},
+        {"not": {"allOf": [given(&["id", "flow_key"]), {"not": mode_is(&["last", "merge"])}]},
+         "description": "not both `id` and `flow_key` (but the id an earlier answer named for the key: dq makes the ids of a key's jobs in its place)"},
         {"not": {"allOf": [given(&["id"]), mode_is(&["first"])]},
          "description": "not both `id` and a `first` coalescing key (its window is the idempotency)"},
         {"not": {"allOf": [{"anyOf": [given(&["delay_ms"]), given(&["run_at"])]}, mode_is(&["last", "merge"])]},
@@ -150,6 +153,14 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     int(defaults, "ttr_ms", ttr.0, ttr.1);
     int(defaults, "delay_ms", 0, max_delay);
     int(schema(schemas, "TopicConfig"), "backlog_threshold", 0, u64::MAX);
+    let flow = schema(schemas, "Flow");
+    int(flow, "concurrency", 1, dq_core::topic::MAX_FLOW_CONCURRENCY as u64);
+    flow["properties"]["rate_per_s"]["exclusiveMinimum"] = 0.into();
+    flow["properties"]["rate_per_s"]["maximum"] = 1_000_000.into();
+    int(flow, "burst", 1, 1_000_000);
+    flow["allOf"] = json!([
+        {"anyOf": [{"not": given(&["burst"])}, given(&["rate_per_s"])], "description": "`burst` needs `rate_per_s`"},
+    ]);
 
     let sched = schema(schemas, "ScheduleConfig");
     format(sched, "cron", "dq-cron");
@@ -163,6 +174,8 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
 
     let query_limits: [(&str, u64, u64); 2] = [("offset", 0, 1_000_000), ("limit", 1, 1000)];
     for_each_operation(doc, |path, _, op| {
+        // The busiest flow keys: up to 100.
+        let flows = op["operationId"].as_str() == Some("list_flow_keys");
         for p in op
             .get_mut("parameters")
             .and_then(Value::as_array_mut)
@@ -176,6 +189,10 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
                 Some("topic") | Some("name") => s["pattern"] = TOPIC.into(),
                 // `state` of the job lists is an enum in its schema already.
                 Some("state") => {}
+                Some("limit") if flows => {
+                    s["minimum"] = 1.into();
+                    s["maximum"] = 100.into();
+                }
                 Some(q) => {
                     let &(_, lo, hi) = query_limits.iter().find(|(n, ..)| *n == q).expect("a known parameter");
                     s["minimum"] = lo.into();

@@ -275,6 +275,7 @@ fn handed_job(id: &str, topic: &str) -> crate::job::Reservation {
         receipt: format!("r.{id}"),
         deadline: 0,
         run_at: 0,
+        flow_key: None,
         ttr_ms: 30_000,
     }
 }

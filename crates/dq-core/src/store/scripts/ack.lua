@@ -6,7 +6,8 @@
 -- KEYS[1]: the reserved set (<prefix>:reserved)
 -- KEYS[2]: counts hash (<prefix>:counts)
 -- KEYS[3]: the beanstalkd numbers' index (<prefix>:bs:ids)
--- KEYS[4..]: the jobs' records (<prefix>:job:<id>), one per ack
+-- KEYS[4..]: the jobs' records (<prefix>:job:<id>), one per ack (a job's flow key's keys are named from
+-- the partition's prefix, read from KEYS[1], and its record; see flow.lua)
 -- ARGV[1]: done retention in ms (0 = delete the record now)
 -- ARGV[2..]: per ack, its id and its receipt (ARGV[2k], ARGV[2k+1] go with KEYS[3+k])
 -- Returns: per ack, in order: 1 acked, 0 no such job, -1 stale receipt (the reservation it names is over;
@@ -16,8 +17,18 @@ local reserved, counts, bs_ids = KEYS[1], KEYS[2], KEYS[3]
 local retention = tonumber(ARGV[1])
 -- Every record is read before the first write (see architecture.md, "Scripts on a moving slot").
 local recs = {}
+-- The partition's prefix (the reserved set's key without ':reserved') and the time, for flow keys.
+local prefix, now = string.sub(reserved, 1, #reserved - 9), nil
 for k = 1, #KEYS - 3 do
-  recs[k] = rec_load(KEYS[3 + k]) or false
+  local r = rec_load(KEYS[3 + k]) or false
+  recs[k] = r
+  if r and r.f then
+    flow_read(prefix, r.t, r.f)
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+  end
 end
 -- removed: the ids leaving the reserved set, in one ZREM (each call is much of an ack's cost).
 local out, ended, acked, removed = {}, {}, {}, {}
@@ -35,6 +46,8 @@ for k = 1, #KEYS - 3 do
     ended[r.t] = (ended[r.t] or 0) + 1
     -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
     if r.n then redis.call('HDEL', bs_ids, r.n) end
+    -- A job with a flow key: one reservation fewer counts against its key (flow.lua).
+    if r.f then flow_count(prefix, r.t, r.f, -1, now) end
     if retention > 0 then
       r.s = 'done'
       rec_store(job, r, true)

@@ -4,13 +4,14 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use super::Waking;
 use crate::error::{Error, Result};
 use crate::store::Store;
 
 script!(
     /// Finish reservations.
     SCRIPT,
-    record + "ack.lua"
+    record + flow + publish + "ack.lua"
 );
 
 /// What one ack came to.
@@ -33,7 +34,7 @@ pub(crate) async fn call<'a>(
     acks: impl Iterator<Item = (&'a str, &'a str)> + Clone,
 ) -> Result<Vec<AckReply>> {
     let keys = store.partition_keys(p);
-    let mut inv = SCRIPT.prepare_invoke();
+    let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.reserved()).key(keys.counts()).key(keys.bs_ids());
     for (id, _) in acks.clone() {
         inv.key(keys.job(id));

@@ -18,6 +18,7 @@ local ready, dead = prefix .. ':ready:' .. topic, prefix .. ':dead:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 local was_empty = redis.call('EXISTS', ready) == 0
 redis.call('EXISTS', dead)
+if r.f then flow_read(prefix, topic, r.f) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if from == 'dead' then redis.call('ZREM', dead, id) else redis.call('ZREM', bucket, id) end
@@ -27,8 +28,12 @@ if r.k[5] == nil then r.k[5] = math.max(0, math.floor((r.r - r.c) / 1000)) end
 r.s, r.r = 'ready', now
 if r.g then r.x = now + r.g end
 rec_store(job, r)
-redis.call('ZADD', ready, rec_score(r.p, now), id)
-if was_empty then redis.call(publish, ARGV[3], topic) end
+if r.f then
+  flow_add(prefix, topic, r.f, id, rec_score(r.p, now), now)
+else
+  redis.call('ZADD', ready, rec_score(r.p, now), id)
+  if was_empty then redis.call(publish, ARGV[3], topic) end
+end
 redis.call('HINCRBY', counts, topic .. ':' .. from, -1)
 redis.call('HINCRBY', counts, topic .. ':ready', 1)
 return topic

@@ -11,7 +11,7 @@ use crate::store::Store;
 script!(
     /// beanstalkd's kick of one buried or delayed job.
     SCRIPT,
-    record + publish + "bs_kick.lua"
+    record + flow + publish + "bs_kick.lua"
 );
 
 /// What one kick came to.

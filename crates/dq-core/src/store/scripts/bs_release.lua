@@ -23,9 +23,11 @@ local ready = prefix .. ':ready:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 local was_empty = redis.call('EXISTS', ready) == 0
 redis.call('EXISTS', prefix .. ':dead:' .. topic)
+if r.f then flow_read(prefix, topic, r.f) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREM', reserved, id)
+if r.f then flow_count(prefix, topic, r.f, -1, now) end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 r.rc, r.d = nil, nil
 r.p = tonumber(ARGV[4])
@@ -46,8 +48,12 @@ if delay <= 0 then
   -- after it (beanstalkd puts a released job back by its number, which is its put order).
   r.s = 'ready'
   rec_store(job, r)
-  redis.call('ZADD', ready, rec_score(r.p, r.r), id)
-  if was_empty then redis.call(publish, ARGV[6], topic) end
+  if r.f then
+    flow_add(prefix, topic, r.f, id, rec_score(r.p, r.r), now)
+  else
+    redis.call('ZADD', ready, rec_score(r.p, r.r), id)
+    if was_empty then redis.call(publish, ARGV[6], topic) end
+  end
   redis.call('HINCRBY', counts, topic .. ':ready', 1)
   return {1, 'ready', topic}
 end

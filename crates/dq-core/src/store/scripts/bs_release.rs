@@ -12,7 +12,7 @@ use crate::store::decode::{int, text};
 script!(
     /// beanstalkd's release and bury (the protocol listener in dq-server).
     SCRIPT,
-    record + publish + "bs_release.lua"
+    record + flow + publish + "bs_release.lua"
 );
 
 /// What one release or bury came to.

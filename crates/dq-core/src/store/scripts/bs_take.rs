@@ -14,7 +14,7 @@ use crate::store::decode::{int, text};
 script!(
     /// beanstalkd's reserve-job: reserve one given job.
     SCRIPT,
-    record + publish + "bs_take.lua"
+    record + flow + publish + "bs_take.lua"
 );
 
 /// What one reserve-job came to.
@@ -54,5 +54,7 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str) -> Resu
         deadline: out.get(4).and_then(int).ok_or_else(bad)?,
         run_at: 0,
         ttr_ms: out.get(5).and_then(int).ok_or_else(bad)? as u64,
+        // Only dq-consumer acts on a flow key (a 429 pauses the key); the protocol has none.
+        flow_key: None,
     }))
 }

@@ -5,13 +5,14 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use super::Waking;
 use crate::error::{Error, Result};
 use crate::store::Store;
 
 script!(
     /// Cancel a job: remove it from any state.
     SCRIPT,
-    record + "cancel.lua"
+    record + flow + publish + "cancel.lua"
 );
 
 /// What a cancel came to.
@@ -26,7 +27,7 @@ pub(crate) enum CancelReply {
 /// One `cancel.lua` call for job `id` of partition `p`.
 pub(crate) async fn call(store: &Store, p: u16, id: &str) -> Result<CancelReply> {
     let keys = store.partition_keys(p);
-    let mut inv = SCRIPT.prepare_invoke();
+    let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.job(id))
         .key(keys.delayed())
         .key(keys.reserved())

@@ -51,6 +51,10 @@ if h[1] then
 end
 if pending and mode == 'merge' and #r.b + 1 + #body > limit then pending = nil end
 local was_empty = redis.call('EXISTS', ready) == 0
+-- A job of a flow key (the options' fifth field): ready, it goes to the key's queue (flow.lua).
+local prefix = string.sub(bucket, 1, #bucket - 8)
+local fk = string.match(ARGV[12], '^[^;]*;[^;]*;[^;]*;[^;]*;([^;]+)$')
+if fk then flow_read(prefix, topic, fk) end
 
 local function remember(id, due)
   redis.call('SET', pkey, id, 'PX', memory)
@@ -80,10 +84,14 @@ if pending then
     redis.call('ZREM', bucket, pending)
     r.s, r.r = 'ready', now
     rec_store(base .. pending, r)
-    redis.call('ZADD', ready, rec_score(r.p, now), pending)
+    if r.f then
+      flow_add(prefix, topic, r.f, pending, rec_score(r.p, now), now)
+    else
+      redis.call('ZADD', ready, rec_score(r.p, now), pending)
+      if was_empty then redis.call(publish, ARGV[1], topic) end
+    end
     redis.call('HINCRBY', counts, topic .. ':delayed', -1)
     redis.call('HINCRBY', counts, topic .. ':ready', 1)
-    if was_empty then redis.call(publish, ARGV[1], topic) end
     remember(pending, now)
     return {1, pending, 'ready', now}
   end
@@ -103,7 +111,7 @@ end
 local x, g, bo, p
 local o = ARGV[12]
 if o ~= '' then
-  local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*)$')}
+  local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*)$')}
   if f[2] ~= '' then
     g = tonumber(f[2])
     x = due + g
@@ -117,10 +125,12 @@ end
 -- The delay set's first due time, read before the first write: a timer is told when this job comes first.
 local head = state == 'delayed' and redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
 if not rec_store(new_key, {t = topic, b = b, r = due, ttr = tonumber(ARGV[10]), m = tonumber(ARGV[11]),
-    c = now, s = state, a = 0, x = x, g = g, bo = bo, p = p}, false, true) then
+    c = now, s = state, a = 0, x = x, g = g, bo = bo, p = p, f = fk}, false, true) then
   return redis.error_reply('ERR coalesce: the new job id ' .. new_id .. ' is taken')
 end
-if state == 'ready' then
+if state == 'ready' and fk then
+  flow_add(prefix, topic, fk, new_id, rec_score(p, due), now)
+elseif state == 'ready' then
   redis.call('ZADD', ready, rec_score(p, due), new_id)
   if was_empty then redis.call(publish, ARGV[1], topic) end
 else

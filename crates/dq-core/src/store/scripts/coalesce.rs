@@ -15,7 +15,7 @@ use crate::store::decode::{int, text};
 script!(
     /// One push of a `last` or `merge` coalescing key.
     SCRIPT,
-    record + publish + "coalesce.lua"
+    record + flow + publish + "coalesce.lua"
 );
 
 /// What `coalesce.lua` made of a push.

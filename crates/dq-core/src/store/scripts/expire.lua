@@ -24,6 +24,7 @@ for i, id in ipairs(expired) do
   recs[i] = r
   if r then
     redis.call('EXISTS', prefix .. ':ready:' .. r.t, prefix .. ':dead:' .. r.t)
+    if r.f then flow_read(prefix, r.t, r.f) end
   end
 end
 
@@ -41,6 +42,7 @@ for i, id in ipairs(expired) do
     r.k = r.k or {0, 0, 0, 0}
     r.k[1] = r.k[1] + 1
     redis.call('HINCRBY', counts, topic .. ':reserved', -1)
+    if r.f then flow_count(prefix, topic, r.f, -1, now) end
     local attempts, max = r.a, r.m
     if r.x and now > r.x then r.e = r.e .. '; retries ended: max age reached' end
     if (max > 0 and attempts >= max) or (r.x and now > r.x) then
@@ -55,8 +57,12 @@ for i, id in ipairs(expired) do
     else
       local ready = prefix .. ':ready:' .. topic
       -- Its original due time puts it ahead of jobs that became due after it.
-      redis.call('ZADD', ready, rec_score(r.p, r.r), id)
-      if redis.call('ZCARD', ready) == 1 then redis.call(publish, ready_channel, topic) end
+      if r.f then
+        flow_add(prefix, topic, r.f, id, rec_score(r.p, r.r), now)
+      else
+        redis.call('ZADD', ready, rec_score(r.p, r.r), id)
+        if redis.call('ZCARD', ready) == 1 then redis.call(publish, ready_channel, topic) end
+      end
       r.s = 'ready'
       rec_store(job, r)
       redis.call('HINCRBY', counts, topic .. ':ready', 1)

@@ -11,7 +11,7 @@ use crate::store::Store;
 script!(
     /// End expired reservations (the timer).
     SCRIPT,
-    record + publish + "expire.lua"
+    record + flow + publish + "expire.lua"
 );
 
 /// What an expiry call did in one partition.

@@ -62,6 +62,29 @@ macro_rules! script {
             }),
         };
     };
+    // A script that also moves jobs with a flow key: `record.lua`, `flow.lua` (flow keys' queues and
+    // turns), then the line that names the publish command of each build.
+    ($(#[$doc:meta])* $name:ident, record + flow + publish + $file:literal) => {
+        $(#[$doc])*
+        pub static $name: Waking = Waking {
+            classic: LazyLock::new(|| {
+                Script::new(concat!(
+                    include_str!("record.lua"),
+                    "local publish = 'PUBLISH'\n",
+                    include_str!("flow.lua"),
+                    include_str!($file)
+                ))
+            }),
+            sharded: LazyLock::new(|| {
+                Script::new(concat!(
+                    include_str!("record.lua"),
+                    "local publish = 'SPUBLISH'\n",
+                    include_str!("flow.lua"),
+                    include_str!($file)
+                ))
+            }),
+        };
+    };
     // A script that reads or writes job records: `record.lua`, the record's format, goes in front of it.
     ($(#[$doc:meta])* $name:ident, record + $file:literal) => {
         $(#[$doc])*
@@ -118,10 +141,10 @@ pub fn all(sharded: bool) -> [&'static Script; 35] {
         &get::SCRIPT,
         push::SCRIPT.get(sharded),
         coalesce::SCRIPT.get(sharded),
-        &cancel::SCRIPT,
+        cancel::SCRIPT.get(sharded),
         reschedule::SCRIPT.get(sharded),
         reserve::SCRIPT.get(sharded),
-        &ack::SCRIPT,
+        ack::SCRIPT.get(sharded),
         nack::SCRIPT.get(sharded),
         touch::SCRIPT.get(sharded),
         promote::SCRIPT.get(sharded),
@@ -176,9 +199,10 @@ mod tests {
             for part in ["KEYS[1]", "ARGV[1]", "Returns:"] {
                 assert!(header.contains(part), "{name}: header lacks {part}");
             }
-            if name == "record.lua" {
-                // Not a script: the record's format, put in front of the scripts that use records.
-                assert!(this.contains("include_str!(\"record.lua\")"));
+            if name == "record.lua" || name == "flow.lua" {
+                // Not scripts: the record's format and flow keys' moves, put in front of the scripts that
+                // use them.
+                assert!(this.contains(&format!("include_str!(\"{name}\")")));
             } else {
                 // Loaded here, or (a script with its typed wrapper) in the wrapper beside it.
                 let quoted = format!("\"{name}\"");
@@ -190,8 +214,8 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 36);
-        assert_eq!(super::all(false).len(), n - 1, "every script is in all()");
+        assert_eq!(n, 37);
+        assert_eq!(super::all(false).len(), n - 2, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [
             "push",

@@ -9,7 +9,9 @@
 -- KEYS[5]: events list (<prefix>:events), where a job's death is recorded for dq-checker's alerts
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: receipt   ARGV[4]: error text ("" for none)
 -- ARGV[5]: delay_ms chosen by the caller ("" to use the backoff list)   ARGV[6]: ready wake channel
--- ARGV[7]: timer wake channel   ARGV[8..]: backoff list in ms: the i-th after the i-th failure, the last
+-- ARGV[7]: timer wake channel   ARGV[8]: a pause of the job's flow key asked by the callback, ms (a 429
+-- or 503 with `Retry-After`; "" or 0 for none; see flow.lua)
+-- ARGV[9..]: backoff list in ms: the i-th after the i-th failure, the last
 -- repeats; the job's own list (bo), when it was pushed with one, is used instead
 -- Returns: {1, state, run_at, topic} (state 'delayed', 'ready' or 'dead'), {0} no such job, {-1} stale
 -- receipt.
@@ -22,11 +24,17 @@ if r.s ~= 'reserved' or r.rc ~= ARGV[3] then return {-1} end
 local topic = r.t
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 redis.call('EXISTS', prefix .. ':ready:' .. topic, prefix .. ':dead:' .. topic)
+if r.f then flow_read(prefix, topic, r.f) end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local attempts, max = r.a, r.m
 redis.call('ZREM', reserved, id)
+if r.f then
+  local pause = tonumber(ARGV[8]) or 0
+  if pause > 0 then flow_pause(prefix, topic, r.f, now + pause, now) end
+  flow_count(prefix, topic, r.f, -1, now)
+end
 r.rc, r.d = nil, nil
 if ARGV[4] ~= '' then r.e = ARGV[4] end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
@@ -37,10 +45,10 @@ if ARGV[5] ~= '' then
 elseif r.bo then
   delay = r.bo[math.min(attempts, #r.bo)]
 else
-  local nb = #ARGV - 7
+  local nb = #ARGV - 8
   local i = attempts
   if i > nb then i = nb end
-  delay = tonumber(ARGV[7 + i])
+  delay = tonumber(ARGV[8 + i])
 end
 local too_old = r.x and now + delay > r.x
 if too_old then
@@ -61,8 +69,12 @@ end
 local run_at = now + delay
 if delay <= 0 then
   local ready = prefix .. ':ready:' .. topic
-  redis.call('ZADD', ready, rec_score(r.p, run_at), id)
-  if redis.call('ZCARD', ready) == 1 then redis.call(publish, ARGV[6], topic) end
+  if r.f then
+    flow_add(prefix, topic, r.f, id, rec_score(r.p, run_at), now)
+  else
+    redis.call('ZADD', ready, rec_score(r.p, run_at), id)
+    if redis.call('ZCARD', ready) == 1 then redis.call(publish, ARGV[6], topic) end
+  end
   r.s, r.r = 'ready', run_at
   rec_store(job, r)
   redis.call('HINCRBY', counts, topic .. ':ready', 1)

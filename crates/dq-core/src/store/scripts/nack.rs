@@ -13,7 +13,7 @@ use crate::store::decode::{int, text};
 script!(
     /// Fail a reservation: back off, or dead.
     SCRIPT,
-    record + publish + "nack.lua"
+    record + flow + publish + "nack.lua"
 );
 
 /// What a nack came to.
@@ -36,7 +36,8 @@ pub(crate) enum NackReply {
 
 /// One `nack.lua` call for job `id` of partition `p` under `receipt`: it backs off by `delay_ms`, else its
 /// own backoff list, else `backoff_ms` (the i-th delay after the i-th failure); `error` is kept as its
-/// last error.
+/// last error. `pause_ms` (0 for none) pauses the job's flow key, if it has one.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn call(
     store: &Store,
     p: u16,
@@ -45,6 +46,7 @@ pub(crate) async fn call(
     delay_ms: Option<u64>,
     error: Option<&str>,
     backoff_ms: &[u64],
+    pause_ms: u64,
 ) -> Result<NackReply> {
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
@@ -61,7 +63,7 @@ pub(crate) async fn call(
         Some(d) => inv.arg(d),
         None => inv.arg(""),
     };
-    inv.arg(keys.ready_channel()).arg(keys.timer_channel());
+    inv.arg(keys.ready_channel()).arg(keys.timer_channel()).arg(pause_ms);
     for d in backoff_ms {
         inv.arg(*d);
     }

@@ -43,17 +43,27 @@ for w = 1, math.floor((#ARGV - 5) / 4) do
   waiting[w] = {topic = ARGV[a + 1], channel = ARGV[a + 2], slots = slots, ttr = tonumber(ARGV[a + 4]), jobs = {}}
   if slots > 0 then wanted[ARGV[a + 1]] = true end
 end
+-- Flow keys' turns parked in the delay set (flow.lua), due now: i -> {topic, key}.
+local turns = {}
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 for i = 1, count do
-  local key = prefix .. ':job:' .. due[2 * i - 1]
-  local raw = redis.pcall('GET', key)
+  local member = due[2 * i - 1]
+  local key = prefix .. ':job:' .. member
+  local raw = string.byte(member, 1) ~= 126 and redis.pcall('GET', key)
   local topic = rec_topic(raw)
   local r
-  if topic and not wanted[topic] then
+  if not raw then
+    local tp, k = string.match(member, '^~(%S+) (.+)$')
+    if tp then
+      turns[i] = {tp, k}
+      flow_read(prefix, tp, k)
+    end
+  elseif topic and not wanted[topic] then
     -- Going to its ready queue: only its topic and state are needed (rec_topic says it has no priority).
     r = {s = 'delayed', t = topic}
   elseif raw then
     r = rec_load(key, false, bucket, due[2 * i], raw)
+    if r and r.f then flow_read(prefix, r.t, r.f) end
   end
   recs[i] = r
   if r then per_topic[r.t] = 0 end
@@ -89,7 +99,8 @@ end
 for k = 1, count do
   local i = turn and turn[k] or k
   local r = recs[i]
-  local ws = r and by_topic[r.t]
+  -- A job with a flow key waits for its key's turn (flow.lua): it is never handed.
+  local ws = r and not r.f and by_topic[r.t]
   if ws then
     for _, w in ipairs(ws) do
       local wk = waiting[w]
@@ -179,12 +190,21 @@ for i = 1, count do
       if earliest == nil or r.d < earliest then earliest = r.d end
       to_reserved[r.t] = (to_reserved[r.t] or 0) + 1
     else
-      add(prefix .. ':ready:' .. r.t, rec_score(r.p, run_at), id)
+      if r.f then
+        flow_add(prefix, r.t, r.f, id, rec_score(r.p, run_at), now)
+      else
+        add(prefix .. ':ready:' .. r.t, rec_score(r.p, run_at), id)
+      end
       r.s = 'ready'
       rec_store(prefix .. ':job:' .. id, r, true)
       per_topic[r.t] = per_topic[r.t] + 1
     end
     out[#out + 1] = now - run_at
+  elseif turns[i] then
+    -- A parked turn whose token or pause came: back in line, if its key still has ready jobs.
+    local tp, k = turns[i][1], turns[i][2]
+    local head = redis.call('ZRANGE', prefix .. ':fq:' .. tp .. ':' .. k, 0, 0, 'WITHSCORES')
+    if head[2] then flow_turn(prefix, tp, k, math.floor(tonumber(head[2]) / FLOW_STEP) * FLOW_STEP + now, now) end
   end
 end
 for _, key in ipairs(order) do

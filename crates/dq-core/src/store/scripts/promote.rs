@@ -14,7 +14,7 @@ use crate::store::Store;
 script!(
     /// Move due jobs of one bucket to ready (the timer).
     SCRIPT,
-    record + publish + "promote.lua"
+    record + flow + publish + "promote.lua"
 );
 
 /// What a promotion call did in one partition.

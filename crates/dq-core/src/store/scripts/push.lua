@@ -11,10 +11,11 @@
 -- ARGV[3 + 9*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
 --          delay_ms is given), ttr_ms, max_attempts, mode: "0" an id minted by dq for this push, "1" the
 --          producer's id, "2" a retry of a write whose outcome is unknown (it may have run); then its
---          options, "" for none, else four fields, each "" when absent, separated by ";": dedup_ms (the
+--          options, "" for none, else five fields, each "" when absent, separated by ";": dedup_ms (the
 --          deduplication window), max_age_ms (retries end that long after the first due time), backoff
 --          list (ms, comma-separated; else the caller's at each nack), priority (none: the default,
---          1024; see rec_score). Options are rare, so most jobs cost Redis one
+--          1024; see rec_score), flow key (flow.lua: a ready job goes to its key's queue, and the key
+--          gets its turn in the topic's ready queue). Options are rare, so most jobs cost Redis one
 --          argument for them instead of four (each argument is a string Redis makes for Lua).
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
@@ -46,8 +47,10 @@ local topic_of = {} -- ready queue key -> topic
 local tally = {}   -- "<topic>:<state>" -> jobs added
 local urgent = {}  -- ready queue key -> the most urgent priority below the default added to it
 local delayed = KEYS[2]
+-- The partition's prefix: the delay set's key without its ':delayed'.
+local prefix = string.sub(delayed, 1, #delayed - 8)
 local n = (#ARGV - 2) / 9
--- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority} (strings, "" when absent), and its
+-- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority, flow key} (strings, "" when absent), and its
 -- deduplication key; read before the first write, with the jobs those keys already name (a record is a
 -- key the script cannot declare; see "Scripts on a moving slot" in architecture.md): dedup key ->
 -- {id, s, r}.
@@ -56,8 +59,9 @@ local next_dedup = 3 + 2 * n
 for i = 0, n - 1 do
   local o = ARGV[11 + 9 * i]
   if o ~= '' then
-    local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*)$')}
+    local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*)$')}
     opts[i] = f
+    if f[5] ~= '' then flow_read(prefix, ARGV[4 + 9 * i], f[5]) end
     if f[1] ~= '' then
       local dedup, id = KEYS[next_dedup], ARGV[3 + 9 * i]
       next_dedup = next_dedup + 1
@@ -88,8 +92,9 @@ for i = 0, n - 1 do
     if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
     local state, zset = 'delayed', delayed
     if run_at <= now then state, zset = 'ready', KEYS[4 + 2 * i] end
-    local x, g, bo, p = nil, nil, nil, nil
+    local x, g, bo, p, fk = nil, nil, nil, nil, nil
     if o then
+      if o[5] ~= '' then fk = o[5] end
       if o[2] ~= '' then
         g = tonumber(o[2])
         x = run_at + g
@@ -101,26 +106,31 @@ for i = 0, n - 1 do
       if o[4] ~= '' then p = tonumber(o[4]) end
     end
     local stored = rec_store(job, {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]),
-      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0, x = x, g = g, bo = bo, p = p}, false, true)
+      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0, x = x, g = g, bo = bo, p = p, f = fk}, false, true)
     if stored then
-      if state == 'ready' then
-        topic_of[zset] = topic
-        if p and p < 1024 and (urgent[zset] == nil or p < urgent[zset]) then urgent[zset] = p end
-      elseif earliest[zset] == nil or run_at < earliest[zset] then
-        earliest[zset] = run_at
+      if fk and state == 'ready' then
+        -- Into its flow key's queue; the key's turn wakes reservers (flow.lua).
+        flow_add(prefix, topic, fk, id, rec_score(p, run_at), now)
+      else
+        if state == 'ready' then
+          topic_of[zset] = topic
+          if p and p < 1024 and (urgent[zset] == nil or p < urgent[zset]) then urgent[zset] = p end
+        elseif earliest[zset] == nil or run_at < earliest[zset] then
+          earliest[zset] = run_at
+        end
+        if adds[zset] == nil then
+          adds[zset] = {}
+          order[#order + 1] = zset
+        end
+        local z = adds[zset]
+        -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3%
+        -- of a batch push's instructions); %d holds integers below 2^63, a ready score of a priority of
+        -- 2^21 or more is past that.
+        local score = run_at
+        if state == 'ready' then score = rec_score(p, run_at) end
+        if score < 9.2e18 then z[#z + 1] = string.format('%d', score) else z[#z + 1] = score end
+        z[#z + 1] = id
       end
-      if adds[zset] == nil then
-        adds[zset] = {}
-        order[#order + 1] = zset
-      end
-      local z = adds[zset]
-      -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3% of
-      -- a batch push's instructions); %d holds integers below 2^63, a ready score of a priority of 2^21
-      -- or more is past that.
-      local score = run_at
-      if state == 'ready' then score = rec_score(p, run_at) end
-      if score < 9.2e18 then z[#z + 1] = string.format('%d', score) else z[#z + 1] = score end
-      z[#z + 1] = id
       local c = topic .. ':' .. state
       tally[c] = (tally[c] or 0) + 1
       if dedup then

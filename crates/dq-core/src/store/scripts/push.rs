@@ -13,7 +13,7 @@ use crate::store::decode::{int, text};
 script!(
     /// Store new jobs (push and push many).
     SCRIPT,
-    record + publish + "push.lua"
+    record + flow + publish + "push.lua"
 );
 
 /// How `push.lua` treats a job's id.
@@ -113,16 +113,21 @@ pub(crate) async fn call(store: &Store, p: u16, jobs: &[(&str, &NewJob, Mode)]) 
 }
 
 /// A job's options as push.lua takes them in one argument: `""` when it has none, else
-/// `dedup_ms;max_age_ms;backoff;priority`, each `""` when absent, the backoff list comma-separated.
+/// `dedup_ms;max_age_ms;backoff;priority;flow_key`, each `""` when absent, the backoff list comma-separated.
 pub(crate) fn options_arg(job: &NewJob) -> String {
     // The default priority is stored as none (record.lua), so it is sent as none.
     let priority = job.priority.filter(|&p| p != DEFAULT_PRIORITY);
-    if job.dedup.is_none() && job.max_age_ms.is_none() && job.backoff_ms.is_none() && priority.is_none() {
+    if job.dedup.is_none()
+        && job.max_age_ms.is_none()
+        && job.backoff_ms.is_none()
+        && priority.is_none()
+        && job.flow_key.is_none()
+    {
         return String::new();
     }
     let field = |v: Option<String>| v.unwrap_or_default();
     format!(
-        "{};{};{};{}",
+        "{};{};{};{};{}",
         field(job.dedup.as_ref().map(|d| d.window_ms.to_string())),
         field(job.max_age_ms.map(|a| a.to_string())),
         field(
@@ -131,5 +136,6 @@ pub(crate) fn options_arg(job: &NewJob) -> String {
                 .map(|l| l.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
         ),
         field(priority.map(|p| p.to_string())),
+        job.flow_key.as_deref().unwrap_or_default(),
     )
 }

@@ -2,7 +2,7 @@
 -- reads or writes a record (scripts.rs), so the format is defined once.
 --
 -- A record (<prefix>:job:<id>) is one string: a MessagePack array of its fields in the order
--- s, t, b, r, ttr, m, c, a, d, rc, e, x, g, bo, p, n, k (the names below), the state stored as a number (1 delayed,
+-- s, t, b, r, ttr, m, c, a, d, rc, e, x, g, bo, p, n, k, f (the names below), the state stored as a number (1 delayed,
 -- 2 ready, 3 reserved, 4 done, 5 dead).
 -- Absent fields are `false` in the array, and absent fields at its end are left out (and so are zero
 -- attempts when nothing follows them). created_at is stored as run_at minus created_at (the delay the
@@ -28,7 +28,8 @@
 -- beanstalkd number of a job whose id is not one made from its number (see crates/dq-core/src/
 -- beanstalkd.rs), given when the beanstalkd protocol first showed it; k: beanstalkd's counters of the
 -- job, {timeouts, releases, buries, kicks, delay}: delay (seconds) once a release or kick
--- changed the due time the job was put with. All three only for jobs that have them.
+-- changed the due time the job was put with. f: the job's flow key, whose ready jobs wait in a queue of
+-- their own (flow.lua). All four only for jobs that have them.
 --
 -- KEYS[1]: none of its own (the including script's)   ARGV[1]: none of its own
 -- Returns: nothing (defines local functions).
@@ -84,7 +85,7 @@ local function rec_load(key, soft, source, score, raw)
   if c < 1e12 then c = r - c end
   return {s = s, t = v[2], b = v[3], r = r, ttr = v[5], m = v[6], c = c, a = v[8] or 0,
     d = v[9] or nil, rc = v[10] or nil, e = v[11] or nil, x = v[12] or nil, g = v[13] or nil,
-    bo = v[14] or nil, p = v[15] or nil, n = v[16] or nil, k = v[17] or nil}
+    bo = v[14] or nil, p = v[15] or nil, n = v[16] or nil, k = v[17] or nil, f = v[18] or nil}
 end
 
 -- The topic of `raw` (a GET's answer), read from its first bytes without unpacking it, for a caller
@@ -112,12 +113,12 @@ end
 local function rec_score(p, at) return (p or 1024) * 4398046511104 + at end
 
 -- Writes `r` at `key`. The fields up to `a` are always there; the optional ones (d, rc, e, x, g, bo) are
--- `false` when absent, and left out at the end. (So are p, n and k.) A reservation's end is `r.rc, r.d = nil, nil`.
+-- `false` when absent, and left out at the end. (So are p, n, k and f.) A reservation's end is `r.rc, r.d = nil, nil`.
 --
 -- With `only_state`, the caller changed nothing but `r.s`. The state is the array's first element, one
 -- byte at offset 1 (after MessagePack's one-byte array header, a positive fixint), so one SETRANGE writes
 -- it without rewriting the record. A record with n or k has 16 or 17 fields, past what a one-byte header
--- counts (15): its header is three bytes, so it is written whole. (A done record, written so, keeps the receipt and deadline of its
+-- counts (15): its header is three bytes, so it is written whole (so is one with f, 18 fields). (A done record, written so, keeps the receipt and deadline of its
 -- last reservation, which mean nothing once it is done.)
 --
 -- Only done records have a TTL (ack gives it after this), and no script rewrites a done record, so a SET
@@ -131,7 +132,7 @@ local function rec_store(key, r, only_state, new)
   if s == 'delayed' then code = 1 elseif s == 'ready' then code = 2 elseif s == 'reserved' then code = 3
   elseif s == 'done' then code = 4 elseif s == 'dead' then code = 5
   else error('unknown job state ' .. tostring(s)) end
-  if only_state and not r.hash and not r.n and not r.k then
+  if only_state and not r.hash and not r.n and not r.k and not r.f then
     redis.call('SETRANGE', key, 1, string.char(code))
     return
   end
@@ -140,8 +141,9 @@ local function rec_store(key, r, only_state, new)
   local since = r.r - r.c
   if since >= 1e12 then since = r.c end
   local v = {code, r.t, r.b, r.r, r.ttr, r.m, since, r.a, r.d or false, r.rc or false, r.e or false,
-    r.x or false, r.g or false, r.bo or false, (r.p ~= 1024 and r.p) or false, r.n or false, r.k or false}
-  local n = 17
+    r.x or false, r.g or false, r.bo or false, (r.p ~= 1024 and r.p) or false, r.n or false, r.k or false,
+    r.f or false}
+  local n = 18
   while n > 8 and v[n] == false do
     v[n] = nil
     n = n - 1

@@ -19,13 +19,21 @@ local topic = r.t
 local ready = prefix .. ':ready:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 local was_empty = redis.call('EXISTS', ready) == 0
+if r.f then flow_read(prefix, topic, r.f) end
 redis.call('ZREM', reserved, id)
 r.rc, r.d = nil, nil
 if ARGV[5] ~= '1' then r.a = r.a - 1 end
 r.s = 'ready'
 rec_store(job, r)
-redis.call('ZADD', ready, rec_score(r.p, r.r), id)
-if was_empty then redis.call(publish, ARGV[4], topic) end
+if r.f then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  flow_count(prefix, topic, r.f, -1, now)
+  flow_add(prefix, topic, r.f, id, rec_score(r.p, r.r), now)
+else
+  redis.call('ZADD', ready, rec_score(r.p, r.r), id)
+  if was_empty then redis.call(publish, ARGV[4], topic) end
+end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 redis.call('HINCRBY', counts, topic .. ':ready', 1)
 return 1

@@ -11,7 +11,7 @@ use crate::store::Store;
 script!(
     /// Hand a reservation back unfinished (drain).
     SCRIPT,
-    record + publish + "release.lua"
+    record + flow + publish + "release.lua"
 );
 
 /// What a release came to.

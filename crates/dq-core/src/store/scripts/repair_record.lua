@@ -16,15 +16,23 @@ if not r or r.s == 'done' then return 0 end
 local topic, state = r.t, r.s
 local ready = prefix .. ':ready:' .. topic
 local where = {delayed = bucket, ready = ready, reserved = reserved, dead = prefix .. ':dead:' .. topic}
+-- A ready job with a flow key is in its key's queue (flow.lua).
+if r.f then
+  where.ready = prefix .. ':fq:' .. topic .. ':' .. r.f
+  flow_read(prefix, topic, r.f)
+end
 if where[state] and redis.call('ZSCORE', where[state], id) then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local was_empty = redis.call('EXISTS', ready) == 0
-redis.call('ZADD', ready, rec_score(r.p, now), id)
+-- A job reserved when it was lost counted against its flow key: no longer.
+if r.f and state == 'reserved' then flow_count(prefix, topic, r.f, -1, now) end
+if r.f then flow_add(prefix, topic, r.f, id, rec_score(r.p, now), now)
+else redis.call('ZADD', ready, rec_score(r.p, now), id) end
 r.rc, r.d = nil, nil
 r.s, r.e = 'ready', 'restored by the consistency audit'
 rec_store(job, r)
 if where[state] then redis.call('HINCRBY', counts, topic .. ':' .. state, -1) end
 redis.call('HINCRBY', counts, topic .. ':ready', 1)
-if was_empty then redis.call(publish, ARGV[3], topic) end
+if was_empty and not r.f then redis.call(publish, ARGV[3], topic) end
 return 1

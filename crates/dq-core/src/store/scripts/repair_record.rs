@@ -12,7 +12,7 @@ use crate::store::Store;
 script!(
     /// Put an orphaned job record back in its ready queue (the audit).
     SCRIPT,
-    record + publish + "repair_record.lua"
+    record + flow + publish + "repair_record.lua"
 );
 
 /// What one repair of a record came to.

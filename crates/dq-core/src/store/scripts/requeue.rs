@@ -12,7 +12,7 @@ use crate::store::Store;
 script!(
     /// Dead jobs back to ready.
     SCRIPT,
-    record + publish + "requeue.lua"
+    record + flow + publish + "requeue.lua"
 );
 
 /// Which dead jobs one call requeues.

@@ -24,10 +24,15 @@ if ARGV[7] ~= '' then r.p = tonumber(ARGV[7]) end
 local ready = prefix .. ':ready:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 redis.call('EXISTS', ready)
-if state == 'delayed' then redis.call('ZREM', bucket, id) else redis.call('ZREM', ready, id) end
+if r.f then flow_read(prefix, topic, r.f) end
+if state == 'delayed' then redis.call('ZREM', bucket, id)
+elseif r.f then flow_remove(prefix, topic, r.f, id)
+else redis.call('ZREM', ready, id) end
 local new_state = 'delayed'
 if run_at <= now then new_state = 'ready' end
-if new_state == 'ready' then
+if new_state == 'ready' and r.f then
+  flow_add(prefix, topic, r.f, id, rec_score(r.p, run_at), now)
+elseif new_state == 'ready' then
   redis.call('ZADD', ready, rec_score(r.p, run_at), id)
   if redis.call('ZCARD', ready) == 1 then redis.call(publish, ARGV[5], topic) end
 else

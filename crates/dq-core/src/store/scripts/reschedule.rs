@@ -14,7 +14,7 @@ use crate::store::decode::{int, text};
 script!(
     /// Give a delayed or ready job a new due time or priority.
     SCRIPT,
-    record + publish + "reschedule.lua"
+    record + flow + publish + "reschedule.lua"
 );
 
 /// What a reschedule came to.

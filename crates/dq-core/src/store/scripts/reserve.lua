@@ -12,8 +12,15 @@
 -- ARGV[6]: "1" to take each job from the queue whose first job comes first (lowest score, then lowest
 -- id), as beanstalkd's reserve takes the best job of every watched tube; "" for the queues in the order
 -- given
+-- ARGV[7..]: per ready queue, in the order of KEYS[4..], its topic's `flow` limits:
+-- "<concurrency> <rate_per_s> <burst>", 0 for none of each (flow.lua). A flow key's turn popped from a
+-- queue gives the key's first job when the key is under its limits, and goes back to the end of the
+-- line; a key at its concurrency loses its turn until a reservation of it ends, one without a token or
+-- paused has it parked in the delay set until then. When fewer jobs than asked were left, the keys that
+-- gave one give more, a round at a time, as their limits allow.
 -- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at, ttr (the
--- reservation's length in ms, so a worker can touch at half of it without comparing clocks); then 1 when the
+-- reservation's length in ms, so a worker can touch at half of it without comparing clocks), flow key
+-- ("" for none); then 1 when the
 -- queues may still hold jobs (a topic's count says so, or they do), 0 when they are empty (the caller's
 -- process then knows, without another call, that nobody needs waking for them).
 
@@ -26,26 +33,83 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- what was read would be two), and every popped job's record is read before the first record is
 -- written. A record the script cannot read (on a slot being moved, see architecture.md, "Scripts on a
 -- moving slot") puts everything popped back and fails the call, so it is sent again: nothing changed.
-local queues, pops, recs = {}, {}, {}
+-- jobs: {id, record, flow key} in the order taken; popped: {key, score, member} of everything popped.
+local jobs, popped = {}, {}
 local taken = 0
--- Pops up to n jobs of queue `key` and reads their records; an error once everything popped is back.
-local function take(key, n)
-  local popped = redis.call('ZPOPMIN', key, n)
-  if #popped == 0 then return end
-  queues[#queues + 1] = key
-  pops[#pops + 1] = popped
-  for j = 1, #popped, 2 do
-    local r, err = rec_load(prefix .. ':job:' .. popped[j], true, key, popped[j + 1])
-    if err then
-      for q = 1, #queues do
-        local p = pops[q]
-        for i = 1, #p, 2 do redis.call('ZADD', queues[q], p[i + 1], p[i]) end
-      end
-      return err
-    end
-    recs[#recs + 1] = r or false
-    if r then taken = taken + 1 end
+-- The flow keys whose turn was popped, by queue key, in order; each {t, k, q (its queue), st (its
+-- state), conc, rate, burst, n, tk, ts, u, left (jobs it gave up from its queue), gave (jobs taken),
+-- held / park (why its turn is out)}.
+local flows, flow_order = {}, {}
+local limits = {}
+for k = 4, #KEYS do limits[KEYS[k]] = ARGV[k + 3] or '' end
+
+-- Takes one job of flow key `f` if its limits allow; an error once a record cannot be read.
+local function flow_take(f)
+  if f.u > now then
+    f.park = f.u
+    return
   end
+  if f.conc > 0 and f.n >= f.conc then
+    f.held = true
+    return
+  end
+  if f.rate > 0 then
+    f.tk = math.min(f.burst, f.tk + math.max(0, now - f.ts) * f.rate / 1000)
+    f.ts = now
+    if f.tk < 1 then
+      f.park = now + math.ceil((1 - f.tk) * 1000 / f.rate)
+      return
+    end
+  end
+  local head = redis.call('ZPOPMIN', f.q, 1)
+  if #head == 0 then
+    f.empty = true
+    return
+  end
+  popped[#popped + 1] = {f.q, head[2], head[1]}
+  f.left = f.left + 1
+  local r, err = rec_load(prefix .. ':job:' .. head[1], true, f.q, head[2])
+  if err then return err end
+  if r then
+    f.n, f.gave = f.n + 1, f.gave + 1
+    if f.rate > 0 then f.tk = f.tk - 1 end
+    jobs[#jobs + 1] = {head[1], r, f.k}
+    taken = taken + 1
+  end
+end
+
+-- Pops up to n members of ready queue `key`: jobs, and flow keys' turns, each giving a job of its key.
+-- Returns whether anything was popped, and an error once a record cannot be read.
+local function take(key, n)
+  local got = redis.call('ZPOPMIN', key, n)
+  for j = 1, #got, 2 do
+    local m, score = got[j], got[j + 1]
+    popped[#popped + 1] = {key, score, m}
+    local err
+    if string.byte(m, 1) == 126 then
+      -- '~': a flow key's turn.
+      local tp = string.sub(key, #prefix + 8)
+      local k = string.sub(m, 2)
+      local st = prefix .. ':fs:' .. tp .. ':' .. k
+      local s = redis.call('HMGET', st, 'n', 'tk', 'ts', 'u')
+      local c, rt, b = string.match(limits[key], '^(%d+) ([%d.]+) (%d+)$')
+      local f = {t = tp, k = k, q = prefix .. ':fq:' .. tp .. ':' .. k, st = st, conc = tonumber(c) or 0,
+        rate = tonumber(rt) or 0, burst = tonumber(b) or 0, n = tonumber(s[1]) or 0, u = tonumber(s[4]) or 0,
+        left = 0, gave = 0}
+      f.tk, f.ts = tonumber(s[2]) or f.burst, tonumber(s[3]) or now
+      flow_order[#flow_order + 1] = f
+      err = flow_take(f)
+    else
+      local r
+      r, err = rec_load(prefix .. ':job:' .. m, true, key, score)
+      if r then
+        jobs[#jobs + 1] = {m, r, false}
+        taken = taken + 1
+      end
+    end
+    if err then return true, err end
+  end
+  return #got > 0
 end
 local err
 if ARGV[6] == '1' and #KEYS > 4 then
@@ -60,47 +124,97 @@ if ARGV[6] == '1' and #KEYS > 4 then
       end
     end
     if best == nil then break end
-    err = take(best, 1)
+    local _
+    _, err = take(best, 1)
   end
 else
   for k = 4, #KEYS do
-    if taken >= want or err then break end
-    err = take(KEYS[k], want - taken)
+    local any = true
+    -- Again while turns gave nothing and the queue has more.
+    while taken < want and any and not err do any, err = take(KEYS[k], want - taken) end
   end
 end
-if err then return redis.error_reply(err) end
+-- Fewer than asked: the queues are empty but for the turns taken out; the keys that gave a job give
+-- more, a round at a time, as their limits allow.
+local progress = true
+while taken < want and progress and not err do
+  progress = false
+  for _, f in ipairs(flow_order) do
+    if taken >= want or err then break end
+    if f.gave > 0 and not (f.park or f.held or f.empty) then
+      local before = taken
+      err = flow_take(f)
+      if taken > before then progress = true end
+    end
+  end
+end
+if err then
+  for q = #popped, 1, -1 do
+    local p = popped[q]
+    redis.call('ZADD', p[1], p[2], p[3])
+  end
+  return redis.error_reply(err)
+end
 
 local out = {}
-local n, i = 0, 0
+local n = 0
 local earliest
 -- Jobs moved from ready to reserved, per topic: the counts change once per topic, not per job.
 local moved = {}
 -- The reserved set's new members: one ZADD for all (each call is much of a job's cost here).
 local added = {}
-for q = 1, #pops do
-  local popped = pops[q]
-  for j = 1, #popped, 2 do
-    i = i + 1
-    local id, r = popped[j], recs[i]
-    -- A queue entry without a record cannot be delivered; dropping it is what delete would have done.
-    if r then
-      n = n + 1
-      r.a = r.a + 1
-      local ttr = math.max(r.ttr, least_ttr)
-      r.s, r.rc, r.d = 'reserved', nonce .. '.' .. n, now + ttr
-      rec_store(prefix .. ':job:' .. id, r)
-      added[#added + 1] = r.d
-      added[#added + 1] = id
-      if earliest == nil or r.d < earliest then earliest = r.d end
-      moved[r.t] = (moved[r.t] or 0) + 1
-      out[#out + 1] = id
-      out[#out + 1] = r.t
-      out[#out + 1] = r.b
-      out[#out + 1] = r.a
-      out[#out + 1] = r.rc
-      out[#out + 1] = r.d
-      out[#out + 1] = r.r
-      out[#out + 1] = ttr
+for _, job in ipairs(jobs) do
+  local id, r = job[1], job[2]
+  n = n + 1
+  r.a = r.a + 1
+  local ttr = math.max(r.ttr, least_ttr)
+  r.s, r.rc, r.d = 'reserved', nonce .. '.' .. n, now + ttr
+  rec_store(prefix .. ':job:' .. id, r)
+  added[#added + 1] = r.d
+  added[#added + 1] = id
+  if earliest == nil or r.d < earliest then earliest = r.d end
+  moved[r.t] = (moved[r.t] or 0) + 1
+  out[#out + 1] = id
+  out[#out + 1] = r.t
+  out[#out + 1] = r.b
+  out[#out + 1] = r.a
+  out[#out + 1] = r.rc
+  out[#out + 1] = r.d
+  out[#out + 1] = r.r
+  out[#out + 1] = ttr
+  out[#out + 1] = job[3] or ''
+end
+-- The flow keys: their state, their ready counts, and their turns: back at the end of the line (the
+-- priority of the key's next job, the time now), parked, or out.
+local turned = false
+for _, f in ipairs(flow_order) do
+  if f.left > 0 then
+    local flows = prefix .. ':flows:' .. f.t
+    if tonumber(redis.call('ZINCRBY', flows, -f.left, f.k)) <= 0 then redis.call('ZREM', flows, f.k) end
+  end
+  if f.gave > 0 or f.held or f.rate > 0 then
+    local w = {'n', f.n}
+    if f.rate > 0 then
+      w[#w + 1], w[#w + 2], w[#w + 3], w[#w + 4] = 'tk', tostring(f.tk), 'ts', f.ts
+    end
+    if f.held then w[#w + 1], w[#w + 2] = 'b', 1 end
+    redis.call('HSET', f.st, unpack(w))
+    if f.n > 0 then
+      redis.call('PERSIST', f.st)
+    else
+      redis.call('PEXPIRE', f.st, math.max(FLOW_IDLE_MS, f.u - now + 1000))
+    end
+  end
+  if not f.held then
+    local head = redis.call('ZRANGE', f.q, 0, 0, 'WITHSCORES')
+    if head[2] then
+      if f.park then
+        flow_park(prefix, f.t, f.k, f.park)
+      else
+        redis.call('ZADD', prefix .. ':ready:' .. f.t, math.floor(tonumber(head[2]) / FLOW_STEP) * FLOW_STEP + now,
+          '~' .. f.k)
+        turned = true
+      end
     end
   end
 end
@@ -126,5 +240,6 @@ local more = 0
 if taken >= want then
   if counted_more then more = 1 else more = redis.call('EXISTS', unpack(KEYS, 4)) end
 end
+if turned then more = 1 end
 out[#out + 1] = math.min(more, 1)
 return out

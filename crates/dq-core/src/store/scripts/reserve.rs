@@ -9,6 +9,7 @@ use serde_json::value::RawValue;
 
 use super::Waking;
 use crate::error::{Error, Result};
+use crate::flow::FlowLimits;
 use crate::job::Reservation;
 use crate::store::Store;
 use crate::store::decode::{int, text};
@@ -16,7 +17,7 @@ use crate::store::decode::{int, text};
 script!(
     /// Reserve ready jobs over topics in priority order.
     SCRIPT,
-    record + publish + "reserve.lua"
+    record + flow + publish + "reserve.lua"
 );
 
 /// What a reserve took in one partition.
@@ -30,11 +31,12 @@ pub(crate) struct ReserveReply {
 
 /// One `reserve.lua` call on partition `p`: up to `count` ready jobs of `topics` (highest priority first;
 /// with `best_first`, the queue whose first job comes first instead), each reservation lasting at least
-/// `least_ttr_ms`.
+/// `least_ttr_ms`. `flows`: each topic's flow limits, in the order of `topics`.
 pub(crate) async fn call(
     store: &Store,
     p: u16,
     topics: &[String],
+    flows: &[FlowLimits],
     count: usize,
     least_ttr_ms: Option<u64>,
     best_first: bool,
@@ -52,13 +54,16 @@ pub(crate) async fn call(
         None => inv.arg(""),
     };
     inv.arg(keys.timer_channel()).arg(if best_first { "1" } else { "" });
+    for f in flows {
+        inv.arg(f.arg());
+    }
     let out: Vec<Value> = store.run(p, &inv).await?;
     let bad = || Error::unexpected(Some(p), "reserve returned a malformed job");
     let (more, jobs) = out.split_last().ok_or_else(bad)?;
     let jobs = jobs
-        .chunks(8)
+        .chunks(9)
         .map(|c| {
-            if c.len() != 8 {
+            if c.len() != 9 {
                 return Err(bad());
             }
             let body = text(&c[2]).ok_or_else(bad)?;
@@ -71,6 +76,7 @@ pub(crate) async fn call(
                 deadline: int(&c[5]).ok_or_else(bad)?,
                 run_at: int(&c[6]).ok_or_else(bad)?,
                 ttr_ms: int(&c[7]).ok_or_else(bad)? as u64,
+                flow_key: text(&c[8]).filter(|k| !k.is_empty()),
             })
         })
         .collect::<Result<_>>()?;

@@ -1,0 +1,156 @@
+//! Flow keys: a job's `flow_key` (a customer, a tenant, an endpoint) and its topic's `flow` limits on each
+//! key apart.
+//!
+//! A key's jobs, its state and its turn live in the partition its topic and key hash to
+//! ([`crate::store::partition::Partitions::of_key`]), so every move of one of its jobs sees them in one
+//! script (`flow.lua`, whose header has the keys). Its ready jobs wait in a queue of the key's own; the
+//! topic's ready queue holds one member for the key, its turn, which `reserve.lua` takes like a job and
+//! puts back at the end of the line, so keys with ready jobs take turns (docs/architecture.md, "Flow keys").
+//!
+//! Reserves carry the topics' limits ([`FlowLimits`]) from the registry as this process last read it
+//! ([`Flows`]): limits are counted in Redis, per key, over every process.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use dq_api::topic::Flow;
+
+use crate::error::Result;
+use crate::store::Store;
+
+pub use dq_api::topic::{FlowKey, FlowKeys};
+
+/// A topic's limits on each of its flow keys, as `reserve.lua` takes them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FlowLimits {
+    /// Jobs of one key reserved at once; 0 for no limit.
+    pub concurrency: u32,
+    /// Jobs of one key reserved per second; 0 for no limit.
+    pub rate_per_s: f64,
+    /// The bucket's size (with a rate).
+    pub burst: u32,
+}
+
+impl FlowLimits {
+    /// The limits a topic's `flow` section sets.
+    pub fn of(flow: &Flow) -> Self {
+        FlowLimits {
+            concurrency: flow.concurrency.unwrap_or(0),
+            rate_per_s: flow.rate_per_s.unwrap_or(0.0),
+            burst: if flow.rate_per_s.is_some() {
+                flow.burst_or_default()
+            } else {
+                0
+            },
+        }
+    }
+
+    /// `"<concurrency> <rate_per_s> <burst>"`, one `reserve.lua` argument.
+    pub(crate) fn arg(&self) -> String {
+        format!("{} {} {}", self.concurrency, self.rate_per_s, self.burst)
+    }
+}
+
+/// The flow limits of the registered topics, as this process last read the registry; reserves send
+/// them with their topics. A topic without a `flow` section has none (its keys still take turns).
+#[derive(Debug, Default)]
+pub struct Flows(RwLock<Arc<HashMap<String, FlowLimits>>>);
+
+impl Flows {
+    /// Replaces them with those of `topics` (a registry read or written).
+    pub fn set<'a>(&self, topics: impl IntoIterator<Item = (&'a String, &'a crate::TopicConfig)>) {
+        let limits = topics
+            .into_iter()
+            .filter_map(|(t, c)| Some((t.clone(), FlowLimits::of(c.flow.as_ref()?))))
+            .collect();
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limits);
+    }
+
+    /// `topic`'s limits (none: no limits).
+    pub fn get(&self, topic: &str) -> FlowLimits {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(topic)
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+impl crate::Admin {
+    /// `topic`'s flow keys with ready jobs: how many, and the `top` busiest (see [`busiest`]).
+    pub async fn flow_keys(&self, topic: &str, top: usize) -> Result<FlowKeys> {
+        busiest(&self.store, topic, top).await
+    }
+}
+
+/// `topic`'s flow keys with ready jobs: how many there are, and the `top` busiest (most ready jobs, then
+/// name), each with its ready and reserved jobs. Reads every partition's `<p>:flows:<topic>` (one sorted
+/// set per partition, its members the keys with ready jobs) and the chosen keys' states.
+pub(crate) async fn busiest(store: &Store, topic: &str, top: usize) -> Result<FlowKeys> {
+    let reads = store.partitions.all().map(|p| async move {
+        let keys = store.partition_keys(p);
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZCARD")
+            .arg(keys.flows(topic))
+            .cmd("ZRANGE")
+            .arg(keys.flows(topic))
+            .arg(0)
+            .arg(top.max(1) as i64 - 1)
+            .arg("REV")
+            .arg("WITHSCORES");
+        let (count, firsts): (u64, Vec<(String, f64)>) = store.pipe(p, &pipe).await?;
+        if firsts.is_empty() {
+            return Ok::<_, crate::error::Error>((count, Vec::new()));
+        }
+        let mut pipe = redis::pipe();
+        for (key, _) in &firsts {
+            pipe.cmd("HGET").arg(keys.flow_state(topic, key)).arg("n");
+        }
+        let reserved: Vec<Option<u64>> = store.pipe(p, &pipe).await?;
+        let keys = firsts
+            .into_iter()
+            .zip(reserved)
+            .map(|((key, ready), reserved)| FlowKey {
+                key,
+                ready: ready as u64,
+                reserved: reserved.unwrap_or(0),
+            })
+            .collect();
+        Ok((count, keys))
+    });
+    let mut out = FlowKeys::default();
+    for r in futures_util::future::join_all(reads).await {
+        let (count, keys) = r?;
+        out.keys += count;
+        out.busiest.extend(keys);
+    }
+    out.busiest
+        .sort_by(|a, b| b.ready.cmp(&a.ready).then_with(|| a.key.cmp(&b.key)));
+    out.busiest.truncate(top);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_read_a_topics_flow_section() {
+        let none = FlowLimits::of(&Flow::default());
+        assert_eq!(none.arg(), "0 0 0");
+        let f = Flow {
+            concurrency: Some(3),
+            rate_per_s: Some(2.5),
+            burst: None,
+        };
+        // The burst is one second's worth of the rate, rounded up.
+        assert_eq!(FlowLimits::of(&f).arg(), "3 2.5 3");
+        let f = Flow {
+            concurrency: None,
+            rate_per_s: Some(10.0),
+            burst: Some(1),
+        };
+        assert_eq!(FlowLimits::of(&f).arg(), "0 10 1");
+    }
+}

@@ -1,0 +1,125 @@
+-- flow.lua: flow keys (docs/architecture.md, "Flow keys"). Not a script of its own: it goes after
+-- record.lua in front of the scripts that move a job with a flow key (a record's `f`) into or out of
+-- ready, or out of the reserved set (scripts.rs), and defines local functions for them.
+--
+-- A ready job with a flow key waits in its key's own queue, not in its topic's ready queue. The topic's
+-- ready queue holds the key's turn instead: one member `~<key>` (ids never start with `~`), scored as
+-- the key's first job would be, but never earlier than the time the key last had a turn. reserve.lua
+-- pops a turn like a job, takes the key's first job under the key's limits, and puts the turn back at
+-- the end of the line (the time now). So among the keys with ready jobs every key gets one job per
+-- round, however many jobs each has, and a key costs its topic's queue one member.
+--
+-- Keys, all in the partition the topic and key hash to (every job of a key is there):
+--   <prefix>:fq:<topic>:<key>   sorted set: the key's ready jobs, scored like a ready queue (rec_score)
+--   <prefix>:fs:<topic>:<key>   hash: n its reserved jobs; b 1 while n is at the topic's
+--                               flow.concurrency (its turn is out until a reservation ends); tk, ts its
+--                               token bucket (tokens, when counted, ms); u paused until (ms, a 429 or
+--                               503 `Retry-After`). Expires FLOW_IDLE_MS after n falls to 0.
+--   <prefix>:flows:<topic>      sorted set: key -> its ready jobs (the busiest keys, for stats)
+-- A key's turn is in its topic's ready queue, or parked in the partition's delay set as
+-- `~<topic> <key>` until its next token or the end of its pause (promote.lua puts it back), or nowhere:
+-- the key has no ready jobs, or is held back by its concurrency (flow_done gives the turn back).
+--
+-- Every caller defines `publish` (record + flow + publish scripts) and reads the keys it will write
+-- before its first write (flow_read), as every script does (architecture.md, "Scripts on a moving slot").
+--
+-- KEYS[1]: none of its own (the including script's; the keys above are named from the partition's prefix)
+-- ARGV[1]: none of its own
+-- Returns: nothing (defines local functions).
+
+-- One priority step of a ready score (rec_score): the score's time part is below it.
+local FLOW_STEP = 4398046511104
+-- How long a key's state outlives its last reservation (ms): by then its bucket is full again for any
+-- rate of 1/s or more with a burst up to 60, and a pause asked for ends later than this is kept longer.
+local FLOW_IDLE_MS = 60000
+
+-- Reads the keys of topic t's flow key k that a move writes (before the caller's first write).
+local function flow_read(prefix, t, k)
+  redis.call('EXISTS', prefix .. ':fq:' .. t .. ':' .. k, prefix .. ':fs:' .. t .. ':' .. k,
+    prefix .. ':flows:' .. t, prefix .. ':ready:' .. t)
+end
+
+-- Parks key k's turn in the delay set until `at` (ms): its next token, or the end of its pause.
+local function flow_park(prefix, t, k, at)
+  local bucket = prefix .. ':delayed'
+  redis.call('ZREM', prefix .. ':ready:' .. t, '~' .. k)
+  local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', bucket, at, '~' .. t .. ' ' .. k)
+  if head[2] == nil or at < tonumber(head[2]) then
+    redis.call(publish, prefix .. ':wake:timer', bucket .. ' ' .. at)
+  end
+end
+
+-- Puts key k's turn in topic t's ready queue at `score`, or moves it earlier (never later), unless it
+-- is parked in the delay set or held back by concurrency; a key paused past `now` has it parked until
+-- the pause ends. A queue that was empty wakes its reservers.
+local function flow_turn(prefix, t, k, score, now)
+  local s = redis.call('HMGET', prefix .. ':fs:' .. t .. ':' .. k, 'b', 'u')
+  if s[1] then return end
+  if redis.call('ZSCORE', prefix .. ':delayed', '~' .. t .. ' ' .. k) then return end
+  if s[2] and tonumber(s[2]) > now then
+    flow_park(prefix, t, k, tonumber(s[2]))
+    return
+  end
+  local ready = prefix .. ':ready:' .. t
+  local was_empty = redis.call('EXISTS', ready) == 0
+  redis.call('ZADD', ready, 'LT', score, '~' .. k)
+  if was_empty then redis.call(publish, prefix .. ':wake:ready', t) end
+end
+
+-- Job `id` of topic t, flow key k, is ready at `score` (rec_score): into the key's queue, and the key
+-- gets its turn.
+local function flow_add(prefix, t, k, id, score, now)
+  redis.call('ZADD', prefix .. ':fq:' .. t .. ':' .. k, score, id)
+  redis.call('ZINCRBY', prefix .. ':flows:' .. t, 1, k)
+  flow_turn(prefix, t, k, score, now)
+end
+
+-- Ready job `id` of key k leaves the key's queue other than by a reserve (cancel, reschedule, beanstalkd's
+-- reserve-job); a key left without ready jobs loses its turn.
+local function flow_remove(prefix, t, k, id)
+  if redis.call('ZREM', prefix .. ':fq:' .. t .. ':' .. k, id) == 0 then return end
+  local flows = prefix .. ':flows:' .. t
+  if tonumber(redis.call('ZINCRBY', flows, -1, k)) <= 0 then
+    redis.call('ZREM', flows, k)
+    redis.call('ZREM', prefix .. ':ready:' .. t, '~' .. k)
+    redis.call('ZREM', prefix .. ':delayed', '~' .. t .. ' ' .. k)
+  end
+end
+
+-- A reservation of key k ended (ack, nack, expiry, release, delete, bury) at `now`: one fewer counts
+-- against its concurrency, and a key held back by it gets its turn again, at the end of the line.
+-- `delta` is -1 for an end, +1 for a reservation made outside reserve.lua (beanstalkd's reserve-job).
+local function flow_count(prefix, t, k, delta, now)
+  local st = prefix .. ':fs:' .. t .. ':' .. k
+  local n = redis.call('HINCRBY', st, 'n', delta)
+  if n < 0 then
+    redis.call('HSET', st, 'n', 0)
+    n = 0
+  end
+  if delta < 0 and redis.call('HDEL', st, 'b') == 1 then
+    local head = redis.call('ZRANGE', prefix .. ':fq:' .. t .. ':' .. k, 0, 0, 'WITHSCORES')
+    if head[2] then flow_turn(prefix, t, k, math.floor(tonumber(head[2]) / FLOW_STEP) * FLOW_STEP + now, now) end
+  end
+  if n > 0 then
+    redis.call('PERSIST', st)
+  else
+    local u = tonumber(redis.call('HGET', st, 'u') or 0)
+    redis.call('PEXPIRE', st, math.max(FLOW_IDLE_MS, u - now + 1000))
+  end
+end
+
+-- The callback asked for no deliveries of key k until `at` (ms; a 429 or 503 with `Retry-After`): its
+-- turn is parked until then (or kept later, when a longer pause is on).
+local function flow_pause(prefix, t, k, at, now)
+  local st = prefix .. ':fs:' .. t .. ':' .. k
+  local u = tonumber(redis.call('HGET', st, 'u') or 0)
+  if at <= u then return end
+  -- A state without a time to live counts reservations (n > 0) and keeps none until they end.
+  local kept = redis.call('PTTL', st) == -1
+  redis.call('HSET', st, 'u', at)
+  if not kept then redis.call('PEXPIRE', st, math.max(FLOW_IDLE_MS, at - now + 1000)) end
+  if redis.call('EXISTS', prefix .. ':fq:' .. t .. ':' .. k) == 1 and redis.call('HEXISTS', st, 'b') == 0 then
+    flow_park(prefix, t, k, at)
+  end
+end

@@ -1,0 +1,377 @@
+//! Flow keys on a real Redis, standalone and cluster: keys with ready jobs take turns, so a big key's
+//! backlog does not hold the others back; a key at its concurrency, out of tokens or paused waits while
+//! the others go on, counted over every reserve; its jobs keep their key through every move (nack,
+//! expiry, release, cancel, reschedule); the busiest keys are shown; the audit leaves keys' queues and
+//! turns alone.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dq_core::admin::topics::TopicCache;
+use dq_core::topic::Flow;
+use dq_core::{PushRequest, Queue, Reservation, Settings, State, TopicConfig};
+use dq_harness::{RedisCluster, RedisServer};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// Runs `body` (which ends in a bool) until it is true, failing after `secs` seconds: a loop rather than
+/// `eventually`, as the bodies fill the test's own collections.
+macro_rules! wait_for {
+    ($secs:expr, $what:expr, $body:block) => {{
+        let deadline = tokio::time::Instant::now() + Duration::from_secs($secs);
+        loop {
+            if $body {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {}",
+                $what
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }};
+}
+
+fn standalone(redis: &RedisServer) -> Settings {
+    let mut s = Settings::default();
+    s.redis.urls = vec![redis.url()];
+    s
+}
+
+fn cluster(c: &RedisCluster) -> Settings {
+    let mut s = Settings::default();
+    s.redis.mode = dq_core::config::RedisMode::Cluster;
+    s.redis.urls = c.urls();
+    s
+}
+
+async fn push(q: &Queue, json: serde_json::Value) -> String {
+    let job = q
+        .producer()
+        .validate(serde_json::from_value::<PushRequest>(json).unwrap())
+        .unwrap();
+    q.producer().push(job).await.unwrap().id
+}
+
+/// Registers `topic` with `flow` and returns a topic cache that keeps the queue's flow limits current
+/// (as every binary's does).
+async fn with_flow(q: &Queue, topic: &str, flow: Flow) -> (Arc<TopicCache>, CancellationToken) {
+    let config = TopicConfig {
+        flow: Some(flow),
+        ..Default::default()
+    };
+    q.admin().put_topic(topic, &config).await.unwrap();
+    let stop = CancellationToken::new();
+    let cache = TopicCache::start(q.clone(), Duration::from_secs(3600), stop.clone()).await;
+    (cache, stop)
+}
+
+async fn reserve(q: &Queue, topic: &str, n: usize) -> Vec<Reservation> {
+    q.reservations().reserve(&[topic.to_string()], n).await.unwrap()
+}
+
+/// Reserves and acks the topic's jobs one at a time until none is left: their flow keys in order.
+async fn drain_keys(q: &Queue, topic: &str, total: usize) -> Vec<String> {
+    let mut order = Vec::new();
+    wait_for!(30, "every job is reserved", {
+        for job in reserve(q, topic, 1).await {
+            q.reservations().ack(&job.id, &job.receipt).await.unwrap();
+            order.push(job.flow_key.clone().unwrap_or_default());
+        }
+        order.len() >= total
+    });
+    order
+}
+
+/// 200 jobs of one key, then 5 each of 5 keys: the small keys' jobs go out while the big key still has
+/// most of its backlog, and every job goes out once.
+async fn keys_take_turns(q: &Queue) {
+    for i in 0..200 {
+        push(q, json!({"topic": "t", "body": i, "flow_key": "big"})).await;
+    }
+    for k in 0..5 {
+        for i in 0..5 {
+            push(q, json!({"topic": "t", "body": i, "flow_key": format!("small-{k}")})).await;
+        }
+    }
+    let order = drain_keys(q, "t", 225).await;
+    assert_eq!(order.len(), 225);
+    let last_small = order.iter().rposition(|k| k != "big").unwrap();
+    let big_before = order[..last_small].iter().filter(|k| *k == "big").count();
+    assert!(
+        big_before < 100,
+        "{big_before} jobs of the big key went out before the last small one: {order:?}"
+    );
+    assert_eq!(reserve(q, "t", 10).await.len(), 0);
+    let keys = q.admin().flow_keys("t", 10).await.unwrap();
+    assert_eq!(keys.keys, 0, "{keys:?}");
+}
+
+#[tokio::test]
+async fn keys_take_turns_behind_a_big_backlog() {
+    let redis = RedisServer::start();
+    let mut s = standalone(&redis);
+    // One partition: the turns alone make it fair (no partitions taken in turn to help).
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    keys_take_turns(&q).await;
+}
+
+#[tokio::test]
+async fn keys_take_turns_on_a_cluster() {
+    let c = RedisCluster::start();
+    let q = Queue::connect(&cluster(&c)).await.unwrap();
+    keys_take_turns(&q).await;
+}
+
+/// A key at its concurrency gets nothing more until one of its reservations ends, however it ends;
+/// other keys go on; jobs without a key are not limited.
+async fn concurrency_per_key(q: &Queue) {
+    let (_cache, stop) = with_flow(
+        q,
+        "c",
+        Flow {
+            concurrency: Some(2),
+            ..Default::default()
+        },
+    )
+    .await;
+    for i in 0..6 {
+        push(q, json!({"topic": "c", "body": i, "flow_key": "a", "ttr_ms": 1000})).await;
+    }
+    for i in 0..3 {
+        push(q, json!({"topic": "c", "body": i, "flow_key": "b"})).await;
+    }
+    push(q, json!({"topic": "c", "body": "free"})).await;
+    let mut held: Vec<Reservation> = Vec::new();
+    wait_for!(10, "two of each key and the free job", {
+        held.extend(reserve(q, "c", 20).await);
+        held.len() >= 5
+    });
+    let count = |held: &[Reservation], k: &str| held.iter().filter(|j| j.flow_key.as_deref() == Some(k)).count();
+    assert_eq!(count(&held, "a"), 2, "{held:?}");
+    assert_eq!(count(&held, "b"), 2, "{held:?}");
+    assert_eq!(held.iter().filter(|j| j.flow_key.is_none()).count(), 1);
+    assert!(reserve(q, "c", 20).await.is_empty());
+    let stats = q.admin().flow_keys("c", 10).await.unwrap();
+    assert_eq!(stats.keys, 2);
+    assert_eq!(
+        (
+            stats.busiest[0].key.as_str(),
+            stats.busiest[0].ready,
+            stats.busiest[0].reserved
+        ),
+        ("a", 4, 2)
+    );
+    assert_eq!((stats.busiest[1].key.as_str(), stats.busiest[1].ready), ("b", 1));
+
+    // An ack frees a slot of its key.
+    let a: Vec<_> = held
+        .iter()
+        .filter(|j| j.flow_key.as_deref() == Some("a"))
+        .cloned()
+        .collect();
+    q.reservations().ack(&a[0].id, &a[0].receipt).await.unwrap();
+    let got = reserve(q, "c", 20).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].flow_key.as_deref(), Some("a"));
+    // A nack (back to ready at once), a release, and an expiry each free one too.
+    q.reservations()
+        .nack(&got[0].id, &got[0].receipt, Some(0), Some("again"), None)
+        .await
+        .unwrap();
+    let got = reserve(q, "c", 20).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    q.reservations().release(&got[0].id, &got[0].receipt).await.unwrap();
+    let got = reserve(q, "c", 20).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    // a[1] and got[0] are held; both run out (ttr 1 s): their key gets two slots back.
+    wait_for!(20, "expired reservations free their key's slots", {
+        for p in q.partitions().all() {
+            q.timer().expire(p, 100).await.unwrap();
+        }
+        let got = reserve(q, "c", 20).await;
+        let n = got.len();
+        for j in got {
+            q.reservations().ack(&j.id, &j.receipt).await.unwrap();
+        }
+        n > 0
+    });
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_key_at_its_concurrency_waits_and_the_others_go_on() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&standalone(&redis)).await.unwrap();
+    concurrency_per_key(&q).await;
+}
+
+#[tokio::test]
+async fn concurrency_per_key_holds_on_a_cluster() {
+    let c = RedisCluster::start();
+    let q = Queue::connect(&cluster(&c)).await.unwrap();
+    concurrency_per_key(&q).await;
+}
+
+/// A key's bucket: its burst goes out at once, then nothing until a token comes; the others go on. A
+/// pause asked for one key holds that key only, until it ends (its turn parked in the delay set, put
+/// back by the timer).
+#[tokio::test]
+async fn rate_and_pause_hold_one_key() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&standalone(&redis)).await.unwrap();
+    let (_cache, stop) = with_flow(
+        &q,
+        "r",
+        Flow {
+            rate_per_s: Some(0.001),
+            burst: Some(2),
+            ..Default::default()
+        },
+    )
+    .await;
+    for i in 0..5 {
+        push(&q, json!({"topic": "r", "body": i, "flow_key": "slow"})).await;
+        push(&q, json!({"topic": "r", "body": i, "flow_key": "other"})).await;
+    }
+    let mut got = Vec::new();
+    wait_for!(10, "the burst of both keys", {
+        got.extend(reserve(&q, "r", 20).await);
+        got.len() >= 4
+    });
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert!(reserve(&q, "r", 20).await.is_empty(), "no token is left for either key");
+    // Both turns wait in the delay set for their next token (16 minutes away at 0.001/s).
+    let counts = q.admin().counts().await.counts["r"].clone();
+    assert_eq!(counts.get(&State::Ready), Some(&6), "{counts:?}");
+
+    // A pause: a topic without limits, one key paused for a minute by its callback.
+    for i in 0..3 {
+        push(&q, json!({"topic": "p", "body": i, "flow_key": "paused"})).await;
+        push(&q, json!({"topic": "p", "body": i, "flow_key": "free"})).await;
+    }
+    let first = reserve(&q, "p", 1).await.remove(0);
+    let paused_key = first.flow_key.clone().unwrap();
+    q.reservations()
+        .nack_pausing(&first.id, &first.receipt, Some(0), Some("429"), None, 60_000)
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    wait_for!(10, "the other key's jobs", {
+        rest.extend(reserve(&q, "p", 20).await);
+        rest.iter()
+            .filter(|j| j.flow_key.as_deref() != Some(&paused_key))
+            .count()
+            >= 3
+    });
+    assert!(
+        rest.iter().all(|j| j.flow_key.as_deref() != Some(&paused_key)),
+        "the paused key got a job: {rest:?}"
+    );
+    let other = reserve(&q, "p", 20).await;
+    assert!(other.is_empty(), "{other:?}");
+
+    // A short pause ends, and the timer gives the key its turn back (topic q).
+    for i in 0..3 {
+        push(&q, json!({"topic": "q", "body": i, "flow_key": "k"})).await;
+    }
+    let first = reserve(&q, "q", 1).await.remove(0);
+    q.reservations()
+        .nack_pausing(&first.id, &first.receipt, Some(0), Some("429"), None, 200)
+        .await
+        .unwrap();
+    let mut seen = HashSet::new();
+    wait_for!(20, "every job of the key after its pause", {
+        for p in q.partitions().all() {
+            q.timer().promote(p, 100).await.unwrap();
+        }
+        for j in reserve(&q, "q", 20).await {
+            q.reservations().ack(&j.id, &j.receipt).await.unwrap();
+            seen.insert(j.id);
+        }
+        seen.len() >= 3
+    });
+    stop.cancel();
+}
+
+/// A ready job of a key cancelled or rescheduled leaves the key's queue; its key's turn goes with its
+/// last job; a job due later joins its key when promoted; the look-up shows the key.
+#[tokio::test]
+async fn keyed_jobs_move_like_others() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&standalone(&redis)).await.unwrap();
+    let a = push(&q, json!({"topic": "m", "body": 1, "flow_key": "k"})).await;
+    let b = push(&q, json!({"topic": "m", "body": 2, "flow_key": "k"})).await;
+    let later = push(&q, json!({"topic": "m", "body": 3, "flow_key": "k", "delay_ms": 300})).await;
+    let job = q.producer().get(&a).await.unwrap();
+    assert_eq!(job.flow_key.as_deref(), Some("k"));
+    assert_eq!(job.state, State::Ready);
+    // b goes back to delayed, a is cancelled: the key has no ready job, and no turn.
+    q.producer()
+        .reschedule(&b, Some(dq_core::Due::Delay(600_000)), None)
+        .await
+        .unwrap();
+    q.producer().cancel(&a).await.unwrap();
+    assert!(reserve(&q, "m", 10).await.is_empty());
+    assert_eq!(q.admin().flow_keys("m", 10).await.unwrap().keys, 0);
+    // The delayed one comes due and is reserved through its key.
+    let mut got = Vec::new();
+    wait_for!(10, "the delayed job of the key", {
+        for p in q.partitions().all() {
+            q.timer().promote(p, 100).await.unwrap();
+        }
+        got.extend(reserve(&q, "m", 10).await);
+        !got.is_empty()
+    });
+    assert_eq!(got[0].id, later);
+    assert_eq!(got[0].flow_key.as_deref(), Some("k"));
+    // b, made ready again by a new due time, too.
+    q.producer()
+        .reschedule(&b, Some(dq_core::Due::Delay(0)), None)
+        .await
+        .unwrap();
+    let got = reserve(&q, "m", 10).await;
+    assert_eq!(got.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), [b.as_str()]);
+    // Nothing for the audit to repair: keys' queues and turns are where jobs are.
+    push(&q, json!({"topic": "m", "body": 4, "flow_key": "k2"})).await;
+    let report = q.checker().audit().await.unwrap();
+    assert_eq!((report.orphan_records, report.dangling_ids), (0, 0), "{report:?}");
+}
+
+/// A flow key is a job id's syntax; an id of the producer's goes with a flow key only when it is in the
+/// key's place (one dq made for it).
+#[tokio::test]
+async fn flow_keys_are_checked() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&standalone(&redis)).await.unwrap();
+    let bad = serde_json::from_value::<PushRequest>(json!({"topic": "v", "body": 1, "flow_key": "a b"})).unwrap();
+    assert!(matches!(q.producer().validate(bad), Err(dq_core::Error::Invalid(_))));
+    let long = "k".repeat(129);
+    let bad = serde_json::from_value::<PushRequest>(json!({"topic": "v", "body": 1, "flow_key": long})).unwrap();
+    assert!(matches!(q.producer().validate(bad), Err(dq_core::Error::Invalid(_))));
+    // An id of another partition (256 partitions: some of these ids are elsewhere).
+    let p = q.partitions().of_key("v", "k");
+    let elsewhere = (0..)
+        .map(|i| format!("order-{i}"))
+        .find(|id| q.partitions().of_id(id) != p)
+        .unwrap();
+    let job = q
+        .producer()
+        .validate(serde_json::from_value(json!({"topic": "v", "id": elsewhere, "body": 1, "flow_key": "k"})).unwrap())
+        .unwrap();
+    assert!(matches!(q.producer().push(job).await, Err(dq_core::Error::Invalid(_))));
+    assert!(q.producer().get(&elsewhere).await.is_err());
+    // One in the key's place goes in.
+    let here = (0..)
+        .map(|i| format!("order-{i}"))
+        .find(|id| q.partitions().of_id(id) == p)
+        .unwrap();
+    let job = q
+        .producer()
+        .validate(serde_json::from_value(json!({"topic": "v", "id": here, "body": 1, "flow_key": "k"})).unwrap())
+        .unwrap();
+    assert_eq!(q.producer().push(job).await.unwrap().id, here);
+}
