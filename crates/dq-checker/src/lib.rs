@@ -432,6 +432,16 @@ async fn depths(queue: &Queue, stats: &Stats, threshold: Option<u64>, notifier: 
         };
         let age = oldest.map_or(0.0, |o| ((now_ms - o) / 1000.0).max(0.0));
         metrics::gauge!("dq_oldest_ready_age_seconds", "topic" => topic.clone()).set(age);
+        // Flow keys: how many have ready jobs, and the busiest one's backlog (one series per topic,
+        // never one per key).
+        let flows = if *n > 0 {
+            queue.admin().flow_keys(topic, 1).await.ok()
+        } else {
+            None
+        };
+        let (keys, busiest) = flows.map_or((0, 0), |f| (f.keys, f.busiest.first().map_or(0, |k| k.ready)));
+        metrics::gauge!("dq_flow_keys", "topic" => topic.clone()).set(keys as f64);
+        metrics::gauge!("dq_flow_busiest_ready", "topic" => topic.clone()).set(busiest as f64);
         // A topic's own threshold wins over checker.backlog_threshold.
         if let Some(limit) = registry.get(topic).and_then(|c| c.backlog_threshold).or(threshold) {
             let over = *n as u64 > limit;

@@ -1,5 +1,6 @@
 //! A topic's delivery limits hold across several dq-consumers (three in this process, each with its own
-//! connections and its own name in the limits), against a real Redis and a real local callback server.
+//! connections and its own name in the limits), against a real Redis and a real local callback server;
+//! so do its limits on each flow key, and a `Retry-After` for a job with a flow key pauses that key only.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,11 @@ struct Seen {
     in_flight: AtomicUsize,
     /// The most ever answered at once.
     most: AtomicUsize,
+    /// Per flow key (the job body's `k`, when it has one): requests being answered now, and the most
+    /// ever at once.
+    keys: Mutex<std::collections::HashMap<String, (usize, usize)>>,
+    /// When each request of a job with a flow key arrived, and its key.
+    key_arrivals: Mutex<Vec<(Instant, String)>>,
 }
 
 /// A callback server: each request is answered after `delay` with what `answer(n)` says (the n-th
@@ -32,10 +38,16 @@ async fn sink(delay: Duration, answer: fn(usize) -> (u16, Option<&'static str>))
         axum::routing::post(move |body: axum::body::Bytes| {
             let seen = state.clone();
             async move {
-                let id = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string();
+                let job = serde_json::from_slice::<serde_json::Value>(&body).unwrap();
+                let id = job["id"].as_str().unwrap().to_string();
+                let key = job["body"]["k"].as_str().map(str::to_string);
+                if let Some(k) = &key {
+                    seen.key_arrivals.lock().unwrap().push((Instant::now(), k.clone()));
+                    let mut keys = seen.keys.lock().unwrap();
+                    let e = keys.entry(k.clone()).or_default();
+                    e.0 += 1;
+                    e.1 = e.1.max(e.0);
+                }
                 let n = {
                     let mut a = seen.arrivals.lock().unwrap();
                     a.push((Instant::now(), id));
@@ -45,6 +57,9 @@ async fn sink(delay: Duration, answer: fn(usize) -> (u16, Option<&'static str>))
                 seen.most.fetch_max(now, Ordering::SeqCst);
                 tokio::time::sleep(delay).await;
                 seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+                if let Some(k) = &key {
+                    seen.keys.lock().unwrap().get_mut(k).unwrap().0 -= 1;
+                }
                 let (status, retry_after) = answer(n);
                 let mut headers = HeaderMap::new();
                 if let Some(r) = retry_after {
@@ -223,4 +238,90 @@ async fn a_retry_after_answer_pauses_the_topic() {
         paused.contains_key("until"),
         "the pause is kept for the other consumers: {paused:?}"
     );
+}
+
+async fn push_keyed(q: &Queue, topic: &str, key: &str, n: usize) {
+    for i in 0..n {
+        let req: PushRequest =
+            serde_json::from_value(serde_json::json!({"topic": topic, "body": {"k": key, "i": i}, "flow_key": key}))
+                .unwrap();
+        q.producer().push(q.producer().validate(req).unwrap()).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn flow_concurrency_holds_per_key_over_every_consumer() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    let (url, seen) = sink(Duration::from_millis(100), ok).await;
+    register(
+        &q,
+        "fc",
+        serde_json::json!({"callback": {"url": url, "concurrency": 32}, "flow": {"concurrency": 2}}),
+    )
+    .await;
+    for k in ["a", "b", "c", "d"] {
+        push_keyed(&q, "fc", k, 10).await;
+    }
+    let consumers = Consumers::start(&s, 3);
+    eventually(Duration::from_secs(60), "40 deliveries", || async {
+        seen.arrivals.lock().unwrap().len() >= 40
+    })
+    .await;
+    consumers.stop().await;
+    each_once(&seen, 40);
+    let keys = seen.keys.lock().unwrap().clone();
+    assert_eq!(keys.len(), 4);
+    for (k, (_, most)) in &keys {
+        assert!(
+            *most <= 2,
+            "key {k}: {most} in flight at once over 3 consumers, its limit is 2"
+        );
+    }
+    let most = seen.most.load(Ordering::SeqCst);
+    assert!(most >= 3, "the keys were delivered side by side ({most})");
+}
+
+#[tokio::test]
+async fn a_retry_after_answer_for_a_keyed_job_pauses_its_key_only() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    // The first request is told to come back in 2 s; the rest succeed. Its key is paused (both keys have
+    // as many jobs, so whichever it is, the check is the same).
+    let (url, seen) = sink(Duration::ZERO, |n| if n == 0 { (429, Some("2")) } else { (200, None) }).await;
+    register(
+        &q,
+        "fp",
+        serde_json::json!({"callback": {"url": url, "concurrency": 1}, "retry": {"backoff_ms": [100]}}),
+    )
+    .await;
+    push_keyed(&q, "fp", "a", 4).await;
+    push_keyed(&q, "fp", "b", 4).await;
+    let consumers = Consumers::start(&s, 1);
+    eventually(Duration::from_secs(60), "the 8 jobs, one of them twice", || async {
+        seen.arrivals.lock().unwrap().len() >= 9
+    })
+    .await;
+    consumers.stop().await;
+    let arrivals = seen.key_arrivals.lock().unwrap().clone();
+    let of = |key: &str| -> Vec<Instant> { arrivals.iter().filter(|(_, k)| k == key).map(|(t, _)| *t).collect() };
+    let paused_key = arrivals[0].1.clone();
+    let (slow, other) = (of(&paused_key), of(if paused_key == "a" { "b" } else { "a" }));
+    assert_eq!((slow.len(), other.len()), (5, 4), "{arrivals:?}");
+    assert!(
+        slow[1].duration_since(slow[0]) >= Duration::from_millis(1900),
+        "the paused key gets nothing within the 2 s asked for"
+    );
+    assert!(
+        other.iter().all(|t| *t < slow[1]),
+        "the other key is delivered during the pause"
+    );
+    // The topic itself was not paused.
+    let paused: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("dq:{topic:fp}:limit")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(!paused.contains_key("until"), "{paused:?}");
 }

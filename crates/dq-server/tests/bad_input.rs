@@ -28,6 +28,12 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
         "z".repeat(70 * 1024)
     );
     let long_error = json!({"receipt": receipt, "error": "e".repeat(5000)}).to_string();
+    // An id of the producer's that is not in its flow key's place (the server's 256 partitions).
+    let partitions = dq_core::store::partition::Partitions::new(256);
+    let elsewhere = (0..)
+        .map(|i| format!("order-{i}"))
+        .find(|id| partitions.of_id(id) != partitions.of_key("t", "k"))
+        .unwrap();
     // A merge item within the body limit (64 KiB) but past it once framed as `{"items":[…]}`.
     let big_item = json!({"topic": "t", "body": "i".repeat(64 * 1024 - 8), "coalesce_key": "k",
                           "coalesce": {"mode": "merge", "window_ms": 1000}})
@@ -567,6 +573,41 @@ async fn bad_requests_get_a_clear_error_and_write_nothing() {
             400,
             "invalid_argument",
         ),
+        // flow keys: a job id's syntax; an id of the producer's only in the key's place
+        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"flow_key":"a b"}"#.into(), 400, "invalid_argument"),
+        ("POST", "/v1/jobs", r#"{"topic":"t","body":1,"flow_key":7}"#.into(), 400, "invalid_argument"),
+        (
+            "POST",
+            "/v1/jobs",
+            json!({"topic": "t", "body": 1, "flow_key": "k".repeat(129)}).to_string(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            json!({"topic": "t", "body": 1, "flow_key": "k", "id": elsewhere}).to_string(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            "POST",
+            "/v1/jobs/batch",
+            r#"{"jobs":[{"topic":"t","body":1,"flow_key":"k"},{"topic":"t","body":2,"flow_key":""}]}"#.into(),
+            400,
+            "invalid_argument",
+        ),
+        // a topic's flow limits
+        ("PUT", "/v1/topics/t", r#"{"flow":{"concurrency":0}}"#.into(), 400, "invalid_argument"),
+        ("PUT", "/v1/topics/t", r#"{"flow":{"concurrency":-1}}"#.into(), 400, "invalid_argument"),
+        ("PUT", "/v1/topics/t", r#"{"flow":{"rate_per_s":0}}"#.into(), 400, "invalid_argument"),
+        ("PUT", "/v1/topics/t", r#"{"flow":{"burst":5}}"#.into(), 400, "invalid_argument"),
+        ("PUT", "/v1/topics/t", r#"{"flow":{"per_key":5}}"#.into(), 400, "invalid_argument"),
+        ("PUT", "/v1/topics/t", r#"{"flow":[5]}"#.into(), 400, "invalid_argument"),
+        ("GET", "/v1/topics/t/flows?limit=0", "".into(), 400, "invalid_argument"),
+        ("GET", "/v1/topics/t/flows?limit=101", "".into(), 400, "invalid_argument"),
+        ("GET", "/v1/topics/t/flows?top=5", "".into(), 400, "invalid_argument"),
+        ("GET", "/v1/topics/a%20b/flows", "".into(), 400, "invalid_argument"),
         // routes
         ("GET", "/v1/nothing", "".into(), 404, "not_found"),
         ("PUT", "/v1/jobs", "{}".into(), 405, "invalid_argument"),

@@ -207,6 +207,8 @@ async fn every_binary_serves_the_documented_metrics() {
                 "dq_redis_config_ok",
                 "dq_queue_depth",
                 "dq_oldest_ready_age_seconds",
+                "dq_flow_keys",
+                "dq_flow_busiest_ready",
                 "dq_alerts_total",
                 "dq_alerts_failed_total",
                 "dq_audit_repairs_total",
