@@ -5,7 +5,7 @@
 #
 #   scripts/bench.sh            all figures
 #   BENCH_ONLY="push batch" scripts/bench.sh   some of: push auth priority batch reserve memory lateness cpu cpu-deliver burst kill deliver
-#                                      coalesce
+#                                      coalesce flow
 #                                      waiters schedules life (LIFE_PATH=push|pull|beanstalkd|bullmq: scripts/profile-life.sh)
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
@@ -230,6 +230,70 @@ if want coalesce; then
   bench coalesce --mode last -n 1000 --over-ms 10000 --window-ms 500 | grep -v '^  p[0-9]'
   echo "   merge: 10,000 pushes over 100 keys from 16 connections, window 1 s: every item in exactly one delivered job"
   bench coalesce --mode merge -n 10000 --keys 100 --window-ms 1000 -c 16 | grep -v '^  p[0-9]'
+  rcli flushall >/dev/null
+fi
+
+if want flow; then
+  echo; echo "== flow keys end to end (dq-server, dq-timer, dq-consumer; an in-process callback that answers at once)"
+  echo "   fairness: 50,000 ready jobs of one key, then 5 jobs of each of 200 keys, callback concurrency 32: how long"
+  echo "   each small job waited (arrival - push answer), and the big key's jobs still to come after the last small one;"
+  echo "   then the same jobs without flow keys"
+  for keyless in "" --keyless; do
+    run=$(bench --json flow --mode fair --big 50000 --small-keys 200 --small-jobs 5 --concurrency 32 $keyless | tail -1)
+    python3 - "$run" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+what = "without keys" if r["keyless"] else "flow keys   "
+print(f"   {what}: small jobs waited p50 {r['small_wait_p50_ms']:.0f} ms, p99 {r['small_wait_p99_ms']:.0f} ms, "
+      f"max {r['small_wait_max_ms']:.0f} ms; {r['big_jobs_after_the_last_small']} of the big key after the last small; "
+      f"{r['missing']} missing")
+PY
+    rcli flushall >/dev/null
+  done
+  echo "   per-key rate: 3 dq-consumers, 20 keys of 100 jobs at flow.rate_per_s 10, burst 10"
+  extra=()
+  for _ in 1 2; do
+    DQ__METRICS__LISTEN="127.0.0.1:$(port)" "${pin_rest[@]}" $bin/dq-consumer >>"$work/consumer-extra.log" 2>&1 &
+    pids+=($!); extra+=($!)
+  done
+  sleep 2
+  run=$(bench --json flow --mode rate --keys 20 --jobs-per-key 100 --rate 10 --burst 10 --concurrency 64 | tail -1)
+  python3 - "$run" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+print(f"   each key: {r['key_rate_min']:.2f} to {r['key_rate_max']:.2f} jobs/s (mean {r['key_rate_mean']:.2f}; worst "
+      f"{r['key_rate_worst_deviation'] * 100:.1f}% off {r['rate_per_s']:g}/s); most arrivals of a key beyond rate x stretch "
+      f"+ burst: {r['most_arrivals_beyond_the_bound']:.0f}; {r['missing']} missing")
+PY
+  for p in "${extra[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  rcli flushall >/dev/null
+  echo "   cost: 50,000 jobs due at once (pushed 8 s ahead), callback concurrency 64, with 10,000 distinct flow keys and"
+  echo "   without; delivery throughput and Redis CPU per job over its life (push, promote, reserve, deliver, ack);"
+  echo "   alternating runs"
+  cpu() { python3 -c "print($(info cpu used_cpu_user) + $(info cpu used_cpu_sys))"; }
+  for round in 1 2; do
+    for keys in 0 10000; do
+      rcli flushall >/dev/null
+      c1=$(cpu)
+      run=$(bench --json flow --mode cost -n 50000 --keys "$keys" --lead-ms 8000 --concurrency 64 | tail -1)
+      c2=$(cpu)
+      python3 - "$c1" "$c2" "$run" "$keys" <<'PY' | tee -a "$work/flow-cost.txt"
+import json, sys
+c1, c2 = float(sys.argv[1]), float(sys.argv[2]); r = json.loads(sys.argv[3])
+print(f"   keys {sys.argv[4]:>5}: {r['delivered_per_s']:.0f} delivered/s, {(c2 - c1) / r['jobs'] * 1e6:.1f} us of Redis CPU per job, "
+      f"{r['missing']} missing, {r['delivered_again']} again")
+PY
+    done
+  done
+  python3 - "$work/flow-cost.txt" <<'PY'
+import re, statistics, sys
+rows = [re.findall(r"keys +(\d+): (\d+) delivered/s, ([\d.]+) us", l)[0] for l in open(sys.argv[1]) if "keys" in l]
+by = {"0": [], "10000": []}
+for k, rate, cpu in rows: by[k].append((float(rate), float(cpu)))
+pairs = list(zip(by["0"], by["10000"]))
+print(f"   with 10,000 keys / without: throughput median {statistics.median(k[0] / n[0] for n, k in pairs):.2f}, "
+      f"Redis CPU per job median {statistics.median(k[1] / n[1] for n, k in pairs):.2f}")
+PY
   rcli flushall >/dev/null
 fi
 

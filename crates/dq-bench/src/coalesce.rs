@@ -14,19 +14,17 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use axum::Router;
-use axum::extract::State;
-use axum::routing::post;
 use clap::{Args, ValueEnum};
 use dq_api::{Coalesce, CoalesceMode, PushRequest};
 use serde_json::{Value, json};
 
 use crate::due;
 use crate::http::Target;
+use crate::ledger::{Callback, Delivery, Ledger};
 use crate::report::{self, Errors, Report};
 
 /// Options of `dq-bench coalesce`.
@@ -70,43 +68,16 @@ pub enum Mode {
     Merge,
 }
 
-/// One delivery the callback got.
-#[derive(Debug, Clone)]
-struct Delivery {
-    id: String,
-    body: Value,
-    at: Instant,
-}
-
-type Ledger = Arc<Mutex<Vec<Delivery>>>;
-
-async fn hook(State(ledger): State<Ledger>, body: axum::body::Bytes) -> &'static str {
-    if let Ok(v) = serde_json::from_slice::<Value>(&body) {
-        let id = v["id"].as_str().unwrap_or_default().to_string();
-        ledger.lock().expect("not poisoned").push(Delivery {
-            id,
-            body: v["body"].clone(),
-            at: Instant::now(),
-        });
-    }
-    r#"{"ok":true}"#
-}
-
 /// Runs `dq-bench coalesce`.
 pub async fn run(target: &Arc<Target>, args: &CoalesceArgs) -> Result<Report> {
-    let ledger: Ledger = Arc::default();
-    let listener = tokio::net::TcpListener::bind(args.sink_listen)
-        .await
-        .context("cannot listen for the callback")?;
-    let addr = crate::sink::reachable(listener.local_addr()?);
-    let app = Router::new().route("/hook", post(hook)).with_state(Arc::clone(&ledger));
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let callback = Callback::start(args.sink_listen).await?;
+    let ledger = &callback.ledger;
     let client = target.client()?;
     let topic = due::random_topic("bench-coalesce");
     client
         .put_topic_json(
             &topic,
-            &json!({"callback": {"url": format!("http://{addr}/hook"), "timeout_ms": 5000, "concurrency": 32},
+            &json!({"callback": {"url": callback.url, "timeout_ms": 5000, "concurrency": 32},
                     "retry": {"max_attempts": 0, "backoff_ms": [200]}}),
         )
         .await
@@ -114,11 +85,10 @@ pub async fn run(target: &Arc<Target>, args: &CoalesceArgs) -> Result<Report> {
     // dq-consumer reads the registry every `topics.refresh_ms` (1 s by default).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let report = match args.mode {
-        Mode::Last => debounce(&client, &topic, args, &ledger).await,
-        Mode::Merge => merge(&client, &topic, args, &ledger).await,
+        Mode::Last => debounce(&client, &topic, args, ledger).await,
+        Mode::Merge => merge(&client, &topic, args, ledger).await,
     };
     let _ = client.delete_topic(&topic).await;
-    server.abort();
     report
 }
 

@@ -18,8 +18,10 @@ mod burst;
 mod coalesce;
 mod deliver;
 mod due;
+mod flow;
 mod http;
 mod lateness;
+mod ledger;
 mod push;
 mod report;
 mod reserve_ack;
@@ -92,6 +94,8 @@ enum Command {
     /// Push to coalescing keys (`last`: one key, debounced; `merge`: items over many keys) with an
     /// in-process callback; check what is delivered.
     Coalesce(coalesce::CoalesceArgs),
+    /// Flow keys: fairness behind a big key's backlog, each key's rate, the cost of many keys.
+    Flow(flow::FlowArgs),
 }
 
 fn main() -> ExitCode {
@@ -135,6 +139,7 @@ fn run(cli: &Cli) -> Result<Report> {
             Command::Waiters(args) => waiters::run(&target, args).await,
             Command::Beanstalkd(args) => beanstalkd::run(args).await,
             Command::Coalesce(args) => coalesce::run(&target, args).await,
+            Command::Flow(args) => flow::run(&target, args).await,
         }
     })?;
     Ok(report.with("threads", cli.common.threads))

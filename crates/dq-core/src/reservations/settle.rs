@@ -4,7 +4,7 @@
 use super::Reservations;
 use crate::error::{Error, Result};
 use crate::job::State;
-use crate::store::scripts::nack::{self, NackReply};
+use crate::store::scripts::nack::{self, NackAsk, NackReply};
 use crate::store::scripts::release::{self, ReleaseReply};
 use crate::store::scripts::touch::{self, TouchReply};
 
@@ -35,7 +35,13 @@ impl Reservations {
     ) -> Result<(State, i64)> {
         let p = self.partitions.of_id(id);
         let backoff_ms = backoff_ms.unwrap_or(&self.defaults.backoff_ms);
-        match nack::call(&self.store, p, id, receipt, delay_ms, error, backoff_ms, pause_ms).await? {
+        let ask = NackAsk {
+            delay_ms,
+            error,
+            backoff_ms,
+            pause_ms,
+        };
+        match nack::call(&self.store, p, id, receipt, ask).await? {
             NackReply::Moved { state, run_at, topic } => {
                 // This process's next reserve must see the job it just made ready again.
                 if state == State::Ready {

@@ -62,6 +62,8 @@ pub(crate) struct Job {
     pub(crate) delay_ms: u64,
     /// The merge topic's coalescing key.
     pub(crate) merge_key: Option<String>,
+    /// A push-topic job's flow key (in the job's own partition).
+    pub(crate) flow_key: Option<String>,
 }
 
 /// Pushes jobs off the shared list, job `i` no earlier than `i / rate` s after the start, each until it is
@@ -78,10 +80,16 @@ pub(crate) async fn pusher(shared: Arc<Shared>, jobs: Arc<Vec<Job>>, next: Arc<A
         let Some(job) = jobs.get(i) else { return };
         tokio::time::sleep_until((began + Duration::from_secs_f64(i as f64 / rate)).into()).await;
         let body = match &job.merge_key {
-            None => json!({
-                "id": job.id, "topic": job.topic, "body": {"n": i}, "delay_ms": job.delay_ms,
-                "ttr_ms": TTR_MS, "max_attempts": 0,
-            }),
+            None => {
+                let mut b = json!({
+                    "id": job.id, "topic": job.topic, "body": {"n": i}, "delay_ms": job.delay_ms,
+                    "ttr_ms": TTR_MS, "max_attempts": 0,
+                });
+                if let Some(k) = &job.flow_key {
+                    b["flow_key"] = k.as_str().into();
+                }
+                b
+            }
             // The item is its own push id; pushed again, it goes in once (docs/api.md, Coalescing).
             Some(key) => json!({
                 "id": job.id, "topic": job.topic, "body": job.id, "coalesce_key": key,

@@ -147,9 +147,23 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// The flow key of a push-topic job pushed with one (every other one): a key in the job's own partition
+/// (a producer's id goes with a flow key only there), one of a few per partition.
+fn flow_key_of(id: &str) -> String {
+    let partitions = dq_core::store::partition::Partitions::new(256);
+    let home = partitions.of_id(id);
+    let nth = id.len() % 2;
+    (0..)
+        .map(|j| format!("f{j}"))
+        .filter(|k| partitions.of_key(PUSH, k) == home)
+        .nth(nth)
+        .expect("every partition has keys")
+}
+
 fn job_plan(n: usize, rng: &mut Rng) -> Vec<Job> {
     (0..n)
         .map(|i| Job {
+            flow_key: (i % 8 == 1).then(|| flow_key_of(&format!("chaos-{i:06}"))),
             id: format!("chaos-{i:06}"),
             topic: match i % 4 {
                 3 => MERGE,
@@ -238,6 +252,8 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
         Some(json!({
             "callback": {"url": format!("{sink}/hook"), "timeout_ms": CALLBACK_TIMEOUT_MS, "concurrency": 16},
             "retry": {"max_attempts": 0, "backoff_ms": [200]},
+            // Half of its jobs have flow keys: each key at most 2 in flight, counted in Redis.
+            "flow": {"concurrency": 2},
         })),
     )
     .await;
@@ -446,6 +462,8 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
                 ("delay sets", "dq:{*}:delayed", "ZCARD"),
                 ("reserved sets", "dq:{*}:reserved", "ZCARD"),
                 ("ready queues", "dq:{*}:ready:*", "ZCARD"),
+                ("flow keys' queues", "dq:{*}:fq:*", "ZCARD"),
+                ("flow keys with ready jobs", "dq:{*}:flows:*", "ZCARD"),
                 ("dead lists", "dq:{*}:dead:*", "ZCARD"),
                 ("quarantines", "dq:{*}:quarantine", "HLEN"),
             ] {

@@ -34,20 +34,27 @@ pub(crate) enum NackReply {
     StaleReceipt,
 }
 
-/// One `nack.lua` call for job `id` of partition `p` under `receipt`: it backs off by `delay_ms`, else its
-/// own backoff list, else `backoff_ms` (the i-th delay after the i-th failure); `error` is kept as its
-/// last error. `pause_ms` (0 for none) pauses the job's flow key, if it has one.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn call(
-    store: &Store,
-    p: u16,
-    id: &str,
-    receipt: &str,
-    delay_ms: Option<u64>,
-    error: Option<&str>,
-    backoff_ms: &[u64],
-    pause_ms: u64,
-) -> Result<NackReply> {
+/// How a nack fails its job.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct NackAsk<'a> {
+    /// Back off this long (else the job's own backoff list, else `backoff_ms`).
+    pub(crate) delay_ms: Option<u64>,
+    /// Kept as its last error.
+    pub(crate) error: Option<&'a str>,
+    /// The i-th delay after the i-th failure, the last repeating.
+    pub(crate) backoff_ms: &'a [u64],
+    /// The job's flow key, if it has one, gets no reservation for this long (0: none).
+    pub(crate) pause_ms: u64,
+}
+
+/// One `nack.lua` call for job `id` of partition `p` under `receipt`, as `ask` says.
+pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str, ask: NackAsk<'_>) -> Result<NackReply> {
+    let NackAsk {
+        delay_ms,
+        error,
+        backoff_ms,
+        pause_ms,
+    } = ask;
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.job(id))
