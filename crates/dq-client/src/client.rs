@@ -297,12 +297,9 @@ impl Client {
     /// `POST /v1/jobs`. A job without an id (and without a `dedup_key` or a `first` coalescing key, which
     /// exclude one) gets a ULID here, so that trying again after a time-out cannot make a second job: a
     /// try that finds the id stored answers with the stored job (for a `last` or `merge` push the id is
-    /// the push's own, and a try again goes into its job once). A job with a `flow_key` gets its id from
-    /// dq, in its key's place: it gets a deduplication key of the client's own instead (`dq-client:<ULID>`,
-    /// for 10 minutes), and a try again answers with the first try's job.
-    pub async fn push(&self, asked: &PushRequest) -> Result<PushAnswer, Error> {
-        let job = with_id(asked);
-        let own = own_dedup(asked, &job);
+    /// the push's own, and a try again goes into its job once).
+    pub async fn push(&self, job: &PushRequest) -> Result<PushAnswer, Error> {
+        let job = with_id(job);
         let tried = self
             .send(
                 Method::POST,
@@ -313,12 +310,7 @@ impl Client {
             )
             .await;
         match tried.result {
-            Ok(sent) => decode(sent).map(|mut answer: PushAnswer| {
-                if own {
-                    (answer.duplicate, answer.coalesced) = (false, false);
-                }
-                answer
-            }),
+            Ok(sent) => decode(sent),
             Err(e) if tried.after_unknown && e.is_code("conflict") => match self.stored_as(&job).await {
                 Some(stored) => Ok(PushAnswer {
                     id: stored.id,
@@ -342,8 +334,8 @@ impl Client {
 
     /// `POST /v1/jobs/batch`: one result per job, in order. Jobs without an id get one, as for
     /// [`Client::push`].
-    pub async fn push_many(&self, jobs_asked: &[PushRequest]) -> Result<Vec<Result<BatchPushed, ApiError>>, Error> {
-        let jobs: Vec<PushRequest> = jobs_asked.iter().map(with_id).collect();
+    pub async fn push_many(&self, jobs: &[PushRequest]) -> Result<Vec<Result<BatchPushed, ApiError>>, Error> {
+        let jobs: Vec<PushRequest> = jobs.iter().map(with_id).collect();
         let batch = BatchRequest {
             jobs: jobs.iter().collect(),
         };
@@ -358,14 +350,9 @@ impl Client {
             .await;
         let results = decode::<BatchAnswer>(tried.result?)?.results;
         let mut out = Vec::with_capacity(results.len());
-        for ((entry, job), asked) in results.into_iter().zip(&jobs).zip(jobs_asked) {
+        for (entry, job) in results.into_iter().zip(&jobs) {
             out.push(match entry {
-                PushResult::Pushed(mut pushed) => {
-                    if own_dedup(asked, job) {
-                        (pushed.duplicate, pushed.coalesced) = (false, false);
-                    }
-                    Ok(pushed)
-                }
+                PushResult::Pushed(pushed) => Ok(pushed),
                 PushResult::Failed(ErrorBody { error }) => {
                     let e = ApiError::from_detail(error, 200);
                     let stored = match tried.after_unknown && e.code == "conflict" {
@@ -552,28 +539,10 @@ fn with_id(job: &PushRequest) -> PushRequest {
     // A `first` coalescing key, like a `dedup_key`, excludes an id; with `last` and `merge` the id names
     // the push within its key, so that a try again goes in once.
     let first = job.coalesce.is_some_and(|c| c.mode == dq_api::CoalesceMode::First);
-    if job.id.is_some() || job.dedup_key.is_some() || first {
-        return job;
-    }
-    if job.flow_key.is_some() && job.coalesce.is_none() {
-        // A job with a flow key gets its id from dq, in its key's place: a deduplication key of its own
-        // makes a try again answer with the job the first try stored (see `own_duplicate`).
-        job.dedup_key = Some(format!("dq-client:{}", ulid::Ulid::new()));
-        job.dedup_ms = Some(OWN_DEDUP_MS);
-    } else {
+    if job.id.is_none() && job.dedup_key.is_none() && !first {
         job.id = Some(ulid::Ulid::new().to_string());
     }
     job
-}
-
-/// How long such a key holds: longer than any try again of one push.
-const OWN_DEDUP_MS: i64 = 600_000;
-
-/// Whether `sent` (the push as sent, `with_id`) carries a deduplication key this client gave it: then an
-/// answer's `duplicate` is only a try again finding its first try's job (a push like any other to the
-/// caller of `asked`).
-fn own_dedup(asked: &PushRequest, sent: &PushRequest) -> bool {
-    asked.dedup_key.is_none() && sent.dedup_key.is_some()
 }
 
 /// Decodes a success's JSON body.

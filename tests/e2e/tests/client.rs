@@ -322,35 +322,6 @@ async fn a_lost_answer_neither_duplicates_a_push_nor_fails_an_ack() {
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     assert_eq!(direct.stats().await.unwrap().topics["once"].ready, 3);
 
-    // A job with a flow key gets its id from dq: the client gives it a deduplication key of its own, so
-    // the push again after the lost answer meets its first try's job, and says so as a plain push.
-    drop_answers.store(1, Ordering::SeqCst);
-    let keyed = c
-        .push(&PushRequest::new("keyed", json!({"k": 5})).flow_key("tenant-1"))
-        .await
-        .unwrap();
-    assert_eq!(drop_answers.load(Ordering::SeqCst), 0, "the first answer was dropped");
-    assert!(!keyed.duplicate && !keyed.coalesced, "{keyed:?}");
-    assert_eq!(
-        direct.get(&keyed.id).await.unwrap().flow_key.as_deref(),
-        Some("tenant-1")
-    );
-    assert_eq!(
-        direct.stats().await.unwrap().topics["keyed"].ready,
-        1,
-        "exactly one job"
-    );
-    drop_answers.store(1, Ordering::SeqCst);
-    let results = c
-        .push_many(&[PushRequest::new("keyed", json!(6)).flow_key("tenant-2")])
-        .await
-        .unwrap();
-    assert!(
-        results.iter().all(|r| r.as_ref().is_ok_and(|p| !p.duplicate)),
-        "{results:?}"
-    );
-    assert_eq!(direct.stats().await.unwrap().topics["keyed"].ready, 2);
-
     // An ack whose answer is lost: the retry finds the receipt stale, looks the job up, sees it done.
     let job = direct.reserve(&ReserveRequest::new(["once"])).await.unwrap().remove(0);
     drop_answers.store(1, Ordering::SeqCst);
