@@ -26,6 +26,7 @@ mod client;
 mod error;
 mod jobs;
 mod manage;
+mod push;
 mod retry;
 mod worker;
 
