@@ -2,11 +2,12 @@
 //!
 //! - [`Client`] has one method per verb: jobs (push, push many, look up, cancel, reschedule), pull
 //!   consumption (reserve with long poll, ack, ack many, nack, touch), topics, dead letters, schedules
-//!   and stats. Errors keep their kind ([`Error`]): dq's own answer, a request that never got through,
-//!   or one whose outcome is unknown.
-//! - Retries are safe: a push always carries an id (the client makes a ULID when the job has none), so a
-//!   push sent again after a time-out finds the first one instead of making a second job; verbs that
-//!   are not idempotent are sent again only when the first try surely did nothing ([`RetryPolicy`]).
+//!   and stats. Errors keep their kind ([`Error`]): dq's own answer, a
+//!   request that never got through, or one whose outcome is unknown.
+//! - Retries are safe: a push carries an id (the client makes a ULID when the job has none), so a push
+//!   sent again after a time-out finds the first one instead of making a second job; a job with a flow
+//!   key, whose id dq makes, is sent again only with the id dq named for it; verbs that are not
+//!   idempotent are sent again only when the first try surely did nothing ([`RetryPolicy`]).
 //! - The requests and answers are dq-api's (re-exported here), those that carry a job's body with it as a
 //!   `serde_json::Value` ([`Job`], [`Reservation`], [`PushRequest`], [`ScheduleConfig`] …).
 //! - [`Worker`] is the pull consumer's loop: reserve a batch (long poll), run a handler per job, ack the
