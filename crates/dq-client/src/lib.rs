@@ -1,8 +1,8 @@
 //! A typed async client for dq's HTTP API (`docs/api.md`).
 //!
 //! - [`Client`] has one method per verb: jobs (push, push many, look up, cancel, reschedule), pull
-//!   consumption (reserve with long poll, ack, ack many, nack, touch), topics, dead letters, schedules
-//!   and stats. Errors keep their kind ([`Error`]): dq's own answer, a
+//!   consumption (reserve with long poll, ack, ack many, nack, touch), topics and their busiest flow
+//!   keys, dead letters, schedules and stats. Errors keep their kind ([`Error`]): dq's own answer, a
 //!   request that never got through, or one whose outcome is unknown.
 //! - Retries are safe: a push carries an id (the client makes a ULID when the job has none), so a push
 //!   sent again after a time-out finds the first one instead of making a second job; a job with a flow
@@ -34,8 +34,9 @@ mod worker;
 pub use admin::{DeadPage, JobPage, ScheduleConfig, ScheduleView};
 pub use client::{Client, ClientBuilder};
 pub use dq_api::{
-    BatchPushed, Callback, Coalesce, CoalesceMode, Counts, DEFAULT_PRIORITY, ErrorCode, Node, PushAnswer, RedisMode,
-    RedisStats, RescheduleRequest, ReserveRequest, Retry, State, Stats, TopicConfig, TopicDefaults, TopicView,
+    BatchPushed, Callback, Coalesce, CoalesceMode, Counts, DEFAULT_PRIORITY, ErrorCode, Flow, FlowKey, FlowKeys, Node,
+    PushAnswer, RedisMode, RedisStats, RescheduleRequest, ReserveRequest, Retry, State, Stats, TopicConfig,
+    TopicDefaults, TopicView,
 };
 pub use error::{ApiError, Error};
 pub use jobs::{Job, Nack, PushRequest, Reservation, When};
@@ -63,6 +64,7 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("pause_topic", "pause_topic"),
     ("resume_topic", "resume_topic"),
     ("list_jobs", "list_jobs"),
+    ("list_flow_keys", "flow_keys"),
     ("list_dead", "dead"),
     ("requeue_dead", "requeue_dead"),
     ("delete_dead", "delete_dead"),

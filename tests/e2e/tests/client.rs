@@ -1,6 +1,6 @@
 //! dq-client against a real dq-server, dq-timer and Redis: every verb, retries after a lost answer that
-//! neither duplicate a push nor fail an ack that went through (a flow-keyed push, whose id dq makes,
-//! included), token auth, and the worker loop.
+//! neither duplicate a push nor fail an ack that went through, flow keys (pushed without an id of the
+//! client's, shown by look-up, reserve and the busiest keys), token auth, and the worker loop.
 
 mod common;
 
@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use common::{Running, env, start, start_on};
 use dq_client::{
-    Callback, Client, Failed, Nack, PushRequest, ReserveRequest, RetryPolicy, ScheduleConfig, TopicConfig, When, Worker,
+    Callback, Client, Failed, Flow, FlowKey, Nack, PushRequest, ReserveRequest, RetryPolicy, ScheduleConfig,
+    TopicConfig, When, Worker,
 };
 use dq_harness::{RedisServer, eventually, free_port};
 use serde_json::json;
@@ -239,6 +240,97 @@ async fn every_operation_of_the_openapi_document_has_a_client_method() {
     let page = c.list_jobs("t", "ready", 0, 10).await.unwrap();
     assert_eq!((page.jobs.len(), page.total, page.complete), (1, 1, true));
     c.healthz().await.unwrap();
+}
+
+#[tokio::test]
+async fn flow_keys_are_pushed_looked_up_reserved_and_listed_busiest_first() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let c = client(&server);
+    let flow = Flow {
+        concurrency: Some(2),
+        rate_per_s: Some(50.0),
+        burst: None,
+    };
+    let t = c
+        .put_topic(
+            "sends",
+            &TopicConfig {
+                flow: Some(flow),
+                ..TopicConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(t.config.unwrap().flow, Some(flow));
+
+    // A flow-keyed push gets its id from dq (the installation has 256 partitions: an id of the client's
+    // would almost surely not be the key's), one by one and in a batch.
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let pushed = c
+            .push(&PushRequest::new("sends", json!({"n": n})).flow_key("acme"))
+            .await
+            .unwrap();
+        assert_eq!(pushed.state, "ready");
+        ids.push(pushed.id);
+    }
+    let batch = c
+        .push_many(&[
+            PushRequest::new("sends", json!({"n": 3})).flow_key("acme"),
+            PushRequest::new("sends", json!({"n": 4})).flow_key("globex"),
+            PushRequest::new("sends", json!({"n": 5})).flow_key("globex"),
+            PushRequest::new("sends", json!({"n": 6})).flow_key("initech"),
+            PushRequest::new("sends", json!({"n": 7})).flow_key("initech"),
+            PushRequest::new("plain", json!({"n": 8})),
+        ])
+        .await
+        .unwrap();
+    assert!(batch.iter().all(Result::is_ok), "{batch:?}");
+    let job = c.get(&ids[0]).await.unwrap();
+    assert_eq!(job.flow_key.as_deref(), Some("acme"));
+    let unkeyed = c.get(&batch[5].as_ref().unwrap().id).await.unwrap();
+    assert_eq!(unkeyed.flow_key, None);
+
+    // The busiest keys: most ready jobs first, then by name; `keys` counts every key with ready jobs.
+    let keys = c.flow_keys("sends", 10).await.unwrap();
+    let row = |key: &str, ready, reserved| FlowKey {
+        key: key.into(),
+        ready,
+        reserved,
+    };
+    assert_eq!(keys.keys, 3);
+    assert_eq!(
+        keys.busiest,
+        vec![row("acme", 4, 0), row("globex", 2, 0), row("initech", 2, 0)]
+    );
+    let top = c.flow_keys("sends", 1).await.unwrap();
+    assert_eq!((top.keys, top.busiest), (3, vec![row("acme", 4, 0)]));
+
+    // A reserved job carries its key, and its key (every key has a job left ready) counts it reserved.
+    let got = c.reserve(&ReserveRequest::new(["sends"])).await.unwrap();
+    assert_eq!(got.len(), 1);
+    let key = got[0].flow_key.clone().expect("every job of the topic has a key");
+    let before = keys.busiest.iter().find(|k| k.key == key).unwrap();
+    let after = c.flow_keys("sends", 10).await.unwrap();
+    assert_eq!(after.keys, 3);
+    assert!(
+        after.busiest.contains(&row(&key, before.ready - 1, 1)),
+        "{key}: {after:?}"
+    );
+
+    // A limit out of 1 ..= 100 and a bad flow key are dq's 400s.
+    for limit in [0, 101] {
+        let e = c.flow_keys("sends", limit).await.unwrap_err();
+        assert!(e.is_code("invalid_argument"), "{e}");
+    }
+    let e = c
+        .push(&PushRequest::new("sends", json!(1)).flow_key("no spaces"))
+        .await
+        .unwrap_err();
+    assert!(e.is_code("invalid_argument"), "{e}");
+    // A topic without flow keys has none.
+    assert_eq!(c.flow_keys("quiet", 10).await.unwrap(), dq_client::FlowKeys::default());
 }
 
 #[tokio::test]
