@@ -135,7 +135,7 @@ pub struct PushArgs {
     pub topic: String,
     /// The body: JSON text, `@file` for a file's, or `-` for standard input's.
     pub body: String,
-    /// The job's id (an idempotency key); default: a fresh ULID.
+    /// The job's id (an idempotency key); default: a fresh ULID (with `--flow-key`, the id dq makes).
     #[arg(long)]
     pub id: Option<String>,
     /// When it is due.
@@ -151,6 +151,10 @@ pub struct PushArgs {
     /// by priority, then due time.
     #[arg(long)]
     pub priority: Option<u32>,
+    /// A flow key (a customer, a tenant): the topic's `flow` limits apply to each key apart, and keys
+    /// with ready jobs take turns. dq makes the job's id.
+    #[arg(long)]
+    pub flow_key: Option<String>,
     /// A deduplication key, with `--dedup-window`.
     #[arg(long, requires = "dedup_window", conflicts_with = "id")]
     pub dedup_key: Option<String>,
@@ -229,6 +233,14 @@ pub enum TopicsCommand {
     Resume {
         /// The topic.
         topic: String,
+    },
+    /// Show how many of a topic's flow keys have ready jobs, and the busiest (most ready jobs first).
+    Flows {
+        /// The topic.
+        topic: String,
+        /// Keys to show (1 to 100).
+        #[arg(long, default_value_t = 10)]
+        limit: u64,
     },
 }
 

@@ -30,6 +30,9 @@ pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> 
             if let Some(p) = a.priority {
                 job = job.priority(p);
             }
+            if let Some(key) = a.flow_key {
+                job = job.flow_key(key);
+            }
             if let (Some(key), Some(window)) = (a.dedup_key, a.dedup_window) {
                 job = job.dedup(key, window);
             }
@@ -161,13 +164,18 @@ pub fn job_fields(job: &Job) -> String {
         ("state", job.state.to_string()),
         ("run_at", time(job.run_at)),
         ("priority", job.priority.to_string()),
+    ];
+    if let Some(key) = &job.flow_key {
+        pairs.push(("flow_key", key.clone()));
+    }
+    pairs.extend([
         (
             "attempts",
             format!("{} of {}", job.attempts, attempts_cap(job.max_attempts)),
         ),
         ("ttr_ms", job.ttr_ms.to_string()),
         ("created_at", time(job.created_at)),
-    ];
+    ]);
     if job.deadline.is_some() {
         pairs.push(("deadline", maybe_time(job.deadline)));
     }

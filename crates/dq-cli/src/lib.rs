@@ -4,7 +4,7 @@
 //!
 //! - `cli.rs`: the commands and their arguments (clap);
 //! - `jobs.rs`: push, get, cancel, reschedule, reserve, ack, nack, touch;
-//! - `manage.rs`: topics, dead letters, schedules, stats;
+//! - `manage.rs`: topics (and their busiest flow keys), dead letters, schedules, stats;
 //! - `tail.rs`: follows counts and deaths live;
 //! - `output.rs`: tables, times and JSON.
 

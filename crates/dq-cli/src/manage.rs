@@ -1,4 +1,4 @@
-//! Topics, dead letters, schedules and stats.
+//! Topics (and their flow keys), dead letters, schedules and stats.
 
 use anyhow::Result;
 use dq_client::{Client, Counts, ScheduleView, TopicView};
@@ -39,6 +39,7 @@ pub async fn topics(client: &Client, out: &Output, command: TopicsCommand) -> Re
             }
             return Ok(());
         }
+        TopicsCommand::Flows { topic, limit } => return flows(client, out, &topic, limit).await,
         TopicsCommand::Pause { topic } => client.pause_topic(&topic).await?,
         TopicsCommand::Resume { topic } => client.resume_topic(&topic).await?,
     };
@@ -83,6 +84,30 @@ fn print_topic(t: &TopicView) {
         pairs.push(("config", serde_json::to_string_pretty(config).expect("JSON")));
     }
     println!("{}", fields(&pairs));
+}
+
+/// `dq topics flows TOPIC`: the busiest flow keys, and how many keys have ready jobs.
+async fn flows(client: &Client, out: &Output, topic: &str, limit: u64) -> Result<()> {
+    let flows = client.flow_keys(topic, limit).await?;
+    out.either(&flows, || {
+        if flows.keys == 0 {
+            println!("no flow key of {topic} has ready jobs");
+            return;
+        }
+        let rows = flows
+            .busiest
+            .iter()
+            .map(|k| vec![k.key.clone(), k.ready.to_string(), k.reserved.to_string()])
+            .collect();
+        println!("{}", table(&["key", "ready", "reserved"], &["ready", "reserved"], rows));
+        let plural = if flows.keys == 1 { "" } else { "s" };
+        let shown = match flows.busiest.len() as u64 == flows.keys {
+            true => String::new(),
+            false => format!("; the {} busiest shown", flows.busiest.len()),
+        };
+        println!("{} flow key{plural} with ready jobs{shown}", flows.keys);
+    });
+    Ok(())
 }
 
 /// `dq jobs TOPIC --state S`.

@@ -1,12 +1,13 @@
 //! A typed async client for dq's HTTP API (`docs/api.md`).
 //!
 //! - [`Client`] has one method per verb: jobs (push, push many, look up, cancel, reschedule), pull
-//!   consumption (reserve with long poll, ack, ack many, nack, touch), topics, dead letters, schedules
-//!   and stats. Errors keep their kind ([`Error`]): dq's own answer, a request that never got through,
-//!   or one whose outcome is unknown.
-//! - Retries are safe: a push always carries an id (the client makes a ULID when the job has none), so a
-//!   push sent again after a time-out finds the first one instead of making a second job; verbs that
-//!   are not idempotent are sent again only when the first try surely did nothing ([`RetryPolicy`]).
+//!   consumption (reserve with long poll, ack, ack many, nack, touch), topics and their busiest flow
+//!   keys, dead letters, schedules and stats. Errors keep their kind ([`Error`]): dq's own answer, a
+//!   request that never got through, or one whose outcome is unknown.
+//! - Retries are safe: a push carries an id (the client makes a ULID when the job has none), so a push
+//!   sent again after a time-out finds the first one instead of making a second job; a job with a flow
+//!   key, whose id dq makes, is sent again only with the id dq named for it; verbs that are not
+//!   idempotent are sent again only when the first try surely did nothing ([`RetryPolicy`]).
 //! - The requests and answers are dq-api's (re-exported here), those that carry a job's body with it as a
 //!   `serde_json::Value` ([`Job`], [`Reservation`], [`PushRequest`], [`ScheduleConfig`] …).
 //! - [`Worker`] is the pull consumer's loop: reserve a batch (long poll), run a handler per job, ack the
@@ -26,14 +27,16 @@ mod client;
 mod error;
 mod jobs;
 mod manage;
+mod push;
 mod retry;
 mod worker;
 
 pub use admin::{DeadPage, JobPage, ScheduleConfig, ScheduleView};
 pub use client::{Client, ClientBuilder};
 pub use dq_api::{
-    BatchPushed, Callback, Coalesce, CoalesceMode, Counts, DEFAULT_PRIORITY, ErrorCode, Node, PushAnswer, RedisMode,
-    RedisStats, RescheduleRequest, ReserveRequest, Retry, State, Stats, TopicConfig, TopicDefaults, TopicView,
+    BatchPushed, Callback, Coalesce, CoalesceMode, Counts, DEFAULT_PRIORITY, ErrorCode, Flow, FlowKey, FlowKeys, Node,
+    PushAnswer, RedisMode, RedisStats, RescheduleRequest, ReserveRequest, Retry, State, Stats, TopicConfig,
+    TopicDefaults, TopicView,
 };
 pub use error::{ApiError, Error};
 pub use jobs::{Job, Nack, PushRequest, Reservation, When};
@@ -61,6 +64,7 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("pause_topic", "pause_topic"),
     ("resume_topic", "resume_topic"),
     ("list_jobs", "list_jobs"),
+    ("list_flow_keys", "flow_keys"),
     ("list_dead", "dead"),
     ("requeue_dead", "requeue_dead"),
     ("delete_dead", "delete_dead"),

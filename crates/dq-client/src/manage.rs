@@ -1,6 +1,6 @@
 //! The verbs on topics, dead letters, schedules and stats.
 
-use dq_api::{Deleted, Requeued, ScheduleList, Stats, TopicConfig, TopicList, TopicView};
+use dq_api::{Deleted, FlowKeys, Requeued, ScheduleList, Stats, TopicConfig, TopicList, TopicView};
 use reqwest::Method;
 use serde_json::Value;
 
@@ -59,6 +59,13 @@ impl Client {
                 ("limit", limit.to_string()),
             ],
         );
+        self.json::<(), _>(Method::GET, url, None, Idempotence::Safe).await
+    }
+
+    /// `GET /v1/topics/{topic}/flows`: how many of the topic's flow keys have ready jobs, and the
+    /// `limit` busiest of them (1 ..= 100; most ready jobs first), each with its ready and reserved jobs.
+    pub async fn flow_keys(&self, topic: &str, limit: u64) -> Result<FlowKeys, Error> {
+        let url = self.at_query(&["v1", "topics", topic, "flows"], &[("limit", limit.to_string())]);
         self.json::<(), _>(Method::GET, url, None, Idempotence::Safe).await
     }
 

@@ -4,9 +4,11 @@
 //! `overloaded`) may always be sent again. A call whose outcome is unknown (a time-out, a broken
 //! connection, a 503 `unavailable` from a Redis partition that did not answer in time) is sent again
 //! only when doing it twice is harmless: reads, registrations (a PUT replaces), deletes, and pushes,
-//! which always carry an id, so that the second try meets the first (409 `conflict`, which the client
-//! then answers with the stored job). An ack sent again after an unknown outcome that finds its receipt
-//! stale looks the job up: `done` (or gone) means the first ack went through.
+//! which carry an id, so that the second try meets the first (409 `conflict`, which the client then
+//! answers with the stored job). A job with a flow key carries no id of the client's (dq makes it): its
+//! push is sent again with the id dq names in a 503, and otherwise only when the try surely did nothing.
+//! An ack sent again after an unknown outcome that finds its receipt stale looks the job up: `done` (or
+//! gone) means the first ack went through.
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
 //! The admin's topic and job pages: jobs by state with their counts, a filter on the page's bodies,
-//! paging, the search by id, a job's fields and actions; the read-only mode; bad queries refused.
+//! paging, the search by id, a job's fields and actions; a topic's flow limits and busiest flow keys, a
+//! job's flow key; the read-only mode; bad queries refused.
 
 mod common;
 
@@ -91,6 +92,71 @@ async fn a_jobs_page_and_the_search_by_id() {
     assert_error(status, &body, 400, "invalid_argument");
     let (status, body) = s.call("GET", "/admin/jobs", None).await;
     assert_error(status, &body, 400, "invalid_argument");
+}
+
+#[tokio::test]
+async fn a_topics_flow_limits_and_busiest_keys_and_a_jobs_flow_key() {
+    let s = TestServer::start().await;
+    let (status, out) = s
+        .call(
+            "PUT",
+            "/v1/topics/sends",
+            Some(json!({"flow": {"concurrency": 2, "rate_per_s": 2.5}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{out}");
+    // 12 keys, key-k with k + 1 ready jobs: the page lists the 10 busiest.
+    let mut ids = std::collections::HashMap::new();
+    for k in 0..12 {
+        for n in 0..=k {
+            let pushed = s
+                .push(json!({"topic": "sends", "body": {"k": k, "n": n}, "flow_key": format!("key-{k:02}")}))
+                .await;
+            ids.insert(k, pushed["id"].as_str().unwrap().to_string());
+        }
+    }
+    let html = s.text("/admin/topics/sends").await;
+    assert!(
+        html.contains(
+            "Limits on each key: concurrency 2 · rate 2.5 per s · burst 3 (the default: a second of the rate)"
+        ),
+        "{html}"
+    );
+    assert!(html.contains("12 flow keys have ready jobs. The 10 busiest:"), "{html}");
+    let row = |k: usize, ready: usize, reserved: usize| {
+        format!(r#"<td><code>key-{k:02}</code></td><td class="num">{ready}</td><td class="num">{reserved}</td>"#)
+    };
+    for k in 2..12 {
+        assert!(html.contains(&row(k, k + 1, 0)), "key-{k:02}: {html}");
+    }
+    assert!(
+        !html.contains("<code>key-01</code>") && !html.contains("<code>key-00</code>"),
+        "{html}"
+    );
+    let at = |k: usize| html.find(&format!("<code>key-{k:02}</code>")).unwrap();
+    assert!(at(11) < at(10) && at(10) < at(2), "the busiest first");
+
+    // Reserved jobs count against their keys.
+    let reserved = s.reserve(&["sends"], 100, 0).await;
+    let of = |k: usize| {
+        reserved
+            .iter()
+            .filter(|j| j["flow_key"] == format!("key-{k:02}"))
+            .count()
+    };
+    assert!(of(11) > 0, "{reserved:?}");
+    let html = s.text("/admin/topics/sends").await;
+    assert!(html.contains(&row(11, 12 - of(11), of(11))), "{html}");
+
+    // A job's page shows its key; one without a key shows none.
+    let html = s.text(&format!("/admin/jobs/{}", ids[&3])).await;
+    assert!(html.contains("<dt>flow key</dt><dd><code>key-03</code></dd>"), "{html}");
+    s.push(json!({"topic": "plain", "id": "unkeyed", "body": 1})).await;
+    assert!(!s.text("/admin/jobs/unkeyed").await.contains("flow key"));
+    // A topic without a flow section or keys says so.
+    let html = s.text("/admin/topics/plain").await;
+    assert!(html.contains("No flow limits registered"), "{html}");
+    assert!(html.contains("No flow key has ready jobs."), "{html}");
 }
 
 #[tokio::test]

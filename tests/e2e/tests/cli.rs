@@ -1,5 +1,6 @@
 //! The `dq` command line as a user runs it, against a real dq-server and Redis: each command, its JSON
-//! and its tables, errors with a non-zero exit, completions, and `dq tail` following a death.
+//! and its tables, flow keys (pushed, looked up, the busiest listed), errors with a non-zero exit,
+//! completions, and `dq tail` following a death.
 
 mod common;
 
@@ -168,6 +169,75 @@ async fn jobs_from_push_to_ack() {
     let table = ok(p, &["reserve", "orders"]);
     assert!(table.contains("receipt") && table.contains("orders"), "{table}");
     assert!(ok(p, &["reserve", "orders"]).contains("no job"));
+}
+
+/// The words of `text`'s line that names `key` (a table row, its borders dropped).
+fn row_of<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().any(|w| w == key))
+        .unwrap_or_else(|| panic!("no row of {key}: {text}"));
+    line.split_whitespace().filter(|w| *w != "│").collect()
+}
+
+#[tokio::test]
+async fn flow_keys_pushed_looked_up_and_the_busiest_listed() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let p = server.port;
+    let t = json_of(p, &["topics", "put", "sends", r#"{"flow":{"concurrency":2}}"#]);
+    assert_eq!(t["config"]["flow"], json!({"concurrency": 2}));
+
+    // dq makes a flow-keyed job's id; the job shows its key, in JSON and for people.
+    let mut ids = Vec::new();
+    for (n, key) in [(1, "acme"), (2, "acme"), (3, "acme"), (4, "globex")] {
+        let pushed = json_of(p, &["push", "sends", &n.to_string(), "--flow-key", key]);
+        ids.push(pushed["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(json_of(p, &["get", &ids[0]])["flow_key"], "acme");
+    let text = ok(p, &["get", &ids[3]]);
+    assert_eq!(row_of(&text, "flow_key"), ["flow_key", "globex"], "{text}");
+    let plain = json_of(p, &["push", "sends", "5"]);
+    let text = ok(p, &["get", plain["id"].as_str().unwrap()]);
+    assert!(!text.contains("flow_key"), "a job without a key shows none: {text}");
+
+    // The busiest keys: a table, and the count of keys with ready jobs.
+    let text = ok(p, &["topics", "flows", "sends"]);
+    assert_eq!(row_of(&text, "key"), ["key", "ready", "reserved"], "{text}");
+    assert_eq!(row_of(&text, "acme"), ["acme", "3", "0"], "{text}");
+    assert_eq!(row_of(&text, "globex"), ["globex", "1", "0"], "{text}");
+    assert!(text.contains("2 flow keys with ready jobs\n"), "{text}");
+    let text = ok(p, &["topics", "flows", "sends", "--limit", "1"]);
+    assert!(!text.contains("globex"), "{text}");
+    assert!(
+        text.contains("2 flow keys with ready jobs; the 1 busiest shown"),
+        "{text}"
+    );
+    assert_eq!(
+        json_of(p, &["topics", "flows", "sends", "--limit", "1"]),
+        json!({"keys": 2, "busiest": [{"key": "acme", "ready": 3, "reserved": 0}]})
+    );
+    // A reserved job counts against its key (shown while the key has ready jobs left).
+    let r = json_of(p, &["reserve", "sends", "-n", "10"]);
+    let jobs = r["jobs"].as_array().unwrap();
+    let acme = jobs.iter().filter(|j| j["flow_key"] == "acme").count() as u64;
+    assert!(acme > 0, "{r}");
+    let flows = json_of(p, &["topics", "flows", "sends"]);
+    match flows["busiest"].as_array().unwrap().iter().find(|k| k["key"] == "acme") {
+        Some(row) => assert_eq!(
+            (row["ready"].as_u64(), row["reserved"].as_u64()),
+            (Some(3 - acme), Some(acme))
+        ),
+        None => assert_eq!(acme, 3, "{flows}"),
+    }
+
+    assert_eq!(
+        ok(p, &["topics", "flows", "quiet"]).trim(),
+        "no flow key of quiet has ready jobs"
+    );
+    // dq's 400s: a bad key, a limit out of range.
+    assert!(fails(p, &["push", "sends", "1", "--flow-key", "no spaces"]).contains("400 invalid_argument"));
+    assert!(fails(p, &["topics", "flows", "sends", "--limit", "0"]).contains("400 invalid_argument"));
 }
 
 #[tokio::test]

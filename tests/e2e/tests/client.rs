@@ -1,5 +1,6 @@
 //! dq-client against a real dq-server, dq-timer and Redis: every verb, retries after a lost answer that
-//! neither duplicate a push nor fail an ack that went through, token auth, and the worker loop.
+//! neither duplicate a push nor fail an ack that went through, flow keys (pushed without an id of the
+//! client's, shown by look-up, reserve and the busiest keys), token auth, and the worker loop.
 
 mod common;
 
@@ -9,7 +10,8 @@ use std::time::Duration;
 
 use common::{Running, env, start, start_on};
 use dq_client::{
-    Callback, Client, Failed, Nack, PushRequest, ReserveRequest, RetryPolicy, ScheduleConfig, TopicConfig, When, Worker,
+    Callback, Client, Failed, Flow, FlowKey, Nack, PushRequest, ReserveRequest, RetryPolicy, ScheduleConfig,
+    TopicConfig, When, Worker,
 };
 use dq_harness::{RedisServer, eventually, free_port};
 use serde_json::json;
@@ -238,6 +240,240 @@ async fn every_operation_of_the_openapi_document_has_a_client_method() {
     let page = c.list_jobs("t", "ready", 0, 10).await.unwrap();
     assert_eq!((page.jobs.len(), page.total, page.complete), (1, 1, true));
     c.healthz().await.unwrap();
+}
+
+#[tokio::test]
+async fn flow_keys_are_pushed_looked_up_reserved_and_listed_busiest_first() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let c = client(&server);
+    let flow = Flow {
+        concurrency: Some(2),
+        rate_per_s: Some(50.0),
+        burst: None,
+    };
+    let t = c
+        .put_topic(
+            "sends",
+            &TopicConfig {
+                flow: Some(flow),
+                ..TopicConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(t.config.unwrap().flow, Some(flow));
+
+    // A flow-keyed push gets its id from dq (the installation has 256 partitions: an id of the client's
+    // would almost surely not be the key's), one by one and in a batch.
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let pushed = c
+            .push(&PushRequest::new("sends", json!({"n": n})).flow_key("acme"))
+            .await
+            .unwrap();
+        assert_eq!(pushed.state, "ready");
+        ids.push(pushed.id);
+    }
+    let batch = c
+        .push_many(&[
+            PushRequest::new("sends", json!({"n": 3})).flow_key("acme"),
+            PushRequest::new("sends", json!({"n": 4})).flow_key("globex"),
+            PushRequest::new("sends", json!({"n": 5})).flow_key("globex"),
+            PushRequest::new("sends", json!({"n": 6})).flow_key("initech"),
+            PushRequest::new("sends", json!({"n": 7})).flow_key("initech"),
+            PushRequest::new("plain", json!({"n": 8})),
+        ])
+        .await
+        .unwrap();
+    assert!(batch.iter().all(Result::is_ok), "{batch:?}");
+    let job = c.get(&ids[0]).await.unwrap();
+    assert_eq!(job.flow_key.as_deref(), Some("acme"));
+    let unkeyed = c.get(&batch[5].as_ref().unwrap().id).await.unwrap();
+    assert_eq!(unkeyed.flow_key, None);
+
+    // The busiest keys: most ready jobs first, then by name; `keys` counts every key with ready jobs.
+    let keys = c.flow_keys("sends", 10).await.unwrap();
+    let row = |key: &str, ready, reserved| FlowKey {
+        key: key.into(),
+        ready,
+        reserved,
+    };
+    assert_eq!(keys.keys, 3);
+    assert_eq!(
+        keys.busiest,
+        vec![row("acme", 4, 0), row("globex", 2, 0), row("initech", 2, 0)]
+    );
+    let top = c.flow_keys("sends", 1).await.unwrap();
+    assert_eq!((top.keys, top.busiest), (3, vec![row("acme", 4, 0)]));
+
+    // A reserved job carries its key, and its key (every key has a job left ready) counts it reserved.
+    let got = c.reserve(&ReserveRequest::new(["sends"])).await.unwrap();
+    assert_eq!(got.len(), 1);
+    let key = got[0].flow_key.clone().expect("every job of the topic has a key");
+    let before = keys.busiest.iter().find(|k| k.key == key).unwrap();
+    let after = c.flow_keys("sends", 10).await.unwrap();
+    assert_eq!(after.keys, 3);
+    assert!(
+        after.busiest.contains(&row(&key, before.ready - 1, 1)),
+        "{key}: {after:?}"
+    );
+
+    // A limit out of 1 ..= 100 and a bad flow key are dq's 400s.
+    for limit in [0, 101] {
+        let e = c.flow_keys("sends", limit).await.unwrap_err();
+        assert!(e.is_code("invalid_argument"), "{e}");
+    }
+    let e = c
+        .push(&PushRequest::new("sends", json!(1)).flow_key("no spaces"))
+        .await
+        .unwrap_err();
+    assert!(e.is_code("invalid_argument"), "{e}");
+    // A topic without flow keys has none.
+    assert_eq!(c.flow_keys("quiet", 10).await.unwrap(), dq_client::FlowKeys::default());
+}
+
+#[tokio::test]
+async fn a_flow_keyed_push_whose_answer_is_lost_is_unknown_not_a_second_job() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let drop_answers = Arc::new(AtomicUsize::new(0));
+    let port = lossy_proxy(server.port, drop_answers.clone()).await;
+    let c = Client::new(&format!("http://127.0.0.1:{port}")).unwrap();
+    let direct = client(&server);
+
+    // dq makes a flow-keyed job's id, so a try again could not find the first try's job: the client
+    // does not send it again, and says the outcome is unknown.
+    drop_answers.store(1, Ordering::SeqCst);
+    let e = c
+        .push(&PushRequest::new("keyed", json!(1)).flow_key("acme"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, dq_client::Error::Unknown(_)), "{e:?}");
+    assert_eq!(
+        direct.stats().await.unwrap().topics["keyed"].ready,
+        1,
+        "exactly one job"
+    );
+    // The same for a batch that holds such a job.
+    drop_answers.store(1, Ordering::SeqCst);
+    let e = c
+        .push_many(&[
+            PushRequest::new("keyed", json!(2)).flow_key("acme"),
+            PushRequest::new("keyed", json!(3)),
+        ])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, dq_client::Error::Unknown(_)), "{e:?}");
+    assert_eq!(direct.stats().await.unwrap().topics["keyed"].ready, 3);
+
+    // With a `dedup_key` the push is safe to send again: the second try finds the first one's job.
+    drop_answers.store(1, Ordering::SeqCst);
+    let pushed = c
+        .push(
+            &PushRequest::new("keyed", json!(4))
+                .flow_key("acme")
+                .dedup("order-4", 60_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(drop_answers.load(Ordering::SeqCst), 0, "the first answer was dropped");
+    assert!(pushed.duplicate, "{pushed:?}");
+    assert_eq!(direct.get(&pushed.id).await.unwrap().flow_key.as_deref(), Some("acme"));
+    assert_eq!(direct.stats().await.unwrap().topics["keyed"].ready, 4);
+}
+
+/// A proxy in front of dq-server that forwards both ways and calls `on_marker` before it forwards what
+/// holds `marker` (even across two reads).
+async fn watching_proxy(upstream: u16, marker: &'static [u8], on_marker: impl Fn() + Send + Sync + 'static) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let on_marker = Arc::new(on_marker);
+    tokio::spawn(async move {
+        loop {
+            let (down, _) = listener.accept().await.unwrap();
+            let up = TcpStream::connect(("127.0.0.1", upstream)).await.unwrap();
+            let (mut down_read, mut down_write) = down.into_split();
+            let (mut up_read, mut up_write) = up.into_split();
+            tokio::spawn(async move { tokio::io::copy(&mut up_read, &mut down_write).await });
+            let on_marker = on_marker.clone();
+            tokio::spawn(async move {
+                let (mut buf, mut seen) = (vec![0u8; 64 * 1024], Vec::new());
+                loop {
+                    let n = match down_read.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    // The end of the last read and this one, for a marker cut in two.
+                    seen.drain(..seen.len().saturating_sub(marker.len() - 1));
+                    seen.extend_from_slice(&buf[..n]);
+                    if seen.windows(marker.len()).any(|w| w == marker) {
+                        on_marker();
+                    }
+                    if up_write.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Redis stalls past every retry of dq-server's: a push answers 503 naming the id dq made for the
+/// flow-keyed job (a batch, each entry's error), and the client pushes again with it (Redis goes on as
+/// that request passes the proxy). The stalled write ran after all, or this one stores the job: one job
+/// either way, answered as pushed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_keyed_push_with_an_unknown_outcome_is_pushed_again_with_the_id_dq_named() {
+    let redis = Arc::new(RedisServer::start());
+    let server = start("dq-server", &[&redis]).await;
+    let direct = client(&server);
+    let pushed_again = Arc::new(AtomicUsize::new(0));
+    let port = {
+        let (redis, pushed_again) = (redis.clone(), pushed_again.clone());
+        watching_proxy(server.port, br#""id":"#, move || {
+            pushed_again.fetch_add(1, Ordering::SeqCst);
+            redis.resume();
+        })
+        .await
+    };
+    let c = Client::new(&format!("http://127.0.0.1:{port}")).unwrap();
+    redis.pause();
+    let pushed = c
+        .push(&PushRequest::new("keyed", json!({"n": 1})).flow_key("acme"))
+        .await;
+    redis.resume(); // (a no-op when the second push resumed it)
+    let pushed = pushed.expect("pushed again with the id dq named");
+    assert_eq!(pushed_again.load(Ordering::SeqCst), 1, "the second push carried an id");
+    let job = direct.get(&pushed.id).await.unwrap();
+    assert_eq!((job.body, job.flow_key.as_deref()), (json!({"n": 1}), Some("acme")));
+    assert_eq!(
+        direct.stats().await.unwrap().topics["keyed"].ready,
+        1,
+        "exactly one job"
+    );
+
+    // A batch: each entry whose outcome dq could not learn is pushed again alone, with its id.
+    redis.pause();
+    let results = c
+        .push_many(&[
+            PushRequest::new("keyed", json!({"n": 2})).flow_key("acme"),
+            PushRequest::new("keyed", json!({"n": 3})).flow_key("globex"),
+        ])
+        .await;
+    redis.resume();
+    let results = results.expect("the batch answers");
+    assert_eq!(
+        pushed_again.load(Ordering::SeqCst),
+        3,
+        "each entry pushed again with its id"
+    );
+    for (r, (n, key)) in results.iter().zip([(2, "acme"), (3, "globex")]) {
+        let job = direct.get(&r.as_ref().expect("pushed again").id).await.unwrap();
+        assert_eq!((job.body, job.flow_key.as_deref()), (json!({"n": n}), Some(key)));
+    }
+    assert_eq!(direct.stats().await.unwrap().topics["keyed"].ready, 3, "one job each");
 }
 
 #[tokio::test]

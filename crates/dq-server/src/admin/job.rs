@@ -1,4 +1,5 @@
-//! A job's page: its fields and body, and what can be done to it (run now, reschedule, delete, requeue).
+//! A job's page: its fields (its flow key among them) and body, and what can be done to it (run now,
+//! reschedule, delete, requeue).
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -48,6 +49,7 @@ pub async fn job(State(app): State<AppState>, caller: Caller, Path(id): Path<Str
                 dt { "state" } dd { (job.state.as_str()) }
                 dt { "due (UTC)" } dd { (utc(job.run_at)) }
                 dt { "priority" } dd { (job.priority) @if job.priority == dq_api::DEFAULT_PRIORITY { " (default)" } }
+                @if let Some(k) = &job.flow_key { dt { "flow key" } dd { code { (k) } } }
                 @if let Some(d) = job.deadline { dt { "reserved until (UTC)" } dd { (utc(d)) } }
                 dt { "attempts" } dd { (job.attempts) " of " @if job.max_attempts == 0 { "unlimited" } @else { (job.max_attempts) } }
                 dt { "time to run" } dd { (job.ttr_ms) " ms" }

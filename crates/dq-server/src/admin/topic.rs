@@ -1,11 +1,14 @@
-//! A topic's page: its counts, its registration (edited in place), and its jobs in one state, a page at a
-//! time, with a filter on the bodies of the page and actions on the selected jobs.
+//! A topic's page: its counts, its registration (edited in place), its jobs in one state, a page at a
+//! time, with a filter on the bodies of the page and actions on the selected jobs, and its flow keys
+//! (the limits on each key, and the busiest keys).
 
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use dq_core::State as JobState;
 use dq_core::config::Scope;
+use dq_core::flow::FlowKeys;
 use dq_core::job::validate_topic;
+use dq_core::topic::Flow;
 use maud::{Markup, html};
 use serde::Deserialize;
 
@@ -17,6 +20,9 @@ use crate::topics::{counts, paging};
 
 /// Jobs a page lists.
 const PAGE: usize = 50;
+
+/// Flow keys the page lists, the busiest first.
+const BUSIEST: usize = 10;
 
 /// The states a topic's page has a tab for, in the order of a job's life.
 const TABS: [JobState; 4] = [JobState::Delayed, JobState::Ready, JobState::Reserved, JobState::Dead];
@@ -65,6 +71,7 @@ pub async fn topic(
             .unwrap_or(JobState::Ready)
     });
     let listed = app.queue.admin().browse(&topic, state, offset, PAGE).await?;
+    let flows = app.queue.admin().flow_keys(&topic, BUSIEST).await?;
     let filter = q.q.as_deref().filter(|s| !s.is_empty());
     let jobs: Vec<_> = listed
         .jobs
@@ -113,6 +120,7 @@ pub async fn topic(
                     a href={ (tab(state)) "&offset=" (offset + PAGE) } { "later →" }
                 }
             }
+            (flow_keys(config.as_ref().and_then(|c| c.flow.as_ref()), &flows))
             h2 { "Registration" }
             @if config.is_none() { p class="note" { "Not registered: pulled through the API with the global defaults." } }
             @if ro {
@@ -134,6 +142,42 @@ pub async fn topic(
             }
         },
     )))
+}
+
+/// The topic's limits on each flow key, and how many keys have ready jobs with the busiest of them.
+fn flow_keys(flow: Option<&Flow>, flows: &FlowKeys) -> Markup {
+    html! {
+        h2 { "Flow keys" }
+        @if let Some(f) = flow {
+            p {
+                "Limits on each key: concurrency "
+                @if let Some(c) = f.concurrency { (c) } @else { "no limit" }
+                " · rate "
+                @if let Some(r) = f.rate_per_s { (r) " per s" } @else { "no limit" }
+                @if f.rate_per_s.is_some() {
+                    " · burst " (f.burst_or_default()) @if f.burst.is_none() { " (the default: a second of the rate)" }
+                }
+            }
+        } @else {
+            p class="note" { "No flow limits registered: the keys with ready jobs take turns, each unlimited." }
+        }
+        p {
+            @match flows.keys {
+                0 => { "No flow key has ready jobs." }
+                1 => { "1 flow key has ready jobs." }
+                n => { (n) " flow keys have ready jobs." }
+            }
+            @if (flows.busiest.len() as u64) < flows.keys { " The " (flows.busiest.len()) " busiest:" }
+        }
+        @if !flows.busiest.is_empty() {
+            table {
+                tr { th { "key" } th { "ready" } th { "reserved" } }
+                @for k in &flows.busiest {
+                    tr { td { code { (k.key) } } td class="num" { (k.ready) } td class="num" { (k.reserved) } }
+                }
+            }
+        }
+    }
 }
 
 /// The buttons that act on the selected jobs of a state.
