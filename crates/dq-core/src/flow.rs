@@ -131,6 +131,20 @@ pub(crate) async fn busiest(store: &Store, topic: &str, top: usize) -> Result<Fl
     Ok(out)
 }
 
+/// Partition `p`'s keys of `topic` with ready jobs: how many, and the `top` busiest.
+pub(crate) async fn keys_with_ready(store: &Store, p: u16, topic: &str, top: usize) -> Result<(u64, Vec<String>)> {
+    let keys = store.partition_keys(p);
+    let mut pipe = redis::pipe();
+    pipe.cmd("ZCARD")
+        .arg(keys.flows(topic))
+        .cmd("ZRANGE")
+        .arg(keys.flows(topic))
+        .arg(0)
+        .arg(top.max(1) as i64 - 1)
+        .arg("REV");
+    store.pipe(p, &pipe).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -155,6 +155,9 @@ async fn concurrency_per_key(q: &Queue) {
     assert_eq!(count(&held, "b"), 2, "{held:?}");
     assert_eq!(held.iter().filter(|j| j.flow_key.is_none()).count(), 1);
     assert!(reserve(q, "c", 20).await.is_empty());
+    // The page of ready jobs shows the held keys' jobs too (their turns are out of line).
+    let page = q.admin().browse("c", State::Ready, 0, 50).await.unwrap();
+    assert_eq!((page.jobs.len(), page.total, page.complete), (5, 5, true), "{page:?}");
     let stats = q.admin().flow_keys("c", 10).await.unwrap();
     assert_eq!(stats.keys, 2);
     assert_eq!(

@@ -3,7 +3,9 @@
 //!
 //! A topic's ready queue and dead list are its own sorted sets in each partition, so their pages are
 //! exact: each partition gives its first `offset + limit` entries, merged by score (due time, or time
-//! of death); a flow key's turn in a ready queue gives its key's first `offset + limit` ready jobs. The delay set and the reserved set of a partition hold every topic's jobs, so a page of
+//! of death); a flow key's ready jobs are in its own queue, and each of a partition's keys with ready
+//! jobs (up to [`FLOW_KEYS_EACH`], the busiest, with every key whose turn is in line) gives its first
+//! `offset + limit`: with more keys than that in a partition, the page says it may not be `complete`. The delay set and the reserved set of a partition hold every topic's jobs, so a page of
 //! one topic's delayed or reserved jobs is looked for: each partition gives its first [`SCAN_EACH`]
 //! entries (or `offset + limit`, when more), merged by score (due time, or deadline), and their records
 //! are read in that order, [`LOOK_CHUNK`] at a time, keeping the topic's, until the page is full or
@@ -23,6 +25,8 @@ pub const SCAN_EACH: usize = 100;
 const LOOK_CHUNK: usize = 500;
 /// Most records read for one page of delayed or reserved jobs.
 pub const LOOK_MAX: usize = 10_000;
+/// Flow keys with ready jobs whose queues each partition gives for a page of ready jobs (the busiest).
+pub const FLOW_KEYS_EACH: usize = 100;
 
 /// What a partition gives: its first entries (score, id), whether it holds more, and the topic's count
 /// in the state.
@@ -76,31 +80,35 @@ impl Admin {
             .firsts(Structure::Ready(topic), topic, State::Ready, offset + limit)
             .await?;
         let total = firsts.iter().map(|f| f.2).sum();
-        // A flow key's turn (`~<key>`) stands for the key's ready jobs: their firsts take its place.
+        // A flow key's ready jobs are in its own queue: the keys with ready jobs (those with a turn in the
+        // ready queue, and the busiest [`FLOW_KEYS_EACH`] of the partition, which hold those whose turn is
+        // out) give their firsts in place of their turns. A partition with more keys than that may have
+        // ready jobs the page does not see: it is then not `complete`.
         let mut parts = Vec::with_capacity(firsts.len());
+        let mut complete = true;
         for (p, (entries, _, _)) in self.partitions.all().zip(firsts) {
+            let (count, busiest) = crate::flow::keys_with_ready(&self.store, p, topic, FLOW_KEYS_EACH).await?;
+            complete &= count <= FLOW_KEYS_EACH as u64;
+            let mut keys: std::collections::BTreeSet<String> = busiest.into_iter().collect();
             let mut part = Vec::with_capacity(entries.len());
             for (score, id) in entries {
                 match id.strip_prefix('~') {
                     Some(key) => {
-                        let jobs =
-                            structures::head(&self.store, p, Structure::Flow(topic, key), (offset + limit) as i64)
-                                .await?;
-                        part.extend(jobs.into_iter().map(|(id, score)| (score, id)));
+                        keys.insert(key.to_string());
                     }
                     None => part.push((score, id)),
                 }
+            }
+            for key in &keys {
+                let jobs = structures::head(&self.store, p, Structure::Flow(topic, key), (offset + limit) as i64).await?;
+                part.extend(jobs.into_iter().map(|(id, score)| (score, id)));
             }
             parts.push(part);
         }
         let merged = merge(parts.into_iter());
         let page: Vec<String> = merged.into_iter().skip(offset).take(limit).map(|(_, id)| id).collect();
         let jobs = self.get_many(&page).await?.into_iter().flatten().collect();
-        Ok(JobPage {
-            jobs,
-            total,
-            complete: true,
-        })
+        Ok(JobPage { jobs, total, complete })
     }
 
     async fn browse_shared(&self, topic: &str, state: State, offset: usize, limit: usize) -> Result<JobPage> {
