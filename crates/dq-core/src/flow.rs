@@ -90,16 +90,7 @@ impl crate::Admin {
 pub(crate) async fn busiest(store: &Store, topic: &str, top: usize) -> Result<FlowKeys> {
     let reads = store.partitions.all().map(|p| async move {
         let keys = store.partition_keys(p);
-        let mut pipe = redis::pipe();
-        pipe.cmd("ZCARD")
-            .arg(keys.flows(topic))
-            .cmd("ZRANGE")
-            .arg(keys.flows(topic))
-            .arg(0)
-            .arg(top.max(1) as i64 - 1)
-            .arg("REV")
-            .arg("WITHSCORES");
-        let (count, firsts): (u64, Vec<(String, f64)>) = store.pipe(p, &pipe).await?;
+        let (count, firsts) = keys_with_ready(store, p, topic, top).await?;
         if firsts.is_empty() {
             return Ok::<_, crate::error::Error>((count, Vec::new()));
         }
@@ -131,8 +122,13 @@ pub(crate) async fn busiest(store: &Store, topic: &str, top: usize) -> Result<Fl
     Ok(out)
 }
 
-/// Partition `p`'s keys of `topic` with ready jobs: how many, and the `top` busiest.
-pub(crate) async fn keys_with_ready(store: &Store, p: u16, topic: &str, top: usize) -> Result<(u64, Vec<String>)> {
+/// Partition `p`'s keys of `topic` with ready jobs: how many, and the `top` busiest with their ready jobs.
+pub(crate) async fn keys_with_ready(
+    store: &Store,
+    p: u16,
+    topic: &str,
+    top: usize,
+) -> Result<(u64, Vec<(String, f64)>)> {
     let keys = store.partition_keys(p);
     let mut pipe = redis::pipe();
     pipe.cmd("ZCARD")
@@ -141,7 +137,8 @@ pub(crate) async fn keys_with_ready(store: &Store, p: u16, topic: &str, top: usi
         .arg(keys.flows(topic))
         .arg(0)
         .arg(top.max(1) as i64 - 1)
-        .arg("REV");
+        .arg("REV")
+        .arg("WITHSCORES");
     store.pipe(p, &pipe).await
 }
 

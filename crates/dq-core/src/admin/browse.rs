@@ -89,7 +89,7 @@ impl Admin {
         for (p, (entries, _, _)) in self.partitions.all().zip(firsts) {
             let (count, busiest) = crate::flow::keys_with_ready(&self.store, p, topic, FLOW_KEYS_EACH).await?;
             complete &= count <= FLOW_KEYS_EACH as u64;
-            let mut keys: std::collections::BTreeSet<String> = busiest.into_iter().collect();
+            let mut keys: std::collections::BTreeSet<String> = busiest.into_iter().map(|(k, _)| k).collect();
             let mut part = Vec::with_capacity(entries.len());
             for (score, id) in entries {
                 match id.strip_prefix('~') {
@@ -100,7 +100,8 @@ impl Admin {
                 }
             }
             for key in &keys {
-                let jobs = structures::head(&self.store, p, Structure::Flow(topic, key), (offset + limit) as i64).await?;
+                let jobs =
+                    structures::head(&self.store, p, Structure::Flow(topic, key), (offset + limit) as i64).await?;
                 part.extend(jobs.into_iter().map(|(id, score)| (score, id)));
             }
             parts.push(part);

@@ -5,7 +5,8 @@
 -- KEYS[1]: job record (<prefix>:job:<id>)
 -- KEYS[2]: the partition's delay set (<prefix>:delayed)
 -- KEYS[3]: counts hash (<prefix>:counts)
--- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: ready wake channel
+-- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: ready wake channel (unused: `ready_add`, flow.lua,
+-- names it from the key prefix, as `<prefix>:wake:ready`)
 -- Returns: the job's topic when kicked, false (nil) when there is no such job or it is neither buried
 -- nor delayed.
 
@@ -16,7 +17,7 @@ if not r or (r.s ~= 'dead' and r.s ~= 'delayed') then return false end
 local topic, from = r.t, r.s
 local ready, dead = prefix .. ':ready:' .. topic, prefix .. ':dead:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
-local was_empty = redis.call('EXISTS', ready) == 0
+redis.call('EXISTS', ready)
 redis.call('EXISTS', dead)
 if r.f then flow_read(prefix, topic, r.f) end
 local t = redis.call('TIME')
@@ -28,12 +29,7 @@ if r.k[5] == nil then r.k[5] = math.max(0, math.floor((r.r - r.c) / 1000)) end
 r.s, r.r = 'ready', now
 if r.g then r.x = now + r.g end
 rec_store(job, r)
-if r.f then
-  flow_add(prefix, topic, r.f, id, rec_score(r.p, now), now)
-else
-  redis.call('ZADD', ready, rec_score(r.p, now), id)
-  if was_empty then redis.call(publish, ARGV[3], topic) end
-end
+ready_add(prefix, r, id, rec_score(r.p, now), now)
 redis.call('HINCRBY', counts, topic .. ':' .. from, -1)
 redis.call('HINCRBY', counts, topic .. ':ready', 1)
 return topic

@@ -9,7 +9,8 @@
 -- KEYS[3]: the partition's delay set (<prefix>:delayed)
 -- KEYS[4]: counts hash (<prefix>:counts)
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: receipt   ARGV[4]: priority
--- ARGV[5]: delay in ms ("" to bury)   ARGV[6]: ready wake channel   ARGV[7]: timer wake channel
+-- ARGV[5]: delay in ms ("" to bury)   ARGV[6]: ready wake channel (unused: `ready_add`,
+-- flow.lua, names it from the key prefix)   ARGV[7]: timer wake channel
 -- Returns: {1, state, topic} released or buried (state 'ready', 'delayed' or 'dead'), {0} no such job, {-1} not
 -- reserved under that receipt.
 
@@ -21,7 +22,7 @@ if r.s ~= 'reserved' or r.rc ~= ARGV[3] then return {-1} end
 local topic = r.t
 local ready = prefix .. ':ready:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
-local was_empty = redis.call('EXISTS', ready) == 0
+redis.call('EXISTS', ready)
 redis.call('EXISTS', prefix .. ':dead:' .. topic)
 if r.f then flow_read(prefix, topic, r.f) end
 local t = redis.call('TIME')
@@ -48,12 +49,7 @@ if delay <= 0 then
   -- after it (beanstalkd puts a released job back by its number, which is its put order).
   r.s = 'ready'
   rec_store(job, r)
-  if r.f then
-    flow_add(prefix, topic, r.f, id, rec_score(r.p, r.r), now)
-  else
-    redis.call('ZADD', ready, rec_score(r.p, r.r), id)
-    if was_empty then redis.call(publish, ARGV[6], topic) end
-  end
+  ready_add(prefix, r, id, rec_score(r.p, r.r), now)
   redis.call('HINCRBY', counts, topic .. ':ready', 1)
   return {1, 'ready', topic}
 end

@@ -84,12 +84,7 @@ if pending then
     redis.call('ZREM', bucket, pending)
     r.s, r.r = 'ready', now
     rec_store(base .. pending, r)
-    if r.f then
-      flow_add(prefix, topic, r.f, pending, rec_score(r.p, now), now)
-    else
-      redis.call('ZADD', ready, rec_score(r.p, now), pending)
-      if was_empty then redis.call(publish, ARGV[1], topic) end
-    end
+    ready_add(prefix, r, pending, rec_score(r.p, now), now)
     redis.call('HINCRBY', counts, topic .. ':delayed', -1)
     redis.call('HINCRBY', counts, topic .. ':ready', 1)
     remember(pending, now)

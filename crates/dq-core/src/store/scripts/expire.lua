@@ -8,11 +8,12 @@
 -- KEYS[3]: events list (<prefix>:events), where a job's death is recorded for dq-checker's alerts
 -- KEYS[4]: the earliest deadline announced to the timers (<prefix>:announced): the caller, the timer
 --          that holds the partition, learns the next deadline from the answer, so that becomes it
--- ARGV[1]: key prefix   ARGV[2]: most jobs to handle in this call   ARGV[3]: ready wake channel
+-- ARGV[1]: key prefix   ARGV[2]: most jobs to handle in this call   ARGV[3]: ready wake channel (unused: `ready_add`, flow.lua,
+-- names it from the key prefix)
 -- Returns: {back to ready, dead, next_deadline (-1 when none is reserved), now}
 
 local reserved, counts, events, announced = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local prefix, limit = ARGV[1], tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expired = redis.call('ZRANGEBYSCORE', reserved, '-inf', now, 'LIMIT', 0, limit)
@@ -55,14 +56,8 @@ for i, id in ipairs(expired) do
       redis.call('LTRIM', events, 0, 9999)
       to_dead = to_dead + 1
     else
-      local ready = prefix .. ':ready:' .. topic
       -- Its original due time puts it ahead of jobs that became due after it.
-      if r.f then
-        flow_add(prefix, topic, r.f, id, rec_score(r.p, r.r), now)
-      else
-        redis.call('ZADD', ready, rec_score(r.p, r.r), id)
-        if redis.call('ZCARD', ready) == 1 then redis.call(publish, ready_channel, topic) end
-      end
+      ready_add(prefix, r, id, rec_score(r.p, r.r), now)
       r.s = 'ready'
       rec_store(job, r)
       redis.call('HINCRBY', counts, topic .. ':ready', 1)

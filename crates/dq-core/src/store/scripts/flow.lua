@@ -75,6 +75,16 @@ local function flow_add(prefix, t, k, id, score, now)
   flow_turn(prefix, t, k, score, now)
 end
 
+-- Job `id` (record `r`) becomes ready at `score`: into its flow key's queue when it has one (the key
+-- gets its turn), else into its topic's ready queue, whose reservers a first job wakes.
+local function ready_add(prefix, r, id, score, now)
+  if r.f then return flow_add(prefix, r.t, r.f, id, score, now) end
+  local ready = prefix .. ':ready:' .. r.t
+  local was_empty = redis.call('EXISTS', ready) == 0
+  redis.call('ZADD', ready, score, id)
+  if was_empty then redis.call(publish, prefix .. ':wake:ready', r.t) end
+end
+
 -- Ready job `id` of key k leaves the key's queue other than by a reserve (cancel, reschedule, beanstalkd's
 -- reserve-job); a key left without ready jobs loses its turn.
 local function flow_remove(prefix, t, k, id)

@@ -8,7 +8,8 @@
 -- KEYS[4]: counts hash (<prefix>:counts)
 -- KEYS[5]: events list (<prefix>:events), where a job's death is recorded for dq-checker's alerts
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: receipt   ARGV[4]: error text ("" for none)
--- ARGV[5]: delay_ms chosen by the caller ("" to use the backoff list)   ARGV[6]: ready wake channel
+-- ARGV[5]: delay_ms chosen by the caller ("" to use the backoff list)   ARGV[6]: ready wake channel (unused:
+-- `ready_add`, flow.lua, names it from the key prefix)
 -- ARGV[7]: timer wake channel   ARGV[8]: a pause of the job's flow key asked by the callback, ms (a 429
 -- or 503 with `Retry-After`; "" or 0 for none; see flow.lua)
 -- ARGV[9..]: backoff list in ms: the i-th after the i-th failure, the last
@@ -68,13 +69,7 @@ end
 
 local run_at = now + delay
 if delay <= 0 then
-  local ready = prefix .. ':ready:' .. topic
-  if r.f then
-    flow_add(prefix, topic, r.f, id, rec_score(r.p, run_at), now)
-  else
-    redis.call('ZADD', ready, rec_score(r.p, run_at), id)
-    if redis.call('ZCARD', ready) == 1 then redis.call(publish, ARGV[6], topic) end
-  end
+  ready_add(prefix, r, id, rec_score(r.p, run_at), now)
   r.s, r.r = 'ready', run_at
   rec_store(job, r)
   redis.call('HINCRBY', counts, topic .. ':ready', 1)

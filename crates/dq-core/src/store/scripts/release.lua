@@ -6,7 +6,8 @@
 -- KEYS[1]: job record (<prefix>:job:<id>)
 -- KEYS[2]: the reserved set (<prefix>:reserved)
 -- KEYS[3]: counts hash (<prefix>:counts)
--- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: receipt   ARGV[4]: ready wake channel
+-- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: receipt   ARGV[4]: ready wake channel (unused:
+-- `ready_add`, flow.lua, names it from the key prefix)
 -- ARGV[5]: "1" when the delivery counts, "" when it does not
 -- Returns: 1 released, 0 no such job, -1 stale receipt.
 
@@ -18,22 +19,17 @@ if r.s ~= 'reserved' or r.rc ~= ARGV[3] then return -1 end
 local topic = r.t
 local ready = prefix .. ':ready:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
-local was_empty = redis.call('EXISTS', ready) == 0
+redis.call('EXISTS', ready)
 if r.f then flow_read(prefix, topic, r.f) end
 redis.call('ZREM', reserved, id)
 r.rc, r.d = nil, nil
 if ARGV[5] ~= '1' then r.a = r.a - 1 end
 r.s = 'ready'
 rec_store(job, r)
-if r.f then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  flow_count(prefix, topic, r.f, -1, now)
-  flow_add(prefix, topic, r.f, id, rec_score(r.p, r.r), now)
-else
-  redis.call('ZADD', ready, rec_score(r.p, r.r), id)
-  if was_empty then redis.call(publish, ARGV[4], topic) end
-end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if r.f then flow_count(prefix, topic, r.f, -1, now) end
+ready_add(prefix, r, id, rec_score(r.p, r.r), now)
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 redis.call('HINCRBY', counts, topic .. ':ready', 1)
 return 1

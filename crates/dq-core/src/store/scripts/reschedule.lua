@@ -5,7 +5,7 @@
 -- KEYS[3]: counts hash (<prefix>:counts)
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: delay_ms ("" when run_at is given)   ARGV[4]: run_at ("" when delay_ms is given)
 --   (both "": the due time stays)
--- ARGV[5]: ready wake channel   ARGV[6]: timer wake channel   ARGV[7]: the new priority ("": it stays)
+-- ARGV[5]: ready wake channel (unused: `ready_add`, flow.lua, names it from the key prefix)   ARGV[6]: timer wake channel   ARGV[7]: the new priority ("": it stays)
 -- Returns: {1, state, run_at} when moved; {0, 'not_found'} or {0, <state>} when the job is not delayed or ready.
 
 local job, bucket, counts = KEYS[1], KEYS[2], KEYS[3]
@@ -30,11 +30,8 @@ elseif r.f then flow_remove(prefix, topic, r.f, id)
 else redis.call('ZREM', ready, id) end
 local new_state = 'delayed'
 if run_at <= now then new_state = 'ready' end
-if new_state == 'ready' and r.f then
-  flow_add(prefix, topic, r.f, id, rec_score(r.p, run_at), now)
-elseif new_state == 'ready' then
-  redis.call('ZADD', ready, rec_score(r.p, run_at), id)
-  if redis.call('ZCARD', ready) == 1 then redis.call(publish, ARGV[5], topic) end
+if new_state == 'ready' then
+  ready_add(prefix, r, id, rec_score(r.p, run_at), now)
 else
   local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
   redis.call('ZADD', bucket, run_at, id)
