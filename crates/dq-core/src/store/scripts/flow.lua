@@ -11,7 +11,7 @@
 --
 -- Keys, all in the partition the topic and key hash to (every job of a key is there):
 --   <prefix>:fq:<topic>:<key>   sorted set: the key's ready jobs, scored like a ready queue (rec_score)
---   <prefix>:fs:<topic>:<key>   hash: n its reserved jobs; b 1 while n is at the topic's
+--   <prefix>:fs:<topic>:<key>   hash (only for a topic with limits, or a key paused): n its reserved jobs; b 1 while n is at the topic's
 --                               flow.concurrency (its turn is out until a reservation ends); tk, ts its
 --                               token bucket (tokens, when counted, ms); u paused until (ms, a 429 or
 --                               503 `Retry-After`). Expires FLOW_IDLE_MS after n falls to 0.
@@ -67,12 +67,18 @@ local function flow_turn(prefix, t, k, score, now)
   if was_empty then redis.call(publish, prefix .. ':wake:ready', t) end
 end
 
--- Job `id` of topic t, flow key k, is ready at `score` (rec_score): into the key's queue, and the key
--- gets its turn.
+-- Jobs of topic t, flow key k, are ready: `adds` is {score, id, score, id, ...} (rec_score), `first` the
+-- lowest score. Into the key's queue (one ZADD for all), and the key gets its turn.
+local function flow_add_all(prefix, t, k, adds, first, now)
+  local q = prefix .. ':fq:' .. t .. ':' .. k
+  for i = 1, #adds, 2000 do redis.call('ZADD', q, unpack(adds, i, math.min(i + 1999, #adds))) end
+  redis.call('ZINCRBY', prefix .. ':flows:' .. t, #adds / 2, k)
+  flow_turn(prefix, t, k, first, now)
+end
+
+-- Job `id` of topic t, flow key k, is ready at `score` (rec_score).
 local function flow_add(prefix, t, k, id, score, now)
-  redis.call('ZADD', prefix .. ':fq:' .. t .. ':' .. k, score, id)
-  redis.call('ZINCRBY', prefix .. ':flows:' .. t, 1, k)
-  flow_turn(prefix, t, k, score, now)
+  flow_add_all(prefix, t, k, {score, id}, score, now)
 end
 
 -- Job `id` (record `r`) becomes ready at `score`: into its flow key's queue when it has one (the key
@@ -102,6 +108,8 @@ end
 -- `delta` is -1 for an end, +1 for a reservation made outside reserve.lua (beanstalkd's reserve-job).
 local function flow_count(prefix, t, k, delta, now)
   local st = prefix .. ':fs:' .. t .. ':' .. k
+  -- A key of a topic without limits has no state (reserve.lua keeps none): nothing to count down.
+  if delta < 0 and redis.call('EXISTS', st) == 0 then return end
   local n = redis.call('HINCRBY', st, 'n', delta)
   if n < 0 then
     redis.call('HSET', st, 'n', 0)

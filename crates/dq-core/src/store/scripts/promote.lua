@@ -43,8 +43,9 @@ for w = 1, math.floor((#ARGV - 5) / 4) do
   waiting[w] = {topic = ARGV[a + 1], channel = ARGV[a + 2], slots = slots, ttr = tonumber(ARGV[a + 4]), jobs = {}}
   if slots > 0 then wanted[ARGV[a + 1]] = true end
 end
--- Flow keys' turns parked in the delay set (flow.lua), due now: i -> {topic, key}.
-local turns = {}
+-- Flow keys' turns parked in the delay set (flow.lua), due now: i -> {topic, key}. Due jobs with a flow
+-- key, by key ("<topic> <key>" -> {t, k, adds, first}): one ZADD, one count and one turn per key.
+local turns, keyed = {}, {}
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 for i = 1, count do
   local member = due[2 * i - 1]
@@ -63,7 +64,10 @@ for i = 1, count do
     r = {s = 'delayed', t = topic}
   elseif raw then
     r = rec_load(key, false, bucket, due[2 * i], raw)
-    if r and r.f then flow_read(prefix, r.t, r.f) end
+    if r and r.f and not keyed[r.t .. ' ' .. r.f] then
+      keyed[r.t .. ' ' .. r.f] = {t = r.t, k = r.f, adds = {}}
+      flow_read(prefix, r.t, r.f)
+    end
   end
   recs[i] = r
   if r then per_topic[r.t] = 0 end
@@ -191,7 +195,10 @@ for i = 1, count do
       to_reserved[r.t] = (to_reserved[r.t] or 0) + 1
     else
       if r.f then
-        flow_add(prefix, r.t, r.f, id, rec_score(r.p, run_at), now)
+        local e, score = keyed[r.t .. ' ' .. r.f], rec_score(r.p, run_at)
+        e.adds[#e.adds + 1] = score
+        e.adds[#e.adds + 1] = id
+        if e.first == nil or score < e.first then e.first = score end
       else
         add(prefix .. ':ready:' .. r.t, rec_score(r.p, run_at), id)
       end
@@ -206,6 +213,9 @@ for i = 1, count do
     local head = redis.call('ZRANGE', prefix .. ':fq:' .. tp .. ':' .. k, 0, 0, 'WITHSCORES')
     if head[2] then flow_turn(prefix, tp, k, math.floor(tonumber(head[2]) / FLOW_STEP) * FLOW_STEP + now, now) end
   end
+end
+for _, e in pairs(keyed) do
+  if e.first then flow_add_all(prefix, e.t, e.k, e.adds, e.first, now) end
 end
 for _, key in ipairs(order) do
   local a = adds[key]

@@ -116,9 +116,9 @@ local function rec_score(p, at) return (p or 1024) * 4398046511104 + at end
 -- `false` when absent, and left out at the end. (So are p, n, k and f.) A reservation's end is `r.rc, r.d = nil, nil`.
 --
 -- With `only_state`, the caller changed nothing but `r.s`. The state is the array's first element, one
--- byte at offset 1 (after MessagePack's one-byte array header, a positive fixint), so one SETRANGE writes
--- it without rewriting the record. A record with n or k has 16 or 17 fields, past what a one-byte header
--- counts (15): its header is three bytes, so it is written whole (so is one with f, 18 fields). (A done record, written so, keeps the receipt and deadline of its
+-- byte (a positive fixint) at offset 1, after MessagePack's one-byte array header, so one SETRANGE writes
+-- it without rewriting the record. A record with n, k or f has 16 to 18 fields, past what a one-byte
+-- header counts (15): its header is three bytes (array16), and the state is at offset 3. (A done record, written so, keeps the receipt and deadline of its
 -- last reservation, which mean nothing once it is done.)
 --
 -- Only done records have a TTL (ack gives it after this), and no script rewrites a done record, so a SET
@@ -132,8 +132,10 @@ local function rec_store(key, r, only_state, new)
   if s == 'delayed' then code = 1 elseif s == 'ready' then code = 2 elseif s == 'reserved' then code = 3
   elseif s == 'done' then code = 4 elseif s == 'dead' then code = 5
   else error('unknown job state ' .. tostring(s)) end
-  if only_state and not r.hash and not r.n and not r.k and not r.f then
-    redis.call('SETRANGE', key, 1, string.char(code))
+  if only_state and not r.hash then
+    -- The state is the array's first element: after a one-byte header (a fixarray, up to 15 fields), or
+    -- a three-byte one (an array16: a record with n, k or f has 16 to 18 fields).
+    redis.call('SETRANGE', key, (r.n or r.k or r.f) and 3 or 1, string.char(code))
     return
   end
   -- A delay of 10^12 ms or more (beanstalkd's allow up to 136 years) would read as a full created_at:

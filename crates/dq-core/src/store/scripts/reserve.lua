@@ -192,7 +192,8 @@ for _, f in ipairs(flow_order) do
     local flows = prefix .. ':flows:' .. f.t
     if tonumber(redis.call('ZINCRBY', flows, -f.left, f.k)) <= 0 then redis.call('ZREM', flows, f.k) end
   end
-  if f.gave > 0 or f.held or f.rate > 0 then
+  -- A topic without limits keeps no state for its keys (nothing counts against them).
+  if (f.conc > 0 or f.rate > 0) and (f.gave > 0 or f.held or f.rate > 0) then
     local w = {'n', f.n}
     if f.rate > 0 then
       w[#w + 1], w[#w + 2], w[#w + 3], w[#w + 4] = 'tk', tostring(f.tk), 'ts', f.ts
