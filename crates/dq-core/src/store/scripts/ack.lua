@@ -22,7 +22,8 @@ local prefix, now = string.sub(reserved, 1, #reserved - 9), nil
 for k = 1, #KEYS - 3 do
   local r = rec_load(KEYS[3 + k]) or false
   recs[k] = r
-  if r and r.f then
+  -- A key of a topic without limits has no state, and an ack leaves it alone (flow_count).
+  if r and r.f and redis.call('EXISTS', prefix .. ':fs:' .. r.t .. ':' .. r.f) == 1 then
     flow_read(prefix, r.t, r.f)
     if not now then
       local t = redis.call('TIME')
