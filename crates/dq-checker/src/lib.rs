@@ -75,7 +75,13 @@ struct Memory {
     depths: HashSet<(String, State)>,
     /// When the last housekeeping ran (zero counts, registry tombstones).
     pruned: Option<Instant>,
+    /// When the flow keys' gauges were last read ([`FLOWS_EVERY`]): each read asks every partition.
+    flows_read: Option<Instant>,
 }
+
+/// How often the flow keys' gauges (`dq_flow_keys`, `dq_flow_busiest_ready`) are read again: a read of
+/// a topic asks every partition, too much for every round.
+const FLOWS_EVERY: Duration = Duration::from_secs(10);
 
 impl Memory {
     /// Whether the alert state `field` is now `state`, compared with the last one sent: `Some(before)`
@@ -192,8 +198,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             _ = tick.tick() => {}
             _ = shutdown.cancelled() => break,
         }
-        // What a SIGHUP changed applies from the next round on; the round itself is never interrupted.
-        let (settings, notifier) = (in_force.borrow().clone(), notifiers.borrow().clone());
+        // What a SIGHUP changed applies from the next round on; the round itself is never interrupted. The
+        // alert channels are the exception: each check takes those in force when it reads what it alerts
+        // on, so an alert about anything seen after a reload goes to the new channels.
+        let settings = in_force.borrow().clone();
+        let notifier = || notifiers.borrow().clone();
         if settings.checker.interval_ms != interval.as_millis() as u64 {
             interval = Duration::from_millis(settings.checker.interval_ms);
             tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
@@ -231,18 +240,18 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         let primaries = queue.admin().primaries().await;
         for node in &watch.nodes(primaries.clone()) {
             let former = !primaries.contains(node);
-            let up = check_node(&queue, node, former, interval, &notifier, &mut memory).await;
+            let up = check_node(&queue, node, former, interval, &notifier(), &mut memory).await;
             watch.saw(node, up, !former);
         }
         if memory.leader {
-            events::alert_dead_jobs(&queue, &notifier).await;
+            events::alert_dead_jobs(&queue, &notifier()).await;
         }
         let stats = queue.admin().counts().await;
         depths(
             &queue,
             &stats,
             settings.checker.backlog_threshold,
-            &notifier,
+            &notifier(),
             &mut memory,
         )
         .await;
@@ -251,7 +260,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             let every = Duration::from_millis(settings.checker.housekeeping_interval_ms);
             housekeeping(&queue, &stats, every, &mut memory).await;
         }
-        quarantine::check(&queue, &notifier, &mut memory).await;
+        quarantine::check(&queue, &notifier(), &mut memory).await;
     }
     let _ = hooks.await;
     let _ = metrics.await;
@@ -424,6 +433,10 @@ async fn depths(queue: &Queue, stats: &Stats, threshold: Option<u64>, notifier: 
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as f64)
         .unwrap_or(0.0);
+    let read_flows = memory.flows_read.is_none_or(|at| at.elapsed() >= FLOWS_EVERY);
+    if read_flows {
+        memory.flows_read = Some(Instant::now());
+    }
     for (topic, n) in &ready {
         let oldest = if *n > 0 {
             queue.checker().oldest_ready(topic).await
@@ -433,15 +446,17 @@ async fn depths(queue: &Queue, stats: &Stats, threshold: Option<u64>, notifier: 
         let age = oldest.map_or(0.0, |o| ((now_ms - o) / 1000.0).max(0.0));
         metrics::gauge!("dq_oldest_ready_age_seconds", "topic" => topic.clone()).set(age);
         // Flow keys: how many have ready jobs, and the busiest one's backlog (one series per topic,
-        // never one per key).
-        let flows = if *n > 0 {
-            queue.admin().flow_keys(topic, 1).await.ok()
-        } else {
-            None
-        };
-        let (keys, busiest) = flows.map_or((0, 0), |f| (f.keys, f.busiest.first().map_or(0, |k| k.ready)));
-        metrics::gauge!("dq_flow_keys", "topic" => topic.clone()).set(keys as f64);
-        metrics::gauge!("dq_flow_busiest_ready", "topic" => topic.clone()).set(busiest as f64);
+        // never one per key), every FLOWS_EVERY.
+        if read_flows {
+            let flows = if *n > 0 {
+                queue.admin().flow_keys(topic, 1).await.ok()
+            } else {
+                None
+            };
+            let (keys, busiest) = flows.map_or((0, 0), |f| (f.keys, f.busiest.first().map_or(0, |k| k.ready)));
+            metrics::gauge!("dq_flow_keys", "topic" => topic.clone()).set(keys as f64);
+            metrics::gauge!("dq_flow_busiest_ready", "topic" => topic.clone()).set(busiest as f64);
+        }
         // A topic's own threshold wins over checker.backlog_threshold.
         if let Some(limit) = registry.get(topic).and_then(|c| c.backlog_threshold).or(threshold) {
             let over = *n as u64 > limit;
