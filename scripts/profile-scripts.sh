@@ -28,9 +28,12 @@ for batch in "${batches[@]}"; do
 import json, os, subprocess, sys
 port, n, batch, work, lua = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 rec = open(os.path.join(lua, "record.lua")).read()
+# Built as dq-core builds them (store/scripts/mod.rs): flow.lua after the publish line, where it exists.
+flow = open(os.path.join(lua, "flow.lua")).read() if os.path.exists(os.path.join(lua, "flow.lua")) else ""
 sha = {}
 for name in ("push", "promote", "reserve", "ack"):
-    text = rec + ("" if name == "ack" else "local publish = 'PUBLISH'\n") + open(os.path.join(lua, name + ".lua")).read()
+    pub = "" if name == "ack" and not flow else "local publish = 'PUBLISH'\n"
+    text = rec + pub + flow + open(os.path.join(lua, name + ".lua")).read()
     sha[name] = subprocess.check_output(["redis-cli", "-p", port, "script", "load", text]).decode().strip()
 def resp(*args):
     out = [f"*{len(args)}\r\n"]

@@ -36,54 +36,31 @@ impl Waking {
 }
 
 macro_rules! script {
+    // A script in its two builds ([`Waking`]): `record.lua`, the line that names the publish command of
+    // each build, then the parts given.
+    (@waking $(#[$doc:meta])* $name:ident, $($part:expr),+) => {
+        $(#[$doc])*
+        pub static $name: Waking = Waking {
+            classic: LazyLock::new(|| {
+                Script::new(concat!(include_str!("record.lua"), "local publish = 'PUBLISH'\n", $($part),+))
+            }),
+            sharded: LazyLock::new(|| {
+                Script::new(concat!(include_str!("record.lua"), "local publish = 'SPUBLISH'\n", $($part),+))
+            }),
+        };
+    };
     ($(#[$doc:meta])* $name:ident, $file:literal) => {
         $(#[$doc])*
         pub static $name: LazyLock<Script> =
             LazyLock::new(|| Script::new(include_str!($file)));
     };
-    // A script that reads or writes job records and publishes wake-ups: `record.lua`, then the line that
-    // names the publish command of each build.
+    // A script that reads or writes job records and publishes wake-ups.
     ($(#[$doc:meta])* $name:ident, record + publish + $file:literal) => {
-        $(#[$doc])*
-        pub static $name: Waking = Waking {
-            classic: LazyLock::new(|| {
-                Script::new(concat!(
-                    include_str!("record.lua"),
-                    "local publish = 'PUBLISH'\n",
-                    include_str!($file)
-                ))
-            }),
-            sharded: LazyLock::new(|| {
-                Script::new(concat!(
-                    include_str!("record.lua"),
-                    "local publish = 'SPUBLISH'\n",
-                    include_str!($file)
-                ))
-            }),
-        };
+        script!(@waking $(#[$doc])* $name, include_str!($file));
     };
-    // A script that also moves jobs with a flow key: `record.lua`, `flow.lua` (flow keys' queues and
-    // turns), then the line that names the publish command of each build.
+    // A script that also moves jobs with a flow key: `flow.lua` (flow keys' queues and turns) before it.
     ($(#[$doc:meta])* $name:ident, record + flow + publish + $file:literal) => {
-        $(#[$doc])*
-        pub static $name: Waking = Waking {
-            classic: LazyLock::new(|| {
-                Script::new(concat!(
-                    include_str!("record.lua"),
-                    "local publish = 'PUBLISH'\n",
-                    include_str!("flow.lua"),
-                    include_str!($file)
-                ))
-            }),
-            sharded: LazyLock::new(|| {
-                Script::new(concat!(
-                    include_str!("record.lua"),
-                    "local publish = 'SPUBLISH'\n",
-                    include_str!("flow.lua"),
-                    include_str!($file)
-                ))
-            }),
-        };
+        script!(@waking $(#[$doc])* $name, include_str!("flow.lua"), include_str!($file));
     };
     // A script that reads or writes job records: `record.lua`, the record's format, goes in front of it.
     ($(#[$doc:meta])* $name:ident, record + $file:literal) => {
