@@ -5,7 +5,8 @@
 #
 #   scripts/bench.sh            all figures
 #   BENCH_ONLY="push batch" scripts/bench.sh   some of: push auth priority batch reserve memory lateness cpu cpu-deliver burst kill deliver
-#                                      coalesce flow
+#                                      coalesce flow flow-cost (flow: all its figures; flow-cost: what keys cost only,
+#                                      with LIFE_SCRIPTS=1 each script's share)
 #                                      waiters schedules life (LIFE_PATH=push|pull|beanstalkd|bullmq: scripts/profile-life.sh)
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
@@ -234,40 +235,42 @@ if want coalesce; then
   rcli flushall >/dev/null
 fi
 
-if want flow; then
+if want flow || want flow-cost; then
   echo; echo "== flow keys end to end (dq-server, dq-timer, dq-consumer; an in-process callback that answers at once)"
-  echo "   fairness: 50,000 ready jobs of one key, then 5 jobs of each of 200 keys, callback concurrency 32: how long"
-  echo "   each small job waited (arrival - push answer), and the big key's jobs still to come after the last small one;"
-  echo "   then the same jobs without flow keys"
-  for keyless in "" --keyless; do
-    run=$(bench --json flow --mode fair --big 50000 --small-keys 200 --small-jobs 5 --concurrency 32 $keyless | tail -1)
-    python3 - "$run" <<'PY'
+  if want flow; then
+    echo "   fairness: 50,000 ready jobs of one key, then 5 jobs of each of 200 keys, callback concurrency 32: how long"
+    echo "   each small job waited (arrival - push answer), and the big key's jobs still to come after the last small one;"
+    echo "   then the same jobs without flow keys"
+    for keyless in "" --keyless; do
+      run=$(bench --json flow --mode fair --big 50000 --small-keys 200 --small-jobs 5 --concurrency 32 $keyless | tail -1)
+      python3 - "$run" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
 what = "without keys" if r["keyless"] else "flow keys   "
 print(f"   {what}: small jobs waited p50 {r['small_wait_p50_ms']:.0f} ms, p99 {r['small_wait_p99_ms']:.0f} ms, "
-      f"max {r['small_wait_max_ms']:.0f} ms; {r['big_jobs_after_the_last_small']} of the big key after the last small; "
-      f"{r['missing']} missing")
+        f"max {r['small_wait_max_ms']:.0f} ms; {r['big_jobs_after_the_last_small']} of the big key after the last small; "
+        f"{r['missing']} missing")
 PY
-    rcli flushall >/dev/null
-  done
-  echo "   per-key rate: 3 dq-consumers, 20 keys of 100 jobs at flow.rate_per_s 10, burst 10"
-  extra=()
-  for _ in 1 2; do
-    DQ__METRICS__LISTEN="127.0.0.1:$(port)" "${pin_rest[@]}" $bin/dq-consumer >>"$work/consumer-extra.log" 2>&1 &
-    pids+=($!); extra+=($!)
-  done
-  sleep 2
-  run=$(bench --json flow --mode rate --keys 20 --jobs-per-key 100 --rate 10 --burst 10 --concurrency 64 | tail -1)
-  python3 - "$run" <<'PY'
+      rcli flushall >/dev/null
+    done
+    echo "   per-key rate: 3 dq-consumers, 20 keys of 100 jobs at flow.rate_per_s 10, burst 10"
+    extra=()
+    for _ in 1 2; do
+      DQ__METRICS__LISTEN="127.0.0.1:$(port)" "${pin_rest[@]}" $bin/dq-consumer >>"$work/consumer-extra.log" 2>&1 &
+      pids+=($!); extra+=($!)
+    done
+    sleep 2
+    run=$(bench --json flow --mode rate --keys 20 --jobs-per-key 100 --rate 10 --burst 10 --concurrency 64 | tail -1)
+    python3 - "$run" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
 print(f"   each key: {r['key_rate_min']:.2f} to {r['key_rate_max']:.2f} jobs/s (mean {r['key_rate_mean']:.2f}; worst "
-      f"{r['key_rate_worst_deviation'] * 100:.1f}% off {r['rate_per_s']:g}/s); most arrivals of a key beyond rate x stretch "
-      f"+ burst: {r['most_arrivals_beyond_the_bound']:.0f}; {r['missing']} missing")
+        f"{r['key_rate_worst_deviation'] * 100:.1f}% off {r['rate_per_s']:g}/s); most arrivals of a key beyond rate x stretch "
+        f"+ burst: {r['most_arrivals_beyond_the_bound']:.0f}; {r['missing']} missing")
 PY
-  for p in "${extra[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  rcli flushall >/dev/null
+    for p in "${extra[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    rcli flushall >/dev/null
+  fi
   echo "   cost: 50,000 jobs due at once (pushed 8 s ahead), callback concurrency 64, with 10,000 distinct flow keys and"
   echo "   without; delivery throughput and Redis CPU per job over its life (push, promote, reserve, deliver, ack);"
   echo "   alternating runs"
@@ -275,9 +278,12 @@ PY
   for round in 1 2; do
     for keys in 0 10000; do
       rcli flushall >/dev/null
+      [ -n "${LIFE_SCRIPTS:-}" ] && rcli config set slowlog-log-slower-than 0 >/dev/null && \
+        rcli config set slowlog-max-len 1000000 >/dev/null && rcli slowlog reset >/dev/null
       c1=$(cpu)
       run=$(bench --json flow --mode cost -n 50000 --keys "$keys" --lead-ms 8000 --concurrency 64 | tail -1)
       c2=$(cpu)
+      [ -n "${LIFE_SCRIPTS:-}" ] && script_times 50000 && rcli config set slowlog-log-slower-than 10000 >/dev/null
       python3 - "$c1" "$c2" "$run" "$keys" <<'PY' | tee -a "$work/flow-cost.txt"
 import json, sys
 c1, c2 = float(sys.argv[1]), float(sys.argv[2]); r = json.loads(sys.argv[3])

@@ -344,6 +344,37 @@ async fn keyed_jobs_move_like_others() {
     assert_eq!((report.orphan_records, report.dangling_ids), (0, 0), "{report:?}");
 }
 
+/// Priorities hold within and across keys: a key's turn goes back in line with the priority of the job
+/// it gave, and when its next job is less urgent, that job waits behind other keys' more urgent ones.
+#[tokio::test]
+async fn priorities_hold_within_a_key() {
+    let redis = RedisServer::start();
+    let mut s = standalone(&redis);
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    let a1 = push(&q, json!({"topic": "p", "body": 1, "flow_key": "a", "priority": 1})).await;
+    let a2 = push(&q, json!({"topic": "p", "body": 2, "flow_key": "a", "priority": 2000})).await;
+    let b1 = push(&q, json!({"topic": "p", "body": 3, "flow_key": "b"})).await;
+    let c1 = push(&q, json!({"topic": "p", "body": 4})).await;
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let got = reserve(&q, "p", 1).await;
+        assert_eq!(got.len(), 1, "after {order:?}");
+        order.push(got[0].id.clone());
+    }
+    // b1 and c1 have one priority: pushed in one ms, the job may go before the turn (ids sort before `~`).
+    assert_eq!((&order[0], &order[3]), (&a1, &a2), "{order:?}");
+    assert_eq!(HashSet::from([&order[1], &order[2]]), HashSet::from([&b1, &c1]));
+    assert!(reserve(&q, "p", 1).await.is_empty());
+    // A more urgent job of a key whose turn is in line moves the turn ahead.
+    let d1 = push(&q, json!({"topic": "p", "body": 5, "flow_key": "d", "priority": 3000})).await;
+    let e1 = push(&q, json!({"topic": "p", "body": 6, "priority": 100})).await;
+    let d2 = push(&q, json!({"topic": "p", "body": 7, "flow_key": "d", "priority": 5})).await;
+    let got: Vec<String> = reserve(&q, "p", 3).await.into_iter().map(|j| j.id).collect();
+    assert_eq!(got, [d2, e1, d1]);
+    assert_eq!(q.admin().flow_keys("p", 10).await.unwrap().keys, 0);
+}
+
 /// A flow key is a job id's syntax; an id of the producer's goes with a flow key only when it is in the
 /// key's place (one dq made for it).
 #[tokio::test]

@@ -17,6 +17,8 @@ local reserved, counts, bs_ids = KEYS[1], KEYS[2], KEYS[3]
 local retention = tonumber(ARGV[1])
 -- Every record is read before the first write (see architecture.md, "Scripts on a moving slot").
 local recs = {}
+-- stateful[k]: the k-th job's flow key has a state (flow.lua), for flow_count to count down.
+local stateful = {}
 -- The partition's prefix (the reserved set's key without ':reserved') and the time, for flow keys.
 local prefix, now = string.sub(reserved, 1, #reserved - 9), nil
 for k = 1, #KEYS - 3 do
@@ -24,6 +26,7 @@ for k = 1, #KEYS - 3 do
   recs[k] = r
   -- A key of a topic without limits has no state, and an ack leaves it alone (flow_count).
   if r and r.f and redis.call('EXISTS', prefix .. ':fs:' .. r.t .. ':' .. r.f) == 1 then
+    stateful[k] = true
     flow_read(prefix, r.t, r.f)
     if not now then
       local t = redis.call('TIME')
@@ -48,7 +51,7 @@ for k = 1, #KEYS - 3 do
     -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
     if r.n then redis.call('HDEL', bs_ids, r.n) end
     -- A job with a flow key: one reservation fewer counts against its key (flow.lua).
-    if r.f then flow_count(prefix, r.t, r.f, -1, now) end
+    if stateful[k] then flow_count(prefix, r.t, r.f, -1, now) end
     if retention > 0 then
       r.s = 'done'
       rec_store(job, r, true)

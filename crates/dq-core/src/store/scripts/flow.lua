@@ -6,7 +6,8 @@
 -- ready queue holds the key's turn instead: one member `~<key>` (ids never start with `~`), scored as
 -- the key's first job would be, but never earlier than the time the key last had a turn. reserve.lua
 -- pops a turn like a job, takes the key's first job under the key's limits, and puts the turn back at
--- the end of the line (the time now). So among the keys with ready jobs every key gets one job per
+-- the end of the line (the time now) with the priority of the job taken, without reading the next one:
+-- a turn whose key's next job is less urgent goes back at that job's priority when it is popped. So among the keys with ready jobs every key gets one job per
 -- round, however many jobs each has, and a key costs its topic's queue one member.
 --
 -- Keys, all in the partition the topic and key hash to (every job of a key is there):
@@ -15,7 +16,9 @@
 --                               flow.concurrency (its turn is out until a reservation ends); tk, ts its
 --                               token bucket (tokens, when counted, ms); u paused until (ms, a 429 or
 --                               503 `Retry-After`). Expires FLOW_IDLE_MS after n falls to 0.
---   <prefix>:flows:<topic>      sorted set: key -> its ready jobs (the busiest keys, for stats)
+--   <prefix>:flows:<topic>      sorted set: key -> its ready jobs (the busiest keys, for stats), always
+--                               the size of the key's queue: reserve.lua reads whether a key has jobs
+--                               left from it, flow_enqueue whether a key had none
 -- A key's turn is in its topic's ready queue, or parked in the partition's delay set as
 -- `~<topic> <key>` until its next token or the end of its pause (promote.lua puts it back), or nowhere:
 -- the key has no ready jobs, or is held back by its concurrency (flow_done gives the turn back).
@@ -52,11 +55,12 @@ end
 
 -- Puts key k's turn in topic t's ready queue at `score`, or moves it earlier (never later), unless it
 -- is parked in the delay set or held back by concurrency; a key paused past `now` has it parked until
--- the pause ends. A queue that was empty wakes its reservers.
-local function flow_turn(prefix, t, k, score, now)
+-- the pause ends. A queue that was empty wakes its reservers. `fresh`: the key had no ready job before
+-- this one, so it has no turn parked (a key's turn goes with its last ready job), and none is looked for.
+local function flow_turn(prefix, t, k, score, now, fresh)
   local s = redis.call('HMGET', prefix .. ':fs:' .. t .. ':' .. k, 'b', 'u')
   if s[1] then return end
-  if redis.call('ZSCORE', prefix .. ':delayed', '~' .. t .. ' ' .. k) then return end
+  if not fresh and redis.call('ZSCORE', prefix .. ':delayed', '~' .. t .. ' ' .. k) then return end
   if s[2] and tonumber(s[2]) > now then
     flow_park(prefix, t, k, tonumber(s[2]))
     return
@@ -67,13 +71,27 @@ local function flow_turn(prefix, t, k, score, now)
   if was_empty then redis.call(publish, prefix .. ':wake:ready', t) end
 end
 
--- Jobs of topic t, flow key k, are ready: `adds` is {score, id, score, id, ...} (rec_score), `first` the
--- lowest score. Into the key's queue (one ZADD for all), and the key gets its turn.
-local function flow_add_all(prefix, t, k, adds, first, now)
+-- Jobs of topic t, flow key k, are ready: `adds` is {score, id, score, id, ...} (rec_score). Into the
+-- key's queue (one ZADD for all) and its count. Returns whether the key had no ready job before them:
+-- then its turn is nowhere (flow_turn gives it one); else it has one in line, parked or held back, and
+-- only moving it earlier (ZADD XX LT) may be needed. The count grows by the jobs the ZADD added, not by
+-- those it re-scored, so it stays the size of the key's queue, which reserve.lua relies on.
+local function flow_enqueue(prefix, t, k, adds)
   local q = prefix .. ':fq:' .. t .. ':' .. k
-  for i = 1, #adds, 2000 do redis.call('ZADD', q, unpack(adds, i, math.min(i + 1999, #adds))) end
-  redis.call('ZINCRBY', prefix .. ':flows:' .. t, #adds / 2, k)
-  flow_turn(prefix, t, k, first, now)
+  local added = 0
+  for i = 1, #adds, 2000 do added = added + redis.call('ZADD', q, unpack(adds, i, math.min(i + 1999, #adds))) end
+  if added == 0 then return false end
+  return tonumber(redis.call('ZINCRBY', prefix .. ':flows:' .. t, added, k)) == added
+end
+
+-- Jobs of topic t, flow key k, are ready: `adds` as flow_enqueue's, `first` the lowest score. The key
+-- gets its turn, or has it moved earlier when these jobs are more urgent.
+local function flow_add_all(prefix, t, k, adds, first, now)
+  if flow_enqueue(prefix, t, k, adds) then
+    flow_turn(prefix, t, k, first, now, true)
+  else
+    redis.call('ZADD', prefix .. ':ready:' .. t, 'XX', 'LT', first, '~' .. k)
+  end
 end
 
 -- Job `id` of topic t, flow key k, is ready at `score` (rec_score).

@@ -44,8 +44,11 @@ for w = 1, math.floor((#ARGV - 5) / 4) do
   if slots > 0 then wanted[ARGV[a + 1]] = true end
 end
 -- Flow keys' turns parked in the delay set (flow.lua), due now: i -> {topic, key}. Due jobs with a flow
--- key, by key ("<topic> <key>" -> {t, k, adds, first}): one ZADD, one count and one turn per key.
-local turns, keyed = {}, {}
+-- key, by key ("<topic> <key>" -> {t, k, adds, first}, and in `keyed_order`): one ZADD and one count per
+-- key, and their turns one ZADD per topic. `flow_keys` and `flow_states`: the keys those write, read
+-- (EXISTS) in one call each before the first write; when no key has a state (fs: a topic without
+-- limits, no key paused), no key's turn is held or parked, and none is looked at one by one.
+local turns, keyed, keyed_order, flow_keys, flow_states = {}, {}, {}, {}, {}
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 for i = 1, count do
   local member = due[2 * i - 1]
@@ -65,12 +68,25 @@ for i = 1, count do
   elseif raw then
     r = rec_load(key, false, bucket, due[2 * i], raw)
     if r and r.f and not keyed[r.t .. ' ' .. r.f] then
-      keyed[r.t .. ' ' .. r.f] = {t = r.t, k = r.f, adds = {}}
-      flow_read(prefix, r.t, r.f)
+      local e = {t = r.t, k = r.f, adds = {}}
+      keyed[r.t .. ' ' .. r.f] = e
+      keyed_order[#keyed_order + 1] = e
+      flow_keys[#flow_keys + 1] = prefix .. ':fq:' .. r.t .. ':' .. r.f
+      flow_states[#flow_states + 1] = prefix .. ':fs:' .. r.t .. ':' .. r.f
+      if not flow_keys[r.t] then
+        flow_keys[r.t] = true
+        flow_keys[#flow_keys + 1] = prefix .. ':flows:' .. r.t
+        flow_keys[#flow_keys + 1] = prefix .. ':ready:' .. r.t
+      end
     end
   end
   recs[i] = r
   if r then per_topic[r.t] = 0 end
+end
+local stateful = false
+for i = 1, #flow_keys, 2000 do redis.call('EXISTS', unpack(flow_keys, i, math.min(i + 1999, #flow_keys))) end
+for i = 1, #flow_states, 2000 do
+  if redis.call('EXISTS', unpack(flow_states, i, math.min(i + 1999, #flow_states))) > 0 then stateful = true end
 end
 
 -- The waiting workers of the due jobs' topics, by topic; each takes jobs up to its free slots.
@@ -214,12 +230,35 @@ for i = 1, count do
     if head[2] then flow_turn(prefix, tp, k, math.floor(tonumber(head[2]) / FLOW_STEP) * FLOW_STEP + now, now) end
   end
 end
-for _, e in pairs(keyed) do
-  if e.first then flow_add_all(prefix, e.t, e.k, e.adds, e.first, now) end
+-- Each key's jobs into its queue; a key that had none gets its turn (with no key's state here, straight
+-- into its topic's ready queue), one that had some has its turn moved earlier if these are more urgent.
+-- The reservers of a queue that was empty are woken below, with the topic's unkeyed jobs.
+for _, e in ipairs(keyed_order) do
+  if e.first then
+    local ready = prefix .. ':ready:' .. e.t
+    if not flow_enqueue(prefix, e.t, e.k, e.adds) then
+      add(ready .. ' XX', e.first, '~' .. e.k)
+    elseif stateful then
+      flow_turn(prefix, e.t, e.k, e.first, now, true)
+    else
+      add(ready .. ' LT', e.first, '~' .. e.k)
+    end
+  end
 end
 for _, key in ipairs(order) do
   local a = adds[key]
-  for k = 1, #a, 2000 do redis.call('ZADD', key, unpack(a, k, math.min(k + 1999, #a))) end
+  -- Turns: "<ready key> LT" for keys that had none, "<ready key> XX" for keys that had one (moved
+  -- earlier only).
+  local set, how = string.match(key, '^(.*) (%u%u)$')
+  for k = 1, #a, 2000 do
+    if how == 'LT' then
+      redis.call('ZADD', set, 'LT', unpack(a, k, math.min(k + 1999, #a)))
+    elseif how == 'XX' then
+      redis.call('ZADD', set, 'XX', 'LT', unpack(a, k, math.min(k + 1999, #a)))
+    else
+      redis.call('ZADD', key, unpack(a, k, math.min(k + 1999, #a)))
+    end
+  end
 end
 for topic, m in pairs(per_topic) do
   local h = to_reserved[topic] or 0

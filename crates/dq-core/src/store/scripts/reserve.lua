@@ -36,12 +36,17 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- jobs: {id, record, flow key} in the order taken; popped: {key, score, member} of everything popped.
 local jobs, popped = {}, {}
 local taken = 0
--- The flow keys whose turn was popped, by queue key, in order; each {t, k, q (its queue), st (its
--- state), conc, rate, burst, n, tk, ts, u, left (jobs it gave up from its queue), gave (jobs taken),
--- held / park (why its turn is out)}.
-local flows, flow_order = {}, {}
+-- The flow keys whose turn was popped, in order; each {t, k, q (its queue), st (its state, for a topic
+-- with limits), conc, rate, burst, n, tk, ts, u, turn (the turn's score, until its first job is taken),
+-- left (jobs it gave up from its queue), last (the score of the last of them), gave (jobs taken), held /
+-- park / empty (why its turn is out), later (where it went back when its next job is less urgent)}.
+local flow_order = {}
+-- Per ready queue, its topic's limits: {concurrency, rate, burst}.
 local limits = {}
-for k = 4, #KEYS do limits[KEYS[k]] = ARGV[k + 3] or '' end
+for k = 4, #KEYS do
+  local c, rt, b = string.match(ARGV[k + 3] or '', '^(%d+) ([%d.]+) (%d+)$')
+  limits[KEYS[k]] = {tonumber(c) or 0, tonumber(rt) or 0, tonumber(b) or 0}
+end
 
 -- Takes one job of flow key `f` if its limits allow; an error once a record cannot be read.
 local function flow_take(f)
@@ -67,7 +72,18 @@ local function flow_take(f)
     return
   end
   popped[#popped + 1] = {f.q, head[2], head[1]}
-  f.left = f.left + 1
+  if f.turn then
+    -- A turn goes back in line with the priority of the job its key gave last (below), which saves
+    -- reading the next one; when the next is less urgent, the turn goes back at its priority instead.
+    local p = math.floor(tonumber(head[2]) / FLOW_STEP)
+    if p > math.floor(f.turn / FLOW_STEP) then
+      redis.call('ZADD', f.q, head[2], head[1])
+      f.later = p * FLOW_STEP + f.turn % FLOW_STEP
+      return
+    end
+    f.turn = nil
+  end
+  f.left, f.last = f.left + 1, head[2]
   local r, err = rec_load(prefix .. ':job:' .. head[1], true, f.q, head[2])
   if err then return err end
   if r then
@@ -90,15 +106,20 @@ local function take(key, n)
       -- '~': a flow key's turn.
       local tp = string.sub(key, #prefix + 8)
       local k = string.sub(m, 2)
-      local st = prefix .. ':fs:' .. tp .. ':' .. k
-      local s = redis.call('HMGET', st, 'n', 'tk', 'ts', 'u')
-      local c, rt, b = string.match(limits[key], '^(%d+) ([%d.]+) (%d+)$')
-      local f = {t = tp, k = k, q = prefix .. ':fq:' .. tp .. ':' .. k, st = st, conc = tonumber(c) or 0,
-        rate = tonumber(rt) or 0, burst = tonumber(b) or 0, n = tonumber(s[1]) or 0, u = tonumber(s[4]) or 0,
-        left = 0, gave = 0}
-      f.tk, f.ts = tonumber(s[2]) or f.burst, tonumber(s[3]) or now
-      flow_order[#flow_order + 1] = f
+      local lim = limits[key]
+      local f = {t = tp, k = k, q = prefix .. ':fq:' .. tp .. ':' .. k, conc = lim[1], rate = lim[2],
+        burst = lim[3], n = 0, u = 0, turn = tonumber(score), left = 0, gave = 0}
+      -- A topic without limits keeps no state for its keys but a pause, and a paused key's turn is
+      -- parked, never in line (flow_turn, flow_pause): its state is read only with limits.
+      if f.conc > 0 or f.rate > 0 then
+        f.st = prefix .. ':fs:' .. tp .. ':' .. k
+        local s = redis.call('HMGET', f.st, 'n', 'tk', 'ts', 'u')
+        f.n, f.u = tonumber(s[1]) or 0, tonumber(s[4]) or 0
+        f.tk, f.ts = tonumber(s[2]) or f.burst, tonumber(s[3]) or now
+      end
       err = flow_take(f)
+      -- A turn that went back in line at its key's next priority may be popped again in this call.
+      if f.later then redis.call('ZADD', key, f.later, m) else flow_order[#flow_order + 1] = f end
     else
       local r
       r, err = rec_load(prefix .. ':job:' .. m, true, key, score)
@@ -185,12 +206,17 @@ for _, job in ipairs(jobs) do
   out[#out + 1] = job[3] or ''
 end
 -- The flow keys: their state, their ready counts, and their turns: back at the end of the line (the
--- priority of the key's next job, the time now), parked, or out.
+-- priority of the key's last job taken, the time now; one ZADD per queue), parked, or out.
 local turned = false
+local back, back_order = {}, {}
 for _, f in ipairs(flow_order) do
-  if f.left > 0 then
+  -- Jobs left in the key's queue: its count says (flow_enqueue keeps it the queue's size); a key that
+  -- gave nothing still has what it had.
+  local left = 1
+  if f.left > 0 or f.empty then
     local flows = prefix .. ':flows:' .. f.t
-    if tonumber(redis.call('ZINCRBY', flows, -f.left, f.k)) <= 0 then redis.call('ZREM', flows, f.k) end
+    left = f.empty and 0 or tonumber(redis.call('ZINCRBY', flows, -f.left, f.k))
+    if left <= 0 then redis.call('ZREM', flows, f.k) end
   end
   -- A topic without limits keeps no state for its keys (nothing counts against them).
   if (f.conc > 0 or f.rate > 0) and (f.gave > 0 or f.held or f.rate > 0) then
@@ -206,18 +232,25 @@ for _, f in ipairs(flow_order) do
       redis.call('PEXPIRE', f.st, math.max(FLOW_IDLE_MS, f.u - now + 1000))
     end
   end
-  if not f.held then
-    local head = redis.call('ZRANGE', f.q, 0, 0, 'WITHSCORES')
-    if head[2] then
-      if f.park then
-        flow_park(prefix, f.t, f.k, f.park)
-      else
-        redis.call('ZADD', prefix .. ':ready:' .. f.t, math.floor(tonumber(head[2]) / FLOW_STEP) * FLOW_STEP + now,
-          '~' .. f.k)
-        turned = true
+  if not f.held and left > 0 then
+    if f.park then
+      flow_park(prefix, f.t, f.k, f.park)
+    else
+      local ready = prefix .. ':ready:' .. f.t
+      if not back[ready] then
+        back[ready] = {}
+        back_order[#back_order + 1] = ready
       end
+      local b = back[ready]
+      b[#b + 1] = math.floor(tonumber(f.last) / FLOW_STEP) * FLOW_STEP + now
+      b[#b + 1] = '~' .. f.k
+      turned = true
     end
   end
+end
+for _, ready in ipairs(back_order) do
+  local b = back[ready]
+  for k = 1, #b, 2000 do redis.call('ZADD', ready, unpack(b, k, math.min(k + 1999, #b))) end
 end
 for k = 1, #added, 2000 do redis.call('ZADD', reserved, unpack(added, k, math.min(k + 1999, #added))) end
 -- Whether a topic taken from still has ready jobs here, as its count says after this reserve.
