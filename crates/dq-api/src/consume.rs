@@ -73,6 +73,9 @@ pub struct ReserveAnswer<B = RawBody> {
 pub struct AckRequest {
     /// The receipt of the current reservation.
     pub receipt: String,
+    /// Who worked on the job, for its history (`consumer` of the attempt; at most 128 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
 }
 
 /// `POST /v1/jobs/ack` body.
@@ -94,6 +97,9 @@ pub struct AckEntry {
     pub id: String,
     /// The receipt of its current reservation.
     pub receipt: String,
+    /// Who worked on the job, for its history (`consumer` of the attempt; at most 128 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
 }
 
 /// The entry that finishes a reservation.
@@ -102,6 +108,7 @@ impl<B> From<&Reservation<B>> for AckEntry {
         AckEntry {
             id: r.id.clone(),
             receipt: r.receipt.clone(),
+            consumer: None,
         }
     }
 }
@@ -158,6 +165,9 @@ pub struct NackRequest {
     /// Why it failed, kept as the job's `last_error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Who worked on the job, for its history (`consumer` of the attempt; at most 128 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
 }
 
 /// `POST /v1/jobs/{id}/touch` body.

@@ -5,6 +5,7 @@
 //! checks the requests it is given and stores the registrations. What to do with them (limits, defaults
 //! from the settings, Redis) is dq-core's; this crate holds their shape only.
 //!
+//! - [`attempt`]: a job's history of delivery attempts.
 //! - [`job`]: a push and its answers, a job as looked up, a reservation, a reschedule.
 //! - [`consume`]: reserve, ack, ack many, nack and touch.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults), how the API shows it, and its
@@ -21,6 +22,7 @@
 //! All times on the wire are Unix ms ([`unix_ms`] reads this machine's clock in that unit); durations are
 //! ms.
 
+pub mod attempt;
 pub mod consume;
 pub mod error;
 pub mod job;
@@ -29,6 +31,7 @@ pub mod schedule;
 pub mod strict;
 pub mod topic;
 
+pub use attempt::{Attempt, Attempts, Outcome};
 pub use consume::{
     AckEntry, AckManyAnswer, AckManyRequest, AckRequest, AckResult, Acked, NackRequest, ReserveAnswer, ReserveRequest,
     TouchRequest, Touched,

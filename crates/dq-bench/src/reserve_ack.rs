@@ -359,10 +359,12 @@ mod tests {
             AckEntry {
                 id: "a".into(),
                 receipt: "r1".into(),
+                consumer: None,
             },
             AckEntry {
                 id: "b".into(),
                 receipt: "r\"2".into(),
+                consumer: None,
             },
         ];
         assert_eq!(

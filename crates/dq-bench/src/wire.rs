@@ -19,6 +19,7 @@ pub fn reserve_body(topic: &str, count: u32, timeout_ms: u64) -> Bytes {
 pub fn ack_body(receipt: &str) -> Bytes {
     let request = AckRequest {
         receipt: receipt.to_string(),
+        consumer: None,
     };
     Bytes::from(serde_json::to_vec(&request).expect("an ack always serializes"))
 }

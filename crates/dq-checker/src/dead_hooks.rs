@@ -191,9 +191,23 @@ impl Sender {
         let Ok(url) = Url::parse(url) else {
             return Try::Dropped("callback.on_dead_url is not a URL");
         };
-        let body = serde_json::to_vec(&job).expect("a job always serializes");
+        // The job, with its attempts (`history`, newest first) as `GET /v1/jobs/{id}/attempts` shows them.
+        let history = match self.queue.producer().attempts(&hook.id).await {
+            Ok((_, history)) => history,
+            Err(Error::NotFound(_)) => return Try::Dropped("the job is gone (deleted)"),
+            Err(e) => return Try::Failed("redis_error", format!("cannot read the job's attempts: {e}")),
+        };
+        let body = serde_json::to_vec(&DeadBody { job: &job, history }).expect("a job always serializes");
         post(&self.egress, &url, callback, hook, body).await
     }
+}
+
+/// What a dead-job hook POSTs: the job as a look-up shows it, and its attempts.
+#[derive(serde::Serialize)]
+struct DeadBody<'a> {
+    #[serde(flatten)]
+    job: &'a dq_core::Job,
+    history: Vec<dq_core::attempt::Attempt>,
 }
 
 /// POSTs `body` (the job) for `hook` to `url` through `egress`, with the headers that name the job and

@@ -86,6 +86,10 @@ async fn a_nacked_job_hooks_once_signed_and_retried_past_failures() {
     assert_eq!(job["body"], serde_json::json!({"n": 1}));
     assert_eq!(job["attempts"], 1);
     assert_eq!(job["last_error"], "remote said 500");
+    // Its attempts come with it, newest first.
+    assert_eq!(job["history"].as_array().map(Vec::len), Some(1), "{job}");
+    assert_eq!(job["history"][0]["outcome"], "nacked");
+    assert_eq!(job["history"][0]["error"], "remote said 500");
     assert_eq!(hook.header("x-dq-job-id"), id);
     assert_eq!(hook.header("x-dq-event"), "dead");
     assert!(
@@ -157,6 +161,7 @@ async fn a_job_expired_at_its_last_attempt_hooks_and_topics_without_a_hook_do_no
     assert_eq!(job["id"], id.as_str());
     assert_eq!(job["state"], "dead");
     assert_eq!(job["last_error"], "reservation expired (ttr)");
+    assert_eq!(job["history"][0]["outcome"], "expired", "{job}");
     assert!(received[0].signed_with(SECRET));
     stop.cancel();
     task.await.unwrap().unwrap();

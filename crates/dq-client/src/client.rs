@@ -36,6 +36,8 @@ pub struct Client {
     retry: RetryPolicy,
     /// How long one request may take.
     timeout: Duration,
+    /// The name sent with acks and nacks, for the jobs' attempts.
+    consumer: Option<String>,
 }
 
 /// Builds a [`Client`].
@@ -46,6 +48,7 @@ pub struct ClientBuilder {
     retry: RetryPolicy,
     timeout: Duration,
     ca_file: Option<PathBuf>,
+    consumer: Option<String>,
 }
 
 impl ClientBuilder {
@@ -64,6 +67,13 @@ impl ClientBuilder {
     /// Sets how long one request may take (default 30 s; a long poll gets its wait on top).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Names this worker in the attempts of the jobs it acks and nacks (their `consumer`, at most 128
+    /// bytes; `None`: none).
+    pub fn consumer(mut self, consumer: Option<String>) -> Self {
+        self.consumer = consumer.filter(|c| !c.is_empty());
         self
     }
 
@@ -99,6 +109,7 @@ impl ClientBuilder {
             token: self.token,
             retry: self.retry,
             timeout: self.timeout,
+            consumer: self.consumer,
         })
     }
 }
@@ -143,6 +154,7 @@ impl Client {
             retry: RetryPolicy::default(),
             timeout: DEFAULT_TIMEOUT,
             ca_file: None,
+            consumer: None,
         }
     }
 
@@ -357,6 +369,7 @@ impl Client {
                 self.at(&["v1", "jobs", id, "ack"]),
                 Some(&AckRequest {
                     receipt: receipt.to_string(),
+                    consumer: self.consumer.clone(),
                 }),
                 Idempotence::Safe,
                 None,
@@ -388,6 +401,7 @@ impl Client {
                 .map(|(id, receipt)| AckEntry {
                     id: id.as_ref().to_string(),
                     receipt: receipt.as_ref().to_string(),
+                    consumer: self.consumer.clone(),
                 })
                 .collect(),
         };
@@ -424,7 +438,7 @@ impl Client {
         self.send(
             Method::POST,
             self.at(&["v1", "jobs", id, "nack"]),
-            Some(&nack.request(receipt)),
+            Some(&nack.request(receipt, self.consumer.clone())),
             Idempotence::Unsafe,
             None,
         )

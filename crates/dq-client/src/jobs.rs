@@ -51,12 +51,13 @@ pub struct Nack {
 }
 
 impl Nack {
-    /// The request body for the reservation of `receipt`.
-    pub(crate) fn request(&self, receipt: &str) -> dq_api::NackRequest {
+    /// The request body for the reservation of `receipt`, from `consumer`.
+    pub(crate) fn request(&self, receipt: &str, consumer: Option<String>) -> dq_api::NackRequest {
         dq_api::NackRequest {
             receipt: receipt.to_string(),
             delay_ms: self.delay_ms.map(|d| i64::try_from(d).unwrap_or(i64::MAX)),
             error: self.error.clone(),
+            consumer,
         }
     }
 }

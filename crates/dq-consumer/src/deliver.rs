@@ -84,6 +84,12 @@ pub struct Posted {
     pub took: Duration,
     /// A 429 or 503 answer's `Retry-After`: the callback asks for no deliveries of the topic until then.
     pub retry_after: Option<Duration>,
+    /// When the request was sent, Unix ms (the attempt's start in the job's history).
+    pub started_at: i64,
+    /// The answer's HTTP status, when there was one.
+    pub status: Option<u16>,
+    /// The first [`dq_core::attempt::ANSWER_BYTES`] of the answer (whole characters), when it was read.
+    pub answer: Option<String>,
 }
 
 /// The longest pause a `Retry-After` can ask for; a longer one is cut to this.
@@ -149,6 +155,9 @@ pub async fn post(
                 outcome: Outcome::Failed { kind, reason },
                 took: Duration::ZERO,
                 retry_after: None,
+                started_at: dq_core::clock::unix_ms(),
+                status: None,
+                answer: None,
             };
         }
     };
@@ -174,9 +183,15 @@ pub async fn post(
         req = req.header("x-dq-signature", signature);
     }
     let started = Instant::now();
+    let started_at = dq_core::clock::unix_ms();
     let answer = async { read_capped(req.body(body).send().await?, egress.max_answer_bytes).await }.await;
     let took = started.elapsed();
     let retry_after = answer.as_ref().ok().and_then(|(_, wait)| *wait);
+    let (status, excerpt) = match &answer {
+        Ok((Answer::Whole(status, bytes), _)) => (Some(status.as_u16()), Some(excerpt(bytes))),
+        Ok((Answer::TooLarge(status), _)) => (Some(status.as_u16()), None),
+        Err(_) => (None, None),
+    };
     let outcome = match answer.map(|(answer, _)| answer) {
         Err(e) if e.is_timeout() => Outcome::Failed {
             kind: "timeout",
@@ -233,7 +248,17 @@ pub async fn post(
         outcome,
         took,
         retry_after,
+        started_at,
+        status,
+        answer: excerpt,
     }
+}
+
+/// The first [`dq_core::attempt::ANSWER_BYTES`] of an answer, as text (whole characters; an answer that
+/// is not UTF-8 shows U+FFFD where it is not).
+fn excerpt(body: &[u8]) -> String {
+    let head = &body[..body.len().min(dq_core::attempt::ANSWER_BYTES + 3)];
+    dq_core::attempt::cut(&String::from_utf8_lossy(head), dq_core::attempt::ANSWER_BYTES).to_string()
 }
 
 #[cfg(test)]

@@ -79,6 +79,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         release_now: CancellationToken::new(),
         backoff_default: settings.jobs.backoff_ms.clone(),
         process_id: ulid::Ulid::new().to_string(),
+        consumer_name: consumer_name(),
         handoffs: Default::default(),
     });
     let handoffs = listen_handoffs(&shared, background.clone());
@@ -132,6 +133,17 @@ fn reload(settings: &Settings, egress: &Arc<Egress>) -> dq_core::reload::Reload 
             egress.set_lists(&s.egress)
         })
         .follows("drain grace period", &["shutdown.grace_ms"])
+}
+
+/// This process's name in the attempts it records: `<host>:<pid>` (the kernel's host name).
+fn consumer_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = host.trim();
+    format!(
+        "{}:{}",
+        if host.is_empty() { "localhost" } else { host },
+        std::process::id()
+    )
 }
 
 /// Listens on this process's hand-off channels (see `dq_core::reservations::handoff`) and gives what comes to

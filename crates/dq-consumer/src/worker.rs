@@ -66,6 +66,8 @@ pub struct Shared {
     pub backoff_default: Vec<u64>,
     /// This process's name in the topics' limits and its hand-off channels (a fresh ULID per start).
     pub process_id: String,
+    /// This process's name in the jobs' attempts: `<host>:<pid>`.
+    pub consumer_name: String,
     /// Each topic worker's in-box for jobs a timer handed to it (see `dq_core::reservations::handoff`).
     pub handoffs: Mutex<HashMap<String, mpsc::UnboundedSender<Vec<Reservation>>>>,
 }
@@ -297,28 +299,46 @@ async fn settle(
     shared: &Shared,
     plan: &Plan,
     job: &Reservation,
-    outcome: &Outcome,
+    posted: &Posted,
     pause_key: Option<Duration>,
 ) -> dq_core::Result<()> {
     let topic = &job.topic;
+    let outcome = &posted.outcome;
+    // The attempt, for the job's history.
+    let note = dq_core::attempt::Note {
+        outcome: Some(match outcome {
+            Outcome::Delivered => dq_core::attempt::Outcome::Acked,
+            Outcome::Failed { kind: "timeout", .. } => dq_core::attempt::Outcome::TimedOut,
+            Outcome::Failed { .. } => dq_core::attempt::Outcome::Failed,
+        }),
+        started_at: Some(posted.started_at),
+        status: posted.status,
+        answer: posted.answer.clone(),
+        consumer: Some(shared.consumer_name.clone()),
+    };
     let mut waits = SETTLE_RETRY_WAITS_MS.iter();
     let mut retried = false;
     loop {
         let r = match outcome {
-            Outcome::Delivered => shared.queue.reservations().ack(&job.id, &job.receipt).await.map(|_| ()),
+            Outcome::Delivered => {
+                shared
+                    .queue
+                    .reservations()
+                    .ack_noting(&job.id, &job.receipt, &note)
+                    .await
+            }
             Outcome::Failed { reason, .. } => {
-                let backoff = plan.config.backoff(&shared.backoff_default);
+                let failure = dq_core::reservations::Failure {
+                    delay_ms: None,
+                    error: Some(reason),
+                    backoff_ms: Some(plan.config.backoff(&shared.backoff_default)),
+                    pause_ms: pause_key.map_or(0, |w| w.as_millis().max(1) as u64),
+                    note: note.clone(),
+                };
                 match shared
                     .queue
                     .reservations()
-                    .nack_pausing(
-                        &job.id,
-                        &job.receipt,
-                        None,
-                        Some(reason),
-                        Some(backoff),
-                        pause_key.map_or(0, |w| w.as_millis().max(1) as u64),
-                    )
+                    .nack_with(&job.id, &job.receipt, &failure)
                     .await
                 {
                     Ok((dq_core::State::Dead, _)) => {
@@ -374,12 +394,7 @@ async fn deliver_one(
     };
     in_flight.decrement(1.0);
     limiter.finished();
-    let Some(Posted {
-        outcome,
-        took,
-        retry_after,
-    }) = posted
-    else {
+    let Some(posted) = posted else {
         match shared.queue.reservations().release(&job.id, &job.receipt).await {
             Ok(()) => tracing::info!(id = %job.id, %topic, "released unfinished"),
             Err(e) => {
@@ -390,7 +405,7 @@ async fn deliver_one(
         return;
     };
     // A job with a flow key pauses its key only (with its nack, below); any other, its topic.
-    let pause_key = match (retry_after, &job.flow_key) {
+    let pause_key = match (posted.retry_after, &job.flow_key) {
         (Some(wait), Some(key)) => {
             tracing::info!(%topic, flow_key = %key, pause_ms = wait.as_millis() as u64, "the callback asked for a pause of the flow key");
             Some(wait)
@@ -401,9 +416,10 @@ async fn deliver_one(
         }
         (None, _) => None,
     };
-    metrics::histogram!("dq_callback_duration_seconds", "topic" => topic.clone()).record(took.as_secs_f64());
-    metrics::counter!("dq_deliveries_total", "topic" => topic.clone(), "outcome" => outcome.label()).increment(1);
-    let settled = settle(&shared, &plan, &job, &outcome, pause_key).await;
+    metrics::histogram!("dq_callback_duration_seconds", "topic" => topic.clone()).record(posted.took.as_secs_f64());
+    metrics::counter!("dq_deliveries_total", "topic" => topic.clone(), "outcome" => posted.outcome.label())
+        .increment(1);
+    let settled = settle(&shared, &plan, &job, &posted, pause_key).await;
     if let Err(e) = settled {
         // Most likely the reservation expired and the job went to another delivery: it is not lost.
         tracing::warn!(id = %job.id, %topic, cause = %e.chain(), "cannot settle the delivery");

@@ -193,6 +193,29 @@ async fn a_failed_delivery_is_retried_after_its_backoff() {
     assert_eq!(got.len(), 2);
     assert_eq!(got[1].headers["x-dq-attempt"], "2");
     assert_eq!(q.producer().get(&id).await.unwrap().attempts, 2);
+    // Both deliveries are on record, newest first: what the callback answered, and who delivered.
+    let (count, history) = q.producer().attempts(&id).await.unwrap();
+    assert_eq!(count, 2);
+    use dq_core::attempt::Outcome;
+    let seen: Vec<_> = history
+        .iter()
+        .map(|a| (a.attempt, a.outcome, a.status, a.answer.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (2, Outcome::Acked, Some(200), Some(r#"{"ok":true}"#)),
+            (1, Outcome::Failed, Some(500), Some("boom")),
+        ]
+    );
+    assert!(
+        history[1].error.as_deref().is_some_and(|e| e.starts_with("HTTP 500")),
+        "{history:?}"
+    );
+    let me = format!(":{}", std::process::id());
+    for a in &history {
+        assert!(a.consumer.as_deref().is_some_and(|c| c.ends_with(&me)), "{a:?}");
+    }
     consumer.drain().await;
 }
 
@@ -254,6 +277,11 @@ async fn timeouts_and_empty_answers_fail_and_the_last_attempt_is_dead_with_an_ev
     .await;
     let ja = q.producer().get(&a).await.unwrap();
     assert_eq!(ja.attempts, 2);
+    let (_, history) = q.producer().attempts(&a).await.unwrap();
+    assert_eq!(
+        history.iter().map(|a| (a.outcome, a.status)).collect::<Vec<_>>(),
+        [(dq_core::attempt::Outcome::TimedOut, None); 2]
+    );
     assert!(
         ja.last_error.as_deref().unwrap().contains("no answer within 100 ms"),
         "{:?}",

@@ -24,6 +24,7 @@
 
 pub mod activity;
 pub mod admin;
+pub mod attempt;
 pub mod beanstalkd;
 pub mod checker;
 pub mod clock;

@@ -259,7 +259,7 @@ async fn rate_and_pause_hold_one_key() {
     let first = reserve(&q, "p", 1).await.remove(0);
     let paused_key = first.flow_key.clone().unwrap();
     q.reservations()
-        .nack_pausing(&first.id, &first.receipt, Some(0), Some("429"), None, 60_000)
+        .nack_with(&first.id, &first.receipt, &pause(60_000))
         .await
         .unwrap();
     let mut rest = Vec::new();
@@ -283,7 +283,7 @@ async fn rate_and_pause_hold_one_key() {
     }
     let first = reserve(&q, "q", 1).await.remove(0);
     q.reservations()
-        .nack_pausing(&first.id, &first.receipt, Some(0), Some("429"), None, 200)
+        .nack_with(&first.id, &first.receipt, &pause(200))
         .await
         .unwrap();
     let mut seen = HashSet::new();
@@ -342,6 +342,16 @@ async fn keyed_jobs_move_like_others() {
     push(&q, json!({"topic": "m", "body": 4, "flow_key": "k2"})).await;
     let report = q.checker().audit().await.unwrap();
     assert_eq!((report.orphan_records, report.dangling_ids), (0, 0), "{report:?}");
+}
+
+/// A nack at once that pauses the job's flow key for `ms` (a 429 with `Retry-After`).
+fn pause(ms: u64) -> dq_core::reservations::Failure<'static> {
+    dq_core::reservations::Failure {
+        delay_ms: Some(0),
+        error: Some("429"),
+        pause_ms: ms,
+        ..Default::default()
+    }
 }
 
 /// Priorities hold within and across keys: a key's turn goes back in line with the priority of the job

@@ -1,10 +1,10 @@
-//! Producers' verbs: push, push many, look up, cancel, reschedule.
+//! Producers' verbs: push, push many, look up (a job, and its attempts), cancel, reschedule.
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use dq_api::{BatchAnswer, BatchPushed, BatchRequest, PushAnswer, PushResult, RescheduleRequest};
+use dq_api::{Attempts, BatchAnswer, BatchPushed, BatchRequest, PushAnswer, PushResult, RescheduleRequest};
 use dq_core::config::Scope;
 use dq_core::job::validate_id;
 use dq_core::{Due, Job, NewJob, PushRequest};
@@ -140,6 +140,27 @@ pub async fn lookup(
     let job = app.queue.producer().get(&id).await?;
     caller.allow(Scope::Read, &job.topic)?;
     Ok(Json(job))
+}
+
+/// `GET /v1/jobs/{id}/attempts`: the job's delivery attempts, newest first (at most 20).
+#[utoipa::path(get, path = "/v1/jobs/{id}/attempts", tag = "jobs", operation_id = "attempts",
+    summary = "A job's delivery attempts",
+    params(("id" = String, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The job's deliveries so far and its newest 20 attempts, newest first (empty with `jobs.attempt_history` off).", body = Attempts),
+        (status = 400, description = "`invalid_argument`: not a valid job id.", body = ErrorBody),
+        (status = 404, description = "`not_found`: no job with this id (or its `done` record expired).", body = ErrorBody),
+    ))]
+pub async fn attempts(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Attempts>, ApiError> {
+    caller.allow_scope(Scope::Read)?;
+    checked_id(&id)?;
+    allow_job(&app, &caller, Scope::Read, &id).await?;
+    let (attempts, history) = app.queue.producer().attempts(&id).await?;
+    Ok(Json(Attempts { id, attempts, history }))
 }
 
 /// 403 unless `caller` may use job `id`'s topic with `scope`. A token for every topic needs no look-up;

@@ -10,9 +10,10 @@ use dq_api::{
     TouchRequest, Touched,
 };
 use dq_core::Reservation;
+use dq_core::attempt::{MAX_CONSUMER_CHARS, Note};
 use dq_core::config::Scope;
 use dq_core::job::{validate_id, validate_topic};
-use dq_core::reservations::ReserveOptions;
+use dq_core::reservations::{Failure, ReserveOptions};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -124,6 +125,22 @@ fn check(id: &str, receipt: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// What an ack or nack says of its attempt, for the job's history: who made it. A `consumer` is 1 to 128
+/// characters without control characters.
+fn note(consumer: &Option<String>) -> Result<Note, ApiError> {
+    if let Some(c) = consumer
+        && (c.is_empty() || c.chars().count() > MAX_CONSUMER_CHARS || c.chars().any(char::is_control))
+    {
+        return Err(ApiError::invalid(format!(
+            "`consumer` must be 1 to {MAX_CONSUMER_CHARS} characters without control characters"
+        )));
+    }
+    Ok(Note {
+        consumer: consumer.clone(),
+        ..Default::default()
+    })
+}
+
 /// `POST /v1/jobs/{id}/ack`: 204; 409 `stale_receipt` when the reservation is over.
 #[utoipa::path(post, path = "/v1/jobs/{id}/ack", tag = "consume", operation_id = "ack",
     summary = "Ack a reserved job: it is done",
@@ -142,8 +159,9 @@ pub async fn ack(
 ) -> Result<StatusCode, ApiError> {
     caller.allow_scope(Scope::Consume)?;
     check(&id, &req.receipt)?;
+    let note = note(&req.consumer)?;
     allow_job(&app, &caller, Scope::Consume, &id).await?;
-    app.queue.reservations().ack(&id, &req.receipt).await?;
+    app.queue.reservations().ack_noting(&id, &req.receipt, &note).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -171,13 +189,15 @@ pub async fn ack_many(
             req.acks.len()
         )));
     }
+    let mut notes = Vec::with_capacity(req.acks.len());
     for (i, a) in req.acks.iter().enumerate() {
         check(&a.id, &a.receipt).map_err(|e| e.in_entry("acks", i))?;
+        notes.push(note(&a.consumer).map_err(|e| e.in_entry("acks", i))?);
     }
     let (app, caller) = (&app, &caller);
-    let acks = req.acks.iter().map(|a| async move {
+    let acks = req.acks.iter().zip(&notes).map(|(a, note)| async move {
         allow_job(app, caller, Scope::Consume, &a.id).await?;
-        app.queue.reservations().ack(&a.id, &a.receipt).await?;
+        app.queue.reservations().ack_noting(&a.id, &a.receipt, note).await?;
         Ok::<(), ApiError>(())
     });
     let results = futures_util::future::join_all(acks)
@@ -209,6 +229,7 @@ pub async fn nack(
 ) -> Result<StatusCode, ApiError> {
     caller.allow_scope(Scope::Consume)?;
     check(&id, &req.receipt)?;
+    let note = note(&req.consumer)?;
     allow_job(&app, &caller, Scope::Consume, &id).await?;
     let limits = app.queue.limits();
     let delay = match req.delay_ms {
@@ -230,10 +251,13 @@ pub async fn nack(
             limits.max_error_bytes
         )));
     }
-    app.queue
-        .reservations()
-        .nack(&id, &req.receipt, delay, req.error.as_deref(), None)
-        .await?;
+    let failure = Failure {
+        delay_ms: delay,
+        error: req.error.as_deref(),
+        note,
+        ..Default::default()
+    };
+    app.queue.reservations().nack_with(&id, &req.receipt, &failure).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -18,6 +18,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(jobs::push_many))
         .routes(routes!(reserve::ack_many))
         .routes(routes!(jobs::lookup, jobs::cancel, jobs::reschedule))
+        .routes(routes!(jobs::attempts))
         .routes(routes!(reserve::ack))
         .routes(routes!(reserve::nack))
         .routes(routes!(reserve::touch))

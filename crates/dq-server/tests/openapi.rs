@@ -145,6 +145,7 @@ async fn the_router_serves_every_documented_route_and_the_document_every_api_rou
         "/v1/jobs/{id}/ack",
         "/v1/jobs/{id}/nack",
         "/v1/jobs/{id}/touch",
+        "/v1/jobs/{id}/attempts",
         "/v1/reserve",
         "/v1/topics",
         "/v1/topics/{topic}",
@@ -166,9 +167,9 @@ async fn the_router_serves_every_documented_route_and_the_document_every_api_rou
     ] {
         assert!(paths.contains(want), "{want} is documented");
     }
-    // 32: the six look up, cancel and reschedule of jobs called `ack` or `batch` are gone (no push
+    // 33: the six look up, cancel and reschedule of jobs called `ack` or `batch` are gone (no push
     // may give those ids).
-    assert_eq!(ops.len(), 32, "{ops:?}");
+    assert_eq!(ops.len(), 33, "{ops:?}");
 
     for (method, path) in &ops {
         let mut req = s

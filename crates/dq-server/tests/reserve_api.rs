@@ -340,3 +340,77 @@ async fn many_long_polls_share_few_jobs_without_duplicates() {
     got.sort();
     assert_eq!(got, ["m0", "m1", "m2", "m3", "m4"]);
 }
+
+/// Every pull attempt is on record with its job, newest first: a nack and an ack, each with the name the
+/// worker gave; a job that does not exist is a 404, a bad id a 400.
+#[tokio::test]
+async fn attempts_show_each_pull_delivery() {
+    let s = TestServer::start().await;
+    s.push(json!({"id": "h1", "topic": "t", "body": 1})).await;
+    let job = &s.reserve(&["t"], 1, 0).await[0];
+    let (status, _) = s
+        .call(
+            "POST",
+            "/v1/jobs/h1/nack",
+            Some(json!({"receipt": job["receipt"], "delay_ms": 0, "error": "not now", "consumer": "worker-7"})),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let job = &s.reserve(&["t"], 1, 0).await[0];
+    let (status, body) = s
+        .call(
+            "POST",
+            "/v1/jobs/ack",
+            Some(json!({"acks": [{"id": "h1", "receipt": job["receipt"], "consumer": "worker-8"}]})),
+        )
+        .await;
+    assert_eq!((status.as_u16(), &body["results"][0]), (200, &json!({})));
+    let (status, got) = s.call("GET", "/v1/jobs/h1/attempts", None).await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!((&got["id"], &got["attempts"]), (&json!("h1"), &json!(2)));
+    let history = got["history"].as_array().unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(
+        (&history[0]["attempt"], &history[0]["outcome"], &history[0]["consumer"]),
+        (&json!(2), &json!("acked"), &json!("worker-8"))
+    );
+    assert_eq!(
+        (&history[1]["outcome"], &history[1]["error"], &history[1]["consumer"]),
+        (&json!("nacked"), &json!("not now"), &json!("worker-7"))
+    );
+    for a in history {
+        assert!(
+            a["started_at"].as_i64().unwrap() > 0 && a["duration_ms"].as_u64().is_some(),
+            "{a}"
+        );
+        assert!(a.get("status").is_none() && a.get("answer").is_none(), "{a}");
+    }
+    let (status, body) = s.call("GET", "/v1/jobs/nope/attempts", None).await;
+    assert_error(status, &body, 404, "not_found");
+    let (status, body) = s.call("GET", "/v1/jobs/b%20d/attempts", None).await;
+    assert_error(status, &body, 400, "invalid_argument");
+}
+
+/// A `consumer` name that is empty, too long or holds control characters is a 400, and the reservation
+/// is left as it was.
+#[tokio::test]
+async fn a_bad_consumer_name_is_refused_and_changes_nothing() {
+    let s = TestServer::start().await;
+    s.push(json!({"id": "c1", "topic": "t", "body": 1})).await;
+    let job = &s.reserve(&["t"], 1, 0).await[0];
+    let before = s.snapshot();
+    for bad in [json!(""), json!("x".repeat(129)), json!("tab\there"), json!(7)] {
+        for (path, body) in [
+            ("/v1/jobs/c1/ack", json!({"receipt": job["receipt"], "consumer": bad})),
+            ("/v1/jobs/c1/nack", json!({"receipt": job["receipt"], "consumer": bad})),
+            (
+                "/v1/jobs/ack",
+                json!({"acks": [{"id": "c1", "receipt": job["receipt"], "consumer": bad}]}),
+            ),
+        ] {
+            let (status, got) = s.call("POST", path, Some(body)).await;
+            assert_error(status, &got, 400, "invalid_argument");
+        }
+    }
+    assert_eq!(s.snapshot(), before);
+}

@@ -18,6 +18,7 @@ fn scopes() -> BTreeMap<&'static str, Option<&'static str>> {
         ("cancel", Some("produce")),
         ("reschedule", Some("produce")),
         ("lookup", Some("read")),
+        ("attempts", Some("read")),
         ("reserve", Some("consume")),
         ("ack", Some("consume")),
         ("ack_many", Some("consume")),

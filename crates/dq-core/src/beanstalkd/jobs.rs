@@ -1,8 +1,6 @@
 //! What the beanstalkd protocol listener (dq-server) needs beyond the API's verbs: numbers, jobs by
 //! number, release and bury, kick (see [`crate::beanstalkd`] for the names).
 
-use rand::Rng;
-
 use super::Beanstalkd;
 use crate::beanstalkd::{id_of_number, number_of_id, partition_of_number};
 use crate::error::{Error, Result};
@@ -174,8 +172,7 @@ impl Beanstalkd {
 
     /// beanstalkd's reserve-job: reserves job `id` when it is ready, delayed or buried (dead).
     pub async fn bs_take(&self, id: &str) -> Result<Option<Reservation>> {
-        let nonce: u64 = rand::rng().random();
-        let receipt = format!("{nonce:016x}.1");
+        let receipt = format!("{}.1", crate::attempt::receipt_nonce());
         match bs_take::call(&self.store, self.partitions.of_id(id), id, &receipt).await? {
             BsTakeReply::Taken(reservation) => Ok(Some(reservation)),
             BsTakeReply::NotTakeable => Ok(None),

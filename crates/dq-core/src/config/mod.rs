@@ -219,6 +219,8 @@ pub struct JobDefaults {
     /// Most dead jobs kept per topic, over all partitions; past it the oldest deaths go first (0 = no
     /// cap). Enforced by the dq-checker that holds the lease.
     pub dead_max_per_topic: u64,
+    /// Keep each job's delivery attempts (the newest 20, with the job): `GET /v1/jobs/{id}/attempts`.
+    pub attempt_history: bool,
 }
 
 impl Default for JobDefaults {
@@ -232,6 +234,7 @@ impl Default for JobDefaults {
             // Thirty days: long enough to notice, fix the cause and requeue.
             dead_retention_ms: 30 * 24 * 3_600_000,
             dead_max_per_topic: 10_000,
+            attempt_history: true,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The producer: push (one job or many, with the group commit that lets concurrent pushes share script
-//! calls), look up, cancel and reschedule.
+//! calls), look up (a job, and its attempts), cancel and reschedule.
 
+pub(crate) mod attempts;
 pub(crate) mod coalesce;
 pub(crate) mod jobs;
 pub(crate) mod push;

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use super::Reservations;
+use crate::attempt::{Note, Outcome};
 use crate::error::{Error, Result};
 use crate::store::scripts::ack::{self, AckReply};
 
@@ -21,27 +22,47 @@ pub(crate) struct AckOp {
     receipt: String,
     /// How long its done record stays, ms (0: deleted at once).
     retention_ms: u64,
+    /// Its attempt's entry for the job's history (`attempt.rs`; empty: none is kept).
+    entry: Vec<u8>,
 }
 
 impl Reservations {
     /// Finishes a reservation: the job is done, its record kept for `jobs.done_retention_ms`.
     /// `NotFound` when the job is gone, `StaleReceipt` when the reservation `receipt` names is over.
     pub async fn ack(&self, id: &str, receipt: &str) -> Result<()> {
-        self.ack_kept(id, receipt, self.defaults.done_retention_ms).await
+        self.ack_noting(id, receipt, &Note::default()).await
+    }
+
+    /// [`Reservations::ack`], with what `note` tells of the attempt for the job's history (who made
+    /// it, the callback's answer, when it began).
+    pub async fn ack_noting(&self, id: &str, receipt: &str, note: &Note) -> Result<()> {
+        let entry = self.entry(note, receipt, Outcome::Acked, None);
+        self.ack_kept(id, receipt, self.defaults.done_retention_ms, entry).await
     }
 
     /// Finishes a reservation and deletes the job at once, keeping no done record (beanstalkd's
     /// `delete`, whose clients look nothing up after it and delete at rates where retained records
     /// would cost memory). Answers as [`Reservations::ack`].
     pub async fn ack_deleting(&self, id: &str, receipt: &str) -> Result<()> {
-        self.ack_kept(id, receipt, 0).await
+        self.ack_kept(id, receipt, 0, Vec::new()).await
     }
 
-    async fn ack_kept(&self, id: &str, receipt: &str, retention_ms: u64) -> Result<()> {
+    /// The history entry of an attempt under `receipt` that ended as `outcome`; empty when
+    /// `jobs.attempt_history` is off.
+    pub(crate) fn entry(&self, note: &Note, receipt: &str, outcome: Outcome, error: Option<&str>) -> Vec<u8> {
+        if self.defaults.attempt_history {
+            note.pack(receipt, outcome, error)
+        } else {
+            Vec::new()
+        }
+    }
+
+    async fn ack_kept(&self, id: &str, receipt: &str, retention_ms: u64, entry: Vec<u8>) -> Result<()> {
         let op = AckOp {
             id: id.to_string(),
             receipt: receipt.to_string(),
             retention_ms,
+            entry,
         };
         let me = self.clone();
         let flush = move |ops: Vec<AckOp>| send(me.clone(), ops);
@@ -77,7 +98,9 @@ async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
         .map(|((p, retention_ms), members)| {
             let (queue, ops) = (&queue, &ops);
             async move {
-                let acks = members.iter().map(|&i| (ops[i].id.as_str(), ops[i].receipt.as_str()));
+                let acks = members
+                    .iter()
+                    .map(|&i| (ops[i].id.as_str(), ops[i].receipt.as_str(), ops[i].entry.as_slice()));
                 let out = ack::call(&queue.store, p, retention_ms, acks).await;
                 (members, out)
             }

@@ -14,6 +14,7 @@ pub use self::handoff::Waiting;
 pub use self::limit::{LimitAsk, LimitGrant};
 pub use self::ready::ReadyIndex;
 pub use self::reserve::ReserveOptions;
+pub use self::settle::Failure;
 
 crate::shared::role!(
     /// What consumers do: reserve jobs and settle their reservations. From [`crate::Queue::reservations`].

@@ -2,11 +2,28 @@
 //! (extend) and release (hand back unfinished).
 
 use super::Reservations;
+use crate::attempt::{Note, Outcome};
 use crate::error::{Error, Result};
 use crate::job::State;
 use crate::store::scripts::nack::{self, NackAsk, NackReply};
 use crate::store::scripts::release::{self, ReleaseReply};
 use crate::store::scripts::touch::{self, TouchReply};
+
+/// How a nack fails its job, and what it tells of the attempt it ends ([`Reservations::nack_with`]).
+#[derive(Debug, Clone, Default)]
+pub struct Failure<'a> {
+    /// Back off this long (else the job's own backoff list, else `backoff_ms`).
+    pub delay_ms: Option<u64>,
+    /// Kept as its last error (and in its attempt).
+    pub error: Option<&'a str>,
+    /// The i-th delay after the i-th failure, the last repeating (else `jobs.backoff_ms`).
+    pub backoff_ms: Option<&'a [u64]>,
+    /// The job's flow key, if it has one, gets no reservation for this long, ms (its callback answered
+    /// 429 or 503 with `Retry-After`): the pause applies to that key only. 0: none.
+    pub pause_ms: u64,
+    /// The attempt, for the job's history (its outcome `nacked` unless it says otherwise).
+    pub note: Note,
+}
 
 impl Reservations {
     /// Fails a reservation: the job backs off (by `delay_ms`, else `backoff_ms`, else the default
@@ -19,27 +36,26 @@ impl Reservations {
         error: Option<&str>,
         backoff_ms: Option<&[u64]>,
     ) -> Result<(State, i64)> {
-        self.nack_pausing(id, receipt, delay_ms, error, backoff_ms, 0).await
-    }
-
-    /// [`Reservations::nack`], and the job's flow key, if it has one, gets no reservation for `pause_ms`
-    /// (its callback answered 429 or 503 with `Retry-After`): the pause applies to that key only.
-    pub async fn nack_pausing(
-        &self,
-        id: &str,
-        receipt: &str,
-        delay_ms: Option<u64>,
-        error: Option<&str>,
-        backoff_ms: Option<&[u64]>,
-        pause_ms: u64,
-    ) -> Result<(State, i64)> {
-        let p = self.partitions.of_id(id);
-        let backoff_ms = backoff_ms.unwrap_or(&self.defaults.backoff_ms);
-        let ask = NackAsk {
+        let failure = Failure {
             delay_ms,
             error,
             backoff_ms,
-            pause_ms,
+            ..Default::default()
+        };
+        self.nack_with(id, receipt, &failure).await
+    }
+
+    /// [`Reservations::nack`], as `failure` says: a pause of the job's flow key, and what it tells of
+    /// the attempt for the job's history.
+    pub async fn nack_with(&self, id: &str, receipt: &str, failure: &Failure<'_>) -> Result<(State, i64)> {
+        let p = self.partitions.of_id(id);
+        let entry = self.entry(&failure.note, receipt, Outcome::Nacked, failure.error);
+        let ask = NackAsk {
+            delay_ms: failure.delay_ms,
+            error: failure.error,
+            backoff_ms: failure.backoff_ms.unwrap_or(&self.defaults.backoff_ms),
+            pause_ms: failure.pause_ms,
+            entry: &entry,
         };
         match nack::call(&self.store, p, id, receipt, ask).await? {
             NackReply::Moved { state, run_at, topic } => {

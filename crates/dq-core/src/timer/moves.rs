@@ -21,7 +21,7 @@ impl Timer {
 
     /// Ends up to `limit` expired reservations of partition `p`.
     pub async fn expire(&self, p: u16, limit: u32) -> Result<Expired> {
-        let expired = expire::call(&self.store, p, limit).await?;
+        let expired = expire::call(&self.store, p, limit, self.defaults.attempt_history).await?;
         if expired.to_dead > 0 {
             self.activity.dead(expired.to_dead as u64);
         }

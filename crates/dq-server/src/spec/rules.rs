@@ -106,6 +106,11 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     for name in ["AckRequest", "AckEntry", "NackRequest", "TouchRequest"] {
         length(schema(schemas, name), "receipt", 1, 128);
     }
+    for name in ["AckRequest", "AckEntry", "NackRequest"] {
+        let s = schema(schemas, name);
+        length(s, "consumer", 1, dq_core::attempt::MAX_CONSUMER_CHARS as u64);
+        field(s, "consumer")["pattern"] = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$".into();
+    }
     string(schema(schemas, "AckEntry"), "id", ID);
     items(schema(schemas, "AckManyRequest"), "acks", 1, limits.max_batch);
     let nack = schema(schemas, "NackRequest");

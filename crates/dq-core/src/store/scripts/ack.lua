@@ -9,7 +9,8 @@
 -- KEYS[4..]: the jobs' records (<prefix>:job:<id>), one per ack (a job's flow key's keys are named from
 -- the partition's prefix, read from KEYS[1], and its record; see flow.lua)
 -- ARGV[1]: done retention in ms (0 = delete the record now)
--- ARGV[2..]: per ack, its id and its receipt (ARGV[2k], ARGV[2k+1] go with KEYS[3+k])
+-- ARGV[2..]: per ack, its id, its receipt and its attempt's entry for the job's history ("" for none;
+-- record.lua, rec_attempt): ARGV[3k-1], ARGV[3k], ARGV[3k+1] go with KEYS[3+k]
 -- Returns: per ack, in order: 1 acked, 0 no such job, -1 stale receipt (the reservation it names is over;
 -- nothing changed).
 
@@ -43,10 +44,10 @@ for k = 1, #KEYS - 3 do
     if acked[job] == 'kept' then out[k] = -1 else out[k] = 0 end
   elseif not r then
     out[k] = 0
-  elseif r.s ~= 'reserved' or r.rc ~= ARGV[2 * k + 1] then
+  elseif r.s ~= 'reserved' or r.rc ~= ARGV[3 * k] then
     out[k] = -1
   else
-    removed[#removed + 1] = ARGV[2 * k]
+    removed[#removed + 1] = ARGV[3 * k - 1]
     ended[r.t] = (ended[r.t] or 0) + 1
     -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
     if r.n then redis.call('HDEL', bs_ids, r.n) end
@@ -54,7 +55,20 @@ for k = 1, #KEYS - 3 do
     if stateful[k] then flow_count(prefix, r.t, r.f, -1, now) end
     if retention > 0 then
       r.s = 'done'
-      rec_store(job, r, true)
+      local e = ARGV[3 * k + 1]
+      if e == '' then
+        rec_store(job, r, true)
+      else
+        -- The attempt goes after the record (APPEND), unless the oldest must go or the record is an
+        -- old hash: then the record is written whole.
+        local entry, cut = rec_attempt(r, e)
+        if cut or r.hash then
+          rec_store(job, r)
+        else
+          rec_store(job, r, true)
+          redis.call('APPEND', job, entry)
+        end
+      end
       redis.call('PEXPIRE', job, retention)
       acked[job] = 'kept'
     else

@@ -25,23 +25,23 @@ pub(crate) enum AckReply {
     StaleReceipt,
 }
 
-/// One `ack.lua` call on partition `p`: the acks `(id, receipt)` in order, done records kept
-/// `done_retention_ms` (0: deleted at once). Answers per ack, in order.
+/// One `ack.lua` call on partition `p`: the acks `(id, receipt, history entry)` in order (an empty
+/// entry: none), done records kept `done_retention_ms` (0: deleted at once). Answers per ack, in order.
 pub(crate) async fn call<'a>(
     store: &Store,
     p: u16,
     done_retention_ms: u64,
-    acks: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+    acks: impl Iterator<Item = (&'a str, &'a str, &'a [u8])> + Clone,
 ) -> Result<Vec<AckReply>> {
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.reserved()).key(keys.counts()).key(keys.bs_ids());
-    for (id, _) in acks.clone() {
+    for (id, _, _) in acks.clone() {
         inv.key(keys.job(id));
     }
     inv.arg(done_retention_ms);
-    for (id, receipt) in acks {
-        inv.arg(id).arg(receipt);
+    for (id, receipt, entry) in acks {
+        inv.arg(id).arg(receipt).arg(entry);
     }
     let codes: Vec<i64> = store.write(p, &inv).await?;
     codes

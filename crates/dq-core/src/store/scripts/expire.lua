@@ -10,6 +10,7 @@
 --          that holds the partition, learns the next deadline from the answer, so that becomes it
 -- ARGV[1]: key prefix   ARGV[2]: most jobs to handle in this call   ARGV[3]: ready wake channel (unused: `ready_add`, flow.lua,
 -- names it from the key prefix)
+-- ARGV[4]: "1" to add an `expired` attempt to each job's history (record.lua, rec_attempt); "" for none
 -- Returns: {back to ready, dead, next_deadline (-1 when none is reserved), now}
 
 local reserved, counts, events, announced = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -37,6 +38,14 @@ for i, id in ipairs(expired) do
   local r = recs[i]
   if r then
     local topic = r.t
+    if ARGV[4] == '1' then
+      -- The attempt began when the reservation was made, which its receipt says when made by dq-core's
+      -- receipt_nonce (11 hex digits of ms first, 23 in all); else its deadline minus its TTR.
+      local nonce = string.match(r.rc or '', '^(%x+)%.')
+      local started = nonce and #nonce == 23 and tonumber(string.sub(nonce, 1, 11), 16) or (r.d - r.ttr)
+      started = math.min(started, now)
+      rec_attempt(r, cmsgpack.pack({0, started, now - started, 5, false, 'reservation expired (ttr)', false, false}))
+    end
     r.rc, r.d = nil, nil
     r.e = 'reservation expired (ttr)'
     -- beanstalkd's `timeouts` of the job (stats-job), counted whichever protocol reserved it.

@@ -27,8 +27,9 @@ pub struct Expired {
     pub now: i64,
 }
 
-/// One `expire.lua` call on partition `p`: ends up to `limit` expired reservations.
-pub(crate) async fn call(store: &Store, p: u16, limit: u32) -> Result<Expired> {
+/// One `expire.lua` call on partition `p`: ends up to `limit` expired reservations; `history`: each
+/// gets an `expired` attempt in its job's history (`jobs.attempt_history`).
+pub(crate) async fn call(store: &Store, p: u16, limit: u32, history: bool) -> Result<Expired> {
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.reserved())
@@ -37,7 +38,8 @@ pub(crate) async fn call(store: &Store, p: u16, limit: u32) -> Result<Expired> {
         .key(keys.announced())
         .arg(keys.prefix())
         .arg(limit)
-        .arg(keys.ready_channel());
+        .arg(keys.ready_channel())
+        .arg(if history { "1" } else { "" });
     let out: Vec<i64> = store.run(p, &inv).await?;
     match out[..] {
         [to_ready, to_dead, next_deadline, now] if to_ready >= 0 && to_dead >= 0 => Ok(Expired {

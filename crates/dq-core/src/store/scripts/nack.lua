@@ -12,7 +12,8 @@
 -- `ready_add`, flow.lua, names it from the key prefix)
 -- ARGV[7]: timer wake channel   ARGV[8]: a pause of the job's flow key asked by the callback, ms (a 429
 -- or 503 with `Retry-After`; "" or 0 for none; see flow.lua)
--- ARGV[9..]: backoff list in ms: the i-th after the i-th failure, the last
+-- ARGV[9]: the attempt's entry for the job's history ("" for none; record.lua, rec_attempt)
+-- ARGV[10..]: backoff list in ms: the i-th after the i-th failure, the last
 -- repeats; the job's own list (bo), when it was pushed with one, is used instead
 -- Returns: {1, state, run_at, topic} (state 'delayed', 'ready' or 'dead'), {0} no such job, {-1} stale
 -- receipt.
@@ -38,6 +39,8 @@ if r.f then
 end
 r.rc, r.d = nil, nil
 if ARGV[4] ~= '' then r.e = ARGV[4] end
+-- Every branch below writes the record whole, its history with it.
+if ARGV[9] ~= '' then rec_attempt(r, ARGV[9]) end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 
 local delay
@@ -46,10 +49,10 @@ if ARGV[5] ~= '' then
 elseif r.bo then
   delay = r.bo[math.min(attempts, #r.bo)]
 else
-  local nb = #ARGV - 8
+  local nb = #ARGV - 9
   local i = attempts
   if i > nb then i = nb end
-  delay = tonumber(ARGV[8 + i])
+  delay = tonumber(ARGV[9 + i])
 end
 local too_old = r.x and now + delay > r.x
 if too_old then

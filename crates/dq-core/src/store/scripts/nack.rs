@@ -45,6 +45,8 @@ pub(crate) struct NackAsk<'a> {
     pub(crate) backoff_ms: &'a [u64],
     /// The job's flow key, if it has one, gets no reservation for this long (0: none).
     pub(crate) pause_ms: u64,
+    /// The attempt's entry for the job's history (`attempt.rs`; empty: none is kept).
+    pub(crate) entry: &'a [u8],
 }
 
 /// One `nack.lua` call for job `id` of partition `p` under `receipt`, as `ask` says.
@@ -54,6 +56,7 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str, ask: Na
         error,
         backoff_ms,
         pause_ms,
+        entry,
     } = ask;
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
@@ -70,7 +73,10 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str, ask: Na
         Some(d) => inv.arg(d),
         None => inv.arg(""),
     };
-    inv.arg(keys.ready_channel()).arg(keys.timer_channel()).arg(pause_ms);
+    inv.arg(keys.ready_channel())
+        .arg(keys.timer_channel())
+        .arg(pause_ms)
+        .arg(entry);
     for d in backoff_ms {
         inv.arg(*d);
     }

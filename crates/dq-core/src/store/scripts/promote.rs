@@ -3,7 +3,6 @@
 
 use std::sync::LazyLock;
 
-use rand::Rng;
 use redis::Script;
 
 use super::Waking;
@@ -37,7 +36,6 @@ pub struct Promoted {
 pub(crate) async fn call(store: &Store, p: u16, limit: u32, waiting: &[Waiting]) -> Result<Promoted> {
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
-    let nonce: u64 = rand::rng().random();
     inv.key(keys.delayed())
         .key(keys.counts())
         .key(keys.reserved())
@@ -46,7 +44,7 @@ pub(crate) async fn call(store: &Store, p: u16, limit: u32, waiting: &[Waiting])
         .arg(limit)
         .arg(keys.ready_channel())
         .arg(keys.timer_channel())
-        .arg(format!("{nonce:016x}"));
+        .arg(crate::attempt::receipt_nonce());
     for w in waiting {
         inv.arg(&w.topic)
             .arg(keys.handoff_channel(&w.consumer))

@@ -15,6 +15,10 @@
 -- longer body adds only about its length: a hash leaves its compact encoding once a value passes
 -- hash-max-listpack-value (64 bytes by default) and then more than doubles.
 --
+-- After the array, a record may hold its job's history: one MessagePack array per delivery attempt,
+-- appended as attempts end (rec_attempt), the newest 20 kept (crates/dq-core/src/attempt.rs packs and
+-- reads them). rec_load keeps those bytes as `h` without decoding them, and rec_store writes them back.
+--
 -- Records written by dq before it packed them are hashes with the same field names. rec_load still reads
 -- them, and the first script that changes such a record writes it back packed.
 --
@@ -35,7 +39,7 @@
 -- Returns: nothing (defines local functions).
 
 -- This preamble runs on every call of the scripts that include it, and each function or table it makes
--- costs instructions on each call, so it makes four functions and no table.
+-- costs instructions on each call, so it makes five functions and no table.
 
 -- The record at `key` as a table, or nil when there is none. A read that fails raises the error, so
 -- the script stops; with `soft`, it returns nil and the error instead, for a caller that must undo
@@ -61,7 +65,8 @@ local function rec_load(key, soft, source, score, raw)
     r.a = r.a or 0
     return r
   end
-  local fine, v = pcall(cmsgpack.unpack, raw)
+  -- unpack_one: the record's array alone (`off`: where its history begins; -1 when there is none).
+  local fine, off, v = pcall(cmsgpack.unpack_one, raw)
   if not fine or type(v) ~= 'table' or type(v[1]) ~= 'number' or v[1] < 1 or v[1] > 5
       or type(v[2]) ~= 'string' or type(v[3]) ~= 'string' or type(v[4]) ~= 'number'
       or type(v[5]) ~= 'number' or type(v[6]) ~= 'number' or type(v[7]) ~= 'number' then
@@ -85,7 +90,8 @@ local function rec_load(key, soft, source, score, raw)
   if c < 1e12 then c = r - c end
   return {s = s, t = v[2], b = v[3], r = r, ttr = v[5], m = v[6], c = c, a = v[8] or 0,
     d = v[9] or nil, rc = v[10] or nil, e = v[11] or nil, x = v[12] or nil, g = v[13] or nil,
-    bo = v[14] or nil, p = v[15] or nil, n = v[16] or nil, k = v[17] or nil, f = v[18] or nil}
+    bo = v[14] or nil, p = v[15] or nil, n = v[16] or nil, k = v[17] or nil, f = v[18] or nil,
+    h = off > 0 and string.sub(raw, off + 1) or nil}
 end
 
 -- The topic of `raw` (a GET's answer), read from its first bytes without unpacking it, for a caller
@@ -152,6 +158,27 @@ local function rec_store(key, r, only_state, new)
   end
   if n == 8 and r.a == 0 then v[8] = nil end
   if new then return redis.call('SET', key, cmsgpack.pack(v), 'NX') ~= false end
-  redis.call('SET', key, cmsgpack.pack(v))
+  if r.h then
+    redis.call('SET', key, cmsgpack.pack(v) .. r.h)
+  else
+    redis.call('SET', key, cmsgpack.pack(v))
+  end
   return true
+end
+
+-- Adds attempt `e` to r's history (r.h): `e` is an array of 8 whose first element, the attempt number,
+-- is a one-byte 0 (crates/dq-core/src/attempt.rs), and r.a fills it in. A job past 20 attempts drops its
+-- oldest (the only time a history is decoded). Returns the entry as added, and whether the history was
+-- cut (then the whole record must be written; else appending the entry to it is enough).
+local function rec_attempt(r, e)
+  e = '\152' .. cmsgpack.pack(r.a) .. string.sub(e, 3)
+  local h, cut = r.h, false
+  if h and r.a > 20 then
+    local all = {cmsgpack.unpack(h)}
+    if #all >= 20 then
+      h, cut = cmsgpack.pack(unpack(all, #all - 18)), true
+    end
+  end
+  r.h = (h or '') .. e
+  return e, cut
 end

@@ -3,7 +3,6 @@
 
 use std::sync::LazyLock;
 
-use rand::Rng;
 use redis::{Script, Value};
 use serde_json::value::RawValue;
 
@@ -47,8 +46,8 @@ pub(crate) async fn call(
     for t in topics {
         inv.key(keys.ready(t));
     }
-    let nonce: u64 = rand::rng().random();
-    inv.arg(keys.prefix()).arg(count).arg(format!("{nonce:016x}"));
+    // Receipts carry the time they were made (the attempt's start in the job's history).
+    inv.arg(keys.prefix()).arg(count).arg(crate::attempt::receipt_nonce());
     match least_ttr_ms {
         Some(t) => inv.arg(t),
         None => inv.arg(""),
