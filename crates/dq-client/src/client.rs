@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use dq_api::{
-    AckEntry, AckManyAnswer, AckManyRequest, AckRequest, AckResult, ErrorBody, RescheduleRequest, ReserveAnswer,
-    ReserveRequest, TouchRequest, Touched,
+    AckEntry, AckManyAnswer, AckManyRequest, AckRequest, AckResult, Attempts, ErrorBody, RescheduleRequest,
+    ReserveAnswer, ReserveRequest, TouchRequest, Touched,
 };
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
@@ -309,6 +309,13 @@ impl Client {
     /// `GET /v1/jobs/{id}`.
     pub async fn get(&self, id: &str) -> Result<Job, Error> {
         self.read(&["v1", "jobs", id]).await
+    }
+
+    /// `GET /v1/jobs/{id}/attempts`: the job's deliveries so far and its newest 20 attempts, newest
+    /// first, each with how it ended and who made it: what to read when a job keeps failing, since
+    /// `last_error` holds only the latest failure.
+    pub async fn attempts(&self, id: &str) -> Result<Attempts, Error> {
+        self.read(&["v1", "jobs", id, "attempts"]).await
     }
 
     /// `DELETE /v1/jobs/{id}`: removes the job in any state. A try again that finds it gone counts as

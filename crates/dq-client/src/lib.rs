@@ -1,6 +1,6 @@
 //! A typed async client for dq's HTTP API (`docs/api.md`).
 //!
-//! - [`Client`] has one method per verb: jobs (push, push many, look up, cancel, reschedule), pull
+//! - [`Client`] has one method per verb: jobs (push, push many, look up, attempts, cancel, reschedule), pull
 //!   consumption (reserve with long poll, ack, ack many, nack, touch), topics and their busiest flow
 //!   keys, dead letters, schedules and stats. Errors keep their kind ([`Error`]): dq's own answer, a
 //!   request that never got through, or one whose outcome is unknown.
@@ -34,9 +34,9 @@ mod worker;
 pub use admin::{DeadPage, JobPage, ScheduleConfig, ScheduleView};
 pub use client::{Client, ClientBuilder};
 pub use dq_api::{
-    BatchPushed, Callback, Coalesce, CoalesceMode, Counts, DEFAULT_PRIORITY, ErrorCode, Flow, FlowKey, FlowKeys, Node,
-    PushAnswer, RedisMode, RedisStats, RescheduleRequest, ReserveRequest, Retry, State, Stats, TopicConfig,
-    TopicDefaults, TopicView,
+    Attempt, Attempts, BatchPushed, Callback, Coalesce, CoalesceMode, Counts, DEFAULT_PRIORITY, ErrorCode, Flow,
+    FlowKey, FlowKeys, Node, Outcome, PushAnswer, RedisMode, RedisStats, RescheduleRequest, ReserveRequest, Retry,
+    State, Stats, TopicConfig, TopicDefaults, TopicView,
 };
 pub use error::{ApiError, Error};
 pub use jobs::{Job, Nack, PushRequest, Reservation, When};
@@ -50,6 +50,7 @@ pub const OPERATIONS: &[(&str, &str)] = &[
     ("push", "push"),
     ("push_many", "push_many"),
     ("lookup", "get"),
+    ("attempts", "attempts"),
     ("cancel", "cancel"),
     ("reschedule", "reschedule"),
     ("reserve", "reserve"),

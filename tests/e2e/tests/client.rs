@@ -1,6 +1,7 @@
 //! dq-client against a real dq-server, dq-timer and Redis: every verb, retries after a lost answer that
 //! neither duplicate a push nor fail an ack that went through, flow keys (pushed without an id of the
-//! client's, shown by look-up, reserve and the busiest keys), token auth, and the worker loop.
+//! client's, shown by look-up, reserve and the busiest keys), a job's attempts with the consumer's name,
+//! token auth, and the worker loop.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use common::{Running, env, start, start_on};
 use dq_client::{
-    Callback, Client, Failed, Flow, FlowKey, Nack, PushRequest, ReserveRequest, RetryPolicy, ScheduleConfig,
+    Callback, Client, Failed, Flow, FlowKey, Nack, Outcome, PushRequest, ReserveRequest, RetryPolicy, ScheduleConfig,
     TopicConfig, When, Worker,
 };
 use dq_harness::{RedisServer, eventually, free_port};
@@ -129,6 +130,67 @@ async fn every_job_verb() {
     let got = waiting.await.unwrap().unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].id, p.id);
+}
+
+/// A job's attempts, as a worker named by the builder's `consumer` left them: a nack, then an ack.
+#[tokio::test]
+async fn attempts_show_each_delivery_newest_first_with_the_consumer() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let c = Client::builder(&format!("http://127.0.0.1:{}", server.port))
+        .consumer(Some("w1".into()))
+        .build()
+        .unwrap();
+    let pushed = c.push(&PushRequest::new("tried", json!({"n": 1}))).await.unwrap();
+    let fresh = c.attempts(&pushed.id).await.unwrap();
+    assert_eq!(
+        (fresh.id.as_str(), fresh.attempts, fresh.history.len()),
+        (pushed.id.as_str(), 0, 0),
+        "no delivery yet"
+    );
+
+    // A nack with no delay puts the job straight back to ready; the long poll takes it again.
+    let take = ReserveRequest::new(["tried"]).wait_ms(20_000);
+    let first = c.reserve(&take).await.unwrap();
+    assert_eq!(first.len(), 1);
+    c.nack(
+        &first[0].id,
+        &first[0].receipt,
+        &Nack {
+            delay_ms: Some(0),
+            error: Some("no stock".into()),
+        },
+    )
+    .await
+    .unwrap();
+    let second = c.reserve(&take).await.unwrap();
+    assert_eq!((second.len(), second[0].attempt), (1, 2));
+    c.ack(&second[0].id, &second[0].receipt).await.unwrap();
+
+    let seen = c.attempts(&pushed.id).await.unwrap();
+    assert_eq!((seen.id.as_str(), seen.attempts), (pushed.id.as_str(), 2));
+    let summary: Vec<_> = seen
+        .history
+        .iter()
+        .map(|a| (a.attempt, a.outcome, a.consumer.as_deref(), a.error.as_deref()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (2, Outcome::Acked, Some("w1"), None),
+            (1, Outcome::Nacked, Some("w1"), Some("no stock")),
+        ],
+        "newest first"
+    );
+    assert!(seen.history[0].started_at >= seen.history[1].started_at, "{seen:?}");
+    assert!(seen.history.iter().all(|a| a.status.is_none() && a.answer.is_none()));
+
+    // No such job: dq's 404, its kind kept; a bad id: dq's 400.
+    let missing = c.attempts("no-such-job").await.unwrap_err();
+    assert!(missing.is_code("not_found"), "{missing}");
+    assert_eq!(missing.api().unwrap().status, 404);
+    let bad = c.attempts("bad id").await.unwrap_err();
+    assert!(bad.is_code("invalid_argument"), "{bad}");
 }
 
 #[tokio::test]
