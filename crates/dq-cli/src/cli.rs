@@ -35,6 +35,9 @@ pub enum Command {
     Get {
         /// The job's id.
         id: String,
+        /// Then its delivery attempts, newest first (with `--json`: the attempts' JSON alone).
+        #[arg(long)]
+        attempts: bool,
     },
     /// Delete a job, in any state.
     Cancel {
@@ -70,6 +73,9 @@ pub enum Command {
         id: String,
         /// The receipt its reserve gave.
         receipt: String,
+        /// Who acks.
+        #[command(flatten)]
+        consumer: ConsumerArg,
     },
     /// Mark a delivery failed: the job is retried after its backoff (or `--delay`), or goes dead.
     Nack {
@@ -83,6 +89,9 @@ pub enum Command {
         /// What went wrong (kept as the job's last error).
         #[arg(long)]
         error: Option<String>,
+        /// Who nacks.
+        #[command(flatten)]
+        consumer: ConsumerArg,
     },
     /// Extend a reservation.
     Touch {
@@ -126,6 +135,25 @@ pub enum Command {
         /// The shell.
         shell: Shell,
     },
+}
+
+impl Command {
+    /// The name the command gives its attempt, for the client to send: only an ack or a nack ends one.
+    pub fn consumer(&self) -> Option<String> {
+        match self {
+            Command::Ack { consumer, .. } | Command::Nack { consumer, .. } => consumer.consumer.clone(),
+            _ => None,
+        }
+    }
+}
+
+/// The worker's name in the attempts it ends (`dq ack`, `dq nack`).
+#[derive(Debug, Args)]
+pub struct ConsumerArg {
+    /// The name kept with the job's attempt as its `consumer` (1 to 128 characters), so that the
+    /// attempts tell which worker acked or nacked.
+    #[arg(long, env = "DQ_CONSUMER")]
+    pub consumer: Option<String>,
 }
 
 /// `dq push`.

@@ -1,4 +1,4 @@
-//! The job verbs: push, get, cancel, reschedule, reserve, ack, nack, touch.
+//! The job verbs: push, get (with the job's attempts), cancel, reschedule, reserve, ack, nack, touch.
 
 use std::io::Read;
 
@@ -6,6 +6,7 @@ use anyhow::{Context, Result, bail};
 use dq_client::{Client, Coalesce, CoalesceMode, Job, Nack, PushRequest, RescheduleRequest, ReserveRequest, When};
 use serde_json::Value;
 
+use crate::attempts::attempts_table;
 use crate::cli::{Command, ModeArg};
 use crate::output::{Output, fields, maybe_time, short, table, time};
 
@@ -65,10 +66,7 @@ pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> 
                 println!("{} {} due {}{dup}", pushed.id, pushed.state, time(pushed.run_at));
             });
         }
-        Command::Get { id } => {
-            let job = client.get(&id).await?;
-            out.either(&job, || println!("{}", job_fields(&job)));
-        }
+        Command::Get { id, attempts } => get(client, out, &id, attempts).await?,
         Command::Cancel { id } => {
             client.cancel(&id).await?;
             if !out.json {
@@ -128,7 +126,7 @@ pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> 
                 );
             });
         }
-        Command::Ack { id, receipt } => {
+        Command::Ack { id, receipt, .. } => {
             client.ack(&id, &receipt).await?;
             if !out.json {
                 println!("{id} done");
@@ -139,6 +137,7 @@ pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> 
             receipt,
             delay,
             error,
+            ..
         } => {
             client.nack(&id, &receipt, &Nack { delay_ms: delay, error }).await?;
             if !out.json {
@@ -152,6 +151,21 @@ pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> 
             });
         }
         other => unreachable!("not a job verb: {other:?}"),
+    }
+    Ok(())
+}
+
+/// `dq get`: the job, and with `--attempts` its attempts below it. With `--json` and `--attempts`, the
+/// attempts' JSON alone: one document, which `jq` can read (the job's is `dq get --json`).
+async fn get(client: &Client, out: &Output, id: &str, attempts: bool) -> Result<()> {
+    if !attempts {
+        let job = client.get(id).await?;
+        out.either(&job, || println!("{}", job_fields(&job)));
+    } else if out.json {
+        out.json(&client.attempts(id).await?);
+    } else {
+        let (job, attempts) = tokio::try_join!(client.get(id), client.attempts(id))?;
+        println!("{}\n\n{}", job_fields(&job), attempts_table(&attempts));
     }
     Ok(())
 }

@@ -1,13 +1,16 @@
 //! `dq`, the command line over [`dq_client`]: one subcommand per verb of the API, human tables by
 //! default and the API's JSON with `--json`, the server, token and CA file from flags or
-//! `DQ_URL`/`DQ_TOKEN`/`DQ_CA_FILE`.
+//! `DQ_URL`/`DQ_TOKEN`/`DQ_CA_FILE` (and an ack's or nack's consumer name from `--consumer` or
+//! `DQ_CONSUMER`).
 //!
 //! - `cli.rs`: the commands and their arguments (clap);
 //! - `jobs.rs`: push, get, cancel, reschedule, reserve, ack, nack, touch;
+//! - `attempts.rs`: a job's delivery attempts, one line each (`dq get --attempts`);
 //! - `manage.rs`: topics (and their busiest flow keys), dead letters, schedules, stats;
 //! - `tail.rs`: follows counts and deaths live;
 //! - `output.rs`: tables, times and JSON.
 
+mod attempts;
 mod cli;
 mod jobs;
 mod manage;
@@ -33,6 +36,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let client = Client::builder(&cli.url)
         .token(cli.token.clone())
         .ca_file(cli.ca_file.clone())
+        .consumer(cli.command.consumer())
         .build()?;
     match cli.command {
         Command::Completions { .. } => unreachable!("answered above"),

@@ -61,9 +61,33 @@ pub fn maybe_time(ms: Option<i64>) -> String {
     ms.map(time).unwrap_or_else(|| "-".into())
 }
 
+/// A duration in ms for people: `350ms`, `1.5s`, `2m05s`, `3h10m` (cut, not rounded).
+pub fn duration(ms: u64) -> String {
+    match ms {
+        0..1000 => format!("{ms}ms"),
+        1000..60_000 => format!("{}.{}s", ms / 1000, ms % 1000 / 100),
+        60_000..3_600_000 => format!("{}m{:02}s", ms / 60_000, ms % 60_000 / 1000),
+        _ => format!("{}h{:02}m", ms / 3_600_000, ms % 3_600_000 / 60_000),
+    }
+}
+
 /// A JSON value on one line, cut to `max` characters for a table cell.
 pub fn short(value: &serde_json::Value, max: usize) -> String {
-    let text = value.to_string();
+    cut(value.to_string(), max)
+}
+
+/// Text from elsewhere (an error, a callback's answer) on one line, every run of whitespace or control
+/// characters a space, cut to `max` characters: a table row stays one line.
+pub fn one_line(text: &str, max: usize) -> String {
+    let words: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|w| !w.is_empty())
+        .collect();
+    cut(words.join(" "), max)
+}
+
+/// `text` cut to `max` characters, `…` the last when cut.
+fn cut(text: String, max: usize) -> String {
     if text.chars().count() <= max {
         return text;
     }
@@ -87,6 +111,24 @@ mod tests {
         assert_eq!(short(&v, 12).chars().count(), 12);
         assert!(short(&v, 12).ends_with('…'));
         assert_eq!(short(&serde_json::json!(1), 12), "1");
+    }
+
+    #[test]
+    fn durations_print_in_their_unit() {
+        let shown: Vec<String> = [0, 350, 1500, 59_999, 125_000, 11_400_000]
+            .into_iter()
+            .map(duration)
+            .collect();
+        assert_eq!(shown, ["0ms", "350ms", "1.5s", "59.9s", "2m05s", "3h10m"]);
+    }
+
+    #[test]
+    fn other_systems_text_is_one_line() {
+        assert_eq!(
+            one_line("  HTTP 500:\n<h1>Bad\tgateway</h1>\r\n", 80),
+            "HTTP 500: <h1>Bad gateway</h1>"
+        );
+        assert_eq!(one_line("abcdef", 4), "abc…");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The `dq` command line as a user runs it, against a real dq-server and Redis: each command, its JSON
-//! and its tables, flow keys (pushed, looked up, the busiest listed), errors with a non-zero exit,
-//! completions, and `dq tail` following a death.
+//! and its tables, flow keys (pushed, looked up, the busiest listed), a job's attempts with the names
+//! `--consumer` and `DQ_CONSUMER` gave, errors with a non-zero exit, completions, and `dq tail`
+//! following a death.
 
 mod common;
 
@@ -18,6 +19,7 @@ fn dq(port: u16, args: &[&str]) -> Output {
         .args(args)
         .env("DQ_URL", format!("http://127.0.0.1:{port}"))
         .env_remove("DQ_TOKEN")
+        .env_remove("DQ_CONSUMER")
         .output()
         .expect("dq runs")
 }
@@ -238,6 +240,104 @@ async fn flow_keys_pushed_looked_up_and_the_busiest_listed() {
     // dq's 400s: a bad key, a limit out of range.
     assert!(fails(p, &["push", "sends", "1", "--flow-key", "no spaces"]).contains("400 invalid_argument"));
     assert!(fails(p, &["topics", "flows", "sends", "--limit", "0"]).contains("400 invalid_argument"));
+}
+
+#[tokio::test]
+async fn a_jobs_attempts_with_the_consumers_names() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let p = server.port;
+    ok(p, &["push", "tries", r#"{"n":1}"#, "--id", "tried"]);
+    assert!(ok(p, &["get", "tried", "--attempts"]).ends_with("no delivery yet\n"));
+
+    // A nack named by `--consumer` (no delay: straight back to ready), then an ack named by DQ_CONSUMER.
+    let first = json_of(p, &["reserve", "tries"]);
+    let stale = first["jobs"][0]["receipt"].as_str().unwrap().to_string();
+    ok(
+        p,
+        &[
+            "nack",
+            "tried",
+            &stale,
+            "--delay",
+            "0",
+            "--error",
+            "no stock\nat line 2",
+            "--consumer",
+            "w1",
+        ],
+    );
+    let second = json_of(p, &["reserve", "tries", "--wait", "20s"]);
+    let acked = Command::new(bin_dir().join("dq"))
+        .args(["ack", "tried", second["jobs"][0]["receipt"].as_str().unwrap()])
+        .env("DQ_URL", format!("http://127.0.0.1:{p}"))
+        .env("DQ_CONSUMER", "w2")
+        .output()
+        .unwrap();
+    assert!(acked.status.success(), "{}", String::from_utf8_lossy(&acked.stderr));
+
+    // --json: the API's answer, newest first.
+    let seen = json_of(p, &["get", "tried", "--attempts"]);
+    assert_eq!(
+        (seen["id"].clone(), seen["attempts"].clone()),
+        (json!("tried"), json!(2))
+    );
+    let history = seen["history"].as_array().unwrap();
+    let summary: Vec<_> = history
+        .iter()
+        .map(|a| {
+            (
+                a["attempt"].clone(),
+                a["outcome"].clone(),
+                a["consumer"].clone(),
+                a["error"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (json!(2), json!("acked"), json!("w2"), Value::Null),
+            (json!(1), json!("nacked"), json!("w1"), json!("no stock\nat line 2")),
+        ]
+    );
+
+    // For people: the job's fields, then one line per attempt, newest first, the error on its line.
+    let text = ok(p, &["get", "tried", "--attempts"]);
+    assert_eq!(row_of(&text, "state"), ["state", "done"], "{text}");
+    assert_eq!(
+        row_of(&text, "outcome"),
+        [
+            "#", "outcome", "started", "duration", "status", "consumer", "error", "/", "answer"
+        ],
+        "{text}"
+    );
+    let (newest, oldest) = (row_of(&text, "acked"), row_of(&text, "nacked"));
+    assert_eq!(
+        (newest[0], newest[5], newest[6], newest[7]),
+        ("2", "-", "w2", "-"),
+        "{text}"
+    );
+    assert_eq!(
+        (oldest[0], &oldest[5..]),
+        ("1", &["-", "w1", "no", "stock", "at", "line", "2"][..]),
+        "{text}"
+    );
+    let started = |row: &[&str]| format!("{} {}", row[2], row[3]);
+    assert!(started(&newest) >= started(&oldest), "{text}");
+    assert!(
+        text.find("acked").unwrap() > text.find("body").unwrap(),
+        "the job first: {text}"
+    );
+    assert!(
+        text.find(" acked ").unwrap() < text.find(" nacked ").unwrap(),
+        "newest first: {text}"
+    );
+
+    // dq's refusals: no such job; a name longer than 128 characters reaches dq and is refused.
+    assert!(fails(p, &["get", "nope", "--attempts"]).contains("404 not_found"));
+    let long = "w".repeat(129);
+    assert!(fails(p, &["ack", "tried", &stale, "--consumer", &long]).contains("400 invalid_argument"));
 }
 
 #[tokio::test]
