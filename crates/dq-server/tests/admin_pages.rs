@@ -1,6 +1,6 @@
 //! The admin's topic and job pages: jobs by state with their counts, a filter on the page's bodies,
-//! paging, the search by id, a job's fields and actions; a topic's flow limits and busiest flow keys, a
-//! job's flow key; the read-only mode; bad queries refused.
+//! paging, the search by id, a job's fields, attempts and actions; a topic's flow limits and busiest
+//! flow keys, a job's flow key; the read-only mode; bad queries refused.
 
 mod common;
 
@@ -92,6 +92,96 @@ async fn a_jobs_page_and_the_search_by_id() {
     assert_error(status, &body, 400, "invalid_argument");
     let (status, body) = s.call("GET", "/admin/jobs", None).await;
     assert_error(status, &body, 400, "invalid_argument");
+}
+
+/// A job's attempts on its page: a pull worker's nack, then a callback's answered ack, newest first,
+/// every text from elsewhere escaped and a long answer shortened.
+#[tokio::test]
+async fn a_jobs_page_lists_its_attempts_newest_first() {
+    let s = TestServer::start().await;
+    s.push(json!({"topic": "shop", "id": "tried", "body": 1})).await;
+    let html = s.text("/admin/jobs/tried").await;
+    assert!(
+        html.contains("<h2>Attempts</h2><p class=\"note\">No delivery yet.</p>"),
+        "{html}"
+    );
+
+    let first = s.reserve(&["shop"], 1, 0).await;
+    let nack = json!({"receipt": first[0]["receipt"], "delay_ms": 0, "error": "<b>no stock</b>", "consumer": "w<1>"});
+    let (status, out) = s.call("POST", "/v1/jobs/tried/nack", Some(nack)).await;
+    assert_eq!(status, 204, "{out}");
+    // The second attempt as dq-consumer ends one: with the callback's status and answer.
+    let second = s.reserve(&["shop"], 1, 20_000).await;
+    let queue = dq_core::Queue::connect(&settings(&s.redis)).await.unwrap();
+    let note = dq_core::attempt::Note {
+        status: Some(200),
+        answer: Some(format!("<i>{}</i>", "x".repeat(300))),
+        consumer: Some("host:7".into()),
+        ..Default::default()
+    };
+    queue
+        .reservations()
+        .ack_noting("tried", second[0]["receipt"].as_str().unwrap(), &note)
+        .await
+        .unwrap();
+
+    let html = s.text("/admin/jobs/tried").await;
+    let shown = format!("&lt;i&gt;{}…", "x".repeat(116));
+    let newest = r#"<td class="num">2</td><td>acked</td>"#;
+    let newest_rest = format!(
+        r#"<td class="num">200</td><td><code>host:7</code></td><td></td><td title="&lt;i&gt;{}&lt;/i&gt;"><code>{shown}</code></td>"#,
+        "x".repeat(300)
+    );
+    let oldest = r#"<td class="num">1</td><td class="down">nacked</td>"#;
+    let oldest_rest =
+        r#"<td class="num"></td><td><code>w&lt;1&gt;</code></td><td>&lt;b&gt;no stock&lt;/b&gt;</td><td></td>"#;
+    for want in [newest, &newest_rest, oldest, oldest_rest] {
+        assert!(html.contains(want), "{want}: {html}");
+    }
+    assert!(
+        html.find(newest).unwrap() < html.find(oldest).unwrap(),
+        "newest first: {html}"
+    );
+    assert!(
+        !html.contains("<b>no stock") && !html.contains("<i>x"),
+        "escaped: {html}"
+    );
+    assert!(!html.contains("The newest"), "every attempt is kept: {html}");
+}
+
+/// What a job's page leaves out says so: attempts past the newest 20, and attempts not kept at all
+/// (`jobs.attempt_history` off).
+#[tokio::test]
+async fn a_jobs_page_says_which_attempts_it_leaves_out() {
+    let s = TestServer::start().await;
+    s.push(json!({"topic": "flaky", "id": "often", "body": 1, "max_attempts": 0}))
+        .await;
+    for _ in 0..21 {
+        let r = s.reserve(&["flaky"], 1, 20_000).await;
+        let nack = json!({"receipt": r[0]["receipt"], "delay_ms": 0});
+        assert_eq!(s.call("POST", "/v1/jobs/often/nack", Some(nack)).await.0, 204);
+    }
+    let html = s.text("/admin/jobs/often").await;
+    assert!(html.contains("The newest 20 of 21 attempts."), "{html}");
+    assert!(html.contains(r#"<td class="num">21</td><td class="down">nacked</td>"#));
+    assert!(
+        !html.contains(r#"<td class="num">1</td><td class="down">"#),
+        "the oldest is dropped: {html}"
+    );
+
+    let redis = vec![RedisServer::start()];
+    let mut conf = settings(&redis);
+    conf.jobs.attempt_history = false;
+    let s = TestServer::with_settings(redis, conf).await;
+    s.push(json!({"topic": "quiet", "id": "unkept", "body": 1})).await;
+    let r = s.reserve(&["quiet"], 1, 0).await;
+    let ack = json!({"receipt": r[0]["receipt"]});
+    assert_eq!(s.call("POST", "/v1/jobs/unkept/ack", Some(ack)).await.0, 204);
+    let html = s.text("/admin/jobs/unkept").await;
+    assert!(
+        html.contains("1 delivery, not on record (see <code>jobs.attempt_history</code>)."),
+        "{html}"
+    );
 }
 
 #[tokio::test]

@@ -1,8 +1,8 @@
 //! The admin pages clicked through in headless Chromium (WebDriver), as an operator uses them: log in,
-//! find a job by id and run it now, select delayed jobs and delete them, requeue every dead job, edit a
-//! topic's registration (and see a bad edit refused), and the read-only mode. A screenshot of each page
-//! is kept as a test artefact (`browser/admin-*.png` under the tests' temp dir; the copies in `docs/`
-//! come from it).
+//! find a job by id and run it now, read a dead job's attempts, select delayed jobs and delete them,
+//! requeue every dead job, edit a topic's registration (and see a bad edit refused), and the read-only
+//! mode. A screenshot of each page is kept as a test artefact (`browser/admin-*.png` under the tests'
+//! temp dir; the copies in `docs/` come from it).
 
 mod common;
 
@@ -162,6 +162,19 @@ async fn an_operator_finds_selects_acts_and_edits() {
         "delayed",
         "an unselected job stays"
     );
+
+    // A dead job's page: its attempts, the nack that used its last one.
+    client.goto(&format!("{dq}/admin/jobs/doomed-0")).await.unwrap();
+    wait_for_text(&client, "Attempts").await;
+    let row: Vec<String> = {
+        let mut cells = Vec::new();
+        for td in client.find_all(Locator::Css("table tr:nth-child(2) td")).await.unwrap() {
+            cells.push(td.text().await.unwrap());
+        }
+        cells
+    };
+    assert_eq!((row[0].as_str(), row[1].as_str()), ("1", "nacked"), "{row:?}");
+    assert_eq!(row[6], "card declined", "{row:?}");
 
     // The dead tab: select all, requeue.
     client

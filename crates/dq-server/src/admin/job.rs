@@ -1,12 +1,13 @@
-//! A job's page: its fields (its flow key among them) and body, and what can be done to it (run now,
-//! reschedule, delete, requeue).
+//! A job's page: its fields (its flow key among them), body and delivery attempts, and what can be done
+//! to it (run now, reschedule, delete, requeue).
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use dq_core::State as JobState;
+use dq_core::attempt::{Attempt, Outcome};
 use dq_core::config::Scope;
 use dq_core::job::validate_id;
-use maud::html;
+use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{html_page, job_href, page, read_only, topic_href, utc};
@@ -35,6 +36,7 @@ pub async fn job(State(app): State<AppState>, caller: Caller, Path(id): Path<Str
     validate_id(&id)?;
     let job = app.queue.producer().get(&id).await?;
     caller.allow(Scope::Admin, &job.topic)?;
+    let (deliveries, history) = app.queue.producer().attempts(&id).await?;
     let body = serde_json::from_str::<serde_json::Value>(job.body.get())
         .and_then(|v| serde_json::to_string_pretty(&v))
         .unwrap_or_else(|_| job.body.get().to_string());
@@ -60,6 +62,8 @@ pub async fn job(State(app): State<AppState>, caller: Caller, Path(id): Path<Str
             }
             h2 { "Body" }
             pre { (body) }
+            h2 { "Attempts" }
+            (attempts(deliveries, &history))
             @if !read_only(&app) {
                 h2 { "Actions" }
                 p {
@@ -78,4 +82,81 @@ pub async fn job(State(app): State<AppState>, caller: Caller, Path(id): Path<Str
             }
         },
     )))
+}
+
+/// The longest answer a cell shows (characters); the whole kept answer (512 bytes) is in its title.
+const ANSWER_CHARS: usize = 120;
+
+/// The job's attempts, newest first: how each ended, when, for how long, and who made it, so that an
+/// operator sees why a job keeps failing, not only its last error. Errors and answers are other
+/// systems' text: maud escapes them like everything else.
+fn attempts(deliveries: u32, history: &[Attempt]) -> Markup {
+    html! {
+        @if history.is_empty() {
+            p class="note" {
+                @if deliveries == 0 { "No delivery yet." }
+                @else if deliveries == 1 { "1 delivery, not on record (see " code { "jobs.attempt_history" } ")." }
+                @else { (deliveries) " deliveries, none on record (see " code { "jobs.attempt_history" } ")." }
+            }
+        } @else {
+            @if (history.len() as u64) < u64::from(deliveries) {
+                p class="note" { "The newest " (history.len()) " of " (deliveries) " attempts." }
+            }
+            table {
+                tr {
+                    th { "#" } th { "outcome" } th { "started (UTC)" } th { "duration" } th { "status" }
+                    th { "consumer" } th { "error" } th { "answer" }
+                }
+                @for a in history {
+                    tr {
+                        td class="num" { (a.attempt) }
+                        td class=[failed(a.outcome).then_some("down")] { (outcome(a.outcome)) }
+                        td { (utc(a.started_at)) }
+                        td class="num" { (a.duration_ms) " ms" }
+                        td class="num" { @if let Some(s) = a.status { (s) } }
+                        td { @if let Some(c) = &a.consumer { code { (c) } } }
+                        td { (a.error.as_deref().unwrap_or("")) }
+                        td title=[a.answer.as_deref()] { @if let Some(t) = &a.answer { code { (shortened(t)) } } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An outcome as the API names it.
+fn outcome(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Acked => "acked",
+        Outcome::Nacked => "nacked",
+        Outcome::Failed => "failed",
+        Outcome::TimedOut => "timed_out",
+        Outcome::Expired => "expired",
+    }
+}
+
+/// Whether the attempt did not deliver the job: shown in the pages' colour for trouble.
+fn failed(o: Outcome) -> bool {
+    !matches!(o, Outcome::Acked)
+}
+
+/// `text` cut to [`ANSWER_CHARS`] characters, `…` the last when cut.
+fn shortened(text: &str) -> String {
+    if text.chars().count() <= ANSWER_CHARS {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(ANSWER_CHARS - 1).collect();
+    format!("{head}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_are_named_as_the_api_names_them() {
+        for o in Outcome::ALL {
+            assert_eq!(serde_json::to_value(o).unwrap(), outcome(o));
+        }
+    }
 }
