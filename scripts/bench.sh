@@ -6,7 +6,7 @@
 #   scripts/bench.sh            all figures
 #   BENCH_ONLY="push batch" scripts/bench.sh   some of: push auth priority batch reserve memory lateness cpu cpu-deliver burst kill deliver
 #                                      coalesce flow flow-cost (flow: all its figures; flow-cost: what keys cost only,
-#                                      with LIFE_SCRIPTS=1 each script's share)
+#                                      with LIFE_SCRIPTS=1 each script's share) history (attempt history: see its comment)
 #                                      waiters schedules life (LIFE_PATH=push|pull|beanstalkd|bullmq: scripts/profile-life.sh)
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
@@ -301,6 +301,32 @@ pairs = list(zip(by["0"], by["10000"]))
 print(f"   with 10,000 keys / without: throughput median {statistics.median(k[0] / n[0] for n, k in pairs):.2f}, "
       f"Redis CPU per job median {statistics.median(k[1] / n[1] for n, k in pairs):.2f}")
 PY
+  rcli flushall >/dev/null
+fi
+
+if want history; then
+  # Every process reads jobs.attempt_history at start, so a run measures one setting; alternate runs of
+  # the script compare them:
+  #   for h in false true false true; do DQ__JOBS__ATTEMPT_HISTORY=$h BENCH_ONLY=history scripts/bench.sh; done
+  echo; echo "== attempt history ${DQ__JOBS__ATTEMPT_HISTORY:-true}: 50,000 jobs due at once (pushed 8 s ahead), delivered by"
+  echo "   dq-consumer to a callback that answers at once (concurrency 64) and acked, their done records kept: Redis CPU"
+  echo "   per job over its life, delivery throughput, and Redis memory after (each done record and, with history on,"
+  echo "   its one attempt)"
+  cpu() { python3 -c "print($(info cpu used_cpu_user) + $(info cpu used_cpu_sys))"; }
+  for round in 1 2; do
+    rcli flushall >/dev/null
+    bench push -n 1000 -c 8 --warmup 0 --topic warm >/dev/null
+    rcli flushall >/dev/null
+    m1=$(info memory used_memory); c1=$(cpu)
+    run=$(bench --json flow --mode cost -n 50000 --keys 0 --lead-ms 8000 --concurrency 64 | tail -1)
+    c2=$(cpu); sleep 3; m2=$(info memory used_memory)
+    python3 - "$c1" "$c2" "$m1" "$m2" "$run" "${DQ__JOBS__ATTEMPT_HISTORY:-true}" <<'PY'
+import json, sys
+c1, c2, m1, m2 = map(float, sys.argv[1:5]); r = json.loads(sys.argv[5])
+print(f"   history {sys.argv[6]:>5}: {r['delivered_per_s']:.0f} delivered/s, {(c2 - c1) / r['jobs'] * 1e6:.1f} us of Redis CPU per job, "
+      f"{(m2 - m1) / r['jobs']:.0f} bytes of Redis memory per done job; {r['missing']} missing, {r['delivered_again']} again")
+PY
+  done
   rcli flushall >/dev/null
 fi
 

@@ -37,8 +37,9 @@ async fn reserve(q: &Queue, topic: &str) -> Reservation {
     }
 }
 
-/// A nack, a failed delivery and an ack: three attempts, newest first, with what each said.
-async fn three_attempts(q: &Queue) {
+/// A nack, a failed delivery and an ack: three attempts, newest first, with what each said. Returns the
+/// job's id.
+async fn three_attempts(q: &Queue) -> String {
     let id = push(q, json!({"topic": "h", "body": {"n": 1}})).await;
     let first = reserve(q, "h").await;
     assert!(reserved_at(&first.receipt).is_some(), "{}", first.receipt);
@@ -97,13 +98,35 @@ async fn three_attempts(q: &Queue) {
     let job = q.producer().get(&id).await.unwrap();
     assert_eq!((job.state, job.attempts), (State::Done, 3));
     assert_eq!(job.body.get(), "{\"n\":1}");
+    id
 }
 
 #[tokio::test]
 async fn acks_and_nacks_are_kept_newest_first() {
     let redis = RedisServer::start();
     let q = Queue::connect(&standalone(&redis)).await.unwrap();
-    three_attempts(&q).await;
+    let id = three_attempts(&q).await;
+    // The ack wrote the record with one SET: the string holds no room to spare, as one written afresh
+    // with the same bytes (an APPEND would have left as much again unused).
+    let mut conn = redis.conn();
+    let key: String = redis::cmd("KEYS")
+        .arg(format!("*:job:{id}"))
+        .query::<Vec<String>>(&mut conn)
+        .unwrap()
+        .pop()
+        .unwrap();
+    let bytes: Vec<u8> = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+    // A key of the same length, so that the keys' own sizes cancel out.
+    let fresh = key.replace(":job:", ":jox:");
+    let _: () = redis::cmd("SET").arg(&fresh).arg(&bytes).query(&mut conn).unwrap();
+    let usage = |k: &str| -> i64 {
+        redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(k)
+            .query(&mut redis.conn())
+            .unwrap()
+    };
+    assert_eq!(usage(&key), usage(&fresh));
     let err = q.producer().attempts("01NOSUCHJOB0000000000000000").await.unwrap_err();
     assert!(matches!(err, dq_core::Error::NotFound(_)), "{err:?}");
 }

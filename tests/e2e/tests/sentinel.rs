@@ -73,10 +73,15 @@ async fn dq_follows_sentinel_through_a_kill_and_a_demotion_and_loses_no_durable_
         port,
         "POST",
         "/v1/jobs/s1/ack",
-        Some(json!({"receipt": job["receipt"]})),
+        Some(json!({"receipt": job["receipt"], "consumer": "sentinel-worker"})),
     )
     .await;
     assert_eq!(status, 204);
+    // The delivery is on record with the job.
+    let (status, attempts) = call(&http, port, "GET", "/v1/jobs/s1/attempts", None).await;
+    assert_eq!(status, 200, "{attempts}");
+    assert_eq!(attempts["history"][0]["outcome"], "acked", "{attempts}");
+    assert_eq!(attempts["history"][0]["consumer"], "sentinel-worker", "{attempts}");
     let (_, stats) = call(&http, port, "GET", "/v1/stats", None).await;
     assert_eq!(stats["redis"]["mode"], "sentinel");
 

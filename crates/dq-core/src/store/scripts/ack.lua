@@ -55,20 +55,9 @@ for k = 1, #KEYS - 3 do
     if stateful[k] then flow_count(prefix, r.t, r.f, -1, now) end
     if retention > 0 then
       r.s = 'done'
-      local e = ARGV[3 * k + 1]
-      if e == '' then
-        rec_store(job, r, true)
-      else
-        -- The attempt goes after the record (APPEND), unless the oldest must go or the record is an
-        -- old hash: then the record is written whole.
-        local entry, cut = rec_attempt(r, e)
-        if cut or r.hash then
-          rec_store(job, r)
-        else
-          rec_store(job, r, true)
-          redis.call('APPEND', job, entry)
-        end
-      end
+      -- The attempt goes after the record, written with its new state (record.lua).
+      if ARGV[3 * k + 1] ~= '' then rec_attempt(r, ARGV[3 * k + 1]) end
+      rec_store(job, r, true)
       redis.call('PEXPIRE', job, retention)
       acked[job] = 'kept'
     else

@@ -1,7 +1,8 @@
 -- get.lua: read job records, decoded (a record is packed, see record.lua). Reads only.
 --
 -- KEYS[1], KEYS[2], ...: job records (<prefix>:job:<id>)
--- ARGV[1], ARGV[2], ...: the fields wanted, by their names in record.lua (none: every field the record has)
+-- ARGV[1], ARGV[2], ...: the fields wanted, by their names in record.lua (none: every field the record
+-- has but `h`, the job's attempts as packed bytes, which is returned only when asked for)
 -- Returns: per key, a flat array of field, value pairs (like HGETALL; every value a string, `s` the
 -- state's name, `bo` its delays comma-separated), empty when there is no record.
 

@@ -91,7 +91,7 @@ local function rec_load(key, soft, source, score, raw)
   return {s = s, t = v[2], b = v[3], r = r, ttr = v[5], m = v[6], c = c, a = v[8] or 0,
     d = v[9] or nil, rc = v[10] or nil, e = v[11] or nil, x = v[12] or nil, g = v[13] or nil,
     bo = v[14] or nil, p = v[15] or nil, n = v[16] or nil, k = v[17] or nil, f = v[18] or nil,
-    h = off > 0 and string.sub(raw, off + 1) or nil}
+    h = off > 0 and string.sub(raw, off + 1) or nil, raw = raw}
 end
 
 -- The topic of `raw` (a GET's answer), read from its first bytes without unpacking it, for a caller
@@ -138,10 +138,19 @@ local function rec_store(key, r, only_state, new)
   if s == 'delayed' then code = 1 elseif s == 'ready' then code = 2 elseif s == 'reserved' then code = 3
   elseif s == 'done' then code = 4 elseif s == 'dead' then code = 5
   else error('unknown job state ' .. tostring(s)) end
-  if only_state and not r.hash then
+  if only_state and not r.hash and not r.whole then
     -- The state is the array's first element: after a one-byte header (a fixarray, up to 15 fields), or
     -- a three-byte one (an array16: a record with n, k or f has 16 to 18 fields).
-    redis.call('SETRANGE', key, (r.n or r.k or r.f) and 3 or 1, string.char(code))
+    local at = (r.n or r.k or r.f) and 3 or 1
+    if r.added and r.raw then
+      -- An attempt to add too (rec_attempt): one SET of the bytes read, the state byte changed and the
+      -- entry after them, not packed again. (An APPEND, or a SETRANGE past the end, would leave the
+      -- string as much room again unused: Redis grows a string greedily, and a SET allocates what it
+      -- holds.)
+      redis.call('SET', key, string.sub(r.raw, 1, at) .. string.char(code) .. string.sub(r.raw, at + 2) .. r.added)
+    else
+      redis.call('SETRANGE', key, at, string.char(code))
+    end
     return
   end
   -- A delay of 10^12 ms or more (beanstalkd's allow up to 136 years) would read as a full created_at:
@@ -168,17 +177,14 @@ end
 
 -- Adds attempt `e` to r's history (r.h): `e` is an array of 8 whose first element, the attempt number,
 -- is a one-byte 0 (crates/dq-core/src/attempt.rs), and r.a fills it in. A job past 20 attempts drops its
--- oldest (the only time a history is decoded). Returns the entry as added, and whether the history was
--- cut (then the whole record must be written; else appending the entry to it is enough).
+-- oldest (the only time a history is decoded: then `r.whole`, the record is written whole). rec_store
+-- writes it: whole, or with `only_state` the bytes read with the new state and the entry (`r.added`).
 local function rec_attempt(r, e)
   e = '\152' .. cmsgpack.pack(r.a) .. string.sub(e, 3)
-  local h, cut = r.h, false
+  local h = r.h
   if h and r.a > 20 then
     local all = {cmsgpack.unpack(h)}
-    if #all >= 20 then
-      h, cut = cmsgpack.pack(unpack(all, #all - 18)), true
-    end
+    if #all >= 20 then h, r.whole = cmsgpack.pack(unpack(all, #all - 18)), true end
   end
-  r.h = (h or '') .. e
-  return e, cut
+  r.h, r.added = (h or '') .. e, e
 end
