@@ -35,6 +35,17 @@ impl Outcome {
         Outcome::Expired,
     ];
 
+    /// The outcome as the API names it (`acked`, `timed_out`, …), for what people read.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Acked => "acked",
+            Outcome::Nacked => "nacked",
+            Outcome::Failed => "failed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Expired => "expired",
+        }
+    }
+
     /// The outcome's code in a stored attempt (1 ..= 5).
     pub fn code(self) -> u8 {
         Outcome::ALL.iter().position(|o| *o == self).expect("listed") as u8 + 1
@@ -97,6 +108,8 @@ mod tests {
         }
         assert_eq!(Outcome::of_code(0), None);
         assert_eq!(Outcome::of_code(6), None);
-        assert_eq!(serde_json::to_string(&Outcome::TimedOut).unwrap(), "\"timed_out\"");
+        for o in Outcome::ALL {
+            assert_eq!(serde_json::to_string(&o).unwrap(), format!("\"{}\"", o.as_str()));
+        }
     }
 }
