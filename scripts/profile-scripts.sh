@@ -55,7 +55,7 @@ for b in range(0, n, batch):
                      P, len(ids), "rc", "", "ch:timer", ""))
     # reserve.lua's receipts are <nonce>.<k>, in the order it popped: the ids' order here.
     keys = [f"{P}:reserved", f"{P}:counts", f"{P}:bs:ids"] + [f"{P}:job:{i}" for i in ids]
-    args = [0] + [x for k, i in enumerate(ids) for x in (i, f"rc.{k + 1}")]
+    args = [0] + [x for k, i in enumerate(ids) for x in (i, f"rc.{k + 1}", "")]  # no attempt kept
     cmds.append(resp("EVALSHA", sha["ack"], len(keys), *keys, *args))
 open(os.path.join(work, "calls.resp"), "w").write("".join(cmds))
 json.dump({v: k for k, v in sha.items()}, open(os.path.join(work, "names.json"), "w"))

@@ -66,6 +66,8 @@ impl Old {
             .arg("dq:wake:ready")
             .arg("dq:wake:timer")
             .arg(0)
+            // No attempt kept (the history's entry), then the backoff list.
+            .arg("")
             .arg(600_000);
         let _: redis::Value = inv.invoke_async(&mut self.conn).await.unwrap();
     }
@@ -78,7 +80,8 @@ impl Old {
             .key(format!("dq:job:{id}"))
             .arg(3_600_000)
             .arg(id)
-            .arg(receipt);
+            .arg(receipt)
+            .arg("");
         let acked: Vec<i64> = inv.invoke_async(&mut self.conn).await.unwrap();
         assert_eq!(acked, [1]);
     }
