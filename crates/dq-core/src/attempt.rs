@@ -64,6 +64,17 @@ impl Note {
     }
 }
 
+/// The entry of an attempt under `receipt` that ended as `outcome` (unless `note` says otherwise), with
+/// `error`, as [`Note::pack`] makes it; empty when `jobs.attempt_history` (`on`) is off: the scripts
+/// then keep none.
+pub(crate) fn entry(on: bool, note: &Note, receipt: &str, outcome: Outcome, error: Option<&str>) -> Vec<u8> {
+    if on {
+        note.pack(receipt, outcome, error)
+    } else {
+        Vec::new()
+    }
+}
+
 /// `text` cut to at most `max` bytes, at a character's boundary.
 pub fn cut(text: &str, max: usize) -> &str {
     if text.len() <= max {
@@ -85,7 +96,7 @@ pub(crate) fn unpack(mut bytes: &[u8]) -> Vec<Attempt> {
             tracing::warn!("an attempt of a job's history cannot be read; the older ones are left out");
             break;
         };
-        match entry(&value) {
+        match read_entry(&value) {
             Some(a) => out.push(a),
             None => tracing::warn!(?value, "a job's history holds an entry that is not an attempt"),
         }
@@ -95,7 +106,7 @@ pub(crate) fn unpack(mut bytes: &[u8]) -> Vec<Attempt> {
 }
 
 /// One entry as [`Note::pack`] (or `expire.lua`) wrote it; `nil` and `false` read as absent.
-fn entry(value: &rmpv::Value) -> Option<Attempt> {
+fn read_entry(value: &rmpv::Value) -> Option<Attempt> {
     let items = value.as_array()?;
     let at = |i: usize| items.get(i).filter(|v| !v.is_nil() && v.as_bool() != Some(false));
     let text = |i: usize| at(i).and_then(|v| v.as_str()).map(str::to_string);

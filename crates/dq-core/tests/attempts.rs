@@ -254,3 +254,36 @@ async fn no_history_is_kept_when_it_is_off() {
     q.reservations().ack(&r.id, &r.receipt).await.unwrap();
     assert_eq!(q.producer().attempts(&id).await.unwrap(), (2, vec![]));
 }
+
+/// beanstalkd's release and bury end an attempt too (`nacked`, saying which); a reserve-job starts one
+/// whose receipt says when.
+#[tokio::test]
+async fn beanstalkd_releases_and_buries_are_attempts() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&standalone(&redis)).await.unwrap();
+    let id = push(&q, json!({"topic": "b", "body": 1, "max_attempts": 0})).await;
+    let r = q
+        .beanstalkd()
+        .bs_take(&id)
+        .await
+        .unwrap()
+        .expect("the ready job is taken");
+    assert!(reserved_at(&r.receipt).is_some(), "{}", r.receipt);
+    q.beanstalkd().bs_release(&id, &r.receipt, 100, Some(0)).await.unwrap();
+    let r = reserve(&q, "b").await;
+    q.beanstalkd().bs_release(&id, &r.receipt, 100, None).await.unwrap();
+    assert_eq!(q.producer().get(&id).await.unwrap().state, State::Dead);
+    let (count, history) = q.producer().attempts(&id).await.unwrap();
+    assert_eq!(count, 2);
+    let seen: Vec<_> = history
+        .iter()
+        .map(|a| (a.attempt, a.outcome, a.error.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (2, Outcome::Nacked, Some("buried")),
+            (1, Outcome::Nacked, Some("released"))
+        ]
+    );
+}

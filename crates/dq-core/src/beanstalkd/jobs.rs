@@ -144,7 +144,16 @@ impl Beanstalkd {
     /// the dead list) of a job reserved under `receipt`, with a new priority.
     pub async fn bs_release(&self, id: &str, receipt: &str, priority: u32, delay_ms: Option<u64>) -> Result<Released> {
         let p = self.partitions.of_id(id);
-        let reply = bs_release::call(&self.store, p, id, receipt, priority, delay_ms).await?;
+        // The attempt, for the job's history: given back (release) or given up (bury) by its worker.
+        let what = if delay_ms.is_some() { "released" } else { "buried" };
+        let entry = crate::attempt::entry(
+            self.defaults.attempt_history,
+            &crate::attempt::Note::default(),
+            receipt,
+            crate::attempt::Outcome::Nacked,
+            Some(what),
+        );
+        let reply = bs_release::call(&self.store, p, id, receipt, priority, delay_ms, &entry).await?;
         Ok(match reply {
             BsReleaseReply::Ready { topic } => {
                 self.ready.mark_own(&topic, p);

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::Reservations;
-use crate::attempt::{Note, Outcome};
+use crate::attempt::{self, Note, Outcome};
 use crate::error::{Error, Result};
 use crate::store::scripts::ack::{self, AckReply};
 
@@ -47,14 +47,9 @@ impl Reservations {
         self.ack_kept(id, receipt, 0, Vec::new()).await
     }
 
-    /// The history entry of an attempt under `receipt` that ended as `outcome`; empty when
-    /// `jobs.attempt_history` is off.
+    /// The history entry of an attempt under `receipt` that ended as `outcome` (see [`attempt::entry`]).
     pub(crate) fn entry(&self, note: &Note, receipt: &str, outcome: Outcome, error: Option<&str>) -> Vec<u8> {
-        if self.defaults.attempt_history {
-            note.pack(receipt, outcome, error)
-        } else {
-            Vec::new()
-        }
+        attempt::entry(self.defaults.attempt_history, note, receipt, outcome, error)
     }
 
     async fn ack_kept(&self, id: &str, receipt: &str, retention_ms: u64, entry: Vec<u8>) -> Result<()> {

@@ -11,6 +11,7 @@
 -- ARGV[1]: key prefix   ARGV[2]: id   ARGV[3]: receipt   ARGV[4]: priority
 -- ARGV[5]: delay in ms ("" to bury)   ARGV[6]: ready wake channel (unused: `ready_add`,
 -- flow.lua, names it from the key prefix)   ARGV[7]: timer wake channel
+-- ARGV[8]: the attempt's entry for the job's history ("" for none; record.lua, rec_attempt)
 -- Returns: {1, state, topic} released or buried (state 'ready', 'delayed' or 'dead'), {0} no such job, {-1} not
 -- reserved under that receipt.
 
@@ -31,6 +32,8 @@ redis.call('ZREM', reserved, id)
 if r.f then flow_count(prefix, topic, r.f, -1, now) end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 r.rc, r.d = nil, nil
+-- Every branch below writes the record whole, its history with it.
+if ARGV[8] ~= '' then rec_attempt(r, ARGV[8]) end
 r.p = tonumber(ARGV[4])
 r.k = r.k or {0, 0, 0, 0}
 if ARGV[5] == '' then

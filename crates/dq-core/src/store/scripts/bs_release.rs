@@ -42,6 +42,7 @@ pub(crate) async fn call(
     receipt: &str,
     priority: u32,
     delay_ms: Option<u64>,
+    entry: &[u8],
 ) -> Result<BsReleaseReply> {
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
@@ -57,7 +58,7 @@ pub(crate) async fn call(
         Some(d) => inv.arg(d),
         None => inv.arg(""),
     };
-    inv.arg(keys.ready_channel()).arg(keys.timer_channel());
+    inv.arg(keys.ready_channel()).arg(keys.timer_channel()).arg(entry);
     let out: Vec<Value> = store.write(p, &inv).await?;
     let malformed = || Error::unexpected(Some(p), "bs_release returned a malformed answer");
     match out.first().and_then(int) {
