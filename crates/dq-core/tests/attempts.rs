@@ -3,27 +3,17 @@
 //! through every move (flow keys and dead jobs included), and is not kept with `jobs.attempt_history`
 //! off.
 
+mod common;
+
 use std::time::Duration;
 
 use dq_core::attempt::{Note, Outcome, reserved_at};
 use dq_core::reservations::Failure;
-use dq_core::{PushRequest, Queue, Reservation, Settings, State};
+use dq_core::{Queue, Reservation, State};
 use dq_harness::{RedisCluster, RedisServer};
 use serde_json::json;
 
-fn standalone(redis: &RedisServer) -> Settings {
-    let mut s = Settings::default();
-    s.redis.urls = vec![redis.url()];
-    s
-}
-
-async fn push(q: &Queue, json: serde_json::Value) -> String {
-    let job = q
-        .producer()
-        .validate(serde_json::from_value::<PushRequest>(json).unwrap())
-        .unwrap();
-    q.producer().push(job).await.unwrap().id
-}
+use common::{cluster, push, standalone};
 
 /// Reserves the one ready job of `topic`.
 async fn reserve(q: &Queue, topic: &str) -> Reservation {
@@ -134,10 +124,7 @@ async fn acks_and_nacks_are_kept_newest_first() {
 #[tokio::test]
 async fn attempts_are_kept_on_a_cluster() {
     let c = RedisCluster::start();
-    let mut s = Settings::default();
-    s.redis.mode = dq_core::config::RedisMode::Cluster;
-    s.redis.urls = c.urls();
-    let q = Queue::connect(&s).await.unwrap();
+    let q = Queue::connect(&cluster(&c)).await.unwrap();
     three_attempts(&q).await;
 }
 

@@ -4,16 +4,20 @@
 //! expiry, release, cancel, reschedule); the busiest keys are shown; the audit leaves keys' queues and
 //! turns alone.
 
+mod common;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::admin::topics::TopicCache;
 use dq_core::topic::Flow;
-use dq_core::{PushRequest, Queue, Reservation, Settings, State, TopicConfig};
+use dq_core::{PushRequest, Queue, Reservation, State, TopicConfig};
 use dq_harness::{RedisCluster, RedisServer};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+
+use common::{cluster, push, standalone};
 
 /// Runs `body` (which ends in a bool) until it is true, failing after `secs` seconds: a loop rather than
 /// `eventually`, as the bodies fill the test's own collections.
@@ -32,27 +36,6 @@ macro_rules! wait_for {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }};
-}
-
-fn standalone(redis: &RedisServer) -> Settings {
-    let mut s = Settings::default();
-    s.redis.urls = vec![redis.url()];
-    s
-}
-
-fn cluster(c: &RedisCluster) -> Settings {
-    let mut s = Settings::default();
-    s.redis.mode = dq_core::config::RedisMode::Cluster;
-    s.redis.urls = c.urls();
-    s
-}
-
-async fn push(q: &Queue, json: serde_json::Value) -> String {
-    let job = q
-        .producer()
-        .validate(serde_json::from_value::<PushRequest>(json).unwrap())
-        .unwrap();
-    q.producer().push(job).await.unwrap().id
 }
 
 /// Registers `topic` with `flow` and returns a topic cache that keeps the queue's flow limits current

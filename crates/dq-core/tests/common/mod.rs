@@ -1,0 +1,30 @@
+//! What several of dq-core's integration tests share: settings for each Redis shape the harness starts,
+//! and a push as a producer's JSON.
+#![allow(dead_code)] // each test binary uses some of these
+
+use dq_core::{PushRequest, Queue, Settings};
+use dq_harness::{RedisCluster, RedisServer};
+
+/// Settings for one standalone Redis.
+pub fn standalone(redis: &RedisServer) -> Settings {
+    let mut s = Settings::default();
+    s.redis.urls = vec![redis.url()];
+    s
+}
+
+/// Settings for a Redis Cluster.
+pub fn cluster(c: &RedisCluster) -> Settings {
+    let mut s = Settings::default();
+    s.redis.mode = dq_core::config::RedisMode::Cluster;
+    s.redis.urls = c.urls();
+    s
+}
+
+/// Pushes the job `json` describes (a push request, checked as the API checks it); its id.
+pub async fn push(q: &Queue, json: serde_json::Value) -> String {
+    let job = q
+        .producer()
+        .validate(serde_json::from_value::<PushRequest>(json).unwrap())
+        .unwrap();
+    q.producer().push(job).await.unwrap().id
+}
