@@ -30,10 +30,12 @@ port, n, batch, work, lua = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys
 rec = open(os.path.join(lua, "record.lua")).read()
 # Built as dq-core builds them (store/scripts/mod.rs): flow.lua after the publish line, where it exists.
 flow = open(os.path.join(lua, "flow.lua")).read() if os.path.exists(os.path.join(lua, "flow.lua")) else ""
+# add.lua after it in push.lua and ack.lua, where it exists (then an ack takes four arguments, not three).
+add = open(os.path.join(lua, "add.lua")).read() if os.path.exists(os.path.join(lua, "add.lua")) else ""
 sha = {}
 for name in ("push", "promote", "reserve", "ack"):
     pub = "" if name == "ack" and not flow else "local publish = 'PUBLISH'\n"
-    text = rec + pub + flow + open(os.path.join(lua, name + ".lua")).read()
+    text = rec + pub + flow + (add if name in ("push", "ack") else "") + open(os.path.join(lua, name + ".lua")).read()
     sha[name] = subprocess.check_output(["redis-cli", "-p", port, "script", "load", text]).decode().strip()
 def resp(*args):
     out = [f"*{len(args)}\r\n"]
@@ -55,7 +57,8 @@ for b in range(0, n, batch):
                      P, len(ids), "rc", "", "ch:timer", ""))
     # reserve.lua's receipts are <nonce>.<k>, in the order it popped: the ids' order here.
     keys = [f"{P}:reserved", f"{P}:counts", f"{P}:bs:ids"] + [f"{P}:job:{i}" for i in ids]
-    args = [0] + [x for k, i in enumerate(ids) for x in (i, f"rc.{k + 1}", "")]  # no attempt kept
+    # No attempt kept, and (with add.lua) no jobs pushed.
+    args = [0] + [x for k, i in enumerate(ids) for x in (i, f"rc.{k + 1}", "") + (("",) if add else ())]
     cmds.append(resp("EVALSHA", sha["ack"], len(keys), *keys, *args))
 open(os.path.join(work, "calls.resp"), "w").write("".join(cmds))
 json.dump({v: k for k, v in sha.items()}, open(os.path.join(work, "names.json"), "w"))

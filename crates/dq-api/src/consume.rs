@@ -5,7 +5,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::RawBody;
 use crate::error::ErrorBody;
-use crate::job::Reservation;
+#[cfg(feature = "openapi")]
+use crate::job::PushRequest;
+use crate::job::{JobRef, Reservation};
 
 /// `POST /v1/reserve` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,7 +69,7 @@ pub struct ReserveAnswer<B = RawBody> {
 }
 
 /// `POST /v1/jobs/{id}/ack` body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AckRequest {
@@ -76,6 +78,22 @@ pub struct AckRequest {
     /// Who worked on the job, for its history (`consumer` of the attempt; at most 128 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer: Option<String>,
+    /// Jobs to push with the ack (at most 100, each a push request without `id`, `dedup_key`,
+    /// `coalesce_key` or `flow_key`): stored together with the job's success, once, with ids
+    /// `<job id>~<index>`; the token needs `produce` on their topics. The answer is then 200 with
+    /// their ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<PushRequest>>))]
+    pub push: Option<Vec<RawBody>>,
+}
+
+/// `POST /v1/jobs/{id}/ack` answer when the ack pushed jobs: their ids, in the order given (a fan-out
+/// topic's job with its children).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AckPushed {
+    /// The jobs the ack pushed.
+    pub pushed: Vec<JobRef>,
 }
 
 /// `POST /v1/jobs/ack` body.

@@ -297,6 +297,10 @@ pub struct PushAnswer {
     /// `dedup_key`): this is that job.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub coalesced: bool,
+    /// A fan-out topic's push: the jobs it made, one per topic of its `fanout` (this job, their parent,
+    /// is `done`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<JobRef>,
 }
 
 /// One entry of the `POST /v1/jobs/batch` answer, in the order of the request: the job stored (or found
@@ -343,6 +347,9 @@ pub struct BatchPushed {
     /// Present (true) when the entry went into the pending job of its coalescing key.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub coalesced: bool,
+    /// A fan-out topic's push: the jobs it made (as in [`PushAnswer`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<JobRef>,
 }
 
 /// `POST /v1/jobs/batch` answer.
@@ -428,6 +435,26 @@ pub struct Job<B = RawBody> {
     /// Its flow key, when it was pushed with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow_key: Option<String>,
+    /// The job that started it (a fan-out's parent, or the job whose callback's answer or ack pushed
+    /// it), read from its id (`<parent>~<suffix>`); absent for a job a producer pushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// The jobs it started, with their states: a fan-out's children, or what its answer or ack pushed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<JobRef>,
+}
+
+/// A job named with its topic (a job another started, or one it started).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobRef {
+    /// The job's id.
+    pub id: String,
+    /// Its topic.
+    pub topic: String,
+    /// Its state when last read; absent when it is gone (its done record expired, or it was deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<State>,
 }
 
 /// A job handed out by reserve.

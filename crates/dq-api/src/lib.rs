@@ -33,13 +33,13 @@ pub mod topic;
 
 pub use attempt::{Attempt, Attempts, Outcome};
 pub use consume::{
-    AckEntry, AckManyAnswer, AckManyRequest, AckRequest, AckResult, Acked, NackRequest, ReserveAnswer, ReserveRequest,
-    TouchRequest, Touched,
+    AckEntry, AckManyAnswer, AckManyRequest, AckPushed, AckRequest, AckResult, Acked, NackRequest, ReserveAnswer,
+    ReserveRequest, TouchRequest, Touched,
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use job::{
-    BatchAnswer, BatchPushed, BatchRequest, Coalesce, CoalesceMode, DEFAULT_PRIORITY, Job, PushAnswer, PushRequest,
-    PushResult, RescheduleRequest, Reservation, State,
+    BatchAnswer, BatchPushed, BatchRequest, Coalesce, CoalesceMode, DEFAULT_PRIORITY, Job, JobRef, PushAnswer,
+    PushRequest, PushResult, RescheduleRequest, Reservation, State,
 };
 pub use ops::{Health, Node, NotReady, Ready, RedisMode, RedisStats, Stats};
 pub use schedule::{ScheduleConfig, ScheduleList, ScheduleView};

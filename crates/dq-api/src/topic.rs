@@ -47,6 +47,12 @@ pub struct TopicConfig {
         deserialize_with = "crate::strict::option_object"
     )]
     pub flow: Option<Flow>,
+    /// A fan-out topic: a push to it makes one job per topic listed here (at most 32), atomically and
+    /// once per push id, each with its own callback or pull consumers, retries and dead letters, and
+    /// an id `<push id>~<topic>`. The push itself is kept as their parent (state `done`), which a
+    /// look-up shows with its children's states. Not with `callback` or `flow`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fanout: Vec<String>,
 }
 
 /// Limits on each flow key of a topic, apart (a customer's, a merchant's): a key at its concurrency,
@@ -110,6 +116,12 @@ pub struct Callback {
     /// looked up, signed like a delivery), retried with backoff; none for no hook. Checked like `url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_dead_url: Option<String>,
+    /// Glob patterns (`*` any run of characters, `?` one) of the topics the callback's answer may push
+    /// to: a 2xx answer `{"dq": {"push": [job, …]}}` stores those jobs (at most 100) with the
+    /// delivery's success, once, with ids `<job id>~<index>`. Empty (the default): an answer cannot
+    /// push, and one that tries fails its delivery.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_push: Vec<String>,
 }
 
 /// What the API shows in place of a secret, a header value or a URL's credentials.
@@ -157,6 +169,7 @@ impl std::fmt::Debug for Callback {
             .field("secret", &self.secret.as_ref().map(|_| "***"))
             .field("previous_secret", &self.previous_secret.as_ref().map(|_| "***"))
             .field("on_dead_url", &self.on_dead_url.as_deref().map(masked_url))
+            .field("allow_push", &self.allow_push)
             .finish()
     }
 }
@@ -189,6 +202,7 @@ impl Default for Callback {
             secret: None,
             previous_secret: None,
             on_dead_url: None,
+            allow_push: Vec::new(),
         }
     }
 }

@@ -72,6 +72,7 @@ async fn push(
         run_at,
         duplicate: false,
         coalesced: false,
+        children: Vec::new(),
     };
     Ok((StatusCode::CREATED, Json(answer)))
 }

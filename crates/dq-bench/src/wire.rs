@@ -20,6 +20,7 @@ pub fn ack_body(receipt: &str) -> Bytes {
     let request = AckRequest {
         receipt: receipt.to_string(),
         consumer: None,
+        push: None,
     };
     Bytes::from(serde_json::to_vec(&request).expect("an ack always serializes"))
 }

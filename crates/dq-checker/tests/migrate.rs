@@ -81,6 +81,7 @@ impl Old {
             .arg(3_600_000)
             .arg(id)
             .arg(receipt)
+            .arg("")
             .arg("");
         let acked: Vec<i64> = inv.invoke_async(&mut self.conn).await.unwrap();
         assert_eq!(acked, [1]);

@@ -377,6 +377,7 @@ impl Client {
                 Some(&AckRequest {
                     receipt: receipt.to_string(),
                     consumer: self.consumer.clone(),
+                    push: None,
                 }),
                 Idempotence::Safe,
                 None,

@@ -56,6 +56,7 @@ impl Client {
                         run_at: stored.run_at,
                         duplicate: false,
                         coalesced: false,
+                        children: stored.children,
                     }),
                     None => Err(e),
                 }
@@ -109,6 +110,7 @@ impl Client {
                             run_at: p.run_at,
                             duplicate: p.duplicate,
                             coalesced: p.coalesced,
+                            children: p.children,
                         }),
                         Err(Error::Api(e)) => Err(e),
                         // Not dq's answer this time: the entry's own error, with the id to push again with.
@@ -128,6 +130,7 @@ impl Client {
                             run_at: stored.run_at,
                             duplicate: false,
                             coalesced: false,
+                            children: stored.children,
                         }),
                         None => Err(e),
                     }

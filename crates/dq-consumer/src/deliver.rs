@@ -34,7 +34,7 @@ pub enum Outcome {
     /// Anything else: nack with the reason, for `last_error`.
     Failed {
         /// Metric label: `timeout`, `connect_error`, `egress_refused`, `http_error`, `too_large`,
-        /// `empty`, `condition`.
+        /// `empty`, `condition`, `push_refused` (the answer's `dq.push`, see [`crate::answer`]).
         kind: &'static str,
         /// What happened, for people.
         reason: String,
@@ -90,6 +90,8 @@ pub struct Posted {
     pub status: Option<u16>,
     /// The first [`dq_core::attempt::ANSWER_BYTES`] of the answer (whole characters), when it was read.
     pub answer: Option<String>,
+    /// The jobs a delivered answer pushes (`{"dq": {"push": [...]}}`, see [`crate::answer`]).
+    pub pushes: Vec<Box<RawValue>>,
 }
 
 /// The longest pause a `Retry-After` can ask for; a longer one is cut to this.
@@ -158,6 +160,7 @@ pub async fn post(
                 started_at: dq_core::clock::unix_ms(),
                 status: None,
                 answer: None,
+                pushes: Vec::new(),
             };
         }
     };
@@ -192,6 +195,7 @@ pub async fn post(
         Ok((Answer::TooLarge(status), _)) => (Some(status.as_u16()), None),
         Err(_) => (None, None),
     };
+    let mut pushes = Vec::new();
     let outcome = match answer.map(|(answer, _)| answer) {
         Err(e) if e.is_timeout() => Outcome::Failed {
             kind: "timeout",
@@ -240,7 +244,16 @@ pub async fn post(
                         status_and_excerpt(status, &bytes, egress.excerpt_bytes)
                     ),
                 },
-                _ => Outcome::Delivered,
+                _ => match crate::answer::pushes(&bytes) {
+                    Ok(jobs) => {
+                        pushes = jobs;
+                        Outcome::Delivered
+                    }
+                    Err(reason) => Outcome::Failed {
+                        kind: "push_refused",
+                        reason,
+                    },
+                },
             }
         }
     };
@@ -251,6 +264,7 @@ pub async fn post(
         started_at,
         status,
         answer: excerpt,
+        pushes,
     }
 }
 

@@ -15,6 +15,7 @@
 //! (acking or retrying them by their outcome), hands back the ones still running after that for
 //! immediate redelivery, and returns.
 
+pub mod answer;
 pub mod deliver;
 pub mod egress;
 pub mod limiter;
@@ -81,6 +82,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         process_id: ulid::Ulid::new().to_string(),
         consumer_name: consumer_name(),
         handoffs: Default::default(),
+        topics: topics.clone(),
     });
     let handoffs = listen_handoffs(&shared, background.clone());
     tracing::info!(metrics = %listen, "dq-consumer starting");

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dq_core::admin::TopicCache;
 use dq_core::reservations::ReserveOptions;
 use dq_core::series::Counter;
 use dq_core::{Queue, Reservation};
@@ -12,6 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::answer;
 use crate::deliver::{self, Outcome, Posted};
 use crate::egress::Egress;
 use crate::limiter::{Admit, Limiter};
@@ -70,6 +72,8 @@ pub struct Shared {
     pub consumer_name: String,
     /// Each topic worker's in-box for jobs a timer handed to it (see `dq_core::reservations::handoff`).
     pub handoffs: Mutex<HashMap<String, mpsc::UnboundedSender<Vec<Reservation>>>>,
+    /// The topics' registrations: the defaults of the jobs an answer pushes.
+    pub topics: Arc<TopicCache>,
 }
 
 /// Reserves and delivers one topic's jobs, within the topic's limits over every consumer: at most
@@ -301,6 +305,7 @@ async fn settle(
     job: &Reservation,
     posted: &Posted,
     pause_key: Option<Duration>,
+    children: &[dq_core::NewJob],
 ) -> dq_core::Result<()> {
     let topic = &job.topic;
     let outcome = &posted.outcome;
@@ -320,13 +325,12 @@ async fn settle(
     let mut retried = false;
     loop {
         let r = match outcome {
-            Outcome::Delivered => {
-                shared
-                    .queue
-                    .reservations()
-                    .ack_noting(&job.id, &job.receipt, &note)
-                    .await
-            }
+            Outcome::Delivered => shared
+                .queue
+                .reservations()
+                .ack_pushing(&job.id, &job.receipt, &note, children)
+                .await
+                .map(drop),
             Outcome::Failed { reason, .. } => {
                 let failure = dq_core::reservations::Failure {
                     delay_ms: None,
@@ -416,10 +420,29 @@ async fn deliver_one(
         }
         (None, _) => None,
     };
+    // The jobs the answer pushes, stored with the ack; refused, they fail the delivery.
+    let mut posted = posted;
+    let pushes = std::mem::take(&mut posted.pushes);
+    let children = match answer::checked(
+        shared.queue.producer(),
+        &plan,
+        &shared.topics.snapshot(),
+        &job.id,
+        &pushes,
+    ) {
+        Ok(children) => children,
+        Err(reason) => {
+            posted.outcome = Outcome::Failed {
+                kind: "push_refused",
+                reason,
+            };
+            Vec::new()
+        }
+    };
     metrics::histogram!("dq_callback_duration_seconds", "topic" => topic.clone()).record(posted.took.as_secs_f64());
     metrics::counter!("dq_deliveries_total", "topic" => topic.clone(), "outcome" => posted.outcome.label())
         .increment(1);
-    let settled = settle(&shared, &plan, &job, &posted, pause_key).await;
+    let settled = settle(&shared, &plan, &job, &posted, pause_key, &children).await;
     if let Err(e) = settled {
         // Most likely the reservation expired and the job went to another delivery: it is not lost.
         tracing::warn!(id = %job.id, %topic, cause = %e.chain(), "cannot settle the delivery");

@@ -634,3 +634,87 @@ async fn a_paused_topic_gets_no_handed_delivery_and_resumes() {
     .await;
     consumer.drain().await;
 }
+
+#[tokio::test]
+async fn an_answer_pushes_jobs_with_its_success_where_allow_push_lets_it() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    let hook = Hook::start(|_, r| {
+        let answer = match r.body["body"]["answer"].as_str().unwrap() {
+            "mail" => serde_json::json!({"ok": true, "dq": {"push": [
+                {"topic": "mail.receipt", "body": {"order": 7}, "delay_ms": 600_000},
+                {"topic": "mail.review", "body": {"order": 7}},
+            ]}}),
+            "billing" => serde_json::json!({"dq": {"push": [{"topic": "billing", "body": 1}]}}),
+            _ => serde_json::json!({"dq": {"push": "not a list"}}),
+        };
+        (200, answer.to_string(), 0)
+    })
+    .await;
+    let allowing = serde_json::json!({"callback": {"url": hook.url, "allow_push": ["mail.*"]},
+                                      "retry": {"max_attempts": 1}});
+    register(&q, "paid", allowing.clone()).await;
+    register(
+        &q,
+        "paid.strict",
+        serde_json::json!({"callback": {"url": hook.url}, "retry": {"max_attempts": 1}}),
+    )
+    .await;
+    let paid = push(
+        &q,
+        serde_json::json!({"topic": "paid", "id": "order-7", "body": {"answer": "mail"}}),
+    )
+    .await;
+    let elsewhere = push(&q, serde_json::json!({"topic": "paid", "body": {"answer": "billing"}})).await;
+    let malformed = push(&q, serde_json::json!({"topic": "paid", "body": {"answer": "bad"}})).await;
+    let strict = push(
+        &q,
+        serde_json::json!({"topic": "paid.strict", "body": {"answer": "mail"}}),
+    )
+    .await;
+    let consumer = Consumer::start(&s);
+    for id in [&paid, &elsewhere, &malformed, &strict] {
+        eventually(Duration::from_secs(20), "delivered or dead", || async {
+            matches!(state_of(&q, id).await, JobState::Done | JobState::Dead)
+        })
+        .await;
+    }
+    consumer.drain().await;
+
+    // Stored with the success, named by the parent's id.
+    assert_eq!(state_of(&q, &paid).await, JobState::Done);
+    let receipt = q.producer().get("order-7~0").await.unwrap();
+    assert_eq!(
+        (receipt.topic.as_str(), receipt.state),
+        ("mail.receipt", JobState::Delayed)
+    );
+    assert_eq!(receipt.body.get(), r#"{"order":7}"#);
+    assert_eq!(receipt.parent.as_deref(), Some("order-7"));
+    assert_eq!(state_of(&q, "order-7~1").await, JobState::Ready);
+    let parent = q.producer().get(&paid).await.unwrap();
+    assert_eq!(parent.children.len(), 2);
+
+    // Refused: the delivery failed with why, and nothing was pushed.
+    for (id, why) in [
+        (
+            &elsewhere,
+            "topic `billing` is not in the topic's `callback.allow_push`",
+        ),
+        (&malformed, "`dq` is malformed"),
+        (&strict, "allows no topic"),
+    ] {
+        let job = q.producer().get(id).await.unwrap();
+        assert_eq!(job.state, JobState::Dead, "{id}");
+        let error = job.last_error.unwrap_or_default();
+        assert!(error.contains(why), "{id}: {error}");
+        assert!(job.children.is_empty());
+        assert!(q.producer().get(&format!("{id}~0")).await.is_err());
+        let (_, history) = q.producer().attempts(id).await.unwrap();
+        assert_eq!(
+            history[0].status,
+            Some(200),
+            "the callback answered; its answer was refused"
+        );
+    }
+}

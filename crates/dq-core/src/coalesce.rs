@@ -11,7 +11,7 @@ pub use dq_api::{Coalesce, CoalesceMode};
 
 use crate::config::Limits;
 use crate::error::{Error, Result};
-use crate::job::{Dedup, shorten, validate_id};
+use crate::job::{Dedup, shorten, validate_key};
 
 /// How long a push's id is remembered after the push (10 minutes): a producer retrying a push whose
 /// answer it lost does so well within that.
@@ -78,7 +78,7 @@ pub fn check(f: Fields<'_>, limits: &Limits) -> Result<Coalesced> {
     if f.dedup {
         return invalid("give either `dedup_key` or `coalesce_key`, not both");
     }
-    validate_id(&key).map_err(|_| {
+    validate_key(&key).map_err(|_| {
         Error::Invalid(format!(
             "coalesce_key `{}` is not valid: 1 to 128 of A-Z a-z 0-9 _ . : -",
             shorten(&key)

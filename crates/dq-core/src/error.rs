@@ -34,6 +34,10 @@ pub enum Error {
     /// The request conflicts with the job's state, e.g. a push of a live id (`conflict`, 409).
     #[error("{0}")]
     Conflict(String),
+    /// The caller may not do this (`forbidden`, 403): a pull ack that pushes to a topic its token may
+    /// not produce to.
+    #[error("{0}")]
+    Forbidden(String),
     /// The receipt does not name the job's current reservation (`stale_receipt`, 409).
     #[error("the receipt does not match the job's current reservation (it expired, or the job was handed out again)")]
     StaleReceipt,

@@ -1,7 +1,7 @@
 //! The job model: the checks between what a producer sends (dq-api's [`PushRequest`]) and what dq
 //! stores ([`NewJob`]).
 
-pub use dq_api::{DEFAULT_PRIORITY, Job, PushRequest, Reservation, State};
+pub use dq_api::{DEFAULT_PRIORITY, Job, JobRef, PushRequest, Reservation, State};
 use serde::Serialize;
 
 use crate::coalesce::{self, Coalesced, Coalescing};
@@ -47,6 +47,10 @@ pub struct NewJob {
     /// Its flow key: the job lives in the partition its topic and key hash to, where the key's queue,
     /// turn and limits are (`flow.lua`); its id is dq's.
     pub flow_key: Option<String>,
+    /// A push to a fan-out topic: the jobs it makes, one per topic of the topic's `fanout` (each with
+    /// `id` `None`: theirs is `<this id>~<topic>`), stored with this one in one script call or not at
+    /// all; this job is then their parent, stored done ([`crate::graph`]).
+    pub fanout: Vec<NewJob>,
 }
 
 /// A push's deduplication: within `window_ms` of the push that made a job with `key` (in its topic),
@@ -149,7 +153,7 @@ impl NewJob {
                 ));
             }
             (Some(key), Some(ms)) => {
-                validate_id(&key).map_err(|_| {
+                validate_key(&key).map_err(|_| {
                     Error::Invalid(format!(
                         "dedup_key `{}` is not valid: 1 to 128 of A-Z a-z 0-9 _ . : -",
                         shorten(&key)
@@ -181,7 +185,7 @@ impl NewJob {
             Coalesced::Pending(c) => (None, Some(c), None),
         };
         if let Some(key) = &req.flow_key {
-            validate_id(key).map_err(|_| {
+            validate_key(key).map_err(|_| {
                 Error::Invalid(format!(
                     "flow_key `{}` is not valid: 1 to 128 of A-Z a-z 0-9 _ . : -",
                     shorten(key)
@@ -201,6 +205,7 @@ impl NewJob {
             priority,
             coalesce,
             flow_key: req.flow_key,
+            fanout: Vec::new(),
         })
     }
 }
@@ -254,21 +259,71 @@ pub fn validate_topic(topic: &str) -> Result<()> {
     }
 }
 
-/// Checks a job id: `^[A-Za-z0-9_.:-]{1,128}$`.
-pub fn validate_id(id: &str) -> Result<()> {
-    let b = id.as_bytes();
-    let ok = !b.is_empty()
-        && b.len() <= 128
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b':' | b'-'));
-    if ok {
+/// The separator of a derived id: a job started by another (a fan-out's child, a job an answer pushed)
+/// has the id `<parent id>~<suffix>`. No id a producer gives holds it, so a derived id is never one a
+/// producer chose, and the part before the first `~` (the root's id) places the whole graph in one
+/// partition ([`crate::store::partition::partition_of`]), where one script writes a parent and its
+/// children together.
+pub const CHILD_SEPARATOR: char = '~';
+
+/// The longest id: a root's (128 bytes) and the suffixes of the jobs it started, generation after
+/// generation. A push that would make a longer one is refused, which also ends a loop of jobs that
+/// start each other.
+pub const MAX_ID_BYTES: usize = 512;
+
+/// Checks a key: a producer's id, a deduplication, coalescing or flow key: `^[A-Za-z0-9_.:-]{1,128}$`.
+pub fn validate_key(key: &str) -> Result<()> {
+    if is_key(key) {
         Ok(())
     } else {
         Err(Error::Invalid(format!(
             "id `{}` is not a valid job id: 1 to 128 of A-Z a-z 0-9 _ . : -",
+            shorten(key)
+        )))
+    }
+}
+
+fn is_key(key: &str) -> bool {
+    let b = key.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b':' | b'-'))
+}
+
+/// Checks a job id as it is looked up: a key ([`validate_key`]), or a derived id, a key followed by
+/// `~<suffix>` parts (each a key), at most [`MAX_ID_BYTES`] in all.
+pub fn validate_id(id: &str) -> Result<()> {
+    if id.len() <= MAX_ID_BYTES && id.split(CHILD_SEPARATOR).all(is_key) {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "id `{}` is not a valid job id: 1 to 128 of A-Z a-z 0-9 _ . : -, or a job's id and `~<suffix>`              for a job it started (at most {MAX_ID_BYTES} bytes)",
             shorten(id)
         )))
     }
+}
+
+/// The id of the `suffix` child of `parent` (see [`CHILD_SEPARATOR`]).
+pub fn child_id(parent: &str, suffix: &str) -> String {
+    format!("{parent}{CHILD_SEPARATOR}{suffix}")
+}
+
+/// Checks that `parent` may start a job with `suffix`: the child's id stays within [`MAX_ID_BYTES`].
+pub fn check_child_id(parent: &str, suffix: &str) -> Result<()> {
+    if parent.len() + 1 + suffix.len() > MAX_ID_BYTES {
+        return Err(Error::Invalid(format!(
+            "the job `{}` cannot start jobs: their ids would pass {MAX_ID_BYTES} bytes (a chain of jobs this \
+             long is usually a loop)",
+            shorten(parent)
+        )));
+    }
+    Ok(())
+}
+
+/// The parent of a derived id (the job that started it); `None` for a root.
+pub fn parent_of(id: &str) -> Option<&str> {
+    id.rsplit_once(CHILD_SEPARATOR).map(|(parent, _)| parent)
 }
 
 /// Ids a push may not give: they name routes (`POST /v1/jobs/batch`, `POST /v1/jobs/ack`), so a job
@@ -276,9 +331,10 @@ pub fn validate_id(id: &str) -> Result<()> {
 /// would have to describe those verbs twice.
 pub const ROUTE_IDS: [&str; 2] = ["ack", "batch"];
 
-/// Checks the id a push gives: the id rule ([`validate_id`]), and not one of [`ROUTE_IDS`].
+/// Checks the id a push gives: a key ([`validate_key`]: never a derived id), and not one of
+/// [`ROUTE_IDS`].
 pub fn validate_new_id(id: &str) -> Result<()> {
-    validate_id(id)?;
+    validate_key(id)?;
     if ROUTE_IDS.contains(&id) {
         return Err(Error::Invalid(format!(
             "id `{id}` names a route (POST /v1/jobs/{id}): give another id"
@@ -314,6 +370,8 @@ pub struct Pushed {
     /// The push went into the pending job of its coalescing key (or found its deduplication key's):
     /// this is that job.
     pub coalesced: bool,
+    /// A fan-out's push: the jobs it made, one per topic of its `fanout`.
+    pub children: Vec<JobRef>,
 }
 
 #[cfg(test)]
@@ -357,6 +415,24 @@ mod tests {
             assert!(validate_new_id(route).is_err(), "{route} is refused at push");
         }
         assert!(validate_new_id("acks").is_ok());
+        // Derived ids: looked up, never given by a producer; each part a key, 512 bytes at most.
+        for ok in [
+            "a~0",
+            "order:42~mail~3",
+            &format!("{}~{}", "1".repeat(128), "x".repeat(128)),
+        ] {
+            assert!(validate_id(ok).is_ok(), "{ok}");
+            assert!(validate_new_id(ok).is_err(), "{ok} is refused at push");
+            assert!(validate_key(ok).is_err(), "{ok} is no key");
+        }
+        for bad in ["~a", "a~", "a~~b", "a~b c", &format!("a{}", "~1234567".repeat(64))] {
+            assert!(validate_id(bad).is_err(), "{bad}");
+        }
+        assert_eq!(child_id("a~0", "mail"), "a~0~mail");
+        assert!(check_child_id(&"a".repeat(510), "1").is_ok());
+        assert!(check_child_id(&"a".repeat(510), "12").is_err());
+        assert_eq!(parent_of("a~0~mail"), Some("a~0"));
+        assert_eq!(parent_of("a"), None);
     }
 
     #[test]

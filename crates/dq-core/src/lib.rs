@@ -10,6 +10,7 @@
 //!   minute, gathered in each process and added to Redis in batches; [`registry`]: the topic registry and its
 //!   cache.
 //! - [`flow`]: flow keys, each limited apart and taking turns with the others.
+//! - [`graph`]: jobs that start jobs: fan-out topics, and the jobs a success pushes.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks;
 //!   [`egress`]: which addresses its callback may reach, and the HTTP clients that apply that;
 //!   [`sign`]: the `X-DQ-Signature` of what dq POSTs.
@@ -34,6 +35,7 @@ pub mod config;
 pub mod egress;
 pub mod error;
 pub mod flow;
+pub mod graph;
 pub mod job;
 pub mod process;
 pub mod producer;

@@ -99,6 +99,7 @@ impl TopicRules for TopicConfig {
             }
             check_bucket("flow", flow.rate_per_s, flow.burst)?;
         }
+        crate::graph::check_topic(self)?;
         if let Some(cb) = &self.callback {
             check_url("callback.url", &cb.url, egress)?;
             if let Some(url) = &cb.on_dead_url {

@@ -100,6 +100,7 @@ impl From<dq_core::Error> for ApiError {
             }
             E::Conflict(_) => (StatusCode::CONFLICT, ErrorCode::Conflict),
             E::StaleReceipt => (StatusCode::CONFLICT, ErrorCode::StaleReceipt),
+            E::Forbidden(_) => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
             E::Unavailable { .. } | E::OutOfMemory { .. } | E::Indeterminate { .. } | E::NotReplicated { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable)
             }

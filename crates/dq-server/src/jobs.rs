@@ -32,8 +32,7 @@ pub async fn push(
 ) -> Result<Response, ApiError> {
     caller.allow(Scope::Produce, &req.topic)?;
     let registry = app.topics.snapshot();
-    let config = registry.get(&req.topic);
-    let job = app.queue.producer().validate_for(req, config)?;
+    let job = app.queue.producer().prepare(req, &registry)?;
     let topic = job.topic.clone();
     let pushed = app.queue.producer().push(job).await?;
     let status = if pushed.coalesced {
@@ -48,6 +47,7 @@ pub async fn push(
         run_at: pushed.run_at,
         duplicate: pushed.duplicate,
         coalesced: pushed.coalesced,
+        children: pushed.children,
     };
     Ok((status, Json(body)).into_response())
 }
@@ -89,11 +89,10 @@ pub async fn push_many(
         caller
             .allow(Scope::Produce, &parsed.topic)
             .map_err(|e| e.in_entry("jobs", i))?;
-        let config = registry.get(&parsed.topic);
         let job = app
             .queue
             .producer()
-            .validate_for(parsed, config)
+            .prepare(parsed, &registry)
             .map_err(|e| ApiError::from(e).in_entry("jobs", i))?;
         jobs.push(job);
     }
@@ -110,6 +109,7 @@ pub async fn push_many(
                 run_at: p.run_at,
                 duplicate: p.duplicate,
                 coalesced: p.coalesced,
+                children: p.children,
             }),
             Err(e) => PushResult::Failed(ApiError::from(e).body()),
         })

@@ -5,8 +5,9 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use dq_api::{
-    AckManyAnswer, AckManyRequest, AckRequest, AckResult, Acked, NackRequest, ReserveAnswer, ReserveRequest,
+    AckManyAnswer, AckManyRequest, AckPushed, AckRequest, AckResult, Acked, NackRequest, ReserveAnswer, ReserveRequest,
     TouchRequest, Touched,
 };
 use dq_core::Reservation;
@@ -141,13 +142,16 @@ fn note(consumer: &Option<String>) -> Result<Note, ApiError> {
     })
 }
 
-/// `POST /v1/jobs/{id}/ack`: 204; 409 `stale_receipt` when the reservation is over.
+/// `POST /v1/jobs/{id}/ack`: 204; with `push`, 200 and the ids of the jobs stored with the ack; 409
+/// `stale_receipt` when the reservation is over (then nothing is pushed).
 #[utoipa::path(post, path = "/v1/jobs/{id}/ack", tag = "consume", operation_id = "ack",
     summary = "Ack a reserved job: it is done",
     params(("id" = String, Path, description = "The job's id.")),
     request_body = AckRequest,
     responses(
+        (status = 200, description = "The job is `done`, and the jobs of `push` are stored with it (ids `<id>~<index>`; a fan-out topic's job with its children).", body = AckPushed),
         (status = 204, description = "The job is `done`."),
+        (status = 403, description = "`forbidden`: the token may not consume the job's topic, or not produce to a topic of `push`; nothing changed.", body = ErrorBody),
         (status = 404, description = "`not_found`: the job does not exist (any more).", body = ErrorBody),
         (status = 409, description = "`stale_receipt`: the receipt is not the job's current reservation; nothing changed.", body = ErrorBody),
     ))]
@@ -156,13 +160,30 @@ pub async fn ack(
     caller: Caller,
     Path(id): Path<String>,
     JsonBody(req): JsonBody<AckRequest>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Response, ApiError> {
     caller.allow_scope(Scope::Consume)?;
     check(&id, &req.receipt)?;
     let note = note(&req.consumer)?;
+    let Some(push) = &req.push else {
+        allow_job(&app, &caller, Scope::Consume, &id).await?;
+        app.queue.reservations().ack_noting(&id, &req.receipt, &note).await?;
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    // The jobs are checked before anything is written: a pull worker's pushes are its token's.
+    let registry = app.topics.snapshot();
+    let may_push = |topic: &str| {
+        caller.allow(Scope::Produce, topic).map_err(|_| {
+            dq_core::Error::Forbidden(format!("this token may not push to topic `{topic}` (scope `produce`)"))
+        })
+    };
+    let jobs = app.queue.producer().prepare_pushes(&id, push, &registry, may_push)?;
     allow_job(&app, &caller, Scope::Consume, &id).await?;
-    app.queue.reservations().ack_noting(&id, &req.receipt, &note).await?;
-    Ok(StatusCode::NO_CONTENT)
+    let pushed = app
+        .queue
+        .reservations()
+        .ack_pushing(&id, &req.receipt, &note, &jobs)
+        .await?;
+    Ok(Json(AckPushed { pushed }).into_response())
 }
 
 /// `POST /v1/jobs/ack`: 200 `{results: [{} | {error}]}` in order. A malformed entry refuses the whole

@@ -38,6 +38,8 @@ schemathesis.openapi.format(
         ]
     ),
 )
+# A glob of topic names (`callback.allow_push`).
+schemathesis.openapi.format("dq-topic-glob", st.sampled_from(["mail.*", "review", "*", "order-?"]))
 # A cron pattern that matches: 5 fields, or 6 with seconds first.
 schemathesis.openapi.format(
     "dq-cron",
@@ -68,8 +70,9 @@ def _run_at_within_the_horizon(value):
         # Only values the document allows (int64): one past that is a drawn invalid value, kept.
         if isinstance(run_at, int) and not isinstance(run_at, bool) and latest < run_at < 2**63:
             value = {**value, "run_at": latest}
-        if isinstance(value.get("jobs"), list):
-            value = {**value, "jobs": [_run_at_within_the_horizon(j) for j in value["jobs"]]}
+        for key in ("jobs", "push"):
+            if isinstance(value.get(key), list):
+                value = {**value, key: [_run_at_within_the_horizon(j) for j in value[key]]}
     return value
 
 

@@ -71,6 +71,7 @@ impl Producer {
             run_at: reply.run_at,
             duplicate: false,
             coalesced,
+            children: Vec::new(),
         })
     }
 }

@@ -7,11 +7,27 @@ use crate::store::scripts::cancel::{self, CancelReply};
 use crate::store::scripts::reschedule::{self, RescheduleReply};
 
 impl Producer {
-    /// Looks a job up by id.
+    /// Looks a job up by id, with the topics and states of the jobs it started.
     pub async fn get(&self, id: &str) -> Result<Job> {
         let ids = [id.to_string()];
         let mut jobs = self.get_many(&ids).await?;
-        jobs.pop().flatten().ok_or_else(|| Error::NotFound(id.to_string()))
+        let mut job = jobs.pop().flatten().ok_or_else(|| Error::NotFound(id.to_string()))?;
+        if !job.children.is_empty() {
+            // In the job's partition, as every job it started (`partition_of`): one more read.
+            let p = self.partitions.of_id(id);
+            let keys = self.partition_keys(p);
+            let records: Vec<String> = job.children.iter().map(|c| keys.job(&c.id)).collect();
+            let fields = self.read_records(p, &records, &["s", "t"]).await?;
+            for (child, mut f) in job.children.iter_mut().zip(fields) {
+                let mut text = |k: &str| f.remove(k).and_then(|v| String::from_utf8(v).ok());
+                child.state = text("s").and_then(|s| State::parse(&s));
+                // A child that is gone: a fan-out's is named by its topic; a pushed one's topic is lost.
+                let suffix = child.id.rsplit(crate::job::CHILD_SEPARATOR).next().unwrap_or_default();
+                let named = (!suffix.bytes().all(|b| b.is_ascii_digit())).then(|| suffix.to_string());
+                child.topic = text("t").or(named).unwrap_or_default();
+            }
+        }
+        Ok(job)
     }
 
     /// Cancels a job: removes it from whatever state it is in, record and all.

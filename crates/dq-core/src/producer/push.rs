@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use super::Producer;
 use crate::error::{Error, Result};
-use crate::job::{NewJob, Pushed, State};
+use crate::job::{JobRef, NewJob, Pushed, State, child_id};
 use crate::store::scripts::push::{self, Mode, PushReply};
 
 /// The most jobs one grouped push call carries: big enough that a crowd of single pushes costs Redis a
@@ -214,15 +214,17 @@ impl Producer {
     /// their partition, those without together in one. It is the request's weight in the group commit,
     /// whose cap ([`PUSH_GROUP_JOBS`]) is then a cap on every call of a group.
     fn most_in_one_partition(&self, jobs: &[NewJob], pending: &[(usize, Option<String>)]) -> usize {
-        if pending.len() < PUSH_ALONE_JOBS {
-            return pending.len();
+        let all: usize = pending.iter().map(|(i, _)| push::weight(&jobs[*i])).sum();
+        if all < PUSH_ALONE_JOBS {
+            return all;
         }
         let mut fresh = 0;
         let mut placed: HashMap<u16, usize> = HashMap::new();
         for (i, fixed) in pending {
+            let w = push::weight(&jobs[*i]);
             match self.home(&jobs[*i], fixed.as_ref()) {
-                Some(p) => *placed.entry(p).or_default() += 1,
-                None => fresh += 1,
+                Some(p) => *placed.entry(p).or_default() += w,
+                None => fresh += w,
             }
         }
         placed.into_values().max().unwrap_or(0).max(fresh)
@@ -263,11 +265,20 @@ async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
         placed.push(ids);
     }
     // A call carries at most PUSH_GROUP_JOBS jobs: Lua unpacks a call's sorted-set adds onto its stack.
+    // A fan-out's children count, and go in the call of their parent.
     let calls = by_partition.into_iter().flat_map(|(p, members)| {
-        members
-            .chunks(PUSH_GROUP_JOBS)
-            .map(|c| (p, c.to_vec()))
-            .collect::<Vec<_>>()
+        let mut chunks: Vec<(u16, Vec<(usize, usize)>)> = Vec::new();
+        let mut filled = PUSH_GROUP_JOBS;
+        for (g, k) in members {
+            let w = push::weight(&groups[g].jobs[groups[g].picks[k].0]);
+            if filled + w > PUSH_GROUP_JOBS {
+                chunks.push((p, Vec::new()));
+                filled = 0;
+            }
+            filled += w;
+            chunks.last_mut().expect("a chunk was opened").1.push((g, k));
+        }
+        chunks
     });
     let calls = calls.map(|(p, members)| {
         let jobs: Vec<(&str, &NewJob, Mode)> = members
@@ -299,12 +310,29 @@ async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
                 for ((g, k), r) in members.into_iter().zip(outs) {
                     let id = placed[g][k].0.clone();
                     answers[g][k] = Some(Attempt {
-                        result: r.map(|(state, run_at, first)| Pushed {
-                            duplicate: first.is_some(),
-                            coalesced: first.is_some(),
-                            id: first.unwrap_or_else(|| id.clone()),
-                            state,
-                            run_at,
+                        result: r.map(|(state, run_at, first, states)| {
+                            let job = &groups[g].jobs[groups[g].picks[k].0];
+                            let children = if first.is_some() {
+                                Vec::new()
+                            } else {
+                                job.fanout
+                                    .iter()
+                                    .zip(states)
+                                    .map(|(child, state)| JobRef {
+                                        id: child_id(&id, &child.topic),
+                                        topic: child.topic.clone(),
+                                        state,
+                                    })
+                                    .collect()
+                            };
+                            Pushed {
+                                duplicate: first.is_some(),
+                                coalesced: first.is_some(),
+                                id: first.unwrap_or_else(|| id.clone()),
+                                state,
+                                run_at,
+                                children,
+                            }
                         }),
                         id,
                     });
@@ -326,28 +354,47 @@ async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
         .collect()
 }
 
-/// What push.lua made of one job: its state and due time, and for a duplicate the first job's id.
-type Stored = (State, i64, Option<String>);
+/// What push.lua made of one job: its state and due time, for a duplicate the first job's id, and a
+/// fan-out's children's states.
+type Stored = (State, i64, Option<String>, Vec<Option<State>>);
 
 /// Runs push.lua once on partition `p` for `jobs` (id, job and mode each), answering per job.
 async fn push_on(queue: &Producer, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Result<Vec<Result<Stored>>> {
-    let answers: Vec<Result<Stored>> = push::call(&queue.store, p, jobs)
+    let answers: Vec<Result<Stored>> = push::call(&queue.store, p, jobs, queue.defaults.done_retention_ms)
         .await?
         .into_iter()
         .map(|reply| match reply {
-            PushReply::Stored { state, run_at } => Ok((state, run_at, None)),
-            PushReply::Duplicate { first, state, run_at } => Ok((state, run_at, Some(first))),
+            PushReply::Stored {
+                state,
+                run_at,
+                children,
+            } => Ok((state, run_at, None, children)),
+            PushReply::Duplicate { first, state, run_at } => Ok((state, run_at, Some(first), Vec::new())),
             PushReply::Conflict => Err(Error::Conflict("a live job already has this id".into())),
         })
         .collect();
     // This process's next reserve must see what it just made ready, without waiting for the wake-up.
     let mut marked = std::collections::HashSet::new();
     for ((_, job, _), answer) in jobs.iter().zip(&answers) {
-        if !matches!(answer, Ok((State::Ready, _, None))) {
-            continue;
+        // (A fan-out's children: ready with their parent's due time.)
+        let ready = match answer {
+            Ok((State::Ready, _, None, _)) => vec![job.topic.as_str()],
+            Ok((State::Done, _, None, states)) => job
+                .fanout
+                .iter()
+                .zip(states)
+                .filter(|(_, s)| **s == Some(State::Ready))
+                .map(|(c, _)| c.topic.as_str())
+                .collect(),
+            _ => continue,
+        };
+        for topic in ready {
+            if marked.insert(topic) {
+                queue.ready.mark_own(topic, p);
+            }
         }
-        if marked.insert(job.topic.as_str()) {
-            queue.ready.mark_own(&job.topic, p);
+        if !matches!(answer, Ok((State::Ready, _, None, _))) {
+            continue;
         }
         if let Some(urgent) = job.priority.filter(|&pr| pr < crate::job::DEFAULT_PRIORITY) {
             queue.ready.hint(&job.topic, p, urgent);

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use super::Reservations;
 use crate::attempt::{self, Note, Outcome};
 use crate::error::{Error, Result};
+use crate::job::{JobRef, NewJob, child_id};
 use crate::store::scripts::ack::{self, AckReply};
 
 /// The most acks one call carries (its keys and arguments go onto Lua's stack).
@@ -24,6 +25,8 @@ pub(crate) struct AckOp {
     retention_ms: u64,
     /// Its attempt's entry for the job's history (`attempt.rs`; empty: none is kept).
     entry: Vec<u8>,
+    /// The jobs it pushes, packed ([`crate::graph::pack_pushes`]; empty: none).
+    pushes: Vec<u8>,
 }
 
 impl Reservations {
@@ -36,15 +39,59 @@ impl Reservations {
     /// [`Reservations::ack`], with what `note` tells of the attempt for the job's history (who made
     /// it, the callback's answer, when it began).
     pub async fn ack_noting(&self, id: &str, receipt: &str, note: &Note) -> Result<()> {
+        self.ack_pushing(id, receipt, note, &[]).await.map(drop)
+    }
+
+    /// [`Reservations::ack_noting`], storing `jobs` with the ack (checked by
+    /// [`crate::Producer::prepare_pushes`]): they exist if and only if the ack succeeded, with ids
+    /// `<id>~<index>` (a fan-out's children `<id>~<index>~<topic>`), so an ack sent again after an
+    /// unknown outcome stores none twice. Answers the jobs pushed, in order, each fan-out's children
+    /// after it.
+    pub async fn ack_pushing(&self, id: &str, receipt: &str, note: &Note, jobs: &[NewJob]) -> Result<Vec<JobRef>> {
         let entry = self.entry(note, receipt, Outcome::Acked, None);
-        self.ack_kept(id, receipt, self.defaults.done_retention_ms, entry).await
+        let pushes = if jobs.is_empty() {
+            Vec::new()
+        } else {
+            crate::graph::pack_pushes(jobs, self.defaults.done_retention_ms)
+        };
+        self.ack_kept(id, receipt, self.defaults.done_retention_ms, entry, pushes)
+            .await?;
+        let mut pushed = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            let child = child_id(id, &i.to_string());
+            let grandchildren: Vec<JobRef> = job
+                .fanout
+                .iter()
+                .map(|g| JobRef {
+                    id: child_id(&child, &g.topic),
+                    topic: g.topic.clone(),
+                    state: None,
+                })
+                .collect();
+            pushed.push(JobRef {
+                id: child,
+                topic: job.topic.clone(),
+                state: None,
+            });
+            pushed.extend(grandchildren);
+        }
+        if !jobs.is_empty() {
+            for job in jobs {
+                metrics::counter!("dq_jobs_pushed_total", "topic" => job.topic.clone()).increment(1);
+                for child in &job.fanout {
+                    metrics::counter!("dq_jobs_pushed_total", "topic" => child.topic.clone()).increment(1);
+                }
+            }
+            self.activity.pushed(pushed.len() as u64);
+        }
+        Ok(pushed)
     }
 
     /// Finishes a reservation and deletes the job at once, keeping no done record (beanstalkd's
     /// `delete`, whose clients look nothing up after it and delete at rates where retained records
     /// would cost memory). Answers as [`Reservations::ack`].
     pub async fn ack_deleting(&self, id: &str, receipt: &str) -> Result<()> {
-        self.ack_kept(id, receipt, 0, Vec::new()).await
+        self.ack_kept(id, receipt, 0, Vec::new(), Vec::new()).await
     }
 
     /// The history entry of an attempt under `receipt` that ended as `outcome` (see [`attempt::entry`]).
@@ -52,12 +99,20 @@ impl Reservations {
         attempt::entry(self.defaults.attempt_history, note, receipt, outcome, error)
     }
 
-    async fn ack_kept(&self, id: &str, receipt: &str, retention_ms: u64, entry: Vec<u8>) -> Result<()> {
+    async fn ack_kept(
+        &self,
+        id: &str,
+        receipt: &str,
+        retention_ms: u64,
+        entry: Vec<u8>,
+        pushes: Vec<u8>,
+    ) -> Result<()> {
         let op = AckOp {
             id: id.to_string(),
             receipt: receipt.to_string(),
             retention_ms,
             entry,
+            pushes,
         };
         let me = self.clone();
         let flush = move |ops: Vec<AckOp>| send(me.clone(), ops);
@@ -93,9 +148,15 @@ async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
         .map(|((p, retention_ms), members)| {
             let (queue, ops) = (&queue, &ops);
             async move {
-                let acks = members
-                    .iter()
-                    .map(|&i| (ops[i].id.as_str(), ops[i].receipt.as_str(), ops[i].entry.as_slice()));
+                let acks = members.iter().map(|&i| {
+                    let op = &ops[i];
+                    (
+                        op.id.as_str(),
+                        op.receipt.as_str(),
+                        op.entry.as_slice(),
+                        op.pushes.as_slice(),
+                    )
+                });
                 let out = ack::call(&queue.store, p, retention_ms, acks).await;
                 (members, out)
             }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use redis::Value;
 use serde_json::value::RawValue;
 
-use crate::job::{DEFAULT_PRIORITY, Job, State};
+use crate::job::{DEFAULT_PRIORITY, Job, JobRef, State};
 
 /// An integer, however Redis sent it.
 pub(crate) fn int(v: &Value) -> Option<i64> {
@@ -72,5 +72,18 @@ pub(crate) fn parse_job(id: &str, mut f: HashMap<String, Vec<u8>>) -> Result<Job
             .transpose()?,
         priority: take("p").map_or(Ok(DEFAULT_PRIORITY as i64), |p| num(Some(p), "bad priority"))? as u32,
         flow_key: take("f"),
+        parent: crate::job::parent_of(id).map(str::to_string),
+        // Named by their ids' suffixes; their topics and states are read with them (`Producer::get`).
+        children: take("ch")
+            .map(|list| {
+                list.split(',')
+                    .map(|suffix| JobRef {
+                        id: format!("{id}{}{suffix}", crate::job::CHILD_SEPARATOR),
+                        topic: String::new(),
+                        state: None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     })
 }

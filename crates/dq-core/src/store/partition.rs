@@ -155,9 +155,12 @@ fn digit(c: u8) -> u32 {
 /// Partition of an id among `count`. A ULID (26 characters of Crockford's base 32, what the server
 /// makes): a hash of its first 23 characters plus its last three read as base-32 digits, which lets a
 /// server-made id pick its partition, and is even for any ULIDs (their last characters are random).
-/// Any other id: a hash of the whole id, even for sequential ids such as order numbers.
+/// Any other id: a hash of the whole id, even for sequential ids such as order numbers. A derived id
+/// (`<parent>~<suffix>`, [`crate::job::CHILD_SEPARATOR`]) is in its root's partition: the part before its
+/// first `~`, so a job and every job it starts live in one partition (no id a producer gives holds `~`).
 pub fn partition_of(id: &str, count: u32) -> u32 {
-    let b = id.as_bytes();
+    let root = id.split(crate::job::CHILD_SEPARATOR).next().unwrap_or(id);
+    let b = root.as_bytes();
     if b.len() != 26 || !b.iter().all(|c| CROCKFORD.contains(c)) {
         return (xxh3_64(b) % count as u64) as u32;
     }
@@ -219,6 +222,18 @@ mod tests {
             per[partition_of(&ulid::Ulid::new().to_string(), 64) as usize] += 1;
         }
         assert!(per.iter().all(|n| (800..1200).contains(n)), "{per:?}");
+    }
+
+    #[test]
+    fn a_derived_id_is_in_its_roots_partition() {
+        let parts = Partitions::new(256);
+        for root in ["order-7".to_string(), parts.fresh_in(17)] {
+            let p = parts.of_id(&root);
+            for child in ["0", "mail", "0~3", "sms~12~0"] {
+                assert_eq!(parts.of_id(&format!("{root}~{child}")), p, "{root}~{child}");
+            }
+        }
+        assert_eq!(parts.of_id(&parts.fresh_in(17)), 17);
     }
 
     #[test]

@@ -111,6 +111,7 @@ impl Session {
             priority: Some(line.priority),
             coalesce: None,
             flow_key: None,
+            fanout: Vec::new(),
         }
     }
 

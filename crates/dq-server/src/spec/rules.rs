@@ -12,15 +12,18 @@ use serde_json::{Value, json};
 
 /// A topic name, and a schedule name (`dq_core::job::validate_topic`).
 pub const TOPIC: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$";
-/// A job id, and a deduplication key (`dq_core::job::validate_id`).
-pub const ID: &str = "^[A-Za-z0-9_.:-]{1,128}$";
+/// A deduplication, coalescing or flow key (`dq_core::job::validate_key`).
+pub const KEY: &str = "^[A-Za-z0-9_.:-]{1,128}$";
+/// A job id: a key, or a derived id, `<parent>~<suffix>` (a job another started), at most 512 bytes
+/// (`dq_core::job::validate_id`).
+pub const ID: &str = "^[A-Za-z0-9_.:-]{1,128}(~[A-Za-z0-9_.:-]{1,128})*$";
 /// The id a push gives: the id rule, but not `ack` or `batch`, which name routes
 /// (`dq_core::job::validate_new_id`).
 const NEW_ID: &str = "^(?!(ack|batch)$)[A-Za-z0-9_.:-]{1,128}$";
 /// A job id in a path: `.` and `..` are valid ids, but a URL cannot carry them as a segment (clients
 /// remove dot segments), so such a job is reached by push and reserve only; `ack` and `batch` are
 /// routes of their own, and no push may give them.
-const PATH_ID: &str = "^(?!(\\.\\.?|ack|batch)$)[A-Za-z0-9_.:-]{1,128}$";
+const PATH_ID: &str = "^(?!(\\.\\.?|ack|batch)$)[A-Za-z0-9_.:-]{1,128}(~[A-Za-z0-9_.:-]{1,128})*$";
 
 /// Writes the rules into `doc` (the document as utoipa made it).
 pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
@@ -38,9 +41,9 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     let push = schema(schemas, "PushRequest");
     string(push, "topic", TOPIC);
     string(push, "id", NEW_ID);
-    string(push, "dedup_key", ID);
-    string(push, "coalesce_key", ID);
-    string(push, "flow_key", ID);
+    string(push, "dedup_key", KEY);
+    string(push, "coalesce_key", KEY);
+    string(push, "flow_key", KEY);
     int(push, "delay_ms", 0, max_delay);
     run_at(push, max_delay);
     job_fields(push);
@@ -112,6 +115,13 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
         field(s, "consumer")["pattern"] = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$".into();
     }
     string(schema(schemas, "AckEntry"), "id", ID);
+    let ack = schema(schemas, "AckRequest");
+    items(ack, "push", 0, dq_core::graph::MAX_PUSHES);
+    ack["properties"]["push"]["items"] = json!({
+        "allOf": [{"$ref": "#/components/schemas/PushRequest"},
+                  {"not": {"anyOf": [given(&["id"]), given(&["dedup_key"]), given(&["coalesce_key"]), given(&["flow_key"])]}}],
+        "description": "A push without `id` (the job's is `<acked id>~<index>`), `dedup_key`, `coalesce_key` or `flow_key`."
+    });
     items(schema(schemas, "AckManyRequest"), "acks", 1, limits.max_batch);
     let nack = schema(schemas, "NackRequest");
     int(nack, "delay_ms", 0, max_delay);
@@ -131,6 +141,8 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     let callback = schema(schemas, "Callback");
     format(callback, "url", "dq-callback-url");
     format(callback, "on_dead_url", "dq-callback-url");
+    items(callback, "allow_push", 0, dq_core::graph::MAX_ALLOW_PUSH);
+    callback["properties"]["allow_push"]["items"]["format"] = "dq-topic-glob".into();
     int(callback, "timeout_ms", 1, 300_000);
     int(callback, "concurrency", 1, 4096);
     callback["properties"]["rate_per_s"]["exclusiveMinimum"] = 0.into();
@@ -157,7 +169,17 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     let defaults = schema(schemas, "TopicDefaults");
     int(defaults, "ttr_ms", ttr.0, ttr.1);
     int(defaults, "delay_ms", 0, max_delay);
-    int(schema(schemas, "TopicConfig"), "backlog_threshold", 0, u64::MAX);
+    let topic = schema(schemas, "TopicConfig");
+    int(topic, "backlog_threshold", 0, u64::MAX);
+    items(topic, "fanout", 0, dq_core::graph::MAX_FANOUT);
+    topic["properties"]["fanout"]["uniqueItems"] = true.into();
+    topic["properties"]["fanout"]["items"]["pattern"] = TOPIC.into();
+    topic["allOf"] = json!([
+        {"not": {"allOf": [{"required": ["fanout"], "properties": {"fanout": {"minItems": 1}}},
+                           {"anyOf": [given(&["callback"]), given(&["flow"])]}]},
+         "description": "a `fanout` topic has no `callback` or `flow`"},
+    ]);
+
     let flow = schema(schemas, "Flow");
     int(flow, "concurrency", 1, dq_core::topic::MAX_FLOW_CONCURRENCY as u64);
     flow["properties"]["rate_per_s"]["exclusiveMinimum"] = 0.into();

@@ -9,8 +9,15 @@
 -- KEYS[4..]: the jobs' records (<prefix>:job:<id>), one per ack (a job's flow key's keys are named from
 -- the partition's prefix, read from KEYS[1], and its record; see flow.lua)
 -- ARGV[1]: done retention in ms (0 = delete the record now)
--- ARGV[2..]: per ack, its id, its receipt and its attempt's entry for the job's history ("" for none;
--- record.lua, rec_attempt): ARGV[3k-1], ARGV[3k], ARGV[3k+1] go with KEYS[3+k]
+-- ARGV[2..]: per ack, its id, its receipt, its attempt's entry for the job's history ("" for none;
+-- record.lua, rec_attempt) and the jobs it pushes ("" for none): ARGV[4k-2], ARGV[4k-1], ARGV[4k],
+-- ARGV[4k+1] go with KEYS[3+k]. The jobs pushed are a MessagePack array of jobs, each an array
+-- {suffix, topic, body, delay_ms or false, run_at or false, ttr_ms, max_attempts, max_age_ms or false,
+-- backoff list or false, priority or false, fan-out ttl ms or false, children's suffixes or false}: the
+-- job's id is the acked job's and "~<suffix>"; a suffix that holds "~" is a pushed job's own child (a
+-- fan-out's, stored done with its ttl, see add.lua). They are stored with the ack, and only with it: a
+-- stale ack stores none, and the ids, made from the acked job's, are stored at most once (a record
+-- already at an id is left as it is).
 -- Returns: per ack, in order: 1 acked, 0 no such job, -1 stale receipt (the reservation it names is over;
 -- nothing changed).
 
@@ -22,17 +29,32 @@ local recs = {}
 local stateful = {}
 -- The partition's prefix (the reserved set's key without ':reserved') and the time, for flow keys.
 local prefix, now = string.sub(reserved, 1, #reserved - 9), nil
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+-- pushes[k]: the jobs the k-th ack pushes, decoded, their keys read before the first write.
+local pushes = {}
 for k = 1, #KEYS - 3 do
   local r = rec_load(KEYS[3 + k]) or false
   recs[k] = r
+  if r and ARGV[4 * k + 1] ~= '' then
+    local jobs = cmsgpack.unpack(ARGV[4 * k + 1])
+    pushes[k] = jobs
+    for _, j in ipairs(jobs) do
+      redis.call('EXISTS', prefix .. ':job:' .. ARGV[4 * k - 2] .. '~' .. j[1], prefix .. ':ready:' .. j[2])
+    end
+    redis.call('EXISTS', prefix .. ':delayed', prefix .. ':counts')
+    clock()
+  end
   -- A key of a topic without limits has no state, and an ack leaves it alone (flow_count).
   if r and r.f and redis.call('EXISTS', prefix .. ':fs:' .. r.t .. ':' .. r.f) == 1 then
     stateful[k] = true
     flow_read(prefix, r.t, r.f)
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
+    clock()
   end
 end
 -- removed: the ids leaving the reserved set, in one ZREM (each call is much of an ack's cost).
@@ -44,20 +66,38 @@ for k = 1, #KEYS - 3 do
     if acked[job] == 'kept' then out[k] = -1 else out[k] = 0 end
   elseif not r then
     out[k] = 0
-  elseif r.s ~= 'reserved' or r.rc ~= ARGV[3 * k] then
+  elseif r.s ~= 'reserved' or r.rc ~= ARGV[4 * k - 1] then
     out[k] = -1
   else
-    removed[#removed + 1] = ARGV[3 * k - 1]
+    removed[#removed + 1] = ARGV[4 * k - 2]
     ended[r.t] = (ended[r.t] or 0) + 1
     -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
     if r.n then redis.call('HDEL', bs_ids, r.n) end
     -- A job with a flow key: one reservation fewer counts against its key (flow.lua).
     if stateful[k] then flow_count(prefix, r.t, r.f, -1, now) end
+    local jobs = pushes[k]
+    if jobs then
+      -- The jobs it pushes, with the ack (add.lua); the record names its own children (`ch`).
+      local id, ch = ARGV[4 * k - 2], r.ch or {}
+      for _, j in ipairs(jobs) do
+        local suffix, topic = j[1], j[2]
+        local child = id .. '~' .. suffix
+        local run_at = j[5] or (now + j[4])
+        local c = {t = topic, b = j[3], r = run_at, ttr = j[6], m = j[7], c = now, a = 0, g = j[8] or nil,
+          bo = j[9] or nil, p = j[10] or nil, ch = j[12] or nil}
+        if c.g then c.x = run_at + c.g end
+        add_job(prefix, prefix .. ':job:' .. child, prefix .. ':ready:' .. topic, prefix .. ':delayed', child, c, now,
+          j[11] or nil)
+        if not string.find(suffix, '~', 1, true) then ch[#ch + 1] = suffix end
+      end
+      r.ch = ch
+    end
     if retention > 0 then
       r.s = 'done'
       -- The attempt goes after the record, written with its new state (record.lua).
-      if ARGV[3 * k + 1] ~= '' then rec_attempt(r, ARGV[3 * k + 1]) end
-      rec_store(job, r, true)
+      if ARGV[4 * k] ~= '' then rec_attempt(r, ARGV[4 * k]) end
+      -- Only the state changed (one byte, or the bytes read with the entry after), unless it pushed.
+      rec_store(job, r, jobs == nil)
       redis.call('PEXPIRE', job, retention)
       acked[job] = 'kept'
     else
@@ -71,4 +111,5 @@ for k = 1, #removed, 1000 do redis.call('ZREM', reserved, unpack(removed, k, mat
 for topic, n in pairs(ended) do
   redis.call('HINCRBY', counts, topic .. ':reserved', -n)
 end
+add_flush(counts, prefix .. ':wake:ready', prefix .. ':wake:timer')
 return out

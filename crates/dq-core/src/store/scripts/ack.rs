@@ -11,7 +11,7 @@ use crate::store::Store;
 script!(
     /// Finish reservations.
     SCRIPT,
-    record + flow + publish + "ack.lua"
+    record + flow + add + publish + "ack.lua"
 );
 
 /// What one ack came to.
@@ -25,23 +25,27 @@ pub(crate) enum AckReply {
     StaleReceipt,
 }
 
-/// One `ack.lua` call on partition `p`: the acks `(id, receipt, history entry)` in order (an empty
-/// entry: none), done records kept `done_retention_ms` (0: deleted at once). Answers per ack, in order.
+/// One ack as `ack.lua` takes it: the job's id, its receipt, its history entry and the jobs it pushes
+/// ([`crate::graph::pack_pushes`]); an empty entry or pushes: none.
+pub(crate) type AckArgs<'a> = (&'a str, &'a str, &'a [u8], &'a [u8]);
+
+/// One `ack.lua` call on partition `p`: the acks in order, done records kept `done_retention_ms` (0:
+/// deleted at once). Answers per ack, in order.
 pub(crate) async fn call<'a>(
     store: &Store,
     p: u16,
     done_retention_ms: u64,
-    acks: impl Iterator<Item = (&'a str, &'a str, &'a [u8])> + Clone,
+    acks: impl Iterator<Item = AckArgs<'a>> + Clone,
 ) -> Result<Vec<AckReply>> {
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.reserved()).key(keys.counts()).key(keys.bs_ids());
-    for (id, _, _) in acks.clone() {
+    for (id, _, _, _) in acks.clone() {
         inv.key(keys.job(id));
     }
     inv.arg(done_retention_ms);
-    for (id, receipt, entry) in acks {
-        inv.arg(id).arg(receipt).arg(entry);
+    for (id, receipt, entry, pushes) in acks {
+        inv.arg(id).arg(receipt).arg(entry).arg(pushes);
     }
     let codes: Vec<i64> = store.write(p, &inv).await?;
     codes

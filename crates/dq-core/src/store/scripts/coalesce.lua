@@ -53,7 +53,7 @@ if pending and mode == 'merge' and #r.b + 1 + #body > limit then pending = nil e
 local was_empty = redis.call('EXISTS', ready) == 0
 -- A job of a flow key (the options' fifth field): ready, it goes to the key's queue (flow.lua).
 local prefix = string.sub(bucket, 1, #bucket - 8)
-local fk = string.match(ARGV[12], '^[^;]*;[^;]*;[^;]*;[^;]*;([^;]+)$')
+local fk = string.match(ARGV[12], '^[^;]*;[^;]*;[^;]*;[^;]*;([^;]+)')
 if fk then flow_read(prefix, topic, fk) end
 
 local function remember(id, due)
@@ -106,7 +106,8 @@ end
 local x, g, bo, p
 local o = ARGV[12]
 if o ~= '' then
-  local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*)$')}
+  -- (The fields after the flow key, a fan-out's children, never come with a coalescing key.)
+  local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*)')}
   if f[2] ~= '' then
     g = tonumber(f[2])
     x = due + g

@@ -62,6 +62,10 @@ macro_rules! script {
     ($(#[$doc:meta])* $name:ident, record + flow + publish + $file:literal) => {
         script!(@waking $(#[$doc])* $name, include_str!("flow.lua"), include_str!($file));
     };
+    // A script that also stores new jobs: `add.lua` after `flow.lua`.
+    ($(#[$doc:meta])* $name:ident, record + flow + add + publish + $file:literal) => {
+        script!(@waking $(#[$doc])* $name, include_str!("flow.lua"), include_str!("add.lua"), include_str!($file));
+    };
     // A script that reads or writes job records: `record.lua`, the record's format, goes in front of it.
     ($(#[$doc:meta])* $name:ident, record + $file:literal) => {
         $(#[$doc])*
@@ -176,9 +180,9 @@ mod tests {
             for part in ["KEYS[1]", "ARGV[1]", "Returns:"] {
                 assert!(header.contains(part), "{name}: header lacks {part}");
             }
-            if name == "record.lua" || name == "flow.lua" {
-                // Not scripts: the record's format and flow keys' moves, put in front of the scripts that
-                // use them.
+            if name == "record.lua" || name == "flow.lua" || name == "add.lua" {
+                // Not scripts: the record's format, flow keys' moves and new jobs' adds, put in front of
+                // the scripts that use them.
                 assert!(this.contains(&format!("include_str!(\"{name}\")")));
             } else {
                 // Loaded here, or (a script with its typed wrapper) in the wrapper beside it.
@@ -191,11 +195,11 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 37);
-        assert_eq!(super::all(false).len(), n - 2, "every script is in all()");
+        assert_eq!(n, 38);
+        assert_eq!(super::all(false).len(), n - 3, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [
-            "push",
+            "add",
             "coalesce",
             "promote",
             "nack",

@@ -1,6 +1,6 @@
 -- push.lua: store one or more new jobs, each in its delay set or, when already due, its ready queue.
 -- Used by both push and push many: a batch is the same operation repeated, done in one round trip, with
--- the sorted-set adds, counters and wake-ups gathered per delay set and per topic.
+-- the sorted-set adds, counters and wake-ups gathered per delay set and per topic (add.lua).
 --
 -- KEYS[1]: counts hash (<prefix>:counts)
 -- KEYS[2]: the partition's delay set (<prefix>:delayed)
@@ -10,14 +10,19 @@
 -- ARGV[1]: ready wake channel    ARGV[2]: timer wake channel
 -- ARGV[3 + 9*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
 --          delay_ms is given), ttr_ms, max_attempts, mode: "0" an id minted by dq for this push, "1" the
---          producer's id, "2" a retry of a write whose outcome is unknown (it may have run); then its
---          options, "" for none, else five fields, each "" when absent, separated by ";": dedup_ms (the
+--          producer's id, "2" a retry of a write whose outcome is unknown (it may have run), "3" a
+--          fan-out's child: stored only with its parent, the job before it with children (see below),
+--          when this call stores that parent; then its
+--          options, "" for none, else six fields, each "" when absent, separated by ";": dedup_ms (the
 --          deduplication window), max_age_ms (retries end that long after the first due time), backoff
 --          list (ms, comma-separated; else the caller's at each nack), priority (none: the default,
 --          1024; see rec_score), flow key (flow.lua: a ready job goes to its key's queue, and the key
---          gets its turn in the topic's ready queue). Options are rare, so most jobs cost Redis one
+--          gets its turn in the topic's ready queue), children ("<ttl ms> <suffix>,<suffix>,...": a
+--          fan-out's parent, stored done and expiring ttl ms after its due time, whose children, with
+--          ids "<id>~<suffix>", follow it with mode "3"). Options are rare, so most jobs cost Redis one
 --          argument for them instead of four (each argument is a string Redis makes for Lua).
--- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, 2 = duplicate: a
+-- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, or a fan-out's
+--          child whose parent this call did not store, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
 --          of that first job for a duplicate ("" otherwise).
 --
@@ -37,29 +42,21 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local counts = KEYS[1]
-local ready_channel, timer_channel = ARGV[1], ARGV[2]
 local out = {}
-local adds = {}    -- sorted set key -> {score, member, score, member, ...}
-local order = {}   -- sorted set keys in first-seen order
-local earliest = {} -- delay bucket key -> earliest run_at added
-local topic_of = {} -- ready queue key -> topic
-local tally = {}   -- "<topic>:<state>" -> jobs added
-local urgent = {}  -- ready queue key -> the most urgent priority below the default added to it
 local delayed = KEYS[2]
 -- The partition's prefix: the delay set's key without its ':delayed'.
 local prefix = string.sub(delayed, 1, #delayed - 8)
 local n = (#ARGV - 2) / 9
--- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority, flow key} (strings, "" when absent), and its
--- deduplication key; read before the first write, with the jobs those keys already name (a record is a
--- key the script cannot declare; see "Scripts on a moving slot" in architecture.md): dedup key ->
--- {id, s, r}.
+-- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority, flow key, children} (strings, ""
+-- when absent), and its deduplication key; read before the first write, with the jobs those keys
+-- already name (a record is a key the script cannot declare; see "Scripts on a moving slot" in
+-- architecture.md): dedup key -> {id, s, r}.
 local opts, dedup_of, holder = {}, {}, {}
 local next_dedup = 3 + 2 * n
 for i = 0, n - 1 do
   local o = ARGV[11 + 9 * i]
   if o ~= '' then
-    local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*)$')}
+    local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);([^;]*)$')}
     opts[i] = f
     if f[5] ~= '' then flow_read(prefix, ARGV[4 + 9 * i], f[5]) end
     if f[1] ~= '' then
@@ -75,64 +72,53 @@ for i = 0, n - 1 do
     end
   end
 end
+-- Whether this call stored the last fan-out parent it met: its children (mode "3") go in with it or not
+-- at all.
+local parent_stored = false
 for i = 0, n - 1 do
   local job = KEYS[3 + 2 * i]
   local a = 3 + 9 * i
-  local id, topic = ARGV[a], ARGV[a + 1]
+  local id, topic, mode = ARGV[a], ARGV[a + 1], ARGV[a + 7]
   local o = opts[i]
   local dedup = dedup_of[i]
   local earlier = dedup and holder[dedup]
   if earlier and earlier[1] ~= id then
+    parent_stored = false
     out[#out + 1] = 2
     out[#out + 1] = earlier[2]
     out[#out + 1] = earlier[3]
     out[#out + 1] = earlier[1]
+  elseif mode == '3' and not parent_stored then
+    out[#out + 1] = 0
+    out[#out + 1] = ''
+    out[#out + 1] = 0
+    out[#out + 1] = ''
   else
     local run_at
     if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
-    local state, zset = 'delayed', delayed
-    if run_at <= now then state, zset = 'ready', KEYS[4 + 2 * i] end
-    local x, g, bo, p, fk = nil, nil, nil, nil, nil
+    local r = {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]), m = tonumber(ARGV[a + 6]),
+      c = now, a = 0}
+    local ttl = nil
     if o then
-      if o[5] ~= '' then fk = o[5] end
+      if o[5] ~= '' then r.f = o[5] end
       if o[2] ~= '' then
-        g = tonumber(o[2])
-        x = run_at + g
+        r.g = tonumber(o[2])
+        r.x = run_at + r.g
       end
       if o[3] ~= '' then
-        bo = {}
-        for d in string.gmatch(o[3], '%d+') do bo[#bo + 1] = tonumber(d) end
+        r.bo = {}
+        for d in string.gmatch(o[3], '%d+') do r.bo[#r.bo + 1] = tonumber(d) end
       end
-      if o[4] ~= '' then p = tonumber(o[4]) end
+      if o[4] ~= '' then r.p = tonumber(o[4]) end
+      if o[6] ~= '' then
+        local life, list = string.match(o[6], '^(%d+) (.*)$')
+        ttl, r.ch = tonumber(life), {}
+        for suffix in string.gmatch(list, '[^,]+') do r.ch[#r.ch + 1] = suffix end
+      end
     end
-    local stored = rec_store(job, {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]),
-      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0, x = x, g = g, bo = bo, p = p, f = fk}, false, true)
-    if stored then
-      if fk and state == 'ready' then
-        -- Into its flow key's queue; the key's turn wakes reservers (flow.lua).
-        flow_add(prefix, topic, fk, id, rec_score(p, run_at), now)
-      else
-        if state == 'ready' then
-          topic_of[zset] = topic
-          if p and p < 1024 and (urgent[zset] == nil or p < urgent[zset]) then urgent[zset] = p end
-        elseif earliest[zset] == nil or run_at < earliest[zset] then
-          earliest[zset] = run_at
-        end
-        if adds[zset] == nil then
-          adds[zset] = {}
-          order[#order + 1] = zset
-        end
-        local z = adds[zset]
-        -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3%
-        -- of a batch push's instructions); %d holds integers below 2^63, a ready score of a priority of
-        -- 2^21 or more is past that.
-        local score = run_at
-        if state == 'ready' then score = rec_score(p, run_at) end
-        if score < 9.2e18 then z[#z + 1] = string.format('%d', score) else z[#z + 1] = score end
-        z[#z + 1] = id
-      end
-      local c = topic .. ':' .. state
-      tally[c] = (tally[c] or 0) + 1
+    local state = add_job(prefix, job, KEYS[4 + 2 * i], delayed, id, r, now, ttl)
+    if ttl then parent_stored = state ~= nil end
+    if state then
       if dedup then
         redis.call('SET', dedup, id, 'PX', o[1])
         holder[dedup] = {id, state, run_at}
@@ -142,11 +128,11 @@ for i = 0, n - 1 do
       out[#out + 1] = run_at
       out[#out + 1] = ''
     else
-      local r = ARGV[a + 7] == '2' and rec_load(job)
-      if r and r.t == topic and r.b == ARGV[a + 2] then
+      local stored = mode == '2' and rec_load(job)
+      if stored and stored.t == topic and stored.b == ARGV[a + 2] then
         out[#out + 1] = 1
-        out[#out + 1] = r.s
-        out[#out + 1] = r.r
+        out[#out + 1] = stored.s
+        out[#out + 1] = stored.r
       else
         out[#out + 1] = 0
         out[#out + 1] = ''
@@ -156,36 +142,5 @@ for i = 0, n - 1 do
     end
   end
 end
-for _, zset in ipairs(order) do
-  local topic = topic_of[zset]
-  if topic then
-    -- Long-polling reservers wait only on an empty queue, so only its first job needs to wake them. A
-    -- job more urgent than the default that goes ahead of the queue's first job is told as
-    -- "<topic> <priority>", so that reservers ask this partition first (the ready index's hints); behind
-    -- a first job as urgent, it is not news.
-    local was_empty, ahead = true, false
-    local u = urgent[zset]
-    if u then
-      local head = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
-      was_empty = head[1] == nil
-      ahead = was_empty or math.floor(tonumber(head[2]) / 4398046511104) > u
-    else
-      was_empty = redis.call('EXISTS', zset) == 0
-    end
-    redis.call('ZADD', zset, unpack(adds[zset]))
-    if ahead then
-      redis.call(publish, ready_channel, topic .. ' ' .. u)
-    elseif was_empty then
-      redis.call(publish, ready_channel, topic)
-    end
-  else
-    -- A timer sleeps until the earliest due time it knows; tell it when that just moved earlier.
-    local head = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
-    redis.call('ZADD', zset, unpack(adds[zset]))
-    if head[2] == nil or earliest[zset] < tonumber(head[2]) then
-      redis.call(publish, timer_channel, zset .. ' ' .. earliest[zset])
-    end
-  end
-end
-for c, k in pairs(tally) do redis.call('HINCRBY', counts, c, k) end
+add_flush(KEYS[1], ARGV[1], ARGV[2])
 return out

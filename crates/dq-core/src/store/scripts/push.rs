@@ -6,14 +6,14 @@ use redis::{Script, Value};
 
 use super::Waking;
 use crate::error::{Error, Result};
-use crate::job::{DEFAULT_PRIORITY, Due, NewJob, State};
+use crate::job::{DEFAULT_PRIORITY, Due, NewJob, State, child_id};
 use crate::store::Store;
 use crate::store::decode::{int, text};
 
 script!(
     /// Store new jobs (push and push many).
     SCRIPT,
-    record + flow + publish + "push.lua"
+    record + flow + add + publish + "push.lua"
 );
 
 /// How `push.lua` treats a job's id.
@@ -43,10 +43,13 @@ impl Mode {
 pub(crate) enum PushReply {
     /// Stored (or, for a retry, found stored by the earlier attempt), in `state`, due at `run_at`.
     Stored {
-        /// Delayed, or ready when already due.
+        /// Delayed, or ready when already due (a fan-out's parent: done).
         state: State,
         /// Its due time, Unix ms (Redis's clock).
         run_at: i64,
+        /// A fan-out's children, in order: the state each was stored in by this call (`None`: stored
+        /// by the earlier attempt of a retry).
+        children: Vec<Option<State>>,
     },
     /// A live job already has the id: nothing of this job was written.
     Conflict,
@@ -61,22 +64,38 @@ pub(crate) enum PushReply {
     },
 }
 
+/// The jobs one push of `job` writes: itself, and a fan-out's children after it.
+pub(crate) fn weight(job: &NewJob) -> usize {
+    1 + job.fanout.len()
+}
+
 /// One `push.lua` call on partition `p` for `jobs` (the id each goes out with, the job, how its id is
-/// treated), in one round trip. Answers per job, in order.
-pub(crate) async fn call(store: &Store, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Result<Vec<PushReply>> {
+/// treated), in one round trip; a fan-out's parent is stored done, expiring `fanout_ttl_ms` after its
+/// due time, with its children after it. Answers per job, in order (a fan-out's as its parent's).
+pub(crate) async fn call(
+    store: &Store,
+    p: u16,
+    jobs: &[(&str, &NewJob, Mode)],
+    fanout_ttl_ms: u64,
+) -> Result<Vec<PushReply>> {
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.counts()).key(keys.delayed());
     inv.arg(keys.ready_channel()).arg(keys.timer_channel());
-    for (id, job, mode) in jobs {
+    let mut add = |id: &str, job: &NewJob, mode: &str, options: String| {
         inv.key(keys.job(id)).key(keys.ready(&job.topic));
-        inv.arg(*id).arg(&job.topic).arg(&job.body);
+        inv.arg(id).arg(&job.topic).arg(&job.body);
         match job.schedule {
             Due::Delay(d) => inv.arg(d).arg(""),
             Due::At(at) => inv.arg("").arg(at),
         };
-        inv.arg(job.ttr_ms).arg(job.max_attempts).arg(mode.arg());
-        inv.arg(options_arg(job));
+        inv.arg(job.ttr_ms).arg(job.max_attempts).arg(mode).arg(options);
+    };
+    for (id, job, mode) in jobs {
+        add(id, job, mode.arg(), options_arg(job, fanout_ttl_ms));
+        for child in &job.fanout {
+            add(&child_id(id, &child.topic), child, "3", options_arg(child, 0));
+        }
     }
     // The deduplication keys come last, in the order of their jobs.
     for (_, job, _) in jobs {
@@ -86,11 +105,20 @@ pub(crate) async fn call(store: &Store, p: u16, jobs: &[(&str, &NewJob, Mode)]) 
     }
     let out: Vec<Value> = store.write(p, &inv).await?;
     let bad = |what: &str| Error::unexpected(Some(p), format!("push returned {what}"));
-    if out.len() != 4 * jobs.len() {
+    if out.len() != 4 * jobs.iter().map(|(_, job, _)| weight(job)).sum::<usize>() {
         return Err(bad("the wrong number of values"));
     }
-    out.chunks(4)
-        .map(|c| {
+    // A fan-out's children were stored with it or not at all: its answer is its parent's, with their
+    // states.
+    let mut replies = out.chunks(4);
+    jobs.iter()
+        .map(|(_, job, _)| {
+            let c = replies.next().ok_or_else(|| bad("too few values"))?;
+            let children = replies
+                .by_ref()
+                .take(job.fanout.len())
+                .map(|c| text(&c[1]).and_then(|s| State::parse(&s)))
+                .collect();
             let status = int(&c[0]);
             if status == Some(0) {
                 return Ok(PushReply::Conflict);
@@ -100,7 +128,11 @@ pub(crate) async fn call(store: &Store, p: u16, jobs: &[(&str, &NewJob, Mode)]) 
                 .ok_or_else(|| bad("an unknown state"))?;
             let run_at = int(&c[2]).ok_or_else(|| bad("no run_at"))?;
             match status {
-                Some(1) => Ok(PushReply::Stored { state, run_at }),
+                Some(1) => Ok(PushReply::Stored {
+                    state,
+                    run_at,
+                    children,
+                }),
                 Some(2) => Ok(PushReply::Duplicate {
                     first: text(&c[3]).ok_or_else(|| bad("a duplicate without the first job's id"))?,
                     state,
@@ -113,8 +145,10 @@ pub(crate) async fn call(store: &Store, p: u16, jobs: &[(&str, &NewJob, Mode)]) 
 }
 
 /// A job's options as push.lua takes them in one argument: `""` when it has none, else
-/// `dedup_ms;max_age_ms;backoff;priority;flow_key`, each `""` when absent, the backoff list comma-separated.
-pub(crate) fn options_arg(job: &NewJob) -> String {
+/// `dedup_ms;max_age_ms;backoff;priority;flow_key;children`, each `""` when absent, the backoff list
+/// comma-separated, the children a fan-out's: `<ttl_ms> <topic>,<topic>,...` (its parent stored done,
+/// expiring `ttl_ms` after its due time).
+pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64) -> String {
     // The default priority is stored as none (record.lua), so it is sent as none.
     let priority = job.priority.filter(|&p| p != DEFAULT_PRIORITY);
     if job.dedup.is_none()
@@ -122,12 +156,19 @@ pub(crate) fn options_arg(job: &NewJob) -> String {
         && job.backoff_ms.is_none()
         && priority.is_none()
         && job.flow_key.is_none()
+        && job.fanout.is_empty()
     {
         return String::new();
     }
     let field = |v: Option<String>| v.unwrap_or_default();
+    let children = if job.fanout.is_empty() {
+        String::new()
+    } else {
+        let topics: Vec<&str> = job.fanout.iter().map(|c| c.topic.as_str()).collect();
+        format!("{fanout_ttl_ms} {}", topics.join(","))
+    };
     format!(
-        "{};{};{};{};{}",
+        "{};{};{};{};{};{children}",
         field(job.dedup.as_ref().map(|d| d.window_ms.to_string())),
         field(job.max_age_ms.map(|a| a.to_string())),
         field(

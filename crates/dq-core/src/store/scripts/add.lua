@@ -1,0 +1,107 @@
+-- add.lua: new jobs into a partition. Not a script of its own: it goes after record.lua and flow.lua in
+-- front of the scripts that store new jobs (scripts.rs): push.lua, and ack.lua, which stores the jobs a
+-- callback's answer (or a pull ack) pushed, together with the ack (docs/architecture.md, "Jobs that
+-- start jobs").
+--
+-- add_job writes a job's record (only where there is none) and gathers its sorted-set adds, counts and
+-- wake-ups; add_flush sends them, one ZADD per sorted set and one HINCRBY per count, so a batch costs
+-- Redis a few commands beyond its records.
+--
+-- KEYS[1]: none of its own (the including script's; keys are named from the partition's prefix)
+-- ARGV[1]: none of its own
+-- Returns: nothing (defines local functions).
+
+-- What add_job gathered for add_flush: made at the first add, so a script that adds nothing (an ack
+-- without pushes) makes no table.
+local adding
+
+-- Stores new job `r` (a record table; add_job sets `s`) at `job`, its record key, unless there is a
+-- record there (SET NX). `ready` is its topic's ready queue, `delayed` the partition's delay set, `id`
+-- its id, `now` Redis's clock (ms); `prefix`, the partition's, names its flow key's keys.
+-- Returns the state it went in, or nil when the id was taken (then nothing of it is written).
+-- With `ttl` (ms) it is a fan-out's parent: stored done, expiring `ttl` after its due time, in no
+-- queue and no count; its work is its children's, stored with it.
+local function add_job(prefix, job, ready, delayed, id, r, now, ttl)
+  local state = 'delayed'
+  if ttl then state = 'done' elseif r.r <= now then state = 'ready' end
+  r.s = state
+  if not rec_store(job, r, false, true) then return nil end
+  if ttl then
+    redis.call('PEXPIRE', job, math.max(r.r - now, 0) + ttl)
+    return state
+  end
+  local A = adding
+  if not A then
+    A = {z = {}, order = {}, earliest = {}, topic = {}, tally = {}, urgent = {}}
+    adding = A
+  end
+  local topic, p = r.t, r.p
+  if r.f and state == 'ready' then
+    -- Into its flow key's queue; the key's turn wakes reservers (flow.lua).
+    flow_add(prefix, topic, r.f, id, rec_score(p, r.r), now)
+  else
+    local zset, score = ready, r.r
+    if state == 'ready' then
+      A.topic[zset] = topic
+      if p and p < 1024 and (A.urgent[zset] == nil or p < A.urgent[zset]) then A.urgent[zset] = p end
+      score = rec_score(p, r.r)
+    else
+      zset = delayed
+      if A.earliest[zset] == nil or r.r < A.earliest[zset] then A.earliest[zset] = r.r end
+    end
+    local z = A.z[zset]
+    if z == nil then
+      z = {}
+      A.z[zset] = z
+      A.order[#A.order + 1] = zset
+    end
+    -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3%
+    -- of a batch push's instructions); %d holds integers below 2^63, a ready score of a priority of
+    -- 2^21 or more is past that.
+    if score < 9.2e18 then z[#z + 1] = string.format('%d', score) else z[#z + 1] = score end
+    z[#z + 1] = id
+  end
+  local c = topic .. ':' .. state
+  A.tally[c] = (A.tally[c] or 0) + 1
+  return state
+end
+
+-- Sends what add_job gathered: the sorted-set adds, the wake-ups (on the partition's channels), the
+-- counts (into its counts hash).
+local function add_flush(counts, ready_channel, timer_channel)
+  local A = adding
+  if not A then return end
+  adding = nil
+  for _, zset in ipairs(A.order) do
+    local topic = A.topic[zset]
+    if topic then
+      -- Long-polling reservers wait only on an empty queue, so only its first job needs to wake them. A
+      -- job more urgent than the default that goes ahead of the queue's first job is told as
+      -- "<topic> <priority>", so that reservers ask this partition first (the ready index's hints);
+      -- behind a first job as urgent, it is not news.
+      local was_empty, ahead = true, false
+      local u = A.urgent[zset]
+      if u then
+        local head = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+        was_empty = head[1] == nil
+        ahead = was_empty or math.floor(tonumber(head[2]) / 4398046511104) > u
+      else
+        was_empty = redis.call('EXISTS', zset) == 0
+      end
+      redis.call('ZADD', zset, unpack(A.z[zset]))
+      if ahead then
+        redis.call(publish, ready_channel, topic .. ' ' .. u)
+      elseif was_empty then
+        redis.call(publish, ready_channel, topic)
+      end
+    else
+      -- A timer sleeps until the earliest due time it knows; tell it when that just moved earlier.
+      local head = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+      redis.call('ZADD', zset, unpack(A.z[zset]))
+      if head[2] == nil or A.earliest[zset] < tonumber(head[2]) then
+        redis.call(publish, timer_channel, zset .. ' ' .. A.earliest[zset])
+      end
+    end
+  end
+  for c, k in pairs(A.tally) do redis.call('HINCRBY', counts, c, k) end
+end
