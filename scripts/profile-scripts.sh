@@ -30,7 +30,7 @@ port, n, batch, work, lua = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys
 rec = open(os.path.join(lua, "record.lua")).read()
 # Built as dq-core builds them (store/scripts/mod.rs): flow.lua after the publish line, where it exists.
 flow = open(os.path.join(lua, "flow.lua")).read() if os.path.exists(os.path.join(lua, "flow.lua")) else ""
-# add.lua after it in push.lua and ack.lua, where it exists (then an ack takes four arguments, not three).
+# add.lua after it in push.lua and ack.lua, where it exists (then an ack takes five arguments, not three).
 add = open(os.path.join(lua, "add.lua")).read() if os.path.exists(os.path.join(lua, "add.lua")) else ""
 sha = {}
 for name in ("push", "promote", "reserve", "ack"):
@@ -57,8 +57,8 @@ for b in range(0, n, batch):
                      P, len(ids), "rc", "", "ch:timer", ""))
     # reserve.lua's receipts are <nonce>.<k>, in the order it popped: the ids' order here.
     keys = [f"{P}:reserved", f"{P}:counts", f"{P}:bs:ids"] + [f"{P}:job:{i}" for i in ids]
-    # No attempt kept, and (with add.lua) no jobs pushed.
-    args = [0] + [x for k, i in enumerate(ids) for x in (i, f"rc.{k + 1}", "") + (("",) if add else ())]
+    # No attempt kept, and (with add.lua) no jobs pushed and no success hook.
+    args = [0] + [x for k, i in enumerate(ids) for x in (i, f"rc.{k + 1}", "") + (("", "") if add else ())]
     cmds.append(resp("EVALSHA", sha["ack"], len(keys), *keys, *args))
 open(os.path.join(work, "calls.resp"), "w").write("".join(cmds))
 json.dump({v: k for k, v in sha.items()}, open(os.path.join(work, "names.json"), "w"))

@@ -116,6 +116,14 @@ pub struct Callback {
     /// looked up, signed like a delivery), retried with backoff; none for no hook. Checked like `url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_dead_url: Option<String>,
+    /// `http` or `https` URL that dq-checker POSTs each job of the topic that was delivered to (the job
+    /// as looked up, with the callback's `answer`: its status, the headers of `on_success_headers`,
+    /// its body), signed like a delivery, retried with backoff like `on_dead_url`; none for no hook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_success_url: Option<String>,
+    /// Names of the answer's headers a success hook carries (at most 32; matched without case).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_success_headers: Vec<String>,
     /// Glob patterns (`*` any run of characters, `?` one) of the topics the callback's answer may push
     /// to: a 2xx answer `{"dq": {"push": [job, …]}}` stores those jobs (at most 100) with the
     /// delivery's success, once, with ids `<job id>~<index>`. Empty (the default): an answer cannot
@@ -169,6 +177,8 @@ impl std::fmt::Debug for Callback {
             .field("secret", &self.secret.as_ref().map(|_| "***"))
             .field("previous_secret", &self.previous_secret.as_ref().map(|_| "***"))
             .field("on_dead_url", &self.on_dead_url.as_deref().map(masked_url))
+            .field("on_success_url", &self.on_success_url.as_deref().map(masked_url))
+            .field("on_success_headers", &self.on_success_headers)
             .field("allow_push", &self.allow_push)
             .finish()
     }
@@ -202,6 +212,8 @@ impl Default for Callback {
             secret: None,
             previous_secret: None,
             on_dead_url: None,
+            on_success_url: None,
+            on_success_headers: Vec::new(),
             allow_push: Vec::new(),
         }
     }
@@ -286,6 +298,7 @@ impl TopicConfig {
         if let Some(cb) = &mut c.callback {
             cb.url = masked_url(&cb.url);
             cb.on_dead_url = cb.on_dead_url.as_deref().map(masked_url);
+            cb.on_success_url = cb.on_success_url.as_deref().map(masked_url);
             for s in [&mut cb.secret, &mut cb.previous_secret].into_iter().flatten() {
                 *s = MASK.into();
             }

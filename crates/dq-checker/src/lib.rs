@@ -13,7 +13,8 @@
 //! - takes the dead-job events the scripts recorded (each partition's `events`, moved to a pending list
 //!   and forgotten only once the alert went out, so a checker that dies meanwhile loses none) and raises
 //!   one alert per topic; taking an event queues the job's dead-job hook when its topic has a
-//!   `callback.on_dead_url`, which `dead_hooks.rs` sends on a task of its own;
+//!   `callback.on_dead_url`, and the success hooks of `callback.on_success_url`, which `hooks.rs` sends on
+//!   a task of its own;
 //! - publishes job counts per topic and state and the age of each topic's oldest ready job, and raises a
 //!   backlog alert when a topic's ready jobs pass `checker.backlog_threshold` (and a clearing one after);
 //! - counts quarantined records, and alerts when there are more.
@@ -25,8 +26,8 @@
 //! Every `checker.audit_interval_ms` it audits every partition and repairs what it finds.
 
 pub mod alert;
-mod dead_hooks;
 mod events;
+mod hooks;
 pub mod migrate;
 pub mod quarantine;
 mod retention;
@@ -173,14 +174,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             }
         });
     }
-    // Dead-job hooks go out on a task of their own, sent while this checker holds the lease.
+    // Dead-job and success hooks go out on a task of their own, sent while this checker holds the lease.
     let leader = Arc::new(AtomicBool::new(false));
     let egress = Arc::new(Egress::new(&settings.egress, queue.egress().await));
     tokio::spawn(egress.clone().follow_nodes(queue.clone(), shutdown.clone()));
     let reload = reload(&settings, &notifiers, &egress);
     let in_force = reload.subscribe();
     reload.start(shutdown.clone())?;
-    let hooks = dead_hooks::Sender::new(
+    let hooks = hooks::Sender::new(
         queue.clone(),
         egress,
         settings.checker.dead_hook_backoff_ms.clone(),

@@ -82,6 +82,7 @@ impl Old {
             .arg(id)
             .arg(receipt)
             .arg("")
+            .arg("")
             .arg("");
         let acked: Vec<i64> = inv.invoke_async(&mut self.conn).await.unwrap();
         assert_eq!(acked, [1]);

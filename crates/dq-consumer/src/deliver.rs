@@ -92,6 +92,20 @@ pub struct Posted {
     pub answer: Option<String>,
     /// The jobs a delivered answer pushes (`{"dq": {"push": [...]}}`, see [`crate::answer`]).
     pub pushes: Vec<Box<RawValue>>,
+    /// For a topic with `callback.on_success_url`, a delivered answer as its success hook carries it:
+    /// JSON `{status, headers, body}` (see [`HookAnswer`]).
+    pub hook_answer: Option<Vec<u8>>,
+}
+
+/// The callback's answer as a success hook carries it (`answer` in its body).
+#[derive(Serialize)]
+struct HookAnswer<'a> {
+    /// The HTTP status.
+    status: u16,
+    /// The headers `callback.on_success_headers` names that the answer had (names in lower case).
+    headers: std::collections::BTreeMap<String, String>,
+    /// The body as text (bytes that are not UTF-8 as U+FFFD).
+    body: &'a str,
 }
 
 /// The longest pause a `Retry-After` can ask for; a longer one is cut to this.
@@ -115,10 +129,24 @@ fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
 
 /// Reads `resp` in chunks until its end or until it passes `cap` bytes; then it is dropped unread,
 /// which closes the connection, so memory stays flat whatever the callback sends.
-async fn read_capped(mut resp: reqwest::Response, cap: usize) -> reqwest::Result<(Answer, Option<Duration>)> {
+async fn read_capped(
+    mut resp: reqwest::Response,
+    cap: usize,
+    keep: &[String],
+) -> reqwest::Result<(Answer, Option<Duration>, Headers)> {
     let wait = retry_after(&resp);
-    Ok((read_answer(&mut resp, cap).await?, wait))
+    let kept = keep
+        .iter()
+        .filter_map(|name| {
+            let value = resp.headers().get(name.as_str())?.to_str().ok()?;
+            Some((name.to_ascii_lowercase(), value.to_string()))
+        })
+        .collect();
+    Ok((read_answer(&mut resp, cap).await?, wait, kept))
 }
+
+/// Headers of an answer kept for its success hook: lower-case name → value.
+type Headers = std::collections::BTreeMap<String, String>;
 
 /// The body of [`read_capped`].
 async fn read_answer(resp: &mut reqwest::Response, cap: usize) -> reqwest::Result<Answer> {
@@ -161,6 +189,7 @@ pub async fn post(
                 status: None,
                 answer: None,
                 pushes: Vec::new(),
+                hook_answer: None,
             };
         }
     };
@@ -187,16 +216,18 @@ pub async fn post(
     }
     let started = Instant::now();
     let started_at = dq_core::clock::unix_ms();
-    let answer = async { read_capped(req.body(body).send().await?, egress.max_answer_bytes).await }.await;
+    let keep = &callback.on_success_headers;
+    let answer = async { read_capped(req.body(body).send().await?, egress.max_answer_bytes, keep).await }.await;
     let took = started.elapsed();
-    let retry_after = answer.as_ref().ok().and_then(|(_, wait)| *wait);
+    let retry_after = answer.as_ref().ok().and_then(|(_, wait, _)| *wait);
     let (status, excerpt) = match &answer {
-        Ok((Answer::Whole(status, bytes), _)) => (Some(status.as_u16()), Some(excerpt(bytes))),
-        Ok((Answer::TooLarge(status), _)) => (Some(status.as_u16()), None),
+        Ok((Answer::Whole(status, bytes), _, _)) => (Some(status.as_u16()), Some(excerpt(bytes))),
+        Ok((Answer::TooLarge(status), _, _)) => (Some(status.as_u16()), None),
         Err(_) => (None, None),
     };
     let mut pushes = Vec::new();
-    let outcome = match answer.map(|(answer, _)| answer) {
+    let mut hook_answer = None;
+    let outcome = match answer.map(|(answer, _, kept)| (answer, kept)) {
         Err(e) if e.is_timeout() => Outcome::Failed {
             kind: "timeout",
             reason: format!("no answer within {} ms", callback.timeout_ms),
@@ -212,7 +243,7 @@ pub async fn post(
                 reason: format!("request failed: {}", e.without_url()),
             },
         },
-        Ok(Answer::TooLarge(status)) => Outcome::Failed {
+        Ok((Answer::TooLarge(status), _)) => Outcome::Failed {
             kind: "too_large",
             reason: format!(
                 "HTTP {}: the answer is larger than {} bytes (egress.max_answer_bytes)",
@@ -220,15 +251,15 @@ pub async fn post(
                 egress.max_answer_bytes
             ),
         },
-        Ok(Answer::Whole(status, bytes)) if !status.is_success() => Outcome::Failed {
+        Ok((Answer::Whole(status, bytes), _)) if !status.is_success() => Outcome::Failed {
             kind: "http_error",
             reason: status_and_excerpt(status, &bytes, egress.excerpt_bytes),
         },
-        Ok(Answer::Whole(status, bytes)) if bytes.iter().all(u8::is_ascii_whitespace) => Outcome::Failed {
+        Ok((Answer::Whole(status, bytes), _)) if bytes.iter().all(u8::is_ascii_whitespace) => Outcome::Failed {
             kind: "empty",
             reason: format!("HTTP {} with an empty body", status.as_u16()),
         },
-        Ok(Answer::Whole(status, bytes)) => {
+        Ok((Answer::Whole(status, bytes), kept)) => {
             let text = String::from_utf8_lossy(&bytes);
             let json: Option<serde_json::Value> = serde_json::from_slice(&bytes).ok();
             let answer = dq_core::condition::Answer {
@@ -247,6 +278,14 @@ pub async fn post(
                 _ => match crate::answer::pushes(&bytes) {
                     Ok(jobs) => {
                         pushes = jobs;
+                        if callback.on_success_url.is_some() {
+                            let answer = HookAnswer {
+                                status: status.as_u16(),
+                                headers: kept,
+                                body: &text,
+                            };
+                            hook_answer = Some(serde_json::to_vec(&answer).expect("an answer always serializes"));
+                        }
                         Outcome::Delivered
                     }
                     Err(reason) => Outcome::Failed {
@@ -265,6 +304,7 @@ pub async fn post(
         status,
         answer: excerpt,
         pushes,
+        hook_answer,
     }
 }
 

@@ -325,12 +325,19 @@ async fn settle(
     let mut retried = false;
     loop {
         let r = match outcome {
-            Outcome::Delivered => shared
-                .queue
-                .reservations()
-                .ack_pushing(&job.id, &job.receipt, &note, children)
-                .await
-                .map(drop),
+            Outcome::Delivered => {
+                let success = dq_core::reservations::Success {
+                    note: note.clone(),
+                    push: children,
+                    hook_answer: posted.hook_answer.clone(),
+                };
+                shared
+                    .queue
+                    .reservations()
+                    .ack_with(&job.id, &job.receipt, &success)
+                    .await
+                    .map(drop)
+            }
             Outcome::Failed { reason, .. } => {
                 let failure = dq_core::reservations::Failure {
                     delay_ms: None,

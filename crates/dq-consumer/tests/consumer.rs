@@ -49,7 +49,9 @@ impl Hook {
                     };
                     let (status, body, delay) = respond(n, &r);
                     tokio::time::sleep(Duration::from_millis(delay)).await;
-                    (StatusCode::from_u16(status).unwrap(), body)
+                    // A header that names the answer, as receivers' request ids do.
+                    let id = [("x-request-id", format!("r-{n}"))];
+                    (StatusCode::from_u16(status).unwrap(), id, body)
                 },
             ),
         );
@@ -717,4 +719,54 @@ async fn an_answer_pushes_jobs_with_its_success_where_allow_push_lets_it() {
             "the callback answered; its answer was refused"
         );
     }
+}
+
+#[tokio::test]
+async fn a_delivery_to_a_topic_with_a_success_hook_keeps_the_answer_for_it() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    let hook = Hook::start(|_, _| (200, r#"{"charged":true}"#.into(), 0)).await;
+    register(
+        &q,
+        "paid",
+        serde_json::json!({"callback": {"url": hook.url, "on_success_url": "http://hooks.example/ok",
+                                        "on_success_headers": ["X-Request-Id", "X-Absent"]}}),
+    )
+    .await;
+    register(&q, "plain", serde_json::json!({"callback": {"url": hook.url}})).await;
+    let id = push(&q, serde_json::json!({"topic": "paid", "body": 1})).await;
+    let other = push(&q, serde_json::json!({"topic": "plain", "body": 2})).await;
+    let consumer = Consumer::start(&s);
+    for id in [&id, &other] {
+        eventually(Duration::from_secs(20), "delivered", || async {
+            state_of(&q, id).await == JobState::Done
+        })
+        .await;
+    }
+    consumer.drain().await;
+    let p = q.partitions().of_id(&id);
+    let answer = q
+        .checker()
+        .success_answer(p, &id)
+        .await
+        .unwrap()
+        .expect("the answer is kept");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["status"], 200);
+    assert_eq!(answer["body"], r#"{"charged":true}"#);
+    // Only the header named and present, by its lower-case name (which request was this job's may vary).
+    let headers = answer["headers"].as_object().unwrap();
+    assert_eq!(headers.keys().collect::<Vec<_>>(), ["x-request-id"], "{answer}");
+    assert!(headers["x-request-id"].as_str().unwrap().starts_with("r-"), "{answer}");
+    let (hooks, held) = q
+        .checker()
+        .take_hooks(dq_core::checker::HookKind::Success, p, 10, 1000)
+        .await
+        .unwrap();
+    assert_eq!((hooks.len(), held), (1, 1));
+    assert_eq!((hooks[0].id.as_str(), hooks[0].topic.as_str()), (id.as_str(), "paid"));
+    // A topic without a success hook keeps nothing.
+    let p = q.partitions().of_id(&other);
+    assert_eq!(q.checker().success_answer(p, &other).await.unwrap(), None);
 }

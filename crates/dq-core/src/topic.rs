@@ -105,6 +105,17 @@ impl TopicRules for TopicConfig {
             if let Some(url) = &cb.on_dead_url {
                 check_url("callback.on_dead_url", url, egress)?;
             }
+            if let Some(url) = &cb.on_success_url {
+                check_url("callback.on_success_url", url, egress)?;
+            }
+            if cb.on_success_headers.len() > 32
+                || cb
+                    .on_success_headers
+                    .iter()
+                    .any(|h| h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b)))
+            {
+                return bad("`callback.on_success_headers` holds at most 32 header names (A-Z a-z 0-9 - _)".into());
+            }
             if !(1..=300_000).contains(&cb.timeout_ms) {
                 return bad(format!(
                     "`callback.timeout_ms` must be between 1 and 300000, got {}",
@@ -209,6 +220,11 @@ impl TopicRules for TopicConfig {
                 "callback.on_dead_url",
                 cb.on_dead_url.as_mut(),
                 old.and_then(|o| o.on_dead_url.clone()),
+            ),
+            (
+                "callback.on_success_url",
+                cb.on_success_url.as_mut(),
+                old.and_then(|o| o.on_success_url.clone()),
             ),
         ] {
             let Some(url) = url else { continue };

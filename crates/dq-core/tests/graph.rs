@@ -8,12 +8,12 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use dq_core::attempt::Note;
+use dq_core::reservations::Success;
 use dq_core::{Error, Queue, Reservation, State, TopicConfig};
 use dq_harness::{RedisCluster, RedisServer};
 use serde_json::{Value, json};
 
-use common::{cluster, push, standalone};
+use common::{cluster, standalone};
 
 /// Registers `topics` (name → registration JSON) and answers them as the registry holds them.
 async fn register(q: &Queue, topics: &[(&str, Value)]) -> BTreeMap<String, TopicConfig> {
@@ -33,6 +33,14 @@ async fn reserve(q: &Queue, topic: &str) -> Reservation {
         }
         assert!(tokio::time::Instant::now() < deadline, "no job of {topic} came ready");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A success that pushes `jobs`.
+fn push(jobs: &[dq_core::NewJob]) -> Success<'_> {
+    Success {
+        push: jobs,
+        ..Default::default()
     }
 }
 
@@ -132,7 +140,7 @@ async fn fan_out(q: &Queue) {
 async fn pushed_with_the_ack(q: &Queue) {
     let topics = register(q, &[("fan", json!({"fanout": ["f1", "f2"]}))]).await;
     let producer = q.producer();
-    let id = push(q, json!({"topic": "pay", "id": "pay-1", "body": {"n": 1}})).await;
+    let id = common::push(q, json!({"topic": "pay", "id": "pay-1", "body": {"n": 1}})).await;
     let job = reserve(q, "pay").await;
     let raw = |v: Value| serde_json::value::to_raw_value(&v).unwrap();
     let pushes = vec![
@@ -144,25 +152,19 @@ async fn pushed_with_the_ack(q: &Queue) {
     let jobs = producer.prepare_pushes(&id, &pushes, &topics, allow_all).unwrap();
 
     // A stale ack stores nothing.
-    let stale = q
-        .reservations()
-        .ack_pushing(&id, "0000.1", &Note::default(), &jobs)
-        .await;
+    let stale = q.reservations().ack_with(&id, "0000.1", &push(&jobs)).await;
     assert!(matches!(stale, Err(Error::StaleReceipt)), "{stale:?}");
     assert!(matches!(producer.get("pay-1~0").await, Err(Error::NotFound(_))));
 
     let pushed = q
         .reservations()
-        .ack_pushing(&job.id, &job.receipt, &Note::default(), &jobs)
+        .ack_with(&job.id, &job.receipt, &push(&jobs))
         .await
         .unwrap();
     let ids: Vec<&str> = pushed.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(ids, ["pay-1~0", "pay-1~1", "pay-1~2", "pay-1~2~f1", "pay-1~2~f2"]);
     // Sent again (an ack whose answer was lost): refused as stale, and nothing twice.
-    let again = q
-        .reservations()
-        .ack_pushing(&job.id, &job.receipt, &Note::default(), &jobs)
-        .await;
+    let again = q.reservations().ack_with(&job.id, &job.receipt, &push(&jobs)).await;
     assert!(matches!(again, Err(Error::StaleReceipt)), "{again:?}");
     assert_eq!(count(q, "receipt", State::Delayed).await, 1);
     assert_eq!(count(q, "review", State::Ready).await, 1);
@@ -199,7 +201,7 @@ async fn pushed_with_the_ack(q: &Queue) {
         .unwrap();
     let pushed = q
         .reservations()
-        .ack_pushing(&f2.id, &f2.receipt, &Note::default(), &more)
+        .ack_with(&f2.id, &f2.receipt, &push(&more))
         .await
         .unwrap();
     assert_eq!(pushed[0].id, "pay-1~2~f2~0");

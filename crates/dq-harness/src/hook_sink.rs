@@ -111,8 +111,14 @@ impl HookSink {
 /// The dead-job hooks waiting in every partition of the installation with prefix `dq` on `redis`:
 /// `<failed tries> <died at> <topic> <id>`.
 pub fn dead_hooks_waiting(redis: &crate::RedisServer) -> Vec<String> {
+    hooks_waiting(redis, "dead_hooks")
+}
+
+/// The hooks waiting in every partition's set `set` (`dead_hooks`, `success_hooks`) of the installation
+/// with prefix `dq` on `redis`: `<failed tries> <at> <topic> <id>`.
+pub fn hooks_waiting(redis: &crate::RedisServer, set: &str) -> Vec<String> {
     let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("dq:{*}:dead_hooks")
+        .arg(format!("dq:{{*}}:{set}"))
         .query(&mut redis.conn())
         .unwrap();
     keys.iter()

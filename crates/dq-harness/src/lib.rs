@@ -14,7 +14,7 @@ pub mod sentinel;
 pub mod tls;
 
 pub use cluster::RedisCluster;
-pub use hook_sink::{HookRequest, HookSink, dead_hooks_waiting};
+pub use hook_sink::{HookRequest, HookSink, dead_hooks_waiting, hooks_waiting};
 pub use https::{HttpsCa, ServerCert};
 pub use options::RedisOptions;
 pub use sentinel::RedisSentinelSet;

@@ -14,7 +14,7 @@ use dq_core::Reservation;
 use dq_core::attempt::{MAX_CONSUMER_CHARS, Note};
 use dq_core::config::Scope;
 use dq_core::job::{validate_id, validate_topic};
-use dq_core::reservations::{Failure, ReserveOptions};
+use dq_core::reservations::{Failure, ReserveOptions, Success};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -181,7 +181,15 @@ pub async fn ack(
     let pushed = app
         .queue
         .reservations()
-        .ack_pushing(&id, &req.receipt, &note, &jobs)
+        .ack_with(
+            &id,
+            &req.receipt,
+            &Success {
+                note,
+                push: &jobs,
+                hook_answer: None,
+            },
+        )
         .await?;
     Ok(Json(AckPushed { pushed }).into_response())
 }

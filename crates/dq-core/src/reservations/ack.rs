@@ -27,6 +27,20 @@ pub(crate) struct AckOp {
     entry: Vec<u8>,
     /// The jobs it pushes, packed ([`crate::graph::pack_pushes`]; empty: none).
     pushes: Vec<u8>,
+    /// The callback's answer its success hook carries (empty: no hook).
+    answer: Vec<u8>,
+}
+
+/// What a success brings besides the ack itself.
+#[derive(Debug, Default)]
+pub struct Success<'a> {
+    /// What the attempt was, for the job's history.
+    pub note: Note,
+    /// Jobs to store with the ack (checked by [`crate::Producer::prepare_pushes`]).
+    pub push: &'a [NewJob],
+    /// The callback's answer for the topic's success hook (`callback.on_success_url`), as JSON
+    /// `{status, headers, body}`: with it, the ack queues the hook (dq-checker sends it).
+    pub hook_answer: Option<Vec<u8>>,
 }
 
 impl Reservations {
@@ -39,22 +53,28 @@ impl Reservations {
     /// [`Reservations::ack`], with what `note` tells of the attempt for the job's history (who made
     /// it, the callback's answer, when it began).
     pub async fn ack_noting(&self, id: &str, receipt: &str, note: &Note) -> Result<()> {
-        self.ack_pushing(id, receipt, note, &[]).await.map(drop)
+        let success = Success {
+            note: note.clone(),
+            ..Default::default()
+        };
+        self.ack_with(id, receipt, &success).await.map(drop)
     }
 
-    /// [`Reservations::ack_noting`], storing `jobs` with the ack (checked by
-    /// [`crate::Producer::prepare_pushes`]): they exist if and only if the ack succeeded, with ids
-    /// `<id>~<index>` (a fan-out's children `<id>~<index>~<topic>`), so an ack sent again after an
-    /// unknown outcome stores none twice. Answers the jobs pushed, in order, each fan-out's children
-    /// after it.
-    pub async fn ack_pushing(&self, id: &str, receipt: &str, note: &Note, jobs: &[NewJob]) -> Result<Vec<JobRef>> {
-        let entry = self.entry(note, receipt, Outcome::Acked, None);
+    /// [`Reservations::ack_noting`] with what `success` brings: its jobs are stored with the ack (they
+    /// exist if and only if the ack succeeded, with ids `<id>~<index>`, a fan-out's children
+    /// `<id>~<index>~<topic>`, so an ack sent again after an unknown outcome stores none twice), and its
+    /// success hook is queued with the answer. Answers the jobs pushed, in order, each fan-out's
+    /// children after it.
+    pub async fn ack_with(&self, id: &str, receipt: &str, success: &Success<'_>) -> Result<Vec<JobRef>> {
+        let jobs = success.push;
+        let entry = self.entry(&success.note, receipt, Outcome::Acked, None);
         let pushes = if jobs.is_empty() {
             Vec::new()
         } else {
             crate::graph::pack_pushes(jobs, self.defaults.done_retention_ms)
         };
-        self.ack_kept(id, receipt, self.defaults.done_retention_ms, entry, pushes)
+        let answer = success.hook_answer.clone().unwrap_or_default();
+        self.ack_kept(id, receipt, self.defaults.done_retention_ms, entry, pushes, answer)
             .await?;
         let mut pushed = Vec::new();
         for (i, job) in jobs.iter().enumerate() {
@@ -91,7 +111,7 @@ impl Reservations {
     /// `delete`, whose clients look nothing up after it and delete at rates where retained records
     /// would cost memory). Answers as [`Reservations::ack`].
     pub async fn ack_deleting(&self, id: &str, receipt: &str) -> Result<()> {
-        self.ack_kept(id, receipt, 0, Vec::new(), Vec::new()).await
+        self.ack_kept(id, receipt, 0, Vec::new(), Vec::new(), Vec::new()).await
     }
 
     /// The history entry of an attempt under `receipt` that ended as `outcome` (see [`attempt::entry`]).
@@ -106,6 +126,7 @@ impl Reservations {
         retention_ms: u64,
         entry: Vec<u8>,
         pushes: Vec<u8>,
+        answer: Vec<u8>,
     ) -> Result<()> {
         let op = AckOp {
             id: id.to_string(),
@@ -113,6 +134,7 @@ impl Reservations {
             retention_ms,
             entry,
             pushes,
+            answer,
         };
         let me = self.clone();
         let flush = move |ops: Vec<AckOp>| send(me.clone(), ops);
@@ -155,6 +177,7 @@ async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
                         op.receipt.as_str(),
                         op.entry.as_slice(),
                         op.pushes.as_slice(),
+                        op.answer.as_slice(),
                     )
                 });
                 let out = ack::call(&queue.store, p, retention_ms, acks).await;

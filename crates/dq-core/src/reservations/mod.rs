@@ -10,6 +10,7 @@ pub mod ready;
 pub(crate) mod reserve;
 pub(crate) mod settle;
 
+pub use self::ack::Success;
 pub use self::handoff::Waiting;
 pub use self::limit::{LimitAsk, LimitGrant};
 pub use self::ready::ReadyIndex;

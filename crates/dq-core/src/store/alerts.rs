@@ -1,6 +1,6 @@
 //! What dq-checker keeps to alert once per event: the alert states it last sent (`{<prefix>}:alerts`),
-//! and the removal of a dead-job hook (`<prefix>:{<tag>}:dead_hooks`). The lease and the events' and
-//! hooks' hand-outs are scripts (`lease.lua`, `events_take.lua`, `dead_hooks_take.lua` …).
+//! and the removal of a hook (`<prefix>:{<tag>}:dead_hooks`, `…:success_hooks`). The lease and the events' and
+//! hooks' hand-outs are scripts (`lease.lua`, `events_take.lua`, `hooks_take.lua` …).
 
 use std::collections::HashMap;
 
@@ -21,10 +21,10 @@ pub(crate) async fn set_sent(store: &Store, field: &str, value: &str) -> Result<
     store.query_unpartitioned(&cmd).await
 }
 
-/// Removes the dead-job hook stored as `entry` from partition `p`'s hooks (one command: atomic on its
-/// own).
-pub(crate) async fn forget_dead_hook(store: &Store, p: u16, entry: &str) -> Result<()> {
+/// Removes the hook stored as `entry` from partition `p`'s hooks set `hooks` (one command: atomic on
+/// its own).
+pub(crate) async fn forget_hook(store: &Store, p: u16, hooks: String, entry: &str) -> Result<()> {
     let mut cmd = redis::cmd("ZREM");
-    cmd.arg(store.partition_keys(p).dead_hooks()).arg(entry);
+    cmd.arg(hooks).arg(entry);
     store.query::<i64>(p, &cmd).await.map(drop)
 }

@@ -217,6 +217,18 @@ impl PartitionKeys {
     pub fn dead_hooks(&self) -> String {
         format!("{}:dead_hooks", self.prefix)
     }
+
+    /// Success hooks waiting to be sent (`callback.on_success_url`): as [`PartitionKeys::dead_hooks`],
+    /// `<failed tries> <acked at ms> <topic> <id>`; queued by the ack that stored the job's answer.
+    pub fn success_hooks(&self) -> String {
+        format!("{}:success_hooks", self.prefix)
+    }
+
+    /// The callback's answer to job `id`'s successful delivery, kept for its success hook (JSON
+    /// `{status, headers, body}`), until the hook is sent or given up.
+    pub fn answer(&self, id: &str) -> String {
+        format!("{}:answer:{id}", self.prefix)
+    }
 }
 
 /// Wake-up channels: `<prefix>:{<tag>}:wake:ready` and `<prefix>:{<tag>}:wake:timer`, one of each per

@@ -141,6 +141,9 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     let callback = schema(schemas, "Callback");
     format(callback, "url", "dq-callback-url");
     format(callback, "on_dead_url", "dq-callback-url");
+    format(callback, "on_success_url", "dq-callback-url");
+    items(callback, "on_success_headers", 0, 32);
+    callback["properties"]["on_success_headers"]["items"]["pattern"] = "^[A-Za-z0-9_-]+$".into();
     items(callback, "allow_push", 0, dq_core::graph::MAX_ALLOW_PUSH);
     callback["properties"]["allow_push"]["items"]["format"] = "dq-topic-glob".into();
     int(callback, "timeout_ms", 1, 300_000);

@@ -10,8 +10,11 @@
 -- the partition's prefix, read from KEYS[1], and its record; see flow.lua)
 -- ARGV[1]: done retention in ms (0 = delete the record now)
 -- ARGV[2..]: per ack, its id, its receipt, its attempt's entry for the job's history ("" for none;
--- record.lua, rec_attempt) and the jobs it pushes ("" for none): ARGV[4k-2], ARGV[4k-1], ARGV[4k],
--- ARGV[4k+1] go with KEYS[3+k]. The jobs pushed are a MessagePack array of jobs, each an array
+-- record.lua, rec_attempt), the jobs it pushes ("" for none) and the callback's answer for its success
+-- hook ("" for none): ARGV[5k-3], ARGV[5k-2], ARGV[5k-1], ARGV[5k], ARGV[5k+1] go with KEYS[3+k]. The
+-- answer (JSON) is kept at <prefix>:answer:<id> (7 days at most) and the hook queued in
+-- <prefix>:success_hooks as "0 <now> <topic> <id>", due now, for dq-checker to send
+-- (callback.on_success_url). The jobs pushed are a MessagePack array of jobs, each an array
 -- {suffix, topic, body, delay_ms or false, run_at or false, ttr_ms, max_attempts, max_age_ms or false,
 -- backoff list or false, priority or false, fan-out ttl ms or false, children's suffixes or false}: the
 -- job's id is the acked job's and "~<suffix>"; a suffix that holds "~" is a pushed job's own child (a
@@ -41,13 +44,17 @@ local pushes = {}
 for k = 1, #KEYS - 3 do
   local r = rec_load(KEYS[3 + k]) or false
   recs[k] = r
-  if r and ARGV[4 * k + 1] ~= '' then
-    local jobs = cmsgpack.unpack(ARGV[4 * k + 1])
+  if r and ARGV[5 * k] ~= '' then
+    local jobs = cmsgpack.unpack(ARGV[5 * k])
     pushes[k] = jobs
     for _, j in ipairs(jobs) do
-      redis.call('EXISTS', prefix .. ':job:' .. ARGV[4 * k - 2] .. '~' .. j[1], prefix .. ':ready:' .. j[2])
+      redis.call('EXISTS', prefix .. ':job:' .. ARGV[5 * k - 3] .. '~' .. j[1], prefix .. ':ready:' .. j[2])
     end
     redis.call('EXISTS', prefix .. ':delayed', prefix .. ':counts')
+    clock()
+  end
+  if r and ARGV[5 * k + 1] ~= '' then
+    redis.call('EXISTS', prefix .. ':answer:' .. ARGV[5 * k - 3], prefix .. ':success_hooks')
     clock()
   end
   -- A key of a topic without limits has no state, and an ack leaves it alone (flow_count).
@@ -66,19 +73,25 @@ for k = 1, #KEYS - 3 do
     if acked[job] == 'kept' then out[k] = -1 else out[k] = 0 end
   elseif not r then
     out[k] = 0
-  elseif r.s ~= 'reserved' or r.rc ~= ARGV[4 * k - 1] then
+  elseif r.s ~= 'reserved' or r.rc ~= ARGV[5 * k - 2] then
     out[k] = -1
   else
-    removed[#removed + 1] = ARGV[4 * k - 2]
+    removed[#removed + 1] = ARGV[5 * k - 3]
     ended[r.t] = (ended[r.t] or 0) + 1
     -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
     if r.n then redis.call('HDEL', bs_ids, r.n) end
     -- A job with a flow key: one reservation fewer counts against its key (flow.lua).
     if stateful[k] then flow_count(prefix, r.t, r.f, -1, now) end
+    if ARGV[5 * k + 1] ~= '' then
+      -- Its success hook, with the callback's answer (dq-checker sends it, then deletes the answer).
+      local id = ARGV[5 * k - 3]
+      redis.call('SET', prefix .. ':answer:' .. id, ARGV[5 * k + 1], 'PX', 604800000)
+      redis.call('ZADD', prefix .. ':success_hooks', now, '0 ' .. now .. ' ' .. r.t .. ' ' .. id)
+    end
     local jobs = pushes[k]
     if jobs then
       -- The jobs it pushes, with the ack (add.lua); the record names its own children (`ch`).
-      local id, ch = ARGV[4 * k - 2], r.ch or {}
+      local id, ch = ARGV[5 * k - 3], r.ch or {}
       for _, j in ipairs(jobs) do
         local suffix, topic = j[1], j[2]
         local child = id .. '~' .. suffix
@@ -95,7 +108,7 @@ for k = 1, #KEYS - 3 do
     if retention > 0 then
       r.s = 'done'
       -- The attempt goes after the record, written with its new state (record.lua).
-      if ARGV[4 * k] ~= '' then rec_attempt(r, ARGV[4 * k]) end
+      if ARGV[5 * k - 1] ~= '' then rec_attempt(r, ARGV[5 * k - 1]) end
       -- Only the state changed (one byte, or the bytes read with the entry after), unless it pushed.
       rec_store(job, r, jobs == nil)
       redis.call('PEXPIRE', job, retention)

@@ -25,9 +25,9 @@ pub(crate) enum AckReply {
     StaleReceipt,
 }
 
-/// One ack as `ack.lua` takes it: the job's id, its receipt, its history entry and the jobs it pushes
-/// ([`crate::graph::pack_pushes`]); an empty entry or pushes: none.
-pub(crate) type AckArgs<'a> = (&'a str, &'a str, &'a [u8], &'a [u8]);
+/// One ack as `ack.lua` takes it: the job's id, its receipt, its history entry, the jobs it pushes
+/// ([`crate::graph::pack_pushes`]) and the answer its success hook carries; empty: none.
+pub(crate) type AckArgs<'a> = (&'a str, &'a str, &'a [u8], &'a [u8], &'a [u8]);
 
 /// One `ack.lua` call on partition `p`: the acks in order, done records kept `done_retention_ms` (0:
 /// deleted at once). Answers per ack, in order.
@@ -40,12 +40,12 @@ pub(crate) async fn call<'a>(
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.reserved()).key(keys.counts()).key(keys.bs_ids());
-    for (id, _, _, _) in acks.clone() {
+    for (id, ..) in acks.clone() {
         inv.key(keys.job(id));
     }
     inv.arg(done_retention_ms);
-    for (id, receipt, entry, pushes) in acks {
-        inv.arg(id).arg(receipt).arg(entry).arg(pushes);
+    for (id, receipt, entry, pushes, answer) in acks {
+        inv.arg(id).arg(receipt).arg(entry).arg(pushes).arg(answer);
     }
     let codes: Vec<i64> = store.write(p, &inv).await?;
     codes

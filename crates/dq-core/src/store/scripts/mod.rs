@@ -100,10 +100,10 @@ pub mod bs_release;
 pub mod bs_take;
 pub mod counts_prune;
 pub mod dead_delete;
-pub mod dead_hooks_retry;
-pub mod dead_hooks_take;
 pub mod events_done;
 pub mod events_take;
+pub mod hooks_retry;
+pub mod hooks_take;
 pub mod lease;
 pub mod repair_member;
 pub mod repair_record;
@@ -143,8 +143,8 @@ pub fn all(sharded: bool) -> [&'static Script; 35] {
         &counts_prune::SCRIPT,
         &events_take::SCRIPT,
         &events_done::SCRIPT,
-        &dead_hooks_take::SCRIPT,
-        &dead_hooks_retry::SCRIPT,
+        &hooks_take::SCRIPT,
+        &hooks_retry::SCRIPT,
         &limit::SCRIPT,
         &schedule_set::SCRIPT,
         &schedule_fired::SCRIPT,

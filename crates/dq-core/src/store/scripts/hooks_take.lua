@@ -1,9 +1,9 @@
--- dead_hooks_take.lua: hand out a partition's due dead-job hooks to the dq-checker that sends them, each
+-- hooks_take.lua: hand out a partition's due hooks (dead-job or success) to the dq-checker that sends them, each
 -- claimed for as long as its send can take: its next try moves that far ahead, so no other checker sends
 -- it meanwhile, and one that a checker was sending when it died is tried again once the claim ends.
 --
--- KEYS[1]: dead hooks (<prefix>:dead_hooks): `<failed tries> <died at ms> <topic> <id>` scored by the
---          time of the next try (ms)
+-- KEYS[1]: a hooks set (<prefix>:dead_hooks or <prefix>:success_hooks): `<failed tries> <at ms> <topic>
+--          <id>` scored by the time of the next try (ms)
 -- ARGV[1]: most hooks to hand out   ARGV[2]: how long a claim lasts, ms
 -- Returns: {how many hooks the set holds, due hook, due hook, ...}, the due ones earliest first.
 

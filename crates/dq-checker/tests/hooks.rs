@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use dq_core::{PushRequest, Queue, Settings, TopicConfig};
-use dq_harness::{HookSink, RedisServer, dead_hooks_waiting, eventually};
+use dq_harness::{HookSink, RedisServer, dead_hooks_waiting, eventually, hooks_waiting};
 use tokio_util::sync::CancellationToken;
 
 const SECRET: &str = "hook-s3cret";
@@ -237,11 +237,18 @@ async fn a_hook_taken_and_claimed_by_a_checker_that_died_is_sent_once_by_the_nex
         "one hook per death: {:?}",
         dead_hooks_waiting(&redis)
     );
-    let (claimed, held) = q.checker().take_dead_hooks(p, 10, 1500).await.unwrap();
+    let (claimed, held) = q
+        .checker()
+        .take_hooks(dq_core::checker::HookKind::Dead, p, 10, 1500)
+        .await
+        .unwrap();
     assert_eq!((claimed.len(), held), (1, 1));
     assert_eq!((claimed[0].tries, claimed[0].id.as_str()), (0, id.as_str()));
     assert_eq!(
-        q.checker().take_dead_hooks(p, 10, 1500).await.unwrap(),
+        q.checker()
+            .take_hooks(dq_core::checker::HookKind::Dead, p, 10, 1500)
+            .await
+            .unwrap(),
         (Vec::new(), 1),
         "claimed"
     );
@@ -301,6 +308,91 @@ async fn during_a_key_rotation_hooks_are_signed_with_both_secrets() {
     assert!(hook.signed_with("old-key"), "{hook:?}");
     assert!(!hook.signed_with("another"), "{hook:?}");
     assert_eq!(hook.header("x-dq-signature").matches("v1=").count(), 2);
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+/// A delivered job of a topic with an `on_success_url` (its ack carrying the callback's answer, as
+/// dq-consumer sends it) gives one POST of the job with the answer, signed, retried past failures; the
+/// answer goes with the hook. A topic whose URL was removed drops its hooks and their answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivered_job_hooks_its_success_with_the_answer() {
+    let redis = RedisServer::start();
+    let sink = HookSink::start_failing(1).await;
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    let config = |url: &str| -> TopicConfig {
+        serde_json::from_value(serde_json::json!({
+            "callback": {"url": "http://127.0.0.1:9/unused", "secret": SECRET, "on_success_url": url,
+                         "on_success_headers": ["X-Request-Id"]}
+        }))
+        .unwrap()
+    };
+    q.admin().put_topic("paid", &config(&sink.url)).await.unwrap();
+    let answer = br#"{"status":201,"headers":{"x-request-id":"r-9"},"body":"{\"charged\":true}"}"#;
+    let mut acked = Vec::new();
+    for n in 0..2 {
+        let id = push(&q, serde_json::json!({"topic": "paid", "body": {"n": n}})).await;
+        let r = q.reservations().reserve(&["paid".into()], 1).await.unwrap().remove(0);
+        let success = dq_core::reservations::Success {
+            hook_answer: Some(answer.to_vec()),
+            ..Default::default()
+        };
+        q.reservations().ack_with(&r.id, &r.receipt, &success).await.unwrap();
+        acked.push(id);
+    }
+    assert_eq!(hooks_waiting(&redis, "success_hooks").len(), 2);
+
+    let (stop, task) = start(&s);
+    eventually(Duration::from_secs(30), "both hooks accepted", || async {
+        sink.accepted().len() == 2
+    })
+    .await;
+    eventually(Duration::from_secs(10), "the hooks forgotten", || async {
+        hooks_waiting(&redis, "success_hooks").is_empty()
+    })
+    .await;
+    let hook = &sink.accepted()[0];
+    assert!(hook.signed_with(SECRET), "{hook:?}");
+    assert_eq!(hook.header("x-dq-event"), "success");
+    let job = hook.json();
+    let id = job["id"].as_str().unwrap().to_string();
+    assert!(acked.contains(&id));
+    assert_eq!(job["state"], "done");
+    assert_eq!(
+        job["answer"],
+        serde_json::json!({"status": 201, "headers": {"x-request-id": "r-9"}, "body": "{\"charged\":true}"})
+    );
+    assert!(hook.header("idempotency-key").starts_with(&format!("{id}:success:")));
+    // The answers went with their hooks.
+    let answers: Vec<String> = redis::cmd("KEYS")
+        .arg("dq:{*}:answer:*")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(answers.is_empty(), "{answers:?}");
+
+    // No URL any more: a queued hook is dropped, with its answer.
+    q.admin().put_topic("paid", &config(&sink.url)).await.unwrap();
+    let plain: TopicConfig =
+        serde_json::from_value(serde_json::json!({"callback": {"url": "http://127.0.0.1:9/unused"}})).unwrap();
+    q.admin().put_topic("paid", &plain).await.unwrap();
+    push(&q, serde_json::json!({"topic": "paid", "body": {"n": 3}})).await;
+    let r = q.reservations().reserve(&["paid".into()], 1).await.unwrap().remove(0);
+    let success = dq_core::reservations::Success {
+        hook_answer: Some(answer.to_vec()),
+        ..Default::default()
+    };
+    q.reservations().ack_with(&r.id, &r.receipt, &success).await.unwrap();
+    eventually(Duration::from_secs(10), "the hook dropped", || async {
+        hooks_waiting(&redis, "success_hooks").is_empty()
+    })
+    .await;
+    let answers: Vec<String> = redis::cmd("KEYS")
+        .arg("dq:{*}:answer:*")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(answers.is_empty(), "{answers:?}");
+    assert_eq!(sink.accepted().len(), 2);
     stop.cancel();
     task.await.unwrap().unwrap();
 }

@@ -1,7 +1,7 @@
--- dead_hooks_retry.lua: a try of a dead-job hook failed: the hook waits for its next try, with one more
--- failed try counted in it.
+-- hooks_retry.lua: a try of a hook (dead-job or success) failed: the hook waits for its next try, with one
+-- more failed try counted in it.
 --
--- KEYS[1]: dead hooks (<prefix>:dead_hooks)
+-- KEYS[1]: the hooks set (<prefix>:dead_hooks or <prefix>:success_hooks)
 -- ARGV[1]: the hook as it was handed out   ARGV[2]: the hook with the failed try counted
 -- ARGV[3]: wait before the next try, ms
 -- Returns: 1, or 0 when the hook is no longer there (sent or given up meanwhile): nothing changes then.
