@@ -345,3 +345,32 @@ async fn read_only_pages_show_no_controls_and_their_changes_are_refused() {
     let answer = bearer(s.http.delete(s.url("/v1/jobs/keep"))).send().await.unwrap();
     assert_eq!(answer.status(), 204);
 }
+
+/// A job's graph on its page: a fan-out's parent lists its children with their states, each linked;
+/// a child links back to its parent.
+#[tokio::test]
+async fn a_jobs_page_draws_its_graph() {
+    let s = TestServer::start().await;
+    let (status, _) = s
+        .call("PUT", "/v1/topics/paid", Some(json!({"fanout": ["mail", "ledger"]})))
+        .await;
+    assert!(status.is_success());
+    s.push(json!({"topic": "paid", "id": "o-1", "body": 1, "delay_ms": 60_000}))
+        .await;
+    let html = s.text("/admin/jobs/o-1").await;
+    assert!(html.contains("<h2>Graph</h2>"), "{html}");
+    for child in ["mail", "ledger"] {
+        let row = format!(
+            r#"<td><a href="/admin/jobs/o-1~{child}"><code>o-1~{child}</code></a></td><td>{child}</td><td>delayed</td>"#
+        );
+        assert!(html.contains(&row), "{row}: {html}");
+    }
+    let html = s.text("/admin/jobs/o-1~mail").await;
+    assert!(
+        html.contains(r#"Started by <a href="/admin/jobs/o-1"><code>o-1</code></a>"#),
+        "{html}"
+    );
+    // A job without a graph shows none.
+    s.push(json!({"topic": "plain", "id": "alone", "body": 1})).await;
+    assert!(!s.text("/admin/jobs/alone").await.contains("<h2>Graph</h2>"));
+}

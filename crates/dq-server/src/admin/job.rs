@@ -1,5 +1,5 @@
-//! A job's page: its fields (its flow key among them), body and delivery attempts, and what can be done
-//! to it (run now, reschedule, delete, requeue).
+//! A job's page: its fields (its flow key among them), body, graph (the job that started it and the jobs
+//! it started) and delivery attempts, and what can be done to it (run now, reschedule, delete, requeue).
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -62,6 +62,10 @@ pub async fn job(State(app): State<AppState>, caller: Caller, Path(id): Path<Str
             }
             h2 { "Body" }
             pre { (body) }
+            @if job.parent.is_some() || !job.children.is_empty() {
+                h2 { "Graph" }
+                (graph(&job))
+            }
             h2 { "Attempts" }
             (attempts(deliveries, &history))
             @if !read_only(&app) {
@@ -82,6 +86,30 @@ pub async fn job(State(app): State<AppState>, caller: Caller, Path(id): Path<Str
             }
         },
     )))
+}
+
+/// The job's place in its graph: the job that started it, and the jobs it started with their states
+/// (see docs/api.md, "Jobs that start jobs"), each linked to its page.
+fn graph(job: &dq_core::Job) -> Markup {
+    html! {
+        @if let Some(parent) = &job.parent {
+            p { "Started by " a href=(job_href(parent)) { code { (parent) } } }
+        }
+        @if !job.children.is_empty() {
+            table {
+                thead { tr { th { "started" } th { "topic" } th { "state" } } }
+                tbody {
+                    @for child in &job.children {
+                        tr {
+                            td { a href=(job_href(&child.id)) { code { (child.id) } } }
+                            td { (child.topic) }
+                            td { (child.state.map_or("gone", |s| s.as_str())) }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The longest answer a cell shows (characters); the whole kept answer (512 bytes) is in its title.
