@@ -73,6 +73,10 @@ pub enum Command {
         id: String,
         /// The receipt its reserve gave.
         receipt: String,
+        /// Jobs to push with the ack, stored if and only if it succeeds: a JSON array of push requests
+        /// without `id` (theirs are `<id>~<index>`), or `@file`, or `-` for standard input.
+        #[arg(long, value_name = "JSON")]
+        push: Option<String>,
         /// Who acks.
         #[command(flatten)]
         consumer: ConsumerArg,

@@ -126,11 +126,32 @@ pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> 
                 );
             });
         }
-        Command::Ack { id, receipt, .. } => {
+        Command::Ack {
+            id,
+            receipt,
+            push: None,
+            ..
+        } => {
             client.ack(&id, &receipt).await?;
             if !out.json {
                 println!("{id} done");
             }
+        }
+        Command::Ack {
+            id,
+            receipt,
+            push: Some(push),
+            ..
+        } => {
+            let jobs: Vec<PushRequest> = serde_json::from_value(read_json(&push, "--push")?)
+                .map_err(|e| anyhow::anyhow!("--push: a JSON array of push requests is needed: {e}"))?;
+            let pushed = client.ack_pushing(&id, &receipt, &jobs).await?;
+            out.either(&pushed, || {
+                println!("{id} done");
+                for j in &pushed {
+                    println!("pushed {} ({})", j.id, j.topic);
+                }
+            });
         }
         Command::Nack {
             id,
@@ -198,6 +219,13 @@ pub fn job_fields(job: &Job) -> String {
     }
     if let Some(e) = &job.last_error {
         pairs.push(("last_error", e.clone()));
+    }
+    if let Some(parent) = &job.parent {
+        pairs.push(("parent", parent.clone()));
+    }
+    for child in &job.children {
+        let state = child.state.map_or("gone".to_string(), |s| s.to_string());
+        pairs.push(("child", format!("{} ({}, {state})", child.id, child.topic)));
     }
     pairs.push(("body", job.body.to_string()));
     fields(&pairs)

@@ -37,7 +37,7 @@ pub struct Client {
     /// How long one request may take.
     timeout: Duration,
     /// The name sent with acks and nacks, for the jobs' attempts.
-    consumer: Option<String>,
+    pub(crate) consumer: Option<String>,
 }
 
 /// Builds a [`Client`].

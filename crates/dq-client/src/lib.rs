@@ -25,6 +25,7 @@
 mod admin;
 mod client;
 mod error;
+mod graph;
 mod jobs;
 mod manage;
 mod push;
@@ -35,8 +36,8 @@ pub use admin::{DeadPage, JobPage, ScheduleConfig, ScheduleView};
 pub use client::{Client, ClientBuilder};
 pub use dq_api::{
     Attempt, Attempts, BatchPushed, Callback, Coalesce, CoalesceMode, Counts, DEFAULT_PRIORITY, ErrorCode, Flow,
-    FlowKey, FlowKeys, Node, Outcome, PushAnswer, RedisMode, RedisStats, RescheduleRequest, ReserveRequest, Retry,
-    State, Stats, TopicConfig, TopicDefaults, TopicView,
+    FlowKey, FlowKeys, JobRef, Node, Outcome, PushAnswer, RedisMode, RedisStats, RescheduleRequest, ReserveRequest,
+    Retry, State, Stats, TopicConfig, TopicDefaults, TopicView,
 };
 pub use error::{ApiError, Error};
 pub use jobs::{Job, Nack, PushRequest, Reservation, When};

@@ -242,6 +242,28 @@ async fn flow_keys_pushed_looked_up_and_the_busiest_listed() {
     assert!(fails(p, &["topics", "flows", "sends", "--limit", "0"]).contains("400 invalid_argument"));
 }
 
+/// A fan-out's push, a job's graph as `dq get` shows it, and `dq ack --push`.
+#[tokio::test]
+async fn a_fan_out_and_an_ack_that_pushes() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let p = server.port;
+    ok(p, &["topics", "put", "paid", r#"{"fanout":["mail","ledger"]}"#]);
+    let pushed = json_of(p, &["push", "paid", r#"{"order":1}"#, "--id", "o-1"]);
+    assert_eq!(pushed["children"][1]["id"], "o-1~ledger");
+    let text = ok(p, &["get", "o-1"]);
+    assert!(text.contains("o-1~mail (mail, ready)"), "{text}");
+    let job = json_of(p, &["reserve", "mail"]);
+    let receipt = job["jobs"][0]["receipt"].as_str().unwrap().to_string();
+    let next = r#"[{"topic":"receipt","body":{"order":1},"delay_ms":600000}]"#;
+    let text = ok(p, &["ack", "o-1~mail", &receipt, "--push", next]);
+    assert!(text.contains("pushed o-1~mail~0 (receipt)"), "{text}");
+    let text = ok(p, &["get", "o-1~mail~0"]);
+    assert!(text.contains("parent") && text.contains("o-1~mail"), "{text}");
+    let err = fails(p, &["ack", "o-1~ledger", "x", "--push", "{}"]);
+    assert!(err.contains("--push"), "{err}");
+}
+
 #[tokio::test]
 async fn a_jobs_attempts_with_the_consumers_names() {
     let redis = RedisServer::start();

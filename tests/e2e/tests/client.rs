@@ -641,6 +641,43 @@ async fn a_lost_answer_neither_duplicates_a_push_nor_fails_an_ack() {
     assert!(matches!(e, dq_client::Error::Unknown(_)), "{e:?}");
 }
 
+/// A fan-out topic's push answers its children; an ack that pushes answers the jobs it stored, and
+/// after a lost answer its retry answers the same jobs from the look-up: none is stored twice.
+#[tokio::test]
+async fn a_fan_out_and_an_ack_that_pushes_even_when_its_answer_is_lost() {
+    let redis = RedisServer::start();
+    let server = start("dq-server", &[&redis]).await;
+    let drop_answers = Arc::new(AtomicUsize::new(0));
+    let port = lossy_proxy(server.port, drop_answers.clone()).await;
+    let c = Client::new(&format!("http://127.0.0.1:{port}")).unwrap();
+    let fanout = TopicConfig {
+        fanout: vec!["mail".into(), "ledger".into()],
+        ..Default::default()
+    };
+    c.put_topic("paid", &fanout).await.unwrap();
+    let pushed = c
+        .push(&PushRequest::new("paid", json!({"order": 1})).id("o-1"))
+        .await
+        .unwrap();
+    let children: Vec<&str> = pushed.children.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(children, ["o-1~mail", "o-1~ledger"]);
+
+    let job = c.reserve(&ReserveRequest::new(["mail"])).await.unwrap().remove(0);
+    drop_answers.store(1, Ordering::SeqCst);
+    let next = [
+        PushRequest::new("receipt", json!({"order": 1})).delay_ms(600_000),
+        PushRequest::new("review", json!({"order": 1})),
+    ];
+    let pushed = c.ack_pushing(&job.id, &job.receipt, &next).await.unwrap();
+    assert_eq!(drop_answers.load(Ordering::SeqCst), 0, "the ack's answer was dropped");
+    let ids: Vec<&str> = pushed.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, ["o-1~mail~0", "o-1~mail~1"]);
+    let stats = c.stats().await.unwrap();
+    assert_eq!((stats.topics["receipt"].delayed, stats.topics["review"].ready), (1, 1));
+    let review = c.get("o-1~mail~1").await.unwrap();
+    assert_eq!(review.parent.as_deref(), Some("o-1~mail"));
+}
+
 #[tokio::test]
 async fn the_worker_acks_successes_nacks_failures_touches_long_jobs_and_stops() {
     let redis = RedisServer::start();
