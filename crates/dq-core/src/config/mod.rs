@@ -322,8 +322,9 @@ pub struct CheckerSettings {
     pub housekeeping_interval_ms: u64,
     /// How long one alert delivery (webhook or mail) may take, in ms.
     pub alert_timeout_ms: u64,
-    /// Waits between the tries of a dead-job hook (`callback.on_dead_url`), in ms: the i-th after the
-    /// i-th failed try; after the last, the hook is given up. One try more than there are waits.
+    /// Waits between the tries of a dead-job or success hook (`callback.on_dead_url`, `on_success_url`), in
+    /// ms: the i-th after the i-th failed try; after the last, the hook is given up. One try more than
+    /// there are waits.
     pub dead_hook_backoff_ms: Vec<u64>,
 }
 
