@@ -16,6 +16,7 @@ pub(crate) fn work_time(id: &str, max_ms: u64) -> Duration {
 /// `/merge`), takes up to 50 ms, answers 200 with a body (a delivery that succeeds). Its base URL.
 pub(crate) async fn start_sink(shared: Arc<Shared>) -> String {
     let merging = shared.clone();
+    let chaining = shared.clone();
     let app = axum::Router::new()
         .route(
             "/hook",
@@ -26,6 +27,25 @@ pub(crate) async fn start_sink(shared: Arc<Shared>) -> String {
                     shared.delivered(id, Via::Callback);
                     tokio::time::sleep(work_time(id, 50)).await;
                     r#"{"ok":true}"#
+                }
+            }),
+        )
+        .route(
+            "/chain",
+            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                let shared = chaining.clone();
+                async move {
+                    let id = body["id"].as_str().unwrap_or("<no id>").to_string();
+                    shared.delivered(&id, Via::Callback);
+                    tokio::time::sleep(work_time(&id, 50)).await;
+                    // The next steps, pushed with this delivery's success (docs/api.md).
+                    let push: Vec<Value> = (0..KIDS)
+                        .map(|k| {
+                            json!({"topic": KID, "body": {"of": id, "k": k},
+                                                                     "ttr_ms": TTR_MS, "max_attempts": 0})
+                        })
+                        .collect();
+                    json!({"ok": true, "dq": {"push": push}}).to_string()
                 }
             }),
         )
@@ -170,7 +190,7 @@ pub(crate) async fn puller(shared: Arc<Shared>, port: u16) {
             port,
             "POST",
             "/v1/reserve",
-            Some(json!({"topics": [PULL], "count": 10, "timeout_ms": 1000})),
+            Some(json!({"topics": [PULL, FAN_PULLED[0], FAN_PULLED[1]], "count": 10, "timeout_ms": 1000})),
         )
         .await;
         if status != 200 {

@@ -2,9 +2,13 @@
 //! Redis that keeps an AOF fsynced on every write, while a fault loop kills them (-9), kills and restarts
 //! Redis on its AOF, stalls Redis (SIGSTOP past `redis.response_timeout_ms`) and flushes its script cache.
 //! Jobs with ids of the test's own go half to a pull topic (reserved and acked over HTTP by the test) and
-//! half to a push topic (POSTed by dq-consumer to a sink in the test). Afterwards: no job lost, none
-//! delivered that was not pushed, the audit repairs nothing, no job left in any queue. Duplicates are
-//! counted, not refused: at-least-once delivery allows them. See docs/chaos.md.
+//! half to a push topic (POSTed by dq-consumer to a sink in the test); some are merged, some go to a
+//! fan-out topic (4 children each, 2 pulled and 2 pushed), and some to a topic whose callback answers
+//! with 2 jobs to push (`{"dq":{"push":[…]}}`). Afterwards: no job lost, none delivered that was not
+//! pushed (a started job counts as pushed when its parent was pushed, and a pushed job's only when its
+//! parent was delivered), each parent names exactly its children, the audit repairs nothing, no job left
+//! in any queue. Duplicates are counted, not refused: at-least-once delivery allows them. See
+//! docs/chaos.md.
 //!
 //! Sizes come from the environment: `DQ_CHAOS_JOBS` (2000), `DQ_CHAOS_RATE` (pushes per second, 50),
 //! `DQ_CHAOS_FAULT_MS` (between faults, 1000), `DQ_CHAOS_PAUSE_MS` (the shortest Redis stall, 1000; each
@@ -45,6 +49,17 @@ const MERGE: &str = "chaos.merge";
 const MERGE_KEYS: usize = 8;
 /// The merge window.
 const MERGE_WINDOW_MS: u64 = 500;
+/// The fan-out topic, and the topics its pushes fan out to: two pushed to the sink, two pulled.
+const FAN: &str = "chaos.fan";
+const FAN_TO: [&str; 4] = ["chaos.fan.a", "chaos.fan.b", "chaos.fan.c", "chaos.fan.d"];
+/// Of [`FAN_TO`], the pulled ones.
+const FAN_PULLED: [&str; 2] = ["chaos.fan.c", "chaos.fan.d"];
+/// The topic whose callback answers with two jobs to push, to [`KID`].
+const CHAIN: &str = "chaos.chain";
+/// The topic of the jobs [`CHAIN`]'s answers push (delivered to the sink).
+const KID: &str = "chaos.kid";
+/// Jobs each [`CHAIN`] delivery pushes.
+const KIDS: usize = 2;
 /// TTR of every job: how long a reservation lost with a killed process (or a lost answer) waits.
 const TTR_MS: u64 = 5000;
 /// The push topic's callback timeout; dq-consumer reserves for at least this + 5 s.
@@ -121,7 +136,7 @@ async fn stats(http: &reqwest::Client, port: u16) -> Option<(BTreeMap<String, i6
         return None;
     }
     let mut counts = BTreeMap::new();
-    for topic in [PULL, PUSH, MERGE] {
+    for topic in [PULL, PUSH, MERGE, FAN, CHAIN, KID].into_iter().chain(FAN_TO) {
         for state in ["delayed", "ready", "reserved", "dead"] {
             let n = out["topics"][topic][state].as_i64().unwrap_or(0);
             counts.insert(format!("{topic}:{state}"), n);
@@ -165,9 +180,11 @@ fn job_plan(n: usize, rng: &mut Rng) -> Vec<Job> {
         .map(|i| Job {
             flow_key: (i % 8 == 1).then(|| flow_key_of(&format!("chaos-{i:06}"))),
             id: format!("chaos-{i:06}"),
-            topic: match i % 4 {
-                3 => MERGE,
-                1 => PUSH,
+            topic: match (i % 4, i % 8) {
+                (3, _) => MERGE,
+                (1, _) => PUSH,
+                (_, 2) => CHAIN,
+                (_, 6) => FAN,
                 _ => PULL,
             },
             // A third due at once, the rest spread over 2 s, so that the timers matter.
@@ -279,6 +296,36 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
     )
     .await;
     assert_eq!(status, 200, "register {PULL}: {out}");
+    // The graph: a fan-out topic, and a callback whose answers push (to KID, the only topic allowed).
+    for (topic, config) in [
+        (FAN.to_string(), json!({"fanout": FAN_TO})),
+        (
+            CHAIN.to_string(),
+            json!({"callback": {"url": format!("{sink}/chain"), "timeout_ms": CALLBACK_TIMEOUT_MS, "concurrency": 8,
+                                "allow_push": [KID]},
+                   "retry": {"max_attempts": 0, "backoff_ms": [200]}}),
+        ),
+        (
+            KID.to_string(),
+            json!({"callback": {"url": format!("{sink}/hook"), "timeout_ms": CALLBACK_TIMEOUT_MS, "concurrency": 8},
+                   "retry": {"max_attempts": 0, "backoff_ms": [200]}}),
+        ),
+        (
+            FAN_TO[0].to_string(),
+            json!({"callback": {"url": format!("{sink}/hook"), "timeout_ms": CALLBACK_TIMEOUT_MS},
+                                        "retry": {"max_attempts": 0, "backoff_ms": [200]}}),
+        ),
+        (
+            FAN_TO[1].to_string(),
+            json!({"callback": {"url": format!("{sink}/hook"), "timeout_ms": CALLBACK_TIMEOUT_MS},
+                                        "retry": {"max_attempts": 0, "backoff_ms": [200]}}),
+        ),
+        (FAN_TO[2].to_string(), json!({"retry": {"max_attempts": 0}})),
+        (FAN_TO[3].to_string(), json!({"retry": {"max_attempts": 0}})),
+    ] {
+        let (status, out) = common::call(&http, port, "PUT", &format!("/v1/topics/{topic}"), Some(config)).await;
+        assert_eq!(status, 200, "register {topic}: {out}");
+    }
 
     // Load and faults.
     let redis = Arc::new(Mutex::new(redis));
@@ -331,11 +378,34 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
     // come back after their TTR).
     let settle_began = Instant::now();
     let pushed: HashSet<String> = shared.pushed.lock().unwrap().clone();
+    // What must be delivered: every job pushed but the fan-outs' parents, which are not delivered
+    // themselves, and their children, and the jobs each delivered CHAIN job's answer pushed.
+    let topic_of_pushed: HashMap<&str, &str> = jobs.iter().map(|j| (j.id.as_str(), j.topic)).collect();
+    let mut expected: HashMap<String, &str> = HashMap::new();
+    for id in &pushed {
+        match topic_of_pushed.get(id.as_str()) {
+            Some(&FAN) => {
+                for t in FAN_TO {
+                    expected.insert(format!("{id}~{t}"), t);
+                }
+            }
+            Some(&CHAIN) => {
+                expected.insert(id.clone(), CHAIN);
+                for k in 0..KIDS {
+                    expected.insert(format!("{id}~{k}"), KID);
+                }
+            }
+            Some(t) => {
+                expected.insert(id.clone(), t);
+            }
+            None => {}
+        }
+    }
     let mut last_state;
     let settled = loop {
         let missing = {
             let d = shared.deliveries.lock().unwrap();
-            pushed.iter().filter(|id| !d.contains_key(*id)).count()
+            expected.keys().filter(|id| !d.contains_key(*id)).count()
         };
         let counts = stats(&http, port).await;
         let left: i64 = counts
@@ -363,19 +433,35 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
 
     // The figures.
     let deliveries = shared.deliveries.lock().unwrap().clone();
-    let topic_of: HashMap<&str, &str> = jobs.iter().map(|j| (j.id.as_str(), j.topic)).collect();
+    let topic_of: HashMap<&str, &str> = expected.iter().map(|(id, t)| (id.as_str(), *t)).collect();
     let lost: Vec<&String> = {
-        let mut l: Vec<&String> = pushed.iter().filter(|id| !deliveries.contains_key(*id)).collect();
+        let mut l: Vec<&String> = expected.keys().filter(|id| !deliveries.contains_key(*id)).collect();
         l.sort();
         l
     };
-    let mut unexpected: Vec<String> = deliveries.keys().filter(|id| !pushed.contains(*id)).cloned().collect();
+    // A job a CHAIN delivery pushed before its parent's delivery was recorded cannot be: the answer is
+    // what pushes it. So a pushed job delivered is one whose parent was delivered first.
+    let unborn: Vec<String> = deliveries
+        .iter()
+        .filter(|(id, _)| topic_of.get(id.as_str()) == Some(&KID))
+        .filter(|(id, ds)| {
+            let parent = id.rsplit_once('~').map(|(p, _)| p).unwrap_or_default();
+            deliveries.get(parent).is_none_or(|pd| pd[0].0 > ds[0].0)
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
+    let mut unexpected: Vec<String> = deliveries
+        .keys()
+        .filter(|id| !expected.contains_key(*id))
+        .cloned()
+        .collect();
     unexpected.sort();
     let misrouted: Vec<String> = deliveries
         .iter()
         .filter(|(id, ds)| {
             let want = match topic_of.get(id.as_str()) {
                 Some(&PULL) => Via::Pull,
+                Some(t) if FAN_PULLED.contains(t) => Via::Pull,
                 Some(&MERGE) => Via::Merge,
                 _ => Via::Callback,
             };
@@ -422,13 +508,40 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
         twice_in_one_job.len()
     );
 
+    let fans = pushed
+        .iter()
+        .filter(|id| topic_of_pushed.get(id.as_str()) == Some(&FAN))
+        .count();
+    let chains = pushed
+        .iter()
+        .filter(|id| topic_of_pushed.get(id.as_str()) == Some(&CHAIN))
+        .count();
+    let started = |t: &str| {
+        topic_of
+            .iter()
+            .filter(|(id, topic)| **topic == t && id.contains('~'))
+            .count()
+    };
+    println!(
+        "chaos: graph: {fans} fan-out pushes made {} children; {chains} chained callbacks pushed {} jobs; \
+         each checked below to exist once, named by its parent",
+        FAN_TO.iter().map(|t| started(t)).sum::<usize>(),
+        started(KID),
+    );
+
     // Every job's record says done (a merge item is a push, not a job: its jobs are looked up instead).
     let mut not_done: Vec<String> = Vec::new();
     {
-        let ids: Vec<String> = pushed
-            .iter()
+        let ids: Vec<String> = expected
+            .keys()
             .filter(|id| topic_of.get(id.as_str()) != Some(&MERGE))
             .cloned()
+            .chain(
+                pushed
+                    .iter()
+                    .filter(|id| topic_of_pushed.get(id.as_str()) == Some(&FAN))
+                    .cloned(),
+            )
             .chain(merged_jobs.iter().cloned())
             .collect();
         let mut set = tokio::task::JoinSet::new();
@@ -440,6 +553,19 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
                     let (status, job) = common::call(&http, port, "GET", &format!("/v1/jobs/{id}"), None).await;
                     if status != 200 || job["state"] != "done" {
                         bad.push(format!("{id}: {status} {job}"));
+                    }
+                    // A parent names exactly its children: a fan-out's 4, a CHAIN job's 2.
+                    let children: Vec<&str> = job["children"]
+                        .as_array()
+                        .map(|c| c.iter().filter_map(|c| c["id"].as_str()).collect())
+                        .unwrap_or_default();
+                    let want: Vec<String> = match job["topic"].as_str() {
+                        Some(FAN) => FAN_TO.iter().map(|t| format!("{id}~{t}")).collect(),
+                        Some(CHAIN) => (0..KIDS).map(|k| format!("{id}~{k}")).collect(),
+                        _ => Vec::new(),
+                    };
+                    if children != want {
+                        bad.push(format!("{id}: children {children:?}, not {want:?}"));
                     }
                 }
                 bad
@@ -561,10 +687,11 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
     }
     println!("chaos: kills: {kills} ({process_kills} dq processes, {redis_kills} redis)");
     println!(
-        "chaos: lost: {}   unexpected: {}   misrouted: {}",
+        "chaos: lost: {}   unexpected: {}   misrouted: {}   pushed before their parent's answer: {}",
         lost.len(),
         unexpected.len(),
-        misrouted.len()
+        misrouted.len(),
+        unborn.len()
     );
     let per_kill = |n: usize| {
         if kills == 0 {
@@ -725,6 +852,7 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
         evidence(&lost)
     );
     assert!(unexpected.is_empty(), "delivered but never pushed: {unexpected:?}");
+    assert!(unborn.is_empty(), "pushed by an answer before the answer: {unborn:?}");
     assert!(misrouted.is_empty(), "delivered through the other topic: {misrouted:?}");
     assert!(
         ps.conflict_first.is_empty() && ps.wrong_id.is_empty(),
