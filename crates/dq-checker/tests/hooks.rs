@@ -329,18 +329,22 @@ async fn a_delivered_job_hooks_its_success_with_the_answer() {
         .unwrap()
     };
     q.admin().put_topic("paid", &config(&sink.url)).await.unwrap();
-    let answer = br#"{"status":201,"headers":{"x-request-id":"r-9"},"body":"{\"charged\":true}"}"#;
-    let mut acked = Vec::new();
-    for n in 0..2 {
-        let id = push(&q, serde_json::json!({"topic": "paid", "body": {"n": n}})).await;
-        let r = q.reservations().reserve(&["paid".into()], 1).await.unwrap().remove(0);
-        let success = dq_core::reservations::Success {
-            hook_answer: Some(answer.to_vec()),
-            ..Default::default()
-        };
-        q.reservations().ack_with(&r.id, &r.receipt, &success).await.unwrap();
-        acked.push(id);
-    }
+    // A job pushed, reserved and acked with the answer, as dq-consumer acks a delivery.
+    let delivered = |n: u32| {
+        let q = q.clone();
+        async move {
+            let id = push(&q, serde_json::json!({"topic": "paid", "body": {"n": n}})).await;
+            let r = q.reservations().reserve(&["paid".into()], 1).await.unwrap().remove(0);
+            let answer = br#"{"status":201,"headers":{"x-request-id":"r-9"},"body":"{\"charged\":true}"}"#;
+            let success = dq_core::reservations::Success {
+                hook_answer: Some(answer.to_vec()),
+                ..Default::default()
+            };
+            q.reservations().ack_with(&r.id, &r.receipt, &success).await.unwrap();
+            id
+        }
+    };
+    let acked = [delivered(0).await, delivered(1).await];
     assert_eq!(hooks_waiting(&redis, "success_hooks").len(), 2);
 
     let (stop, task) = start(&s);
@@ -376,13 +380,7 @@ async fn a_delivered_job_hooks_its_success_with_the_answer() {
     let plain: TopicConfig =
         serde_json::from_value(serde_json::json!({"callback": {"url": "http://127.0.0.1:9/unused"}})).unwrap();
     q.admin().put_topic("paid", &plain).await.unwrap();
-    push(&q, serde_json::json!({"topic": "paid", "body": {"n": 3}})).await;
-    let r = q.reservations().reserve(&["paid".into()], 1).await.unwrap().remove(0);
-    let success = dq_core::reservations::Success {
-        hook_answer: Some(answer.to_vec()),
-        ..Default::default()
-    };
-    q.reservations().ack_with(&r.id, &r.receipt, &success).await.unwrap();
+    delivered(3).await;
     eventually(Duration::from_secs(10), "the hook dropped", || async {
         hooks_waiting(&redis, "success_hooks").is_empty()
     })

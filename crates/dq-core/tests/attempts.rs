@@ -13,19 +13,7 @@ use dq_core::{Queue, Reservation, State};
 use dq_harness::{RedisCluster, RedisServer};
 use serde_json::json;
 
-use common::{cluster, push, standalone};
-
-/// Reserves the one ready job of `topic`.
-async fn reserve(q: &Queue, topic: &str) -> Reservation {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(r) = q.reservations().reserve(&[topic.to_string()], 1).await.unwrap().pop() {
-            return r;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no job of {topic} came ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use common::{cluster, push, reserve, standalone};
 
 /// A nack, a failed delivery and an ack: three attempts, newest first, with what each said. Returns the
 /// job's id.

@@ -6,14 +6,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use dq_core::reservations::Success;
-use dq_core::{Error, Queue, Reservation, State, TopicConfig};
+use dq_core::{Error, Queue, State, TopicConfig};
 use dq_harness::{RedisCluster, RedisServer};
 use serde_json::{Value, json};
 
-use common::{cluster, standalone};
+use common::{cluster, reserve, standalone};
 
 /// Registers `topics` (name → registration JSON) and answers them as the registry holds them.
 async fn register(q: &Queue, topics: &[(&str, Value)]) -> BTreeMap<String, TopicConfig> {
@@ -22,18 +21,6 @@ async fn register(q: &Queue, topics: &[(&str, Value)]) -> BTreeMap<String, Topic
         q.admin().put_topic(name, &config).await.unwrap();
     }
     q.admin().topics().await.unwrap()
-}
-
-/// Reserves the one ready job of `topic`.
-async fn reserve(q: &Queue, topic: &str) -> Reservation {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(r) = q.reservations().reserve(&[topic.to_string()], 1).await.unwrap().pop() {
-            return r;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no job of {topic} came ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// A success that pushes `jobs`.

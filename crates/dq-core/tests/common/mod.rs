@@ -2,7 +2,9 @@
 //! and a push as a producer's JSON.
 #![allow(dead_code)] // each test binary uses some of these
 
-use dq_core::{PushRequest, Queue, Settings};
+use std::time::Duration;
+
+use dq_core::{PushRequest, Queue, Reservation, Settings};
 use dq_harness::{RedisCluster, RedisServer};
 
 /// Settings for one standalone Redis.
@@ -27,4 +29,16 @@ pub async fn push(q: &Queue, json: serde_json::Value) -> String {
         .validate(serde_json::from_value::<PushRequest>(json).unwrap())
         .unwrap();
     q.producer().push(job).await.unwrap().id
+}
+
+/// Reserves the one ready job of `topic`, waiting for it with a generous deadline.
+pub async fn reserve(q: &Queue, topic: &str) -> Reservation {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(r) = q.reservations().reserve(&[topic.to_string()], 1).await.unwrap().pop() {
+            return r;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no job of {topic} came ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
