@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dq_core::attempt::{Note, Outcome, reserved_at};
 use dq_core::reservations::Failure;
-use dq_core::{Queue, Reservation, State};
+use dq_core::{Queue, State};
 use dq_harness::{RedisCluster, RedisServer};
 use serde_json::json;
 
