@@ -140,9 +140,10 @@ elif want push; then
   echo; echo "== single pushes, 64-byte body, 64 connections: dq over HTTP vs redis-benchmark on push.lua's EVALSHA,"
   echo "   three pairs taken in turn and their median ratio (one pair swings with the noise of a shared machine);"
   echo "   and vs the bare axum + redis-rs push path (dq-bench baseline) loaded the same way"
-  # push.lua as dq-server loads it on a standalone Redis: after record.lua, the record's format, and the
-  # line that names the publish command (crates/dq-core/src/scripts.rs).
-  sha=$(rcli script load "$(cat crates/dq-core/src/store/scripts/record.lua; echo "local publish = 'PUBLISH'"; cat crates/dq-core/src/store/scripts/push.lua)")
+  # push.lua as dq-server loads it on a standalone Redis: after record.lua, the record's format, the line
+  # that names the publish command, flow.lua and add.lua (crates/dq-core/src/store/scripts/mod.rs).
+  lua=crates/dq-core/src/store/scripts
+  sha=$(rcli script load "$(cat $lua/record.lua; echo "local publish = 'PUBLISH'"; cat $lua/flow.lua $lua/add.lua $lua/push.lua)")
   body='"'$(printf 'x%.0s' $(seq 62))'"'
   pairs=()
   for _ in 1 2 3; do
