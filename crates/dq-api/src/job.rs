@@ -134,6 +134,15 @@ pub struct PushRequest<B = RawBody> {
     /// key's backlog never holds the others back. Not with `id` (dq makes the id, in the key's place).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow_key: Option<String>,
+    /// W3C trace context: `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, lower case. The job
+    /// joins this trace: it is stored with the job and handed on with each delivery (the callback's
+    /// `traceparent` header, the reserve answer). The request's `traceparent` header does the same for
+    /// a push without this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// W3C `tracestate` (at most 512 characters, the list syntax), only with `traceparent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 /// How the pushes of one `coalesce_key` become one job.
@@ -205,7 +214,16 @@ impl<B> PushRequest<B> {
             coalesce_key: None,
             coalesce: None,
             flow_key: None,
+            traceparent: None,
+            tracestate: None,
         }
+    }
+
+    /// Puts the job in a trace: a W3C `traceparent`, and a `tracestate` when there is one.
+    pub fn trace(mut self, traceparent: impl Into<String>, tracestate: Option<String>) -> Self {
+        self.traceparent = Some(traceparent.into());
+        self.tracestate = tracestate;
+        self
     }
 
     /// Sets the flow key: the topic's `flow` limits apply to each key separately, and keys take turns.
@@ -428,6 +446,13 @@ pub struct Job<B = RawBody> {
     /// Its flow key, when it was pushed with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow_key: Option<String>,
+    /// The W3C trace it belongs to, when it was pushed in one: the producer's `traceparent`, or, when
+    /// dq-server exports spans, its push span's (same trace id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The trace's W3C `tracestate`, when it was pushed with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 /// A job handed out by reserve.
@@ -458,6 +483,13 @@ pub struct Reservation<B = RawBody> {
     /// The job's flow key, when it was pushed with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow_key: Option<String>,
+    /// The W3C trace the job belongs to, when it was pushed in one: continue it (a span of the work,
+    /// child of this parent) so the work shows up in the producer's trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The trace's W3C `tracestate`, when it was pushed with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 #[cfg(test)]

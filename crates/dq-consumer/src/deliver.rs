@@ -310,6 +310,8 @@ mod tests {
             run_at: 0,
             ttr_ms: 30_000,
             flow_key: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 

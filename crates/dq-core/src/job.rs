@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::coalesce::{self, Coalesced, Coalescing};
 use crate::config::{JobDefaults, Limits};
 use crate::error::{Error, Result};
+use crate::trace::TraceContext;
 
 /// When a job becomes due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +48,10 @@ pub struct NewJob {
     /// Its flow key: the job lives in the partition its topic and key hash to, where the key's queue,
     /// turn and limits are (`flow.lua`); its id is dq's.
     pub flow_key: Option<String>,
+    /// The W3C trace the job belongs to (the push's `traceparent` and `tracestate`): stored with it
+    /// (record field `tc`) and handed on with each delivery. Jobs a job starts (fan-out, a callback's
+    /// pushes) inherit it through this field.
+    pub trace: Option<TraceContext>,
 }
 
 /// A push's deduplication: within `window_ms` of the push that made a job with `key` (in its topic),
@@ -188,6 +193,7 @@ impl NewJob {
                 ))
             })?;
         }
+        let trace = TraceContext::from_fields(req.traceparent.as_deref(), req.tracestate.as_deref())?;
         Ok(NewJob {
             id,
             topic: req.topic,
@@ -201,6 +207,7 @@ impl NewJob {
             priority,
             coalesce,
             flow_key: req.flow_key,
+            trace,
         })
     }
 }
@@ -447,6 +454,39 @@ mod tests {
             ),
         ] {
             let err = check(json).unwrap_err();
+            assert!(matches!(err, Error::Invalid(_)), "{json}: {err:?}");
+            assert!(err.to_string().contains(says), "{json}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_trace_context_is_checked_at_push() {
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        assert_eq!(check(r#"{"topic":"t","body":1}"#).unwrap().trace, None);
+        let j = check(&format!(
+            r#"{{"topic":"t","body":1,"traceparent":"{tp}","tracestate":"k=v"}}"#
+        ))
+        .unwrap();
+        let trace = j.trace.unwrap();
+        assert_eq!(
+            (trace.traceparent.as_str(), trace.tracestate.as_deref()),
+            (tp, Some("k=v"))
+        );
+        for (json, says) in [
+            (
+                r#"{"topic":"t","body":1,"traceparent":"00-abc-def-01"}"#.to_string(),
+                "`traceparent`",
+            ),
+            (
+                r#"{"topic":"t","body":1,"tracestate":"k=v"}"#.to_string(),
+                "needs a `traceparent`",
+            ),
+            (
+                format!(r#"{{"topic":"t","body":1,"traceparent":"{tp}","tracestate":"K=v"}}"#),
+                "`tracestate`",
+            ),
+        ] {
+            let err = check(&json).unwrap_err();
             assert!(matches!(err, Error::Invalid(_)), "{json}: {err:?}");
             assert!(err.to_string().contains(says), "{json}: {err}");
         }

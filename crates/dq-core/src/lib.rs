@@ -10,6 +10,8 @@
 //!   minute, gathered in each process and added to Redis in batches; [`registry`]: the topic registry and its
 //!   cache.
 //! - [`flow`]: flow keys, each limited apart and taking turns with the others.
+//! - [`trace`]: a job's W3C trace context (`traceparent`, `tracestate`), checked at push, stored with the
+//!   job and handed on with each delivery.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks;
 //!   [`egress`]: which addresses its callback may reach, and the HTTP clients that apply that;
 //!   [`sign`]: the `X-DQ-Signature` of what dq POSTs.
@@ -51,6 +53,7 @@ pub mod systemd;
 pub mod telemetry;
 pub mod timer;
 pub mod topic;
+pub mod trace;
 pub mod wake;
 
 pub use admin::Admin;

@@ -5,7 +5,11 @@ use super::Timer;
 use crate::error::Result;
 use crate::reservations::Waiting;
 use crate::store::scripts::{balance, expire, promote};
-pub use crate::store::scripts::{balance::Balance, expire::Expired, promote::Promoted};
+pub use crate::store::scripts::{
+    balance::Balance,
+    expire::Expired,
+    promote::{Promoted, TracedMove},
+};
 
 impl Timer {
     /// Moves up to `limit` due jobs of partition `p` to ready.

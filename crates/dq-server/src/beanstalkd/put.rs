@@ -111,6 +111,8 @@ impl Session {
             priority: Some(line.priority),
             coalesce: None,
             flow_key: None,
+            // The protocol has no place for a trace context.
+            trace: None,
         }
     }
 

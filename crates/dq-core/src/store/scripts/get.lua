@@ -7,7 +7,7 @@
 -- state's name, `bo` its delays comma-separated), empty when there is no record.
 
 local wanted = ARGV
-if #wanted == 0 then wanted = {'s', 't', 'b', 'r', 'ttr', 'm', 'c', 'a', 'd', 'rc', 'e', 'x', 'bo', 'p', 'f'} end
+if #wanted == 0 then wanted = {'s', 't', 'b', 'r', 'ttr', 'm', 'c', 'a', 'd', 'rc', 'e', 'x', 'bo', 'p', 'f', 'tc'} end
 local out = {}
 for k, key in ipairs(KEYS) do
   local pairs_out = {}

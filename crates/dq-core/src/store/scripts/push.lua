@@ -11,12 +11,15 @@
 -- ARGV[3 + 9*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
 --          delay_ms is given), ttr_ms, max_attempts, mode: "0" an id minted by dq for this push, "1" the
 --          producer's id, "2" a retry of a write whose outcome is unknown (it may have run); then its
---          options, "" for none, else five fields, each "" when absent, separated by ";": dedup_ms (the
+--          options, "" for none, else seven fields, each "" when absent, separated by ";": dedup_ms (the
 --          deduplication window), max_age_ms (retries end that long after the first due time), backoff
 --          list (ms, comma-separated; else the caller's at each nack), priority (none: the default,
 --          1024; see rec_score), flow key (flow.lua: a ready job goes to its key's queue, and the key
---          gets its turn in the topic's ready queue). Options are rare, so most jobs cost Redis one
---          argument for them instead of four (each argument is a string Redis makes for Lua).
+--          gets its turn in the topic's ready queue), a field reserved for fan-out (read and ignored),
+--          and the trace context, "<traceparent>[ <tracestate>]", kept as the record's tc (last, and
+--          read to the end of the string: a tracestate may hold ";"). Options are rare, so most jobs
+--          cost Redis one argument for them instead of seven (each argument is a string Redis makes
+--          for Lua).
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
 --          of that first job for a duplicate ("" otherwise).
@@ -50,7 +53,8 @@ local delayed = KEYS[2]
 -- The partition's prefix: the delay set's key without its ':delayed'.
 local prefix = string.sub(delayed, 1, #delayed - 8)
 local n = (#ARGV - 2) / 9
--- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority, flow key} (strings, "" when absent), and its
+-- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority, flow key, (fan-out), trace context}
+-- (strings, "" when absent), and its
 -- deduplication key; read before the first write, with the jobs those keys already name (a record is a
 -- key the script cannot declare; see "Scripts on a moving slot" in architecture.md): dedup key ->
 -- {id, s, r}.
@@ -59,7 +63,7 @@ local next_dedup = 3 + 2 * n
 for i = 0, n - 1 do
   local o = ARGV[11 + 9 * i]
   if o ~= '' then
-    local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*)$')}
+    local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);(.*)$')}
     opts[i] = f
     if f[5] ~= '' then flow_read(prefix, ARGV[4 + 9 * i], f[5]) end
     if f[1] ~= '' then
@@ -92,9 +96,10 @@ for i = 0, n - 1 do
     if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
     local state, zset = 'delayed', delayed
     if run_at <= now then state, zset = 'ready', KEYS[4 + 2 * i] end
-    local x, g, bo, p, fk = nil, nil, nil, nil, nil
+    local x, g, bo, p, fk, tc = nil, nil, nil, nil, nil, nil
     if o then
       if o[5] ~= '' then fk = o[5] end
+      if o[7] ~= '' then tc = o[7] end
       if o[2] ~= '' then
         g = tonumber(o[2])
         x = run_at + g
@@ -106,7 +111,8 @@ for i = 0, n - 1 do
       if o[4] ~= '' then p = tonumber(o[4]) end
     end
     local stored = rec_store(job, {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]),
-      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0, x = x, g = g, bo = bo, p = p, f = fk}, false, true)
+      m = tonumber(ARGV[a + 6]), c = now, s = state, a = 0, x = x, g = g, bo = bo, p = p, f = fk, tc = tc},
+      false, true)
     if stored then
       if fk and state == 'ready' then
         -- Into its flow key's queue; the key's turn wakes reservers (flow.lua).

@@ -112,8 +112,11 @@ pub(crate) async fn call(store: &Store, p: u16, jobs: &[(&str, &NewJob, Mode)]) 
         .collect()
 }
 
-/// A job's options as push.lua takes them in one argument: `""` when it has none, else
-/// `dedup_ms;max_age_ms;backoff;priority;flow_key`, each `""` when absent, the backoff list comma-separated.
+/// A job's options as push.lua takes them in one argument: `""` when it has none, else seven fields,
+/// `dedup_ms;max_age_ms;backoff;priority;flow_key;<fan-out>;<trace>`, each `""` when absent, the backoff
+/// list comma-separated. The sixth is reserved for fan-out (sent empty); the trace context comes last,
+/// in its stored form ([`crate::trace::TraceContext::stored`]), which the script reads to the end of the
+/// string (a `tracestate` may hold `;`).
 pub(crate) fn options_arg(job: &NewJob) -> String {
     // The default priority is stored as none (record.lua), so it is sent as none.
     let priority = job.priority.filter(|&p| p != DEFAULT_PRIORITY);
@@ -122,12 +125,13 @@ pub(crate) fn options_arg(job: &NewJob) -> String {
         && job.backoff_ms.is_none()
         && priority.is_none()
         && job.flow_key.is_none()
+        && job.trace.is_none()
     {
         return String::new();
     }
     let field = |v: Option<String>| v.unwrap_or_default();
     format!(
-        "{};{};{};{};{}",
+        "{};{};{};{};{};;{}",
         field(job.dedup.as_ref().map(|d| d.window_ms.to_string())),
         field(job.max_age_ms.map(|a| a.to_string())),
         field(
@@ -137,5 +141,6 @@ pub(crate) fn options_arg(job: &NewJob) -> String {
         ),
         field(priority.map(|p| p.to_string())),
         job.flow_key.as_deref().unwrap_or_default(),
+        field(job.trace.as_ref().map(|t| t.stored())),
     )
 }

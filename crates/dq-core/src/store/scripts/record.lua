@@ -2,7 +2,7 @@
 -- reads or writes a record (scripts.rs), so the format is defined once.
 --
 -- A record (<prefix>:job:<id>) is one string: a MessagePack array of its fields in the order
--- s, t, b, r, ttr, m, c, a, d, rc, e, x, g, bo, p, n, k, f (the names below), the state stored as a number (1 delayed,
+-- s, t, b, r, ttr, m, c, a, d, rc, e, x, g, bo, p, n, k, f, tc (the names below), the state stored as a number (1 delayed,
 -- 2 ready, 3 reserved, 4 done, 5 dead).
 -- Absent fields are `false` in the array, and absent fields at its end are left out (and so are zero
 -- attempts when nothing follows them). created_at is stored as run_at minus created_at (the delay the
@@ -33,7 +33,9 @@
 -- beanstalkd.rs), given when the beanstalkd protocol first showed it; k: beanstalkd's counters of the
 -- job, {timeouts, releases, buries, kicks, delay}: delay (seconds) once a release or kick
 -- changed the due time the job was put with. f: the job's flow key, whose ready jobs wait in a queue of
--- their own (flow.lua). All four only for jobs that have them.
+-- their own (flow.lua). tc: the job's W3C trace context, "<traceparent>" or "<traceparent> <tracestate>"
+-- (crates/dq-core/src/trace.rs), opaque here. All five only for jobs that have them. (Position 20 is
+-- reserved for a fan-out parent's children, `ch`.)
 --
 -- KEYS[1]: none of its own (the including script's)   ARGV[1]: none of its own
 -- Returns: nothing (defines local functions).
@@ -91,13 +93,13 @@ local function rec_load(key, soft, source, score, raw)
   return {s = s, t = v[2], b = v[3], r = r, ttr = v[5], m = v[6], c = c, a = v[8] or 0,
     d = v[9] or nil, rc = v[10] or nil, e = v[11] or nil, x = v[12] or nil, g = v[13] or nil,
     bo = v[14] or nil, p = v[15] or nil, n = v[16] or nil, k = v[17] or nil, f = v[18] or nil,
-    h = off > 0 and string.sub(raw, off + 1) or nil, raw = raw}
+    tc = v[19] or nil, h = off > 0 and string.sub(raw, off + 1) or nil, raw = raw}
 end
 
 -- The topic of `raw` (a GET's answer), read from its first bytes without unpacking it, for a caller
 -- that needs nothing else of a record whose state alone it rewrites (promote.lua moving due jobs to
 -- their ready queues: unpacking is most of what a job costs there). Only a packed array of 7 to 14
--- fields (so without p, n or k: those make it 15 or more) whose state is 1 to 5 and whose topic is a
+-- fields (so without p, n, k, f or tc: those make it 15 or more) whose state is 1 to 5 and whose topic is a
 -- fixstr or str8 is read so. For anything else it returns nil, and the caller uses rec_load, which
 -- unpacks (and quarantines what it cannot decode).
 local function rec_topic(raw)
@@ -119,11 +121,11 @@ end
 local function rec_score(p, at) return (p or 1024) * 4398046511104 + at end
 
 -- Writes `r` at `key`. The fields up to `a` are always there; the optional ones (d, rc, e, x, g, bo) are
--- `false` when absent, and left out at the end. (So are p, n, k and f.) A reservation's end is `r.rc, r.d = nil, nil`.
+-- `false` when absent, and left out at the end. (So are p, n, k, f and tc.) A reservation's end is `r.rc, r.d = nil, nil`.
 --
 -- With `only_state`, the caller changed nothing but `r.s`. The state is the array's first element, one
 -- byte (a positive fixint) at offset 1, after MessagePack's one-byte array header, so one SETRANGE writes
--- it without rewriting the record. A record with n, k or f has 16 to 18 fields, past what a one-byte
+-- it without rewriting the record. A record with n, k, f or tc has 16 to 19 fields, past what a one-byte
 -- header counts (15): its header is three bytes (array16), and the state is at offset 3. (A done record, written so, keeps the receipt and deadline of its
 -- last reservation, which mean nothing once it is done.)
 --
@@ -140,8 +142,8 @@ local function rec_store(key, r, only_state, new)
   else error('unknown job state ' .. tostring(s)) end
   if only_state and not r.hash and not r.whole then
     -- The state is the array's first element: after a one-byte header (a fixarray, up to 15 fields), or
-    -- a three-byte one (an array16: a record with n, k or f has 16 to 18 fields).
-    local at = (r.n or r.k or r.f) and 3 or 1
+    -- a three-byte one (an array16: a record with n, k, f or tc has 16 to 19 fields).
+    local at = (r.n or r.k or r.f or r.tc) and 3 or 1
     if r.added and r.raw then
       -- An attempt to add too (rec_attempt): one SET of the bytes read, the state byte changed and the
       -- entry after them, not packed again. (An APPEND, or a SETRANGE past the end, would leave the
@@ -159,8 +161,8 @@ local function rec_store(key, r, only_state, new)
   if since >= 1e12 then since = r.c end
   local v = {code, r.t, r.b, r.r, r.ttr, r.m, since, r.a, r.d or false, r.rc or false, r.e or false,
     r.x or false, r.g or false, r.bo or false, (r.p ~= 1024 and r.p) or false, r.n or false, r.k or false,
-    r.f or false}
-  local n = 18
+    r.f or false, r.tc or false}
+  local n = 19
   while n > 8 and v[n] == false do
     v[n] = nil
     n = n - 1
