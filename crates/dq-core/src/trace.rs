@@ -21,6 +21,10 @@ pub const MAX_TRACESTATE: usize = 512;
 /// Most members of a `tracestate` list (W3C).
 const MAX_MEMBERS: usize = 32;
 
+/// What [`TraceContext::parse`] takes as a `traceparent`, as a regular expression (ECMA-262, for the
+/// OpenAPI document).
+pub const TRACEPARENT_PATTERN: &str = "^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$";
+
 /// The length of a version `00` `traceparent`.
 const TRACEPARENT_LEN: usize = 55;
 
@@ -63,7 +67,7 @@ impl TraceContext {
     /// Checks a `traceparent` and its optional `tracestate` (see the module's rules).
     pub fn parse(traceparent: &str, tracestate: Option<&str>) -> Result<Self, TraceContextError> {
         check_traceparent(traceparent)?;
-        let tracestate = tracestate.map(normalize_tracestate).transpose()?.flatten();
+        let tracestate = tracestate.map(check_tracestate).transpose()?.flatten();
         Ok(TraceContext {
             traceparent: traceparent.to_string(),
             tracestate,
@@ -164,7 +168,7 @@ fn check_traceparent(p: &str) -> Result<(), TraceContextError> {
 
 /// Checks a `tracestate` list and returns it without blanks around its members and without empty ones
 /// (`None` when nothing is left).
-fn normalize_tracestate(s: &str) -> Result<Option<String>, TraceContextError> {
+pub fn check_tracestate(s: &str) -> Result<Option<String>, TraceContextError> {
     let bad = |why: String| TraceContextError::Tracestate(why);
     if s.chars().count() > MAX_TRACESTATE {
         return Err(bad(format!("longer than {MAX_TRACESTATE} characters")));
