@@ -521,6 +521,23 @@ mod tests {
     }
 
     #[test]
+    fn a_trace_context_goes_out_and_comes_back_only_when_there_is_one() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let push = PushRequest::new("t", 1).trace(tp, Some("k=v".into()));
+        assert_eq!(
+            serde_json::to_value(&push).unwrap(),
+            serde_json::json!({"topic": "t", "body": 1, "traceparent": tp, "tracestate": "k=v"})
+        );
+        let r: Reservation<serde_json::Value> = serde_json::from_value(serde_json::json!({
+            "id": "a", "topic": "t", "body": 1, "attempt": 1, "receipt": "r", "deadline": 2, "run_at": 1,
+            "ttr_ms": 1, "traceparent": tp}))
+        .unwrap();
+        assert_eq!((r.traceparent.as_deref(), r.tracestate.as_deref()), (Some(tp), None));
+        let untraced = serde_json::to_value(Reservation { traceparent: None, ..r }).unwrap();
+        assert!(untraced.get("traceparent").is_none() && untraced.get("tracestate").is_none());
+    }
+
+    #[test]
     fn batch_entries_are_a_job_or_an_error() {
         let answer: BatchAnswer = serde_json::from_str(
             r#"{"results": [{"id": "a", "state": "ready", "run_at": 5},
