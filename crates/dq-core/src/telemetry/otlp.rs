@@ -89,10 +89,13 @@ pub fn install(service: &'static str, settings: &TelemetrySettings) -> Result<Op
         .with_version(env!("CARGO_PKG_VERSION"))
         .build();
     let _ = TRACER.set(provider.tracer_with_scope(scope));
-    metrics::counter!("dq_spans_export_failed_total").increment(0);
+    crate::series::serve_from_start(&[crate::series::Counter::plain(EXPORT_FAILED)]);
     tracing::info!(endpoint = %url, "exporting spans over OTLP/HTTP");
     Ok(Some(SpanExport { provider }))
 }
+
+/// Spans an export failed to deliver (served from the start, at 0, when an endpoint is set).
+const EXPORT_FAILED: &str = "dq_spans_export_failed_total";
 
 /// How often at most an export failure is logged.
 const LOG_EVERY: Duration = Duration::from_secs(60);
@@ -122,7 +125,7 @@ impl Logged {
 
     /// Counts a failed export of `spans` spans, and logs it unless a line went out within [`LOG_EVERY`].
     fn failed(&self, spans: usize, cause: &dyn std::fmt::Display) {
-        metrics::counter!("dq_spans_export_failed_total").increment(spans as u64);
+        metrics::counter!(EXPORT_FAILED).increment(spans as u64);
         let lost = self.lost.fetch_add(spans as u64, Ordering::Relaxed) + spans as u64;
         let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
         if logged.is_some_and(|at| at.elapsed() < LOG_EVERY) {
