@@ -18,7 +18,7 @@ use crate::error::ApiError;
 pub struct TraceParams {
     /// W3C trace context, `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>` (lower case): the
     /// job joins this trace (each entry of a batch without a `traceparent` or `tracestate` field of its
-    /// own). A field of the push wins over it; a malformed one is a 400.
+    /// own). A field of the push wins over it; a malformed one is a 400, an empty one none.
     traceparent: Option<String>,
     /// W3C `tracestate` (at most 512 characters, the list syntax), with `traceparent` (alone, it is
     /// checked and ignored); several headers are one list.
@@ -26,7 +26,7 @@ pub struct TraceParams {
 }
 
 /// The trace context of the request's headers, checked: a malformed `traceparent` or `tracestate`
-/// header (or two `traceparent`s) is a 400 and nothing is written. A `tracestate` header without a
+/// header (or two `traceparent`s) is a 400 and nothing is written; an empty one counts as none. A `tracestate` header without a
 /// `traceparent` is ignored, as W3C says a receiver does (several `tracestate` headers are one list).
 #[derive(Debug, Default)]
 pub struct TraceHeaders(Option<TraceContext>);
@@ -36,10 +36,11 @@ impl<S: Send + Sync> FromRequestParts<S> for TraceHeaders {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         let headers = &parts.headers;
-        let mut parents = headers.get_all("traceparent").iter();
+        // An empty header carries no context: as if it were not sent.
+        let mut parents = headers.get_all("traceparent").iter().filter(|v| !v.is_empty());
         let Some(parent) = parents.next() else {
             // Ignored, but not when it is malformed: what a request sends is checked.
-            if let Some(v) = headers.get("tracestate") {
+            for v in headers.get_all("tracestate") {
                 dq_core::trace::check_tracestate(text(v, "tracestate")?)
                     .map_err(|e| ApiError::invalid(format!("header: {e}")))?;
             }

@@ -62,8 +62,8 @@ async fn headers_and_fields_put_a_job_in_a_trace() {
     let job = lookup(&s, &pushed["id"]).await;
     assert_eq!((&job["traceparent"], &job["tracestate"]), (&json!(OTHER), &Value::Null));
 
-    // No trace, and a lone tracestate header (ignored, as W3C says): no fields at all.
-    for headers in [vec![], vec![("tracestate", "congo=x")]] {
+    // No trace, a lone tracestate header (ignored, as W3C says), an empty traceparent: no fields at all.
+    for headers in [vec![], vec![("tracestate", "congo=x")], vec![("traceparent", "")]] {
         let (status, pushed) = post(&s, "/v1/jobs", &headers, json!({"topic": "t", "body": 3})).await;
         assert_eq!(status, StatusCode::CREATED);
         let job = lookup(&s, &pushed["id"]).await;

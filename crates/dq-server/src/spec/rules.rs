@@ -198,9 +198,17 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
                 Some("topic") | Some("name") => s["pattern"] = TOPIC.into(),
                 // `state` of the job lists is an enum in its schema already.
                 Some("state") => {}
-                // The push routes' trace headers.
-                Some("traceparent") => s["pattern"] = dq_core::trace::TRACEPARENT_PATTERN.into(),
-                Some("tracestate") => tracestate(s),
+                // The push routes' trace headers: optional, and a string when given (a header has no
+                // `null`, where utoipa writes an `Option`'s schema as nullable); an empty one counts as
+                // none.
+                Some("traceparent") => {
+                    s["type"] = "string".into();
+                    s["pattern"] = format!("^$|{}", dq_core::trace::TRACEPARENT_PATTERN).into();
+                }
+                Some("tracestate") => {
+                    s["type"] = "string".into();
+                    tracestate(s);
+                }
                 Some("limit") if flows => {
                     s["minimum"] = 1.into();
                     s["maximum"] = 100.into();
