@@ -141,6 +141,7 @@ else
 #   DQ__LOG__FORMAT=json
 #   DQ__AUTH__ADMIN_TOKEN=<a long random string>   one API token with every scope (docs/security.md)
 #   DQ__SECRETS__KEYS=<openssl rand -base64 32>     seals callback secrets in Redis (docs/security.md)
+#   DQ__TELEMETRY__OTLP_ENDPOINT=http://127.0.0.1:4318   spans of traced jobs to an OTLP/HTTP collector
 # Do not set DQ__METRICS__LISTEN here: it would override every instance's own port (systemd/README.md).
 EOF
   owner "$etc_dq/dq.env"

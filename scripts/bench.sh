@@ -7,6 +7,7 @@
 #   BENCH_ONLY="push batch" scripts/bench.sh   some of: push auth priority batch reserve memory lateness cpu cpu-deliver burst kill deliver
 #                                      coalesce flow flow-cost (flow: all its figures; flow-cost: what keys cost only,
 #                                      with LIFE_SCRIPTS=1 each script's share) history (attempt history: see its comment)
+#                                      trace (pushes with a traceparent and without)
 #                                      waiters schedules life (LIFE_PATH=push|pull|beanstalkd|bullmq: scripts/profile-life.sh)
 #   DQ_BIN=/path/to/other/build scripts/bench.sh   the binaries of another build, for a before/after run
 #   (DQ_SHARDS_LAYOUT=1 for a build from before partitions, which reads redis.shards)
@@ -225,6 +226,44 @@ print(f"delay_ms {delay}: with / without, throughput median {statistics.median(r
       f"{statistics.median(p[1] / n[1] for n, p in zip(by['none'], by['7'])):.3f}")
 PY
   done
+fi
+
+if want trace; then
+  # No telemetry.otlp_endpoint: the cost of carrying a job's trace context (checked at push, one more
+  # options argument, record field 19), not of exporting spans.
+  tp="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+  echo; echo "== single pushes with a traceparent field and without, loaded in turn, three times (64 connections,"
+  echo "   100,000 pushes each; delayed, then due at once), with Redis's CPU per push; then Redis memory per"
+  echo "   delayed job and commands per push"
+  cpu_now() { python3 -c "print($(rcli info cpu | awk -F: '/^used_cpu_(user|sys):/ {s+=$2} END {print s}'))"; }
+  for delay in 3600000 0; do
+    rows=()
+    for _ in 1 2 3; do
+      for trace in "" "$tp"; do
+        c0=$(cpu_now)
+        out=$(bench --json push -n 100000 -c 64 --delay-ms "$delay" ${trace:+--traceparent "$trace"} | tail -1)
+        c1=$(cpu_now)
+        rcli flushall >/dev/null
+        rows+=("${trace:+traced}${trace:-none} $(python3 -c "import json,sys; print(json.loads(sys.argv[1])['jobs_per_sec'])" "$out") $c0 $c1")
+      done
+    done
+    python3 - "$delay" "${rows[@]}" <<'PY'
+import statistics, sys
+delay, rows = sys.argv[1], [r.split() for r in sys.argv[2:]]
+by = {"none": [], "traced": []}
+for kind, rate, c0, c1 in rows:
+    by["traced" if kind.startswith("traced") else "none"].append((float(rate), (float(c1) - float(c0)) / 100000 * 1e6))
+for kind, runs in by.items():
+    print(f"delay_ms {delay}, {kind:>6}: " + "  ".join(f"{r:,.0f}/s {c:.1f} µs" for r, c in runs))
+ratios = [t[0] / n[0] for n, t in zip(by["none"], by["traced"])]
+print(f"delay_ms {delay}: traced / not, throughput median {statistics.median(ratios):.3f}, Redis CPU per push median "
+      f"{statistics.median(t[1] / n[1] for n, t in zip(by['none'], by['traced'])):.3f}")
+PY
+  done
+  read -r m0 k0 <<<"$(per_job)"
+  read -r m1 k1 <<<"$(per_job --traceparent "$tp")"
+  echo "memory per delayed job: $m0 bytes without, $m1 with a traceparent; commands per push: $k0 without, $k1 with"
+  rcli flushall >/dev/null
 fi
 
 if want coalesce; then

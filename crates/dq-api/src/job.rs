@@ -134,6 +134,15 @@ pub struct PushRequest<B = RawBody> {
     /// key's backlog never holds the others back. Not with `id` (dq makes the id, in the key's place).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow_key: Option<String>,
+    /// W3C trace context: `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, lower case. The job
+    /// joins this trace: it is stored with the job and handed on with each delivery (the callback's
+    /// `traceparent` header, the reserve answer). The request's `traceparent` header does the same for
+    /// a push without this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// W3C `tracestate` (at most 512 characters, the list syntax), only with `traceparent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 /// How the pushes of one `coalesce_key` become one job.
@@ -205,7 +214,16 @@ impl<B> PushRequest<B> {
             coalesce_key: None,
             coalesce: None,
             flow_key: None,
+            traceparent: None,
+            tracestate: None,
         }
+    }
+
+    /// Puts the job in a trace: a W3C `traceparent`, and a `tracestate` when there is one.
+    pub fn trace(mut self, traceparent: impl Into<String>, tracestate: Option<String>) -> Self {
+        self.traceparent = Some(traceparent.into());
+        self.tracestate = tracestate;
+        self
     }
 
     /// Sets the flow key: the topic's `flow` limits apply to each key separately, and keys take turns.
@@ -435,6 +453,13 @@ pub struct Job<B = RawBody> {
     /// Its flow key, when it was pushed with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow_key: Option<String>,
+    /// The W3C trace it belongs to, when it was pushed in one: the producer's `traceparent`, or, when
+    /// dq-server exports spans, its push span's (same trace id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The trace's W3C `tracestate`, when it was pushed with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
     /// The job that started it (a fan-out's parent, or the job whose callback's answer or ack pushed
     /// it), read from its id (`<parent>~<suffix>`); absent for a job a producer pushed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -485,6 +510,13 @@ pub struct Reservation<B = RawBody> {
     /// The job's flow key, when it was pushed with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow_key: Option<String>,
+    /// The W3C trace the job belongs to, when it was pushed in one: continue it (a span of the work,
+    /// child of this parent) so the work shows up in the producer's trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The trace's W3C `tracestate`, when it was pushed with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 #[cfg(test)]
@@ -513,6 +545,23 @@ mod tests {
             serde_json::from_value(serde_json::to_value(&push).unwrap()).unwrap();
         assert_eq!(back, push);
         assert_eq!(PushRequest::new("t", 1).delay_ms(u64::MAX).delay_ms, Some(i64::MAX));
+    }
+
+    #[test]
+    fn a_trace_context_goes_out_and_comes_back_only_when_there_is_one() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let push = PushRequest::new("t", 1).trace(tp, Some("k=v".into()));
+        assert_eq!(
+            serde_json::to_value(&push).unwrap(),
+            serde_json::json!({"topic": "t", "body": 1, "traceparent": tp, "tracestate": "k=v"})
+        );
+        let r: Reservation<serde_json::Value> = serde_json::from_value(serde_json::json!({
+            "id": "a", "topic": "t", "body": 1, "attempt": 1, "receipt": "r", "deadline": 2, "run_at": 1,
+            "ttr_ms": 1, "traceparent": tp}))
+        .unwrap();
+        assert_eq!((r.traceparent.as_deref(), r.tracestate.as_deref()), (Some(tp), None));
+        let untraced = serde_json::to_value(Reservation { traceparent: None, ..r }).unwrap();
+        assert!(untraced.get("traceparent").is_none() && untraced.get("tracestate").is_none());
     }
 
     #[test]

@@ -56,6 +56,12 @@ pub struct PushArgs {
     /// Each job's priority (none: the default, which is not sent).
     #[arg(long)]
     pub priority: Option<u32>,
+    /// Each job's W3C `traceparent` field (none: not sent), to measure what a trace context costs.
+    #[arg(long)]
+    pub traceparent: Option<String>,
+    /// Each job's W3C `tracestate` field, with `--traceparent`.
+    #[arg(long, requires = "traceparent")]
+    pub tracestate: Option<String>,
 }
 
 /// Runs `dq-bench push`.
@@ -68,7 +74,8 @@ pub async fn run(target: &Arc<Target>, args: &PushArgs) -> Result<Report> {
             args.delay_ms,
             args.batch as usize,
         )?
-        .priority(args.priority),
+        .priority(args.priority)
+        .trace(args.traceparent.clone(), args.tracestate.clone()),
     );
     let conns = Conn::connect_many(target, args.connections as usize).await?;
 
@@ -92,6 +99,7 @@ pub async fn run(target: &Arc<Target>, args: &PushArgs) -> Result<Report> {
             .with("delay_ms", args.delay_ms)
             .with("warmup", args.warmup)
             .with("priority", args.priority.map_or("none".to_string(), |p| p.to_string()))
+            .with("traceparent", args.traceparent.as_deref().unwrap_or("none"))
             .with("requests", done.hist.len()),
     )
 }
@@ -118,6 +126,8 @@ pub struct PushPlan {
     batch: usize,
     /// Each job's priority, when it is sent.
     priority: Option<u32>,
+    /// Each job's `traceparent` and `tracestate`, when they are sent.
+    trace: Option<(String, Option<String>)>,
     uri: Uri,
     /// The request body for a full request (`batch` jobs).
     full: Bytes,
@@ -134,6 +144,7 @@ impl PushPlan {
             delay_ms,
             batch: batch.max(1),
             priority: None,
+            trace: None,
             uri,
             full: Bytes::new(),
         };
@@ -144,6 +155,13 @@ impl PushPlan {
     /// Pushes every job with `priority` (`None`: without one).
     pub fn priority(mut self, priority: Option<u32>) -> Self {
         self.priority = priority;
+        self.full = self.request_body(self.batch);
+        self
+    }
+
+    /// Pushes every job with `traceparent` (and `tracestate`) as fields (`None`: without).
+    pub fn trace(mut self, traceparent: Option<String>, tracestate: Option<String>) -> Self {
+        self.trace = traceparent.map(|p| (p, tracestate));
         self.full = self.request_body(self.batch);
         self
     }
@@ -162,6 +180,9 @@ impl PushPlan {
                 let mut job = PushRequest::new(self.topic.as_str(), &*self.body).delay_ms(self.delay_ms);
                 if let Some(p) = self.priority {
                     job = job.priority(p);
+                }
+                if let Some((parent, state)) = &self.trace {
+                    job = job.trace(parent.as_str(), state.clone());
                 }
                 match id {
                     Some(id) => job.id(id.as_str()),

@@ -58,7 +58,7 @@ enum SecretsCommand {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let (settings, shutdown, _logs) = dq_core::process::start(args.config.as_deref())?;
+    let (settings, shutdown, _flush) = dq_core::process::start(env!("CARGO_BIN_NAME"), args.config.as_deref())?;
     match args.command {
         Some(Command::Audit) => {
             let report = dq_checker::audit(&settings).await?;

@@ -30,7 +30,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Push a job: `dq push orders.close '{"order":42}' --delay 30s`.
-    Push(PushArgs),
+    Push(Box<PushArgs>),
     /// Look a job up.
     Get {
         /// The job's id.
@@ -187,6 +187,14 @@ pub struct PushArgs {
     /// with ready jobs take turns. dq makes the job's id.
     #[arg(long)]
     pub flow_key: Option<String>,
+    /// The W3C trace the job joins (`00-<trace id>-<parent id>-<flags>`): dq stores it with the job and
+    /// hands it on with each delivery. Default: `TRACEPARENT` (the variable OpenTelemetry's tools set
+    /// for a command run inside a span).
+    #[arg(long, env = "TRACEPARENT")]
+    pub traceparent: Option<String>,
+    /// Its W3C `tracestate`, with `--traceparent`. Default: `TRACESTATE`.
+    #[arg(long, env = "TRACESTATE", requires = "traceparent")]
+    pub tracestate: Option<String>,
     /// A deduplication key, with `--dedup-window`.
     #[arg(long, requires = "dedup_window", conflicts_with = "id")]
     pub dedup_key: Option<String>,

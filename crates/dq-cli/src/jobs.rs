@@ -14,6 +14,7 @@ use crate::output::{Output, fields, maybe_time, short, table, time};
 pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> {
     match command {
         Command::Push(a) => {
+            let a = *a;
             let mut job = PushRequest::new(a.topic, read_json(&a.body, "the body")?);
             job.id = a.id;
             if let Some(ms) = a.when.delay {
@@ -33,6 +34,9 @@ pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> 
             }
             if let Some(key) = a.flow_key {
                 job = job.flow_key(key);
+            }
+            if let Some(traceparent) = a.traceparent {
+                job = job.trace(traceparent, a.tracestate);
             }
             if let (Some(key), Some(window)) = (a.dedup_key, a.dedup_window) {
                 job = job.dedup(key, window);
@@ -226,6 +230,12 @@ pub fn job_fields(job: &Job) -> String {
     for child in &job.children {
         let state = child.state.map_or("gone".to_string(), |s| s.to_string());
         pairs.push(("child", format!("{} ({}, {state})", child.id, child.topic)));
+    }
+    if let Some(t) = &job.traceparent {
+        pairs.push(("traceparent", t.clone()));
+    }
+    if let Some(t) = &job.tracestate {
+        pairs.push(("tracestate", t.clone()));
     }
     pairs.push(("body", job.body.to_string()));
     fields(&pairs)

@@ -6,6 +6,7 @@
 
 use dq_core::admin::topics::Topics;
 use dq_core::graph;
+use dq_core::trace::TraceContext;
 use dq_core::{NewJob, Producer};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -47,12 +48,14 @@ pub fn pushes(body: &[u8]) -> Result<Vec<Box<RawValue>>, String> {
 }
 
 /// The jobs of `pushes` checked for the job `parent` of the topic `plan` delivers, against the
-/// registrations `topics`: each must go to a topic its `callback.allow_push` names. The error says why they are refused, for `last_error`.
+/// registrations `topics`: each must go to a topic its `callback.allow_push` names. A job without a
+/// trace context of its own joins `trace`, the one the callback was sent. The error says why they are refused, for `last_error`.
 pub fn checked(
     producer: &Producer,
     plan: &Plan,
     topics: &Topics,
     parent: &str,
+    trace: Option<&TraceContext>,
     pushes: &[Box<RawValue>],
 ) -> Result<Vec<NewJob>, String> {
     if pushes.is_empty() {
@@ -76,7 +79,7 @@ pub fn checked(
         }
     };
     producer
-        .prepare_pushes(parent, pushes, topics, may)
+        .prepare_pushes(parent, trace, pushes, topics, may)
         .map_err(|e| format!("the answer's `dq.push` is refused: {e}"))
 }
 

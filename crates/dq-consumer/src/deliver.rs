@@ -4,7 +4,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use dq_core::Reservation;
 use dq_core::condition::Condition;
+use dq_core::telemetry::spans::{self, JobSpan};
 use dq_core::topic::Callback;
+use dq_core::trace::TraceContext;
 use reqwest::{StatusCode, Url};
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -95,6 +97,9 @@ pub struct Posted {
     /// For a topic with `callback.on_success_url`, a delivered answer as its success hook carries it:
     /// JSON `{status, headers, body}` (see [`HookAnswer`]).
     pub hook_answer: Option<Vec<u8>>,
+    /// The trace context the callback was sent (its attempt's span's, or the job's): the jobs its
+    /// answer pushes carry it.
+    pub trace: Option<TraceContext>,
 }
 
 /// The callback's answer as a success hook carries it (`answer` in its body).
@@ -166,12 +171,48 @@ async fn read_answer(resp: &mut reqwest::Response, cap: usize) -> reqwest::Resul
 
 /// POSTs `job` to `url` (`callback.url`, parsed) through `egress` and judges the answer. Never fails:
 /// every error is a failed delivery.
+///
+/// A job with a trace context is sent with `traceparent` (and `tracestate`): the delivery's own span's
+/// when this process exports spans (`deliver <topic>`, a child of the job's context, ended here with the
+/// status and outcome), else the job's as stored.
 pub async fn post(
     egress: &Egress,
     job: &Reservation,
     url: &Url,
     callback: &Callback,
     condition: Option<&Condition>,
+) -> Posted {
+    // Checked at push; a stored one that does not read back is sent as none.
+    let trace = TraceContext::from_fields(job.traceparent.as_deref(), job.tracestate.as_deref())
+        .ok()
+        .flatten();
+    let span = trace
+        .as_ref()
+        .and_then(|t| spans::delivery(&job.id, &job.topic, job.attempt, t));
+    let sent = span.as_ref().map(JobSpan::context).or(trace.as_ref());
+    let mut posted = send(egress, job, url, callback, condition, sent).await;
+    posted.trace = sent.cloned();
+    if let Some(mut span) = span {
+        if let Some(status) = posted.status {
+            span.set(spans::HTTP_STATUS, i64::from(status));
+        }
+        span.set(spans::OUTCOME, posted.outcome.label());
+        if let Outcome::Failed { reason, .. } = &posted.outcome {
+            span.fail(reason.clone());
+        }
+        span.end();
+    }
+    posted
+}
+
+/// The request of [`post`], with `trace` as the callback's `traceparent` and `tracestate`.
+async fn send(
+    egress: &Egress,
+    job: &Reservation,
+    url: &Url,
+    callback: &Callback,
+    condition: Option<&Condition>,
+    trace: Option<&TraceContext>,
 ) -> Posted {
     let http = match egress.client(url) {
         Ok(http) => http,
@@ -190,6 +231,7 @@ pub async fn post(
                 answer: None,
                 pushes: Vec::new(),
                 hook_answer: None,
+                trace: None,
             };
         }
     };
@@ -208,6 +250,12 @@ pub async fn post(
         .header("idempotency-key", &job.id)
         .header("x-dq-job-id", &job.id)
         .header("x-dq-attempt", job.attempt.to_string());
+    if let Some(trace) = trace {
+        req = req.header("traceparent", &trace.traceparent);
+        if let Some(state) = &trace.tracestate {
+            req = req.header("tracestate", state);
+        }
+    }
     for (k, v) in &callback.headers {
         req = req.header(k, v);
     }
@@ -305,6 +353,7 @@ pub async fn post(
         answer: excerpt,
         pushes,
         hook_answer,
+        trace: None,
     }
 }
 
@@ -364,6 +413,8 @@ mod tests {
             run_at: 0,
             ttr_ms: 30_000,
             flow_key: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 

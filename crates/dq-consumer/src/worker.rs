@@ -435,6 +435,7 @@ async fn deliver_one(
         &plan,
         &shared.topics.snapshot(),
         &job.id,
+        posted.trace.as_ref(),
         &pushes,
     ) {
         Ok(children) => children,

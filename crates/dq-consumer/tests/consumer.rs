@@ -173,6 +173,48 @@ async fn delivers_once_with_the_envelope_and_headers() {
     consumer.drain().await;
 }
 
+/// A traced job's callback carries its `traceparent` and `tracestate` (as stored: this process exports
+/// no spans), whether it was reserved from the ready queue or handed over by the promotion of a
+/// delayed job; an untraced job's carries none.
+#[tokio::test]
+async fn a_traced_job_is_delivered_with_its_trace_context() {
+    let redis = RedisServer::start();
+    let s = settings(&redis);
+    let q = Queue::connect(&s).await.unwrap();
+    let hook = Hook::start(|_, _| ok()).await;
+    register(&q, "traced", serde_json::json!({"callback": {"url": hook.url}})).await;
+    let consumer = Consumer::start(&s);
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let now = push(
+        &q,
+        serde_json::json!({"topic": "traced", "body": 1, "traceparent": tp, "tracestate": "congo=t61rcWkgMzE"}),
+    )
+    .await;
+    let later = push(
+        &q,
+        serde_json::json!({"topic": "traced", "body": 2, "delay_ms": 500, "traceparent": tp}),
+    )
+    .await;
+    let plain = push(&q, serde_json::json!({"topic": "traced", "body": 3})).await;
+    eventually(Duration::from_secs(20), "the jobs are done", || async {
+        for id in [&now, &later, &plain] {
+            if state_of(&q, id).await != JobState::Done {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    let got = hook.all();
+    let of = |id: &str| got.iter().find(|r| r.body["id"] == id).unwrap().headers.clone();
+    assert_eq!(of(&now)["traceparent"], tp);
+    assert_eq!(of(&now)["tracestate"], "congo=t61rcWkgMzE");
+    assert_eq!(of(&later)["traceparent"], tp);
+    assert!(of(&later).get("tracestate").is_none());
+    assert!(of(&plain).get("traceparent").is_none() && of(&plain).get("tracestate").is_none());
+    consumer.drain().await;
+}
+
 #[tokio::test]
 async fn a_failed_delivery_is_retried_after_its_backoff() {
     let redis = RedisServer::start();

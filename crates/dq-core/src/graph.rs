@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::job::{NewJob, PushRequest, check_child_id, shorten, validate_topic};
 use crate::producer::Producer;
 use crate::topic::TopicConfig;
+use crate::trace::TraceContext;
 
 /// The most topics a fan-out lists.
 pub const MAX_FANOUT: usize = 32;
@@ -128,10 +129,12 @@ impl Producer {
     /// Checks the jobs a success of job `parent` pushes (a callback's answer, a pull ack), each as a
     /// push ([`Producer::prepare`]) with what a child may not have refused: its own `id` (a child's is
     /// `<parent>~<index>`), a `dedup_key`, `coalesce_key` or `flow_key` (each names a place of its own,
-    /// where the parent's script cannot write). `allow` says whether a topic may be pushed to.
+    /// where the parent's script cannot write). `allow` says whether a topic may be pushed to; a job
+    /// without a trace context of its own joins `trace` (its parent's).
     pub fn prepare_pushes(
         &self,
         parent: &str,
+        trace: Option<&TraceContext>,
         pushes: &[RawBody],
         topics: &Topics,
         allow: impl Fn(&str) -> Result<()>,
@@ -172,7 +175,14 @@ impl Producer {
             allow(&req.topic).map_err(at)?;
             let suffix = i.to_string();
             check_child_id(parent, &suffix).map_err(at)?;
-            let job = self.prepare(req, topics).map_err(at)?;
+            let mut job = self.prepare(req, topics).map_err(at)?;
+            // A job without a trace of its own joins its parent's (and so do its fan-out children).
+            if job.trace.is_none() {
+                job.trace = trace.cloned();
+                for child in &mut job.fanout {
+                    child.trace = trace.cloned();
+                }
+            }
             for child in &job.fanout {
                 check_child_id(&format!("{parent}~{suffix}"), &child.topic).map_err(at)?;
             }
@@ -308,6 +318,7 @@ mod tests {
             coalesce: None,
             flow_key: None,
             fanout: Vec::new(),
+            trace: None,
         };
         let mut fan = job("fan");
         fan.fanout = vec![job("a"), job("b")];

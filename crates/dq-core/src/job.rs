@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::coalesce::{self, Coalesced, Coalescing};
 use crate::config::{JobDefaults, Limits};
 use crate::error::{Error, Result};
+use crate::trace::TraceContext;
 
 /// When a job becomes due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +52,10 @@ pub struct NewJob {
     /// `id` `None`: theirs is `<this id>~<topic>`), stored with this one in one script call or not at
     /// all; this job is then their parent, stored done ([`crate::graph`]).
     pub fanout: Vec<NewJob>,
+    /// The W3C trace the job belongs to (the push's `traceparent` and `tracestate`): stored with it
+    /// (record field `tc`) and handed on with each delivery. Jobs a job starts (fan-out, a callback's
+    /// pushes) inherit it through this field.
+    pub trace: Option<TraceContext>,
 }
 
 /// A push's deduplication: within `window_ms` of the push that made a job with `key` (in its topic),
@@ -192,6 +197,7 @@ impl NewJob {
                 ))
             })?;
         }
+        let trace = TraceContext::from_fields(req.traceparent.as_deref(), req.tracestate.as_deref())?;
         Ok(NewJob {
             id,
             topic: req.topic,
@@ -206,6 +212,7 @@ impl NewJob {
             coalesce,
             flow_key: req.flow_key,
             fanout: Vec::new(),
+            trace,
         })
     }
 }
@@ -523,6 +530,39 @@ mod tests {
             ),
         ] {
             let err = check(json).unwrap_err();
+            assert!(matches!(err, Error::Invalid(_)), "{json}: {err:?}");
+            assert!(err.to_string().contains(says), "{json}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_trace_context_is_checked_at_push() {
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        assert_eq!(check(r#"{"topic":"t","body":1}"#).unwrap().trace, None);
+        let j = check(&format!(
+            r#"{{"topic":"t","body":1,"traceparent":"{tp}","tracestate":"k=v"}}"#
+        ))
+        .unwrap();
+        let trace = j.trace.unwrap();
+        assert_eq!(
+            (trace.traceparent.as_str(), trace.tracestate.as_deref()),
+            (tp, Some("k=v"))
+        );
+        for (json, says) in [
+            (
+                r#"{"topic":"t","body":1,"traceparent":"00-abc-def-01"}"#.to_string(),
+                "`traceparent`",
+            ),
+            (
+                r#"{"topic":"t","body":1,"tracestate":"k=v"}"#.to_string(),
+                "needs a `traceparent`",
+            ),
+            (
+                format!(r#"{{"topic":"t","body":1,"traceparent":"{tp}","tracestate":"K=v"}}"#),
+                "`tracestate`",
+            ),
+        ] {
+            let err = check(&json).unwrap_err();
             assert!(matches!(err, Error::Invalid(_)), "{json}: {err:?}");
             assert!(err.to_string().contains(says), "{json}: {err}");
         }

@@ -11,6 +11,8 @@
 //!   cache.
 //! - [`flow`]: flow keys, each limited apart and taking turns with the others.
 //! - [`graph`]: jobs that start jobs: fan-out topics, and the jobs a success pushes.
+//! - [`trace`]: a job's W3C trace context (`traceparent`, `tracestate`), checked at push, stored with the
+//!   job and handed on with each delivery.
 //! - [`topic`]: a topic's registration (callback, retry policy, defaults) and its checks;
 //!   [`egress`]: which addresses its callback may reach, and the HTTP clients that apply that;
 //!   [`sign`]: the `X-DQ-Signature` of what dq POSTs.
@@ -53,6 +55,7 @@ pub mod systemd;
 pub mod telemetry;
 pub mod timer;
 pub mod topic;
+pub mod trace;
 pub mod wake;
 
 pub use admin::Admin;

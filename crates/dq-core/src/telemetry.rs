@@ -1,4 +1,8 @@
-//! Logging (tracing, text or JSON lines) and the process's Prometheus recorder.
+//! Logging (tracing, text or JSON lines), the process's Prometheus recorder, and spans in jobs' traces
+//! exported over OTLP ([`otlp`]: the exporter; [`spans`]: dq's spans, one kind per binary).
+
+pub mod otlp;
+pub mod spans;
 
 use std::sync::OnceLock;
 

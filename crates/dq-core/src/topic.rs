@@ -51,14 +51,17 @@ fn check_bucket(section: &str, rate_per_s: Option<f64>, burst: Option<u32>) -> R
     Ok(())
 }
 
-/// Headers dq sets itself, which a topic may not override.
-const RESERVED_HEADERS: [&str; 6] = [
+/// Headers dq sets itself, which a topic may not override (`traceparent` and `tracestate`: a job's trace
+/// context).
+const RESERVED_HEADERS: [&str; 8] = [
     "content-type",
     "content-length",
     "host",
     "idempotency-key",
     "x-dq-job-id",
     "x-dq-attempt",
+    "traceparent",
+    "tracestate",
 ];
 
 /// What dq does with a registration besides showing it: check it, keep masked values, seal its secrets.
@@ -366,6 +369,10 @@ mod tests {
             ),
             (
                 r#"{"callback": {"url": "http://x", "headers": {"X-DQ-Attempt": "1"}}}"#,
+                "callback.headers",
+            ),
+            (
+                r#"{"callback": {"url": "http://x", "headers": {"TraceParent": "1"}}}"#,
                 "callback.headers",
             ),
             (

@@ -106,6 +106,17 @@ async fn fan_out(q: &Queue) {
     assert_eq!(pushed.children[0].id, format!("{}~mail", pushed.id));
     assert_eq!(count(q, "ledger", State::Delayed).await, 1);
 
+    // A traced fan-out's children are in its trace.
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = producer.prepare(
+        serde_json::from_value(json!({"topic": "order.paid", "id": "o-t", "body": 1, "traceparent": tp})).unwrap(),
+        &topics,
+    );
+    producer.push(traced.unwrap()).await.unwrap();
+    for child in ["o-t~mail", "o-t~ledger"] {
+        assert_eq!(producer.get(child).await.unwrap().traceparent.as_deref(), Some(tp));
+    }
+
     // What a fan-out refuses.
     let nested = register(q, &[("fan2", json!({"fanout": ["order.paid"]}))]).await;
     let err = producer
@@ -136,7 +147,7 @@ async fn pushed_with_the_ack(q: &Queue) {
         raw(json!({"topic": "fan", "body": 2})),
     ];
     let allow_all = |_: &str| Ok(());
-    let jobs = producer.prepare_pushes(&id, &pushes, &topics, allow_all).unwrap();
+    let jobs = producer.prepare_pushes(&id, None, &pushes, &topics, allow_all).unwrap();
 
     // A stale ack stores nothing.
     let stale = q.reservations().ack_with(&id, "0000.1", &push(&jobs)).await;
@@ -184,7 +195,13 @@ async fn pushed_with_the_ack(q: &Queue) {
     assert_eq!(grand.children.len(), 2);
     // A child's own success may push again: the ids grow by one suffix.
     let more = producer
-        .prepare_pushes(&f2.id, &[raw(json!({"topic": "t3", "body": 3}))], &topics, allow_all)
+        .prepare_pushes(
+            &f2.id,
+            None,
+            &[raw(json!({"topic": "t3", "body": 3}))],
+            &topics,
+            allow_all,
+        )
         .unwrap();
     let pushed = q
         .reservations()
@@ -235,15 +252,40 @@ async fn what_a_push_list_refuses(q: &Queue) {
         ),
     ] {
         let err = producer
-            .prepare_pushes("p", &pushes, &topics, allow)
+            .prepare_pushes("p", None, &pushes, &topics, allow)
             .unwrap_err()
             .to_string();
         assert!(err.contains(needle), "{needle}: {err}");
     }
+    // Pushed jobs join their parent's trace (fan-out children too), unless they bring their own.
+    let parent = dq_core::trace::TraceContext::from_fields(
+        Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        None,
+    )
+    .unwrap();
+    let own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let fan_topics = register(q, &[("fan.t", json!({"fanout": ["x1", "x2"]}))]).await;
+    let jobs = producer
+        .prepare_pushes(
+            "p",
+            parent.as_ref(),
+            &[
+                raw(json!({"topic": "mail", "body": 1})),
+                raw(json!({"topic": "fan.t", "body": 2})),
+                raw(json!({"topic": "mail", "body": 3, "traceparent": own})),
+            ],
+            &fan_topics,
+            |_| Ok(()),
+        )
+        .unwrap();
+    let tp = |j: &dq_core::NewJob| j.trace.as_ref().map(|t| t.traceparent.clone());
+    assert_eq!(tp(&jobs[0]), parent.as_ref().map(|t| t.traceparent.clone()));
+    assert!(jobs[1].fanout.iter().all(|c| tp(c) == tp(&jobs[0])));
+    assert_eq!(tp(&jobs[2]).as_deref(), Some(own));
     // A chain whose ids would pass 512 bytes ends there.
     let long = format!("{}{}", "a".repeat(128), "~0".repeat(192));
     let err = producer
-        .prepare_pushes(&long, &[raw(json!({"topic": "mail", "body": 1}))], &topics, allow)
+        .prepare_pushes(&long, None, &[raw(json!({"topic": "mail", "body": 1}))], &topics, allow)
         .unwrap_err();
     assert!(err.to_string().contains("512 bytes"), "{err}");
 }

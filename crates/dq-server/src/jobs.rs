@@ -13,12 +13,14 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ErrorBody};
+use crate::trace::{self, TraceHeaders, TraceParams};
 
 /// `POST /v1/jobs`: 201 `{id, topic, state, run_at}` for a new job, or 200 with `"coalesced": true` and
 /// the job the push went into: the first job of its `dedup_key` (then `"duplicate": true` too) or of a
 /// `first` `coalesce_key` inside its window, or the pending job of a `last` or `merge` key.
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs", operation_id = "push",
     summary = "Push a job",
+    params(TraceParams),
     request_body = PushRequest,
     responses(
         (status = 201, description = "Stored: `delayed`, or `ready` when already due.", body = PushAnswer),
@@ -28,18 +30,22 @@ use crate::error::{ApiError, ErrorBody};
 pub async fn push(
     State(app): State<AppState>,
     caller: Caller,
-    JsonBody(req): JsonBody<PushRequest>,
+    headers: TraceHeaders,
+    JsonBody(mut req): JsonBody<PushRequest>,
 ) -> Result<Response, ApiError> {
     caller.allow(Scope::Produce, &req.topic)?;
+    headers.fill(&mut req);
     let registry = app.topics.snapshot();
-    let job = app.queue.producer().prepare(req, &registry)?;
+    let mut job = app.queue.producer().prepare(req, &registry)?;
     let topic = job.topic.clone();
-    let pushed = app.queue.producer().push(job).await?;
-    let status = if pushed.coalesced {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
+    let span = trace::start_push(&mut job);
+    let pushed = app.queue.producer().push(job).await.map_err(ApiError::from);
+    let status = match &pushed {
+        Ok(p) if p.coalesced => StatusCode::OK,
+        _ => StatusCode::CREATED,
     };
+    trace::end_push(span, pushed.as_ref().map(|p| (p.id.as_str(), status)));
+    let pushed = pushed?;
     let body = PushAnswer {
         id: pushed.id,
         topic,
@@ -56,6 +62,7 @@ pub async fn push(
 /// (nothing is written); a live id or an unavailable partition fails only its own entry.
 #[utoipa::path(post, path = "/v1/jobs/batch", tag = "jobs", operation_id = "push_many",
     summary = "Push many jobs",
+    params(TraceParams),
     request_body = BatchRequest,
     responses(
         (status = 200, description = "One result per entry, in order (even when every entry failed).", body = BatchAnswer),
@@ -63,6 +70,7 @@ pub async fn push(
 pub async fn push_many(
     State(app): State<AppState>,
     caller: Caller,
+    headers: TraceHeaders,
     JsonBody(req): JsonBody<BatchRequest>,
 ) -> Result<Json<BatchAnswer>, ApiError> {
     caller.allow_scope(Scope::Produce)?;
@@ -83,8 +91,9 @@ pub async fn push_many(
         if !raw.get().starts_with('{') {
             return Err(ApiError::invalid(format!("jobs[{i}]: each job must be a JSON object")));
         }
-        let parsed: PushRequest =
+        let mut parsed: PushRequest =
             serde_json::from_str(raw.get()).map_err(|e| ApiError::invalid(format!("jobs[{i}]: {e}")))?;
+        headers.fill(&mut parsed);
         // A topic the token may not use refuses the whole batch, before anything is written.
         caller
             .allow(Scope::Produce, &parsed.topic)
@@ -96,22 +105,31 @@ pub async fn push_many(
             .map_err(|e| ApiError::from(e).in_entry("jobs", i))?;
         jobs.push(job);
     }
+    let spans: Vec<_> = jobs.iter_mut().map(trace::start_push).collect();
     let results = app
         .queue
         .producer()
         .push_many(jobs)
         .await
         .into_iter()
-        .map(|r| match r {
-            Ok(p) => PushResult::Pushed(BatchPushed {
-                id: p.id,
-                state: p.state,
-                run_at: p.run_at,
-                duplicate: p.duplicate,
-                coalesced: p.coalesced,
-                children: p.children,
-            }),
-            Err(e) => PushResult::Failed(ApiError::from(e).body()),
+        .zip(spans)
+        .map(|(r, span)| match r {
+            Ok(p) => {
+                trace::end_push(span, Ok((&p.id, StatusCode::OK)));
+                PushResult::Pushed(BatchPushed {
+                    id: p.id,
+                    state: p.state,
+                    run_at: p.run_at,
+                    duplicate: p.duplicate,
+                    coalesced: p.coalesced,
+                    children: p.children,
+                })
+            }
+            Err(e) => {
+                let e = ApiError::from(e);
+                trace::end_push(span, Err(&e));
+                PushResult::Failed(e.body())
+            }
         })
         .collect();
     Ok(Json(BatchAnswer { results }))

@@ -13,6 +13,7 @@
 //! - [`listener`]: connections under a header timeout and a cap, in clear or over TLS.
 //! - [`routes`]: the router, from the documented API routes and the pages for people.
 //! - [`spec`]: the OpenAPI document (`/openapi.json`) and Swagger UI (`/docs`).
+//! - [`trace`]: a push's trace context from its headers, and the span of each traced push.
 //! - [`beanstalkd`]: the beanstalkd protocol listener (`beanstalkd.listen`).
 
 pub mod admin;
@@ -32,6 +33,7 @@ pub mod routes;
 pub mod schedules;
 pub mod spec;
 pub mod topics;
+pub mod trace;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -23,6 +23,6 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let (settings, shutdown, _logs) = dq_core::process::start(args.config.as_deref())?;
+    let (settings, shutdown, _flush) = dq_core::process::start(env!("CARGO_BIN_NAME"), args.config.as_deref())?;
     dq_server::run(settings, shutdown).await
 }

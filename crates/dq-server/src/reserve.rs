@@ -176,7 +176,17 @@ pub async fn ack(
             dq_core::Error::Forbidden(format!("this token may not push to topic `{topic}` (scope `produce`)"))
         })
     };
-    let jobs = app.queue.producer().prepare_pushes(&id, push, &registry, may_push)?;
+    // The jobs join the acked job's trace, when it has one (one look-up, on this path only).
+    let trace = match app.queue.producer().get(&id).await {
+        Ok(job) => dq_core::trace::TraceContext::from_fields(job.traceparent.as_deref(), job.tracestate.as_deref())
+            .ok()
+            .flatten(),
+        Err(_) => None,
+    };
+    let jobs = app
+        .queue
+        .producer()
+        .prepare_pushes(&id, trace.as_ref(), push, &registry, may_push)?;
     allow_job(&app, &caller, Scope::Consume, &id).await?;
     let pushed = app
         .queue

@@ -1,6 +1,6 @@
 //! The admin's topic and job pages: jobs by state with their counts, a filter on the page's bodies,
 //! paging, the search by id, a job's fields, attempts and actions; a topic's flow limits and busiest
-//! flow keys, a job's flow key; the read-only mode; bad queries refused.
+//! flow keys, a job's flow key and trace; the read-only mode; bad queries refused.
 
 mod common;
 
@@ -242,7 +242,25 @@ async fn a_topics_flow_limits_and_busiest_keys_and_a_jobs_flow_key() {
     let html = s.text(&format!("/admin/jobs/{}", ids[&3])).await;
     assert!(html.contains("<dt>flow key</dt><dd><code>key-03</code></dd>"), "{html}");
     s.push(json!({"topic": "plain", "id": "unkeyed", "body": 1})).await;
-    assert!(!s.text("/admin/jobs/unkeyed").await.contains("flow key"));
+    let html = s.text("/admin/jobs/unkeyed").await;
+    assert!(!html.contains("flow key") && !html.contains("trace"), "{html}");
+    // A job in a trace shows it, its trace id first (what a tracing UI searches by).
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    s.push(json!({"topic": "plain", "id": "traced", "body": 1, "traceparent": tp, "tracestate": "congo=x"}))
+        .await;
+    let html = s.text("/admin/jobs/traced").await;
+    assert!(
+        html.contains("<dt>trace id</dt><dd><code>4bf92f3577b34da6a3ce929d0e0e4736</code></dd>"),
+        "{html}"
+    );
+    assert!(
+        html.contains(&format!("<dt>traceparent</dt><dd><code>{tp}</code></dd>")),
+        "{html}"
+    );
+    assert!(
+        html.contains("<dt>tracestate</dt><dd><code>congo=x</code></dd>"),
+        "{html}"
+    );
     // A topic without a flow section or keys says so.
     let html = s.text("/admin/topics/plain").await;
     assert!(html.contains("No flow limits registered"), "{html}");

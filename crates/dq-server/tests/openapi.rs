@@ -264,6 +264,39 @@ async fn every_integer_a_request_takes_is_bounded() {
 }
 
 #[tokio::test]
+async fn the_trace_context_is_described_as_headers_and_fields() {
+    let s = server_with_token().await;
+    let doc = document(&s).await;
+    let pattern = dq_core::trace::TRACEPARENT_PATTERN;
+    for path in ["/v1/jobs", "/v1/jobs/batch"] {
+        let params = doc["paths"][path]["post"]["parameters"].as_array().unwrap();
+        let header = |name: &str| {
+            params
+                .iter()
+                .find(|p| p["name"] == name && p["in"] == "header")
+                .unwrap_or_else(|| panic!("{path} has no {name} header"))
+        };
+        assert_eq!(
+            header("traceparent")["schema"]["pattern"],
+            format!("^$|{pattern}"),
+            "an empty one is none"
+        );
+        assert_eq!(header("tracestate")["schema"]["format"], "dq-tracestate");
+        assert_eq!(header("tracestate")["schema"]["maxLength"], 512);
+    }
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(schemas["PushRequest"]["properties"]["traceparent"]["pattern"], pattern);
+    assert_eq!(schemas["PushRequest"]["properties"]["tracestate"]["maxLength"], 512);
+    let rules = schemas["PushRequest"]["allOf"].to_string();
+    assert!(rules.contains("`tracestate` needs `traceparent`"), "{rules}");
+    for answer in ["Job", "Reservation"] {
+        for field in ["traceparent", "tracestate"] {
+            assert!(schemas[answer]["properties"][field].is_object(), "{answer}.{field}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn swagger_ui_is_served_from_the_binary_without_a_token() {
     let s = server_with_token().await;
     let no_redirects = reqwest::Client::builder()

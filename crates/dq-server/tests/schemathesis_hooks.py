@@ -45,6 +45,13 @@ schemathesis.openapi.format(
     "dq-cron",
     st.sampled_from(["*/5 * * * *", "30 7 * * MON-FRI", "*/10 * * * * *", "0 0 1 * *", "@daily"]),
 )
+# A W3C tracestate list (docs/api.md, Trace context); the empty list is none.
+schemathesis.openapi.format(
+    "dq-tracestate",
+    st.sampled_from(
+        ["congo=t61rcWkgMzE", "rojo=00f067aa0ba902b7, congo=t61rcWkgMzE", "tenant@vendor=a b;c", ""]
+    ),
+)
 # An IANA time zone.
 schemathesis.openapi.format(
     "dq-timezone", st.sampled_from(["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"])

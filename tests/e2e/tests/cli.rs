@@ -1,5 +1,6 @@
 //! The `dq` command line as a user runs it, against a real dq-server and Redis: each command, its JSON
-//! and its tables, flow keys (pushed, looked up, the busiest listed), a job's attempts with the names
+//! and its tables, flow keys (pushed, looked up, the busiest listed), a trace context (given, or taken
+//! from `TRACEPARENT`), a job's attempts with the names
 //! `--consumer` and `DQ_CONSUMER` gave, errors with a non-zero exit, completions, and `dq tail`
 //! following a death.
 
@@ -20,6 +21,8 @@ fn dq(port: u16, args: &[&str]) -> Output {
         .env("DQ_URL", format!("http://127.0.0.1:{port}"))
         .env_remove("DQ_TOKEN")
         .env_remove("DQ_CONSUMER")
+        .env_remove("TRACEPARENT")
+        .env_remove("TRACESTATE")
         .output()
         .expect("dq runs")
 }
@@ -237,6 +240,38 @@ async fn flow_keys_pushed_looked_up_and_the_busiest_listed() {
         ok(p, &["topics", "flows", "quiet"]).trim(),
         "no flow key of quiet has ready jobs"
     );
+    // A job in a trace: `--traceparent` (or `TRACEPARENT`), shown by `get`.
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = json_of(
+        p,
+        &[
+            "push",
+            "sends",
+            "6",
+            "--traceparent",
+            tp,
+            "--tracestate",
+            "congo=t61rcWkgMzE",
+        ],
+    );
+    let text = ok(p, &["get", traced["id"].as_str().unwrap()]);
+    assert_eq!(row_of(&text, "traceparent"), ["traceparent", tp], "{text}");
+    assert_eq!(
+        row_of(&text, "tracestate"),
+        ["tracestate", "congo=t61rcWkgMzE"],
+        "{text}"
+    );
+    let from_env = Command::new(bin_dir().join("dq"))
+        .args(["--json", "push", "sends", "7"])
+        .env("DQ_URL", format!("http://127.0.0.1:{p}"))
+        .env("TRACEPARENT", tp)
+        .env_remove("TRACESTATE")
+        .output()
+        .unwrap();
+    let pushed: Value = serde_json::from_slice(&from_env.stdout).unwrap();
+    assert_eq!(json_of(p, &["get", pushed["id"].as_str().unwrap()])["traceparent"], tp);
+    assert!(fails(p, &["push", "sends", "1", "--traceparent", "00-1-2-3"]).contains("400 invalid_argument"));
+    assert!(fails(p, &["push", "sends", "1", "--tracestate", "k=v"]).contains("--traceparent"));
     // dq's 400s: a bad key, a limit out of range.
     assert!(fails(p, &["push", "sends", "1", "--flow-key", "no spaces"]).contains("400 invalid_argument"));
     assert!(fails(p, &["topics", "flows", "sends", "--limit", "0"]).contains("400 invalid_argument"));

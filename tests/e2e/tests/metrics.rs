@@ -59,6 +59,8 @@ async fn every_binary_serves_the_documented_metrics() {
     let consumer_port = free_port();
     let mut vars = env(&[&redis], consumer_port);
     vars.push(("DQ__TOPICS__REFRESH_MS", "100".into()));
+    // Span export on (to where nothing listens), so its counter shows.
+    vars.push(("DQ__TELEMETRY__OTLP_ENDPOINT", "http://127.0.0.1:9".into()));
     let _consumer = DqProcess::spawn("dq-consumer", &vars, &[]);
     // A checker whose webhook fails (nothing listens on port 9), so every alert metric shows, and which
     // keeps dead jobs for 1 ms, so dq_dead_jobs_dropped_total shows.
@@ -188,6 +190,7 @@ async fn every_binary_serves_the_documented_metrics() {
                 "dq_callback_duration_seconds",
                 "dq_delivery_lateness_seconds",
                 "dq_consumer_in_flight",
+                "dq_spans_export_failed_total",
                 "dq_jobs_reserved_total",
                 "dq_jobs_acked_total",
                 "dq_jobs_nacked_total",

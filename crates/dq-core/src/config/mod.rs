@@ -11,11 +11,13 @@ mod diff;
 mod egress;
 mod redis;
 mod secrets;
+mod telemetry;
 pub use self::auth::{AuthSettings, KeySpec, Scope, TokenSpec};
 pub use self::diff::changed_keys;
 pub use self::egress::EgressSettings;
 pub use self::redis::{RedisMode, RedisSettings, redact};
 pub use self::secrets::SecretsSettings;
+pub use self::telemetry::{TelemetrySettings, traces_url};
 
 /// A configuration that cannot be used; the message names the key.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +77,8 @@ pub struct Settings {
     pub secrets: SecretsSettings,
     /// dq-server's beanstalkd protocol listener.
     pub beanstalkd: BeanstalkdSettings,
+    /// Where every binary exports its spans (none: no spans).
+    pub telemetry: TelemetrySettings,
     /// The file these settings were read from, if any: read again on SIGHUP ([`crate::reload`]).
     #[serde(skip)]
     pub file: Option<std::path::PathBuf>,
@@ -411,6 +415,7 @@ impl Settings {
         self.auth.validate()?;
         self.egress.validate()?;
         self.secrets.validate()?;
+        self.telemetry.validate()?;
         self.server
             .listen
             .parse::<SocketAddr>()
@@ -557,6 +562,9 @@ mod tests {
         assert_eq!(s.shutdown.grace_ms, 30_000);
         assert_eq!(s.jobs.backoff_ms[..4], [60_000, 180_000, 300_000, 420_000]);
         assert_eq!(s.jobs.max_attempts, 10);
+        assert_eq!(s.telemetry.otlp_endpoint, None, "no spans by default");
+        let s = Settings::load_from(None, env(&[("DQ__TELEMETRY__OTLP_ENDPOINT", "http://127.0.0.1:4318")])).unwrap();
+        assert_eq!(s.telemetry.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318"));
     }
 
     #[test]
@@ -650,6 +658,11 @@ mod tests {
             ("DQ__BEANSTALKD__MAX_CONNECTIONS", "0", "beanstalkd.max_connections"),
             ("DQ__SERVER__TLS_CERT", "/etc/dq/cert.pem", "server.tls_key"),
             ("DQ__SERVER__TLS_KEY", "/etc/dq/key.pem", "server.tls_cert"),
+            (
+                "DQ__TELEMETRY__OTLP_ENDPOINT",
+                "localhost:4318",
+                "telemetry.otlp_endpoint",
+            ),
         ];
         for (k, v, named) in cases {
             let err = Settings::load_from(None, env(&[(k, v)])).unwrap_err().to_string();

@@ -21,6 +21,7 @@ use serde_json::value::RawValue;
 use super::Reservations;
 use crate::error::{Error, Result};
 use crate::job::Reservation;
+use crate::trace::TraceContext;
 
 /// How long a timer keeps a waiting worker it has not heard from (the worker says it every second).
 pub const WAITING_FOR_MS: u64 = 3000;
@@ -89,8 +90,20 @@ impl Reservations {
     }
 }
 
-/// A job in a hand-off message: id, topic, body (JSON text), attempt, receipt, deadline, run_at, ttr.
-type Entry = (String, String, String, u32, String, i64, i64, u64);
+/// A job in a hand-off message: id, topic, body (JSON text), attempt, receipt, deadline, run_at, ttr, and
+/// the job's trace context (stored form) when it has one.
+#[derive(serde::Deserialize)]
+struct Entry(
+    String,
+    String,
+    String,
+    u32,
+    String,
+    i64,
+    i64,
+    u64,
+    #[serde(default)] Option<String>,
+);
 
 /// Reads a hand-off message (see `promote.lua`) into reservations.
 pub fn decode_handoff(payload: &str) -> Result<Vec<Reservation>> {
@@ -98,20 +111,25 @@ pub fn decode_handoff(payload: &str) -> Result<Vec<Reservation>> {
     let entries: Vec<Entry> = serde_json::from_str(payload).map_err(|e| bad(e.to_string()))?;
     entries
         .into_iter()
-        .map(|(id, topic, body, attempt, receipt, deadline, run_at, ttr_ms)| {
-            Ok(Reservation {
-                body: RawValue::from_string(body).map_err(|e| bad(format!("body of {id}: {e}")))?,
-                id,
-                topic,
-                attempt,
-                receipt,
-                deadline,
-                run_at,
-                ttr_ms,
-                // promote.lua never hands a job with a flow key: it waits for its key's turn.
-                flow_key: None,
-            })
-        })
+        .map(
+            |Entry(id, topic, body, attempt, receipt, deadline, run_at, ttr_ms, tc)| {
+                let trace = tc.and_then(|tc| TraceContext::from_stored(&tc));
+                Ok(Reservation {
+                    body: RawValue::from_string(body).map_err(|e| bad(format!("body of {id}: {e}")))?,
+                    id,
+                    topic,
+                    attempt,
+                    receipt,
+                    deadline,
+                    run_at,
+                    ttr_ms,
+                    // promote.lua never hands a job with a flow key: it waits for its key's turn.
+                    flow_key: None,
+                    traceparent: trace.as_ref().map(|t| t.traceparent.clone()),
+                    tracestate: trace.and_then(|t| t.tracestate),
+                })
+            },
+        )
         .collect()
 }
 
@@ -149,6 +167,18 @@ mod tests {
         assert_eq!((jobs[0].attempt, jobs[0].receipt.as_str()), (1, "ab.1"));
         assert_eq!((jobs[0].deadline, jobs[0].run_at), (1700000005000, 1700000000000));
         assert_eq!(jobs[0].ttr_ms, 30000);
+        assert_eq!(
+            (jobs[0].traceparent.as_deref(), jobs[0].tracestate.as_deref()),
+            (None, None)
+        );
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let traced = decode_handoff(&format!(
+            r#"[["01A","t","1",1,"ab.1",1,1,1,"{tp} k=v;w"],["01B","t","2",1,"ab.2",1,1,1]]"#
+        ))
+        .unwrap();
+        assert_eq!(traced[0].traceparent.as_deref(), Some(tp));
+        assert_eq!(traced[0].tracestate.as_deref(), Some("k=v;w"));
+        assert_eq!(traced[1].traceparent, None);
         assert!(decode_handoff("[[1]]").is_err());
         assert!(decode_handoff(r#"[["01A","t","not json",1,"ab.1",1,1,1]]"#).is_err());
     }

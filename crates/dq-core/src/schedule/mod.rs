@@ -60,6 +60,8 @@ impl ScheduleRules for ScheduleConfig {
             coalesce_key: None,
             coalesce: None,
             flow_key: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use redis::Value;
 use serde_json::value::RawValue;
 
 use crate::job::{DEFAULT_PRIORITY, Job, JobRef, State};
+use crate::trace::TraceContext;
 
 /// An integer, however Redis sent it.
 pub(crate) fn int(v: &Value) -> Option<i64> {
@@ -47,6 +48,11 @@ pub(crate) fn parse_job(id: &str, mut f: HashMap<String, Vec<u8>>) -> Result<Job
     let state = take("s")
         .and_then(|s| State::parse(&s))
         .ok_or(ParseJob::Bad("no state"))?;
+    let trace = take("tc").and_then(|tc| TraceContext::from_stored(&tc));
+    let (traceparent, tracestate) = match trace {
+        Some(t) => (Some(t.traceparent), t.tracestate),
+        None => (None, None),
+    };
     Ok(Job {
         id: id.to_string(),
         topic,
@@ -85,5 +91,7 @@ pub(crate) fn parse_job(id: &str, mut f: HashMap<String, Vec<u8>>) -> Result<Job
                     .collect()
             })
             .unwrap_or_default(),
+        traceparent,
+        tracestate,
     })
 }

@@ -5,7 +5,7 @@
 pub(crate) mod moves;
 pub(crate) mod schedules;
 
-pub use self::moves::{Balance, Expired, Promoted};
+pub use self::moves::{Balance, Expired, Promoted, TracedMove};
 
 crate::shared::role!(
     /// What dq-timer does. From [`crate::Queue::timer`].

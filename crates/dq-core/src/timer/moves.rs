@@ -5,7 +5,12 @@ use super::Timer;
 use crate::error::Result;
 use crate::reservations::Waiting;
 use crate::store::scripts::{balance, expire, promote};
-pub use crate::store::scripts::{balance::Balance, expire::Expired, promote::Promoted};
+pub use crate::store::scripts::{
+    balance::Balance,
+    expire::Expired,
+    promote::{Promoted, TracedMove},
+};
+use crate::telemetry::spans;
 
 impl Timer {
     /// Moves up to `limit` due jobs of partition `p` to ready.
@@ -15,8 +20,19 @@ impl Timer {
 
     /// Moves up to `limit` due jobs of partition `p` to ready, or hands them, reserved, to the `waiting`
     /// workers of their topics (see [`crate::reservations::handoff`]).
+    ///
+    /// Each moved job with a trace context gets its promotion span (`promote <topic>`, see
+    /// [`crate::telemetry::spans`]), spanning the call, when this process exports spans.
     pub async fn promote_for(&self, p: u16, limit: u32, waiting: &[Waiting]) -> Result<Promoted> {
-        promote::call(&self.store, p, limit, waiting).await
+        let start = std::time::SystemTime::now();
+        let promoted = promote::call(&self.store, p, limit, waiting).await?;
+        if !promoted.traced.is_empty() {
+            let end = std::time::SystemTime::now();
+            for t in &promoted.traced {
+                spans::promotion(&t.id, &t.topic, &t.trace, t.lateness_ms, t.handed, start, end);
+            }
+        }
+        Ok(promoted)
     }
 
     /// Ends up to `limit` expired reservations of partition `p`.

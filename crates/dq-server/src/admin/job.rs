@@ -59,6 +59,12 @@ pub async fn job(State(app): State<AppState>, caller: Caller, Path(id): Path<Str
                 @if let Some(b) = &job.backoff_ms { dt { "backoff (ms)" } dd { (format!("{b:?}")) } }
                 dt { "pushed (UTC)" } dd { (utc(job.created_at)) }
                 @if let Some(e) = &job.last_error { dt { "last error" } dd { (e) } }
+                // The trace id is what a tracing UI (Jaeger, Tempo) searches by.
+                @if let Some(t) = &job.traceparent {
+                    dt { "trace id" } dd { code { (t.get(3..35).unwrap_or(t)) } }
+                    dt { "traceparent" } dd { code { (t) } }
+                }
+                @if let Some(t) = &job.tracestate { dt { "tracestate" } dd { code { (t) } } }
             }
             h2 { "Body" }
             pre { (body) }

@@ -112,6 +112,8 @@ impl Session {
             coalesce: None,
             flow_key: None,
             fanout: Vec::new(),
+            // The protocol has no place for a trace context.
+            trace: None,
         }
     }
 

@@ -44,6 +44,8 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     string(push, "dedup_key", KEY);
     string(push, "coalesce_key", KEY);
     string(push, "flow_key", KEY);
+    string(push, "traceparent", dq_core::trace::TRACEPARENT_PATTERN);
+    tracestate(field(push, "tracestate"));
     int(push, "delay_ms", 0, max_delay);
     run_at(push, max_delay);
     job_fields(push);
@@ -65,6 +67,8 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
          "description": "not both `id` and a `first` coalescing key (its window is the idempotency)"},
         {"not": {"allOf": [{"anyOf": [given(&["delay_ms"]), given(&["run_at"])]}, mode_is(&["last", "merge"])]},
          "description": "a `last` or `merge` push is due by its window: no `delay_ms` or `run_at`"},
+        {"anyOf": [{"not": given(&["tracestate"])}, given(&["traceparent"])],
+         "description": "`tracestate` needs `traceparent`"},
     ]);
     note(
         push,
@@ -157,8 +161,8 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
     callback["description"] = json!("Where and how dq-consumer POSTs the topic's jobs. `burst` needs `rate_per_s`.");
     callback["properties"]["headers"]["propertyNames"] = json!({
         "pattern": "^[A-Za-z0-9_-]+$",
-        "not": {"pattern": "^([Cc][Oo][Nn][Tt][Ee][Nn][Tt]-([Tt][Yy][Pp][Ee]|[Ll][Ee][Nn][Gg][Tt][Hh])|[Hh][Oo][Ss][Tt]|[Ii][Dd][Ee][Mm][Pp][Oo][Tt][Ee][Nn][Cc][Yy]-[Kk][Ee][Yy]|[Xx]-[Dd][Qq]-.*)$"},
-        "description": "dq sets Content-Type, Content-Length, Host, Idempotency-Key and X-DQ-* itself"
+        "not": {"pattern": "^([Cc][Oo][Nn][Tt][Ee][Nn][Tt]-([Tt][Yy][Pp][Ee]|[Ll][Ee][Nn][Gg][Tt][Hh])|[Hh][Oo][Ss][Tt]|[Ii][Dd][Ee][Mm][Pp][Oo][Tt][Ee][Nn][Cc][Yy]-[Kk][Ee][Yy]|[Tt][Rr][Aa][Cc][Ee]([Pp][Aa][Rr][Ee][Nn][Tt]|[Ss][Tt][Aa][Tt][Ee])|[Xx]-[Dd][Qq]-.*)$"},
+        "description": "dq sets Content-Type, Content-Length, Host, Idempotency-Key, traceparent, tracestate and X-DQ-* itself"
     });
     callback["properties"]["headers"]["additionalProperties"] =
         json!({"type": "string", "pattern": "^[^\\u0000-\\u0008\\u000a-\\u001f\\u007f]*$"});
@@ -219,6 +223,17 @@ pub fn apply(doc: &mut Value, limits: &Limits, now_ms: i64) {
                 Some("topic") | Some("name") => s["pattern"] = TOPIC.into(),
                 // `state` of the job lists is an enum in its schema already.
                 Some("state") => {}
+                // The push routes' trace headers: optional, and a string when given (a header has no
+                // `null`, where utoipa writes an `Option`'s schema as nullable); an empty one counts as
+                // none.
+                Some("traceparent") => {
+                    s["type"] = "string".into();
+                    s["pattern"] = format!("^$|{}", dq_core::trace::TRACEPARENT_PATTERN).into();
+                }
+                Some("tracestate") => {
+                    s["type"] = "string".into();
+                    tracestate(s);
+                }
                 Some("limit") if flows => {
                     s["minimum"] = 1.into();
                     s["maximum"] = 100.into();
@@ -280,6 +295,13 @@ fn shared_errors(path: &str, op: &mut Value) {
         );
         add("500", "`internal`: Redis answered something unexpected (a bug).");
     }
+}
+
+/// A W3C `tracestate`: its list syntax (members `key=value`, at most 32, keys unique) is the format
+/// `dq-tracestate`, which JSON Schema cannot state; its length is.
+fn tracestate(s: &mut Value) {
+    s["format"] = "dq-tracestate".into();
+    s["maxLength"] = dq_core::trace::MAX_TRACESTATE.into();
 }
 
 fn for_each_operation(doc: &mut Value, mut f: impl FnMut(&str, &str, &mut Value)) {

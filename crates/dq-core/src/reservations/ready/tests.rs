@@ -276,6 +276,8 @@ fn handed_job(id: &str, topic: &str) -> crate::job::Reservation {
         deadline: 0,
         run_at: 0,
         flow_key: None,
+        traceparent: None,
+        tracestate: None,
         ttr_ms: 30_000,
     }
 }

@@ -56,5 +56,7 @@ pub(crate) async fn call(store: &Store, p: u16, id: &str, receipt: &str) -> Resu
         ttr_ms: out.get(5).and_then(int).ok_or_else(bad)? as u64,
         // Only dq-consumer acts on a flow key (a 429 pauses the key); the protocol has none.
         flow_key: None,
+        traceparent: None,
+        tracestate: None,
     }))
 }

@@ -21,8 +21,11 @@
 -- ARGV[1]: ready wake channel   ARGV[2]: timer wake channel   ARGV[3]: mode, "last" or "merge"
 -- ARGV[4]: the id of the job a new push makes   ARGV[5]: topic   ARGV[6]: the push's body
 -- ARGV[7]: window_ms   ARGV[8]: max_wait_ms ("" for none)   ARGV[9]: max_items ("" for none)
--- ARGV[10]: ttr_ms   ARGV[11]: max_attempts   ARGV[12]: options of a new job, as push.lua's (its
---          dedup_ms field always empty)   ARGV[13]: the body size limit (bytes)   ARGV[14]: push memory (ms)
+-- ARGV[10]: ttr_ms   ARGV[11]: max_attempts   ARGV[12]: the push's options, as push.lua's (its
+--          dedup_ms field always empty): a new job's; of a push into the pending job, only the trace
+--          context counts: a `last` push puts its own (or none) in place of the job's (the job now
+--          delivers this push's body), a `merge` push leaves the job's (the first push's)
+--          ARGV[13]: the body size limit (bytes)   ARGV[14]: push memory (ms)
 -- Returns: {status, job id, state, run_at}: status 0 a new job, 1 into the pending job, 2 this push was
 --          here already (the state and due time of its job now; state "gone" when it is gone).
 
@@ -51,9 +54,15 @@ if h[1] then
 end
 if pending and mode == 'merge' and #r.b + 1 + #body > limit then pending = nil end
 local was_empty = redis.call('EXISTS', ready) == 0
--- A job of a flow key (the options' fifth field): ready, it goes to the key's queue (flow.lua).
+-- The options (push.lua's seven fields); a job of a flow key (the fifth): ready, it goes to the key's
+-- queue (flow.lua). The trace context (the seventh) is read to the end: a tracestate may hold ";".
 local prefix = string.sub(bucket, 1, #bucket - 8)
-local fk = string.match(ARGV[12], '^[^;]*;[^;]*;[^;]*;[^;]*;([^;]+)')
+local o = {}
+if ARGV[12] ~= '' then
+  o = {string.match(ARGV[12], '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);(.*)$')}
+end
+local fk = o[5] ~= '' and o[5] or nil
+local tc = o[7] ~= '' and o[7] or nil
 if fk then flow_read(prefix, topic, fk) end
 
 local function remember(id, due)
@@ -70,6 +79,8 @@ if pending then
     local due = now + window
     if max_wait and first + max_wait < due then due = first + max_wait end
     r.b, r.r = body, due
+    -- The job delivers this push's body, so it is in this push's trace (or in none).
+    r.tc = tc
     redis.call('ZADD', bucket, due, pending)
     rec_store(base .. pending, r)
     redis.call('HSET', ckey, 'n', n)
@@ -104,24 +115,19 @@ if mode == 'merge' then
   if max_items and max_items <= 1 then due, state = now, 'ready' end
 end
 local x, g, bo, p
-local o = ARGV[12]
-if o ~= '' then
-  -- (The fields after the flow key, a fan-out's children, never come with a coalescing key.)
-  local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*)')}
-  if f[2] ~= '' then
-    g = tonumber(f[2])
-    x = due + g
-  end
-  if f[3] ~= '' then
-    bo = {}
-    for d in string.gmatch(f[3], '%d+') do bo[#bo + 1] = tonumber(d) end
-  end
-  if f[4] ~= '' then p = tonumber(f[4]) end
+if o[2] and o[2] ~= '' then
+  g = tonumber(o[2])
+  x = due + g
 end
+if o[3] and o[3] ~= '' then
+  bo = {}
+  for d in string.gmatch(o[3], '%d+') do bo[#bo + 1] = tonumber(d) end
+end
+if o[4] and o[4] ~= '' then p = tonumber(o[4]) end
 -- The delay set's first due time, read before the first write: a timer is told when this job comes first.
 local head = state == 'delayed' and redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
 if not rec_store(new_key, {t = topic, b = b, r = due, ttr = tonumber(ARGV[10]), m = tonumber(ARGV[11]),
-    c = now, s = state, a = 0, x = x, g = g, bo = bo, p = p, f = fk}, false, true) then
+    c = now, s = state, a = 0, x = x, g = g, bo = bo, p = p, f = fk, tc = tc}, false, true) then
   return redis.error_reply('ERR coalesce: the new job id ' .. new_id .. ' is taken')
 end
 if state == 'ready' and fk then

@@ -8,7 +8,7 @@
 -- no record.
 
 local wanted = ARGV
-if #wanted == 0 then wanted = {'s', 't', 'b', 'r', 'ttr', 'm', 'c', 'a', 'd', 'rc', 'e', 'x', 'bo', 'p', 'f', 'ch'} end
+if #wanted == 0 then wanted = {'s', 't', 'b', 'r', 'ttr', 'm', 'c', 'a', 'd', 'rc', 'e', 'x', 'bo', 'p', 'f', 'tc', 'ch'} end
 local out = {}
 for k, key in ipairs(KEYS) do
   local pairs_out = {}

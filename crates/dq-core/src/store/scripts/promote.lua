@@ -17,9 +17,12 @@
 --   (the consumer is gone) those jobs go to the ready queue instead. Jobs are handed by priority, then
 --   due time, as the ready queue would give them out.
 -- Returns: {moved, next_due (-1 when the delay set is empty), now, jobs handed to each waiting worker
---   (one value per worker, in the order given) ..., lateness of each moved job in ms ...}
+--   (one value per worker, in the order given) ..., lateness of each moved job in ms ..., then five
+--   values for each moved job with a trace context (the record's tc): id, topic, tc, lateness ms, 1 when
+--   handed else 0} (dq-timer's promotion spans; nothing for jobs without one)
 --   A hand-off message is a JSON array of jobs, each [id, topic, body, attempt, receipt, deadline, run_at,
---   ttr] (the fields and order of reserve.lua's answer).
+--   ttr] (the fields and order of reserve.lua's answer), and its trace context as a ninth value when
+--   the job has one.
 
 local bucket, counts, reserved, announced = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -130,6 +133,7 @@ for k = 1, count do
         local ttr = math.max(r.ttr, wk.ttr)
         local a, rc, d = r.a + 1, nonce .. '.' .. n, now + ttr
         entry[i] = {id, r.t, r.b, a, rc, d, r.r, ttr}
+        if r.tc then entry[i][9] = r.tc end
         table.insert(wk.jobs, entry[i])
         handed_to[i] = w
         break
@@ -182,6 +186,8 @@ local head_len = #out
 if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, 0, count - 1) end
 local to_reserved = {}
 local earliest
+-- The moved jobs with a trace context: {id, topic, tc, lateness, handed}, returned after the lateness.
+local traced = {}
 -- Members added, per sorted set: one ZADD per set, not one per job (each call is most of a job's cost
 -- here), in slices that stay within what Lua's unpack takes.
 local adds, order = {}, {}
@@ -223,6 +229,7 @@ for i = 1, count do
       per_topic[r.t] = per_topic[r.t] + 1
     end
     out[#out + 1] = now - run_at
+    if r.tc then traced[#traced + 1] = {id, r.t, r.tc, now - run_at, w and 1 or 0} end
   elseif turns[i] then
     -- A parked turn whose token or pause came: back in line, if its key still has ready jobs.
     local tp, k = turns[i][1], turns[i][2]
@@ -280,6 +287,9 @@ if earliest and (told == nil or earliest < told) then
   redis.call(publish, timer_channel, reserved .. ' ' .. earliest)
 end
 out[1] = #out - head_len
+for _, tj in ipairs(traced) do
+  for k = 1, 5 do out[#out + 1] = tj[k] end
+end
 local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
 if head[2] then out[2] = tonumber(head[2]) end
 return out

@@ -13,14 +13,16 @@
 --          producer's id, "2" a retry of a write whose outcome is unknown (it may have run), "3" a
 --          fan-out's child: stored only with its parent, the job before it with children (see below),
 --          when this call stores that parent; then its
---          options, "" for none, else six fields, each "" when absent, separated by ";": dedup_ms (the
+--          options, "" for none, else seven fields, each "" when absent, separated by ";": dedup_ms (the
 --          deduplication window), max_age_ms (retries end that long after the first due time), backoff
 --          list (ms, comma-separated; else the caller's at each nack), priority (none: the default,
 --          1024; see rec_score), flow key (flow.lua: a ready job goes to its key's queue, and the key
 --          gets its turn in the topic's ready queue), children ("<ttl ms> <suffix>,<suffix>,...": a
 --          fan-out's parent, stored done and expiring ttl ms after its due time, whose children, with
---          ids "<id>~<suffix>", follow it with mode "3"). Options are rare, so most jobs cost Redis one
---          argument for them instead of four (each argument is a string Redis makes for Lua).
+--          ids "<id>~<suffix>", follow it with mode "3"), and the trace context,
+--          "<traceparent>[ <tracestate>]", kept as the record's tc (last, and read to the end of the
+--          string: a tracestate may hold ";"). Options are rare, so most jobs cost Redis one argument
+--          for them instead of seven (each argument is a string Redis makes for Lua).
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, or a fan-out's
 --          child whose parent this call did not store, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
@@ -47,16 +49,16 @@ local delayed = KEYS[2]
 -- The partition's prefix: the delay set's key without its ':delayed'.
 local prefix = string.sub(delayed, 1, #delayed - 8)
 local n = (#ARGV - 2) / 9
--- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority, flow key, children} (strings, ""
--- when absent), and its deduplication key; read before the first write, with the jobs those keys
--- already name (a record is a key the script cannot declare; see "Scripts on a moving slot" in
--- architecture.md): dedup key -> {id, s, r}.
+-- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority, flow key, children, trace context}
+-- (strings, "" when absent), and its deduplication key; read before the first write, with the jobs
+-- those keys already name (a record is a key the script cannot declare; see "Scripts on a moving slot"
+-- in architecture.md): dedup key -> {id, s, r}.
 local opts, dedup_of, holder = {}, {}, {}
 local next_dedup = 3 + 2 * n
 for i = 0, n - 1 do
   local o = ARGV[11 + 9 * i]
   if o ~= '' then
-    local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);([^;]*)$')}
+    local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);(.*)$')}
     opts[i] = f
     if f[5] ~= '' then flow_read(prefix, ARGV[4 + 9 * i], f[5]) end
     if f[1] ~= '' then
@@ -101,6 +103,7 @@ for i = 0, n - 1 do
     local ttl = nil
     if o then
       if o[5] ~= '' then r.f = o[5] end
+      if o[7] ~= '' then r.tc = o[7] end
       if o[2] ~= '' then
         r.g = tonumber(o[2])
         r.x = run_at + r.g

@@ -144,10 +144,12 @@ pub(crate) async fn call(
         .collect()
 }
 
-/// A job's options as push.lua takes them in one argument: `""` when it has none, else
-/// `dedup_ms;max_age_ms;backoff;priority;flow_key;children`, each `""` when absent, the backoff list
-/// comma-separated, the children a fan-out's: `<ttl_ms> <topic>,<topic>,...` (its parent stored done,
-/// expiring `ttl_ms` after its due time).
+/// A job's options as push.lua takes them in one argument: `""` when it has none, else seven fields,
+/// `dedup_ms;max_age_ms;backoff;priority;flow_key;children;trace`, each `""` when absent, the backoff
+/// list comma-separated, the children a fan-out's: `<ttl_ms> <topic>,<topic>,...` (its parent stored
+/// done, expiring `ttl_ms` after its due time); the trace context comes last, in its stored form
+/// ([`crate::trace::TraceContext::stored`]), which the script reads to the end of the string (a
+/// `tracestate` may hold `;`).
 pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64) -> String {
     // The default priority is stored as none (record.lua), so it is sent as none.
     let priority = job.priority.filter(|&p| p != DEFAULT_PRIORITY);
@@ -157,6 +159,7 @@ pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64) -> String {
         && priority.is_none()
         && job.flow_key.is_none()
         && job.fanout.is_empty()
+        && job.trace.is_none()
     {
         return String::new();
     }
@@ -168,7 +171,7 @@ pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64) -> String {
         format!("{fanout_ttl_ms} {}", topics.join(","))
     };
     format!(
-        "{};{};{};{};{};{children}",
+        "{};{};{};{};{};{children};{}",
         field(job.dedup.as_ref().map(|d| d.window_ms.to_string())),
         field(job.max_age_ms.map(|a| a.to_string())),
         field(
@@ -178,5 +181,6 @@ pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64) -> String {
         ),
         field(priority.map(|p| p.to_string())),
         job.flow_key.as_deref().unwrap_or_default(),
+        field(job.trace.as_ref().map(|t| t.stored())),
     )
 }

@@ -33,7 +33,8 @@
 -- beanstalkd.rs), given when the beanstalkd protocol first showed it; k: beanstalkd's counters of the
 -- job, {timeouts, releases, buries, kicks, delay}: delay (seconds) once a release or kick
 -- changed the due time the job was put with. f: the job's flow key, whose ready jobs wait in a queue of
--- their own (flow.lua). tc: its trace context. ch: the jobs it started, as their ids' suffixes (a
+-- their own (flow.lua). tc: the job's W3C trace context, "<traceparent>" or "<traceparent> <tracestate>"
+-- (crates/dq-core/src/trace.rs), opaque here. ch: the jobs it started, as their ids' suffixes (a
 -- child's id is `<id>~<suffix>`): a fan-out's children, or what its callback's answer or its ack
 -- pushed (add.lua). All only for jobs that have them.
 --
@@ -99,7 +100,7 @@ end
 -- The topic of `raw` (a GET's answer), read from its first bytes without unpacking it, for a caller
 -- that needs nothing else of a record whose state alone it rewrites (promote.lua moving due jobs to
 -- their ready queues: unpacking is most of what a job costs there). Only a packed array of 7 to 14
--- fields (so without p, n or k: those make it 15 or more) whose state is 1 to 5 and whose topic is a
+-- fields (so without p, n, k, f or tc: those make it 15 or more) whose state is 1 to 5 and whose topic is a
 -- fixstr or str8 is read so. For anything else it returns nil, and the caller uses rec_load, which
 -- unpacks (and quarantines what it cannot decode).
 local function rec_topic(raw)
@@ -121,7 +122,7 @@ end
 local function rec_score(p, at) return (p or 1024) * 4398046511104 + at end
 
 -- Writes `r` at `key`. The fields up to `a` are always there; the optional ones (d, rc, e, x, g, bo) are
--- `false` when absent, and left out at the end. (So are p, n, k and f.) A reservation's end is `r.rc, r.d = nil, nil`.
+-- `false` when absent, and left out at the end. (So are p, n, k, f and tc.) A reservation's end is `r.rc, r.d = nil, nil`.
 --
 -- With `only_state`, the caller changed nothing but `r.s`. The state is the array's first element, one
 -- byte (a positive fixint) at offset 1, after MessagePack's one-byte array header, so one SETRANGE writes

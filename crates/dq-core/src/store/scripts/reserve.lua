@@ -20,7 +20,7 @@
 -- gave one give more, a round at a time, as their limits allow.
 -- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at, ttr (the
 -- reservation's length in ms, so a worker can touch at half of it without comparing clocks), flow key
--- ("" for none); then 1 when the
+-- ("" for none), trace context (the record's tc, "" for none); then 1 when the
 -- queues may still hold jobs (a topic's count says so, or they do), 0 when they are empty (the caller's
 -- process then knows, without another call, that nobody needs waking for them).
 
@@ -204,6 +204,7 @@ for _, job in ipairs(jobs) do
   out[#out + 1] = r.r
   out[#out + 1] = ttr
   out[#out + 1] = job[3] or ''
+  out[#out + 1] = r.tc or ''
 end
 -- The flow keys: their state, their ready counts, and their turns: back at the end of the line (the
 -- priority of the key's last job taken, the time now; one ZADD per queue), parked, or out.

@@ -12,6 +12,7 @@ use crate::flow::FlowLimits;
 use crate::job::Reservation;
 use crate::store::Store;
 use crate::store::decode::{int, text};
+use crate::trace::TraceContext;
 
 script!(
     /// Reserve ready jobs over topics in priority order.
@@ -60,12 +61,13 @@ pub(crate) async fn call(
     let bad = || Error::unexpected(Some(p), "reserve returned a malformed job");
     let (more, jobs) = out.split_last().ok_or_else(bad)?;
     let jobs = jobs
-        .chunks(9)
+        .chunks(10)
         .map(|c| {
-            if c.len() != 9 {
+            if c.len() != 10 {
                 return Err(bad());
             }
             let body = text(&c[2]).ok_or_else(bad)?;
+            let trace = text(&c[9]).and_then(|tc| TraceContext::from_stored(&tc));
             Ok(Reservation {
                 id: text(&c[0]).ok_or_else(bad)?,
                 topic: text(&c[1]).ok_or_else(bad)?,
@@ -76,6 +78,8 @@ pub(crate) async fn call(
                 run_at: int(&c[6]).ok_or_else(bad)?,
                 ttr_ms: int(&c[7]).ok_or_else(bad)? as u64,
                 flow_key: text(&c[8]).filter(|k| !k.is_empty()),
+                traceparent: trace.as_ref().map(|t| t.traceparent.clone()),
+                tracestate: trace.and_then(|t| t.tracestate),
             })
         })
         .collect::<Result<_>>()?;
