@@ -94,7 +94,7 @@ async fn every_binary_serves_the_documented_metrics() {
     call(
         "PUT",
         "/v1/topics/bad",
-        json!({"callback": {"url": "http://127.0.0.1:9/x", "on_dead_url": hook}, "retry": {"max_attempts": 1}}),
+        json!({"callback": {"url": "http://127.0.0.1:9/x", "on_dead_url": hook, "on_success_url": hook}, "retry": {"max_attempts": 1}}),
     )
     .await
     .unwrap();
@@ -219,6 +219,8 @@ async fn every_binary_serves_the_documented_metrics() {
                 "dq_dead_jobs_dropped_total",
                 "dq_dead_hooks_total",
                 "dq_dead_hooks_waiting",
+                "dq_success_hooks_total",
+                "dq_success_hooks_waiting",
                 "dq_quarantined_jobs",
             ],
         ),
