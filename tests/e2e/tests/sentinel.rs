@@ -82,6 +82,52 @@ async fn dq_follows_sentinel_through_a_kill_and_a_demotion_and_loses_no_durable_
     assert_eq!(status, 200, "{attempts}");
     assert_eq!(attempts["history"][0]["outcome"], "acked", "{attempts}");
     assert_eq!(attempts["history"][0]["consumer"], "sentinel-worker", "{attempts}");
+    // A fan-out push and an ack that pushes: the children stored with them.
+    let (status, _) = call(
+        &http,
+        port,
+        "PUT",
+        "/v1/topics/fan",
+        Some(json!({"fanout": ["f1", "f2"]})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, out) = call(
+        &http,
+        port,
+        "POST",
+        "/v1/jobs",
+        Some(json!({"id": "s2", "topic": "fan", "body": 2})),
+    )
+    .await;
+    assert_eq!(
+        (status, out["children"].as_array().map(Vec::len)),
+        (201, Some(2)),
+        "{out}"
+    );
+    let (_, out) = call(
+        &http,
+        port,
+        "POST",
+        "/v1/reserve",
+        Some(json!({"topics": ["f1"], "timeout_ms": 10000})),
+    )
+    .await;
+    let job = &out["jobs"][0];
+    assert_eq!(job["id"], "s2~f1", "{out}");
+    let ack = json!({"receipt": job["receipt"], "push": [{"topic": "next", "body": 3}]});
+    let (status, out) = call(&http, port, "POST", "/v1/jobs/s2~f1/ack", Some(ack)).await;
+    assert_eq!(
+        (status, out["pushed"][0]["id"].clone()),
+        (200, json!("s2~f1~0")),
+        "{out}"
+    );
+    let (_, out) = call(&http, port, "GET", "/v1/jobs/s2~f1~0", None).await;
+    assert_eq!(
+        (out["state"].clone(), out["parent"].clone()),
+        (json!("ready"), json!("s2~f1")),
+        "{out}"
+    );
     let (_, stats) = call(&http, port, "GET", "/v1/stats", None).await;
     assert_eq!(stats["redis"]["mode"], "sentinel");
 
