@@ -14,7 +14,7 @@ use dq_harness::{RedisCluster, RedisServer, eventually};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use common::{cluster, push, standalone};
+use common::{cluster, push, reserve, standalone};
 
 const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 /// A `tracestate` with what the record and the options argument must carry through: `;`, a space.
@@ -26,18 +26,6 @@ fn trace_of(job: &Job) -> (Option<&str>, Option<&str>) {
 
 fn trace_in(r: &Reservation) -> (Option<&str>, Option<&str>) {
     (r.traceparent.as_deref(), r.tracestate.as_deref())
-}
-
-/// Reserves the one ready job of `topic`, waiting for it.
-async fn reserve(q: &Queue, topic: &str) -> Reservation {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(r) = q.reservations().reserve(&[topic.to_string()], 1).await.unwrap().pop() {
-            return r;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no job of {topic} came ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Promotes the job `id` once it is due.
