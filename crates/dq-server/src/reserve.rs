@@ -176,18 +176,21 @@ pub async fn ack(
             dq_core::Error::Forbidden(format!("this token may not push to topic `{topic}` (scope `produce`)"))
         })
     };
-    // The jobs join the acked job's trace, when it has one (one look-up, on this path only).
-    let trace = match app.queue.producer().get(&id).await {
-        Ok(job) => dq_core::trace::TraceContext::from_fields(job.traceparent.as_deref(), job.tracestate.as_deref())
+    // One look-up, on this path only: the jobs join the acked job's trace, when it has one, and a token
+    // limited to some topics is checked against the job's (what `allow_job` would look up again).
+    let looked_up = app.queue.producer().get(&id).await;
+    let trace = looked_up.as_ref().ok().and_then(|job| {
+        dq_core::trace::TraceContext::from_fields(job.traceparent.as_deref(), job.tracestate.as_deref())
             .ok()
-            .flatten(),
-        Err(_) => None,
-    };
+            .flatten()
+    });
     let jobs = app
         .queue
         .producer()
         .prepare_pushes(&id, trace.as_ref(), push, &registry, may_push)?;
-    allow_job(&app, &caller, Scope::Consume, &id).await?;
+    if caller.limited() {
+        caller.allow(Scope::Consume, &looked_up?.topic)?;
+    }
     let pushed = app
         .queue
         .reservations()
