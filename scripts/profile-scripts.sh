@@ -52,7 +52,7 @@ for b in range(0, n, batch):
     cmds.append(resp("EVALSHA", sha["push"], len(keys), *keys, *args))
     cmds += [resp("ZADD", f"{P}:delayed", 1, i) for i in ids]  # due now
     cmds.append(resp("EVALSHA", sha["promote"], 4, f"{P}:delayed", f"{P}:counts", f"{P}:reserved", f"{P}:announced",
-                     P, len(ids), "ch:ready", "ch:timer", "nonce"))
+                     P, len(ids), "ch:ready", "ch:timer", "nonce", ""))
     cmds.append(resp("EVALSHA", sha["reserve"], 4, f"{P}:reserved", f"{P}:counts", f"{P}:announced", f"{P}:ready:t",
                      P, len(ids), "rc", "", "ch:timer", ""))
     # reserve.lua's receipts are <nonce>.<k>, in the order it popped: the ids' order here.

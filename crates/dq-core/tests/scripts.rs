@@ -982,8 +982,8 @@ async fn the_record_keeps_every_field_and_the_exact_body_through_every_move() {
 
 /// promote.lua reads a record's topic from its first bytes when it only moves the job to its ready
 /// queue (`rec_topic`), and unpacks the records that function leaves alone: topics of every string
-/// length, records of every field count, a job with a priority, and a record written as a hash all reach
-/// their ready queue whole.
+/// length, records of every field count, a job with a priority, traced jobs (and one written as before,
+/// with its trace context in the array) and a record written as a hash all reach their ready queue whole.
 #[tokio::test]
 async fn promotion_moves_records_of_every_shape_whole() {
     let redis = RedisServer::start();
@@ -1020,14 +1020,74 @@ async fn promotion_moves_records_of_every_shape_whole() {
         ("s", "delayed"),
     ];
     plant_hash_record(&mut c, &q, &fields, "delayed", "a:delayed");
+    // A trace context follows the array, which stays as short as an untraced job's (its topic is read
+    // from the first bytes); with a priority too, the array is 15 fields long and is unpacked.
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for (id, more) in [
+        ("traced", serde_json::json!({})),
+        ("traced-prio", serde_json::json!({"priority": 9})),
+    ] {
+        let mut push = serde_json::json!({"id": id, "topic": "a", "body": 3, "delay_ms": 30, "traceparent": tp});
+        push.as_object_mut().unwrap().extend(more.as_object().unwrap().clone());
+        q.producer().push(job(&q, push)).await.unwrap();
+    }
+    let state: Vec<u8> = redis::cmd("GETRANGE")
+        .arg(key(&q, "traced", "job:traced"))
+        .arg(0)
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        state,
+        [0x97, 1 + 8],
+        "a fixarray of 7, state delayed, a trace context after it"
+    );
+    // As records were written before the trace context left the array: field 19 of 19 (a three-byte
+    // header, an array16).
+    let _: () = redis::cmd("EVAL")
+        .arg(
+            "local f = {} for i = 8, 18 do f[i] = false end \
+             redis.call('SET', KEYS[1], cmsgpack.pack({1, 'a', '4', tonumber(ARGV[1]), 30000, 3, 60, f[8], f[9], \
+             f[10], f[11], f[12], f[13], f[14], f[15], f[16], f[17], f[18], ARGV[2]}))",
+        )
+        .arg(1)
+        .arg(key(&q, "traced-before", "job:traced-before"))
+        .arg(1_700_000_000_000_i64)
+        .arg(tp)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(key(&q, "traced-before", "delayed"))
+        .arg(1_700_000_000_000_i64)
+        .arg("traced-before")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("HINCRBY")
+        .arg(key(&q, "traced-before", "counts"))
+        .arg("a:delayed")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
     assert_consistent(&redis);
 
     let moved = std::sync::atomic::AtomicUsize::new(0);
-    eventually(Duration::from_secs(10), "all seven are promoted", || async {
+    eventually(Duration::from_secs(10), "all ten are promoted", || async {
         moved.fetch_add(promote_all(&q).await, std::sync::atomic::Ordering::Relaxed);
-        moved.load(std::sync::atomic::Ordering::Relaxed) == 7
+        moved.load(std::sync::atomic::Ordering::Relaxed) == 10
     })
     .await;
+    for (id, body, priority) in [
+        ("traced", "3", 1024),
+        ("traced-prio", "3", 9),
+        ("traced-before", "4", 1024),
+    ] {
+        let j = q.producer().get(id).await.unwrap();
+        assert_eq!(
+            (j.state, j.body.get(), j.priority, j.traceparent.as_deref()),
+            (State::Ready, body, priority, Some(tp)),
+            "{id}"
+        );
+    }
     for (i, t) in topics.iter().enumerate() {
         let j = q.producer().get(&format!("t{i}")).await.unwrap();
         assert_eq!(
@@ -1068,7 +1128,26 @@ async fn promotion_moves_records_of_every_shape_whole() {
         );
     }
     got.sort();
-    assert_eq!(got, ["full", "old", "prio", "t0", "t1", "t2", "t3"]);
+    assert_eq!(
+        got,
+        [
+            "full",
+            "old",
+            "prio",
+            "t0",
+            "t1",
+            "t2",
+            "t3",
+            "traced",
+            "traced-before",
+            "traced-prio"
+        ]
+    );
+    // Reserved (whole records written again), each keeps its trace context.
+    for id in ["traced", "traced-prio", "traced-before"] {
+        let j = q.producer().get(id).await.unwrap();
+        assert_eq!((j.state, j.traceparent.as_deref()), (State::Reserved, Some(tp)), "{id}");
+    }
 }
 
 /// A record's Redis memory follows its body's length: there is no step at 64 bytes, where a hash record

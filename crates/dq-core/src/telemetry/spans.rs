@@ -99,6 +99,11 @@ impl JobSpan {
     }
 }
 
+/// Whether this process makes spans (it exports them): the scripts hand back what a span needs only then.
+pub fn exporting() -> bool {
+    otlp::tracer().is_some()
+}
+
 /// dq-server's span of a push of `topic` in `trace` (the job's id is set once known).
 pub fn push(topic: &str, trace: &TraceContext) -> Option<JobSpan> {
     JobSpan::start(

@@ -10,7 +10,9 @@
 -- ARGV[1]: key prefix   ARGV[2]: most jobs to move in this call   ARGV[3]: ready wake channel
 -- ARGV[4]: timer wake channel (told `<reserved key> <deadline>` as reserve.lua tells it)
 -- ARGV[5]: receipt nonce (random, from the caller)
--- ARGV[6..]: the waiting workers, four values each: topic, hand-off channel
+-- ARGV[6]: "1" when the caller makes promotion spans (it exports them), so wants the moved jobs' trace
+--   contexts (see Returns); else ""
+-- ARGV[7..]: the waiting workers, four values each: topic, hand-off channel
 --   (<prefix>:handoff:<consumer>), free slots, least TTR in ms. A due job of a waiting worker's topic is
 --   reserved for it (attempt + 1, a receipt, a deadline of now + max(its TTR, the least TTR)) and
 --   published on its channel, up to its free slots, in the order given. When the publish reaches nobody
@@ -18,15 +20,15 @@
 --   due time, as the ready queue would give them out.
 -- Returns: {moved, next_due (-1 when the delay set is empty), now, jobs handed to each waiting worker
 --   (one value per worker, in the order given) ..., lateness of each moved job in ms ..., then five
---   values for each moved job with a trace context (the record's tc): id, topic, tc, lateness ms, 1 when
---   handed else 0} (dq-timer's promotion spans; nothing for jobs without one)
+--   values for each moved job with a trace context (the record's tc) when ARGV[6] asks for them: id,
+--   topic, tc, lateness ms, 1 when handed else 0} (dq-timer's promotion spans; nothing for jobs without one)
 --   A hand-off message is a JSON array of jobs, each [id, topic, body, attempt, receipt, deadline, run_at,
 --   ttr] (the fields and order of reserve.lua's answer), and its trace context as a ninth value when
 --   the job has one.
 
 local bucket, counts, reserved, announced = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local timer_channel, nonce = ARGV[4], ARGV[5]
+local timer_channel, nonce, spans = ARGV[4], ARGV[5], ARGV[6] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', bucket, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
@@ -40,8 +42,8 @@ local count = #due / 2
 -- needs the whole record).
 local waiting = {}
 local wanted = {}
-for w = 1, math.floor((#ARGV - 5) / 4) do
-  local a = 5 + (w - 1) * 4
+for w = 1, math.floor((#ARGV - 6) / 4) do
+  local a = 6 + (w - 1) * 4
   local slots = tonumber(ARGV[a + 3])
   waiting[w] = {topic = ARGV[a + 1], channel = ARGV[a + 2], slots = slots, ttr = tonumber(ARGV[a + 4]), jobs = {}}
   if slots > 0 then wanted[ARGV[a + 1]] = true end
@@ -57,7 +59,7 @@ for i = 1, count do
   local member = due[2 * i - 1]
   local key = prefix .. ':job:' .. member
   local raw = string.byte(member, 1) ~= 126 and redis.pcall('GET', key)
-  local topic = rec_topic(raw)
+  local topic, traced = rec_topic(raw)
   local r
   if not raw then
     local tp, k = string.match(member, '^~(%S+) (.+)$')
@@ -65,9 +67,10 @@ for i = 1, count do
       turns[i] = {tp, k}
       flow_read(prefix, tp, k)
     end
-  elseif topic and not wanted[topic] then
-    -- Going to its ready queue: only its topic and state are needed (rec_topic says it has no priority).
-    r = {s = 'delayed', t = topic}
+  elseif topic and not wanted[topic] and not (traced and spans) then
+    -- Going to its ready queue: only its topic and state are needed (rec_topic says it has no priority,
+    -- and the trace context that follows its array is not wanted), and how the state is stored.
+    r = {s = 'delayed', t = topic, at = 1, sf = traced and 8 or 0}
   elseif raw then
     r = rec_load(key, false, bucket, due[2 * i], raw)
     if r and r.f and not keyed[r.t .. ' ' .. r.f] then
@@ -229,7 +232,7 @@ for i = 1, count do
       per_topic[r.t] = per_topic[r.t] + 1
     end
     out[#out + 1] = now - run_at
-    if r.tc then traced[#traced + 1] = {id, r.t, r.tc, now - run_at, w and 1 or 0} end
+    if spans and r.tc then traced[#traced + 1] = {id, r.t, r.tc, now - run_at, w and 1 or 0} end
   elseif turns[i] then
     -- A parked turn whose token or pause came: back in line, if its key still has ready jobs.
     local tp, k = turns[i][1], turns[i][2]

@@ -31,7 +31,8 @@ pub struct Promoted {
     pub handed: Vec<u32>,
     /// For each moved job, how late it was moved (now − due), ms.
     pub lateness_ms: Vec<i64>,
-    /// The moved jobs that carry a trace context (dq-timer makes a span for each).
+    /// The moved jobs that carry a trace context (dq-timer makes a span for each), when this process
+    /// exports spans; else none.
     pub traced: Vec<TracedMove>,
 }
 
@@ -63,7 +64,8 @@ pub(crate) async fn call(store: &Store, p: u16, limit: u32, waiting: &[Waiting])
         .arg(limit)
         .arg(keys.ready_channel())
         .arg(keys.timer_channel())
-        .arg(crate::attempt::receipt_nonce());
+        .arg(crate::attempt::receipt_nonce())
+        .arg(if crate::telemetry::spans::exporting() { "1" } else { "" });
     for w in waiting {
         inv.arg(&w.topic)
             .arg(keys.handoff_channel(&w.consumer))

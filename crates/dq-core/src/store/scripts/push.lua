@@ -21,8 +21,11 @@
 --          fan-out's parent, stored done and expiring ttl ms after its due time, whose children, with
 --          ids "<id>~<suffix>", follow it with mode "3"), and the trace context,
 --          "<traceparent>[ <tracestate>]", kept as the record's tc (last, and read to the end of the
---          string: a tracestate may hold ";"). Options are rare, so most jobs cost Redis one argument
---          for them instead of seven (each argument is a string Redis makes for Lua).
+--          string: a tracestate may hold ";"); or, for a job whose only option is its trace context,
+--          that context alone (a traceparent's third character is "-", which no string of the seven
+--          fields has there: its first is digits). Options are rare, so most jobs cost Redis one
+--          argument for them instead of seven (each argument is a string Redis makes for Lua), and a
+--          traced job's is read without a pattern.
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, or a fan-out's
 --          child whose parent this call did not store, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
@@ -52,12 +55,15 @@ local n = (#ARGV - 2) / 9
 -- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority, flow key, children, trace context}
 -- (strings, "" when absent), and its deduplication key; read before the first write, with the jobs
 -- those keys already name (a record is a key the script cannot declare; see "Scripts on a moving slot"
--- in architecture.md): dedup key -> {id, s, r}.
-local opts, dedup_of, holder = {}, {}, {}
+-- in architecture.md): dedup key -> {id, s, r}. `traces`: the jobs whose only option is a trace context.
+local opts, traces, dedup_of, holder = {}, {}, {}, {}
 local next_dedup = 3 + 2 * n
 for i = 0, n - 1 do
   local o = ARGV[11 + 9 * i]
-  if o ~= '' then
+  if o ~= '' and string.byte(o, 3) == 45 then
+    -- A trace context alone, the most common options: the string is the context.
+    traces[i] = o
+  elseif o ~= '' then
     local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);(.*)$')}
     opts[i] = f
     if f[5] ~= '' then flow_read(prefix, ARGV[4 + 9 * i], f[5]) end
@@ -99,7 +105,7 @@ for i = 0, n - 1 do
     local run_at
     if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
     local r = {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]), m = tonumber(ARGV[a + 6]),
-      c = now, a = 0}
+      c = now, a = 0, tc = traces[i]}
     local ttl = nil
     if o then
       if o[5] ~= '' then r.f = o[5] end

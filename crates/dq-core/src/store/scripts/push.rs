@@ -149,7 +149,8 @@ pub(crate) async fn call(
 /// list comma-separated, the children a fan-out's: `<ttl_ms> <topic>,<topic>,...` (its parent stored
 /// done, expiring `ttl_ms` after its due time); the trace context comes last, in its stored form
 /// ([`crate::trace::TraceContext::stored`]), which the script reads to the end of the string (a
-/// `tracestate` may hold `;`).
+/// `tracestate` may hold `;`). A job whose only option is its trace context, the common case, sends the
+/// stored context alone, which the script tells apart by its third character, a traceparent's `-`.
 pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64) -> String {
     // The default priority is stored as none (record.lua), so it is sent as none.
     let priority = job.priority.filter(|&p| p != DEFAULT_PRIORITY);
@@ -159,9 +160,8 @@ pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64) -> String {
         && priority.is_none()
         && job.flow_key.is_none()
         && job.fanout.is_empty()
-        && job.trace.is_none()
     {
-        return String::new();
+        return job.trace.as_ref().map(|t| t.stored()).unwrap_or_default();
     }
     let field = |v: Option<String>| v.unwrap_or_default();
     let children = if job.fanout.is_empty() {

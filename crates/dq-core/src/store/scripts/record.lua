@@ -2,8 +2,9 @@
 -- reads or writes a record (scripts.rs), so the format is defined once.
 --
 -- A record (<prefix>:job:<id>) is one string: a MessagePack array of its fields in the order
--- s, t, b, r, ttr, m, c, a, d, rc, e, x, g, bo, p, n, k, f, tc, ch (the names below), the state stored as a number (1 delayed,
--- 2 ready, 3 reserved, 4 done, 5 dead).
+-- s, t, b, r, ttr, m, c, a, d, rc, e, x, g, bo, p, n, k, f, (19, unused), ch (the names below), the state
+-- stored as a number (1 delayed, 2 ready, 3 reserved, 4 done, 5 dead), plus 8 when a trace context
+-- follows the array (see tc below).
 -- Absent fields are `false` in the array, and absent fields at its end are left out (and so are zero
 -- attempts when nothing follows them). created_at is stored as run_at minus created_at (the delay the
 -- job was pushed with, usually a short number) rather than a 6-byte Unix time: with both times in full,
@@ -15,9 +16,15 @@
 -- longer body adds only about its length: a hash leaves its compact encoding once a value passes
 -- hash-max-listpack-value (64 bytes by default) and then more than doubles.
 --
--- After the array, a record may hold its job's history: one MessagePack array per delivery attempt,
--- appended as attempts end (rec_attempt), the newest 20 kept (crates/dq-core/src/attempt.rs packs and
--- reads them). rec_load keeps those bytes as `h` without decoding them, and rec_store writes them back.
+-- After the array, a record may hold its job's trace context, tc, a MessagePack string (when the state
+-- says so), and then its history: one MessagePack array per delivery attempt, appended as attempts end
+-- (rec_attempt), the newest 20 kept (crates/dq-core/src/attempt.rs packs and reads them). rec_load keeps
+-- the history's bytes as `h` without decoding them, and rec_store writes them back. The trace context
+-- is kept out of the array so that a traced job's array is as short as an untraced one's: its header
+-- stays one byte, and promote.lua reads the topic of a traced job from its first bytes as it does for
+-- any other (rec_topic), instead of unpacking it (field 19 of a longer array, where records written
+-- before kept it, would make every traced job's array 19 fields long, and what rec_topic cannot tell
+-- from the header).
 --
 -- Records written by dq before it packed them are hashes with the same field names. rec_load still reads
 -- them, and the first script that changes such a record writes it back packed.
@@ -36,7 +43,8 @@
 -- their own (flow.lua). tc: the job's W3C trace context, "<traceparent>" or "<traceparent> <tracestate>"
 -- (crates/dq-core/src/trace.rs), opaque here. ch: the jobs it started, as their ids' suffixes (a
 -- child's id is `<id>~<suffix>`): a fan-out's children, or what its callback's answer or its ack
--- pushed (add.lua). All only for jobs that have them.
+-- pushed (add.lua). All only for jobs that have them. Two more say how the record is stored, for a
+-- write of its state alone (rec_store): `at`, the state's offset, and `sf`, the 8 added to it.
 --
 -- KEYS[1]: none of its own (the including script's)   ARGV[1]: none of its own
 -- Returns: nothing (defines local functions).
@@ -68,9 +76,16 @@ local function rec_load(key, soft, source, score, raw)
     r.a = r.a or 0
     return r
   end
-  -- unpack_one: the record's array alone (`off`: where its history begins; -1 when there is none).
+  -- unpack_one: the record's array alone (`off`: where what follows it begins; -1 when nothing does).
   local fine, off, v = pcall(cmsgpack.unpack_one, raw)
-  if not fine or type(v) ~= 'table' or type(v[1]) ~= 'number' or v[1] < 1 or v[1] > 5
+  local code = fine and type(v) == 'table' and type(v[1]) == 'number' and v[1]
+  local tc
+  if code and code > 8 and off > 0 then
+    -- A trace context follows the array.
+    fine, off, tc = pcall(cmsgpack.unpack_one, raw, off)
+    code = fine and type(tc) == 'string' and code - 8
+  end
+  if not code or code < 1 or code > 5
       or type(v[2]) ~= 'string' or type(v[3]) ~= 'string' or type(v[4]) ~= 'number'
       or type(v[5]) ~= 'number' or type(v[6]) ~= 'number' or type(v[7]) ~= 'number' then
     local base, id = string.match(key, '^(.*):job:(.*)$')
@@ -85,33 +100,36 @@ local function rec_load(key, soft, source, score, raw)
     redis.call('DEL', key)
     return nil
   end
-  local c, s = v[1]
-  if c == 1 then s = 'delayed' elseif c == 2 then s = 'ready' elseif c == 3 then s = 'reserved'
-  elseif c == 4 then s = 'done' else s = 'dead' end
-  -- `x or nil` turns an absent field's `false` into nil.
+  local s
+  if code == 1 then s = 'delayed' elseif code == 2 then s = 'ready' elseif code == 3 then s = 'reserved'
+  elseif code == 4 then s = 'done' else s = 'dead' end
+  -- `x or nil` turns an absent field's `false` into nil. A record written before tc left the array has
+  -- it as field 19.
   local r, c = v[4], v[7]
   if c < 1e12 then c = r - c end
   return {s = s, t = v[2], b = v[3], r = r, ttr = v[5], m = v[6], c = c, a = v[8] or 0,
     d = v[9] or nil, rc = v[10] or nil, e = v[11] or nil, x = v[12] or nil, g = v[13] or nil,
     bo = v[14] or nil, p = v[15] or nil, n = v[16] or nil, k = v[17] or nil, f = v[18] or nil,
-    tc = v[19] or nil, ch = v[20] or nil, h = off > 0 and string.sub(raw, off + 1) or nil, raw = raw}
+    tc = tc or v[19] or nil, ch = v[20] or nil, h = off > 0 and string.sub(raw, off + 1) or nil, raw = raw,
+    at = string.byte(raw, 1) == 0xdc and 3 or 1, sf = tc and 8 or 0}
 end
 
 -- The topic of `raw` (a GET's answer), read from its first bytes without unpacking it, for a caller
 -- that needs nothing else of a record whose state alone it rewrites (promote.lua moving due jobs to
--- their ready queues: unpacking is most of what a job costs there). Only a packed array of 7 to 14
--- fields (so without p, n, k, f or tc: those make it 15 or more) whose state is 1 to 5 and whose topic is a
--- fixstr or str8 is read so. For anything else it returns nil, and the caller uses rec_load, which
--- unpacks (and quarantines what it cannot decode).
+-- their ready queues: unpacking is most of what a job costs there), and whether a trace context follows
+-- the array. Only a packed array of 7 to 14 fields (so without p, n, k, f or ch: those make it 15 or
+-- more) whose state is 1 to 5 (9 to 13 with a trace context) and whose topic is a fixstr or str8 is read
+-- so. For anything else it returns nil, and the caller uses rec_load, which unpacks (and quarantines
+-- what it cannot decode).
 local function rec_topic(raw)
   if type(raw) ~= 'string' then return nil end
   local h, c, f, n = string.byte(raw, 1, 4)
-  if not f or h < 0x97 or h > 0x9e or c < 1 or c > 5 then return nil end
+  if not f or h < 0x97 or h > 0x9e or c < 1 or c > 13 or (c > 5 and c < 9) then return nil end
   local from, len = 4, f - 0xa0
   if f == 0xd9 then from, len = 5, n or -1 elseif f < 0xa0 or f > 0xbf then return nil end
   local topic = string.sub(raw, from, from + len - 1)
   if len < 1 or #topic ~= len then return nil end
-  return topic
+  return topic, c > 8
 end
 
 -- The score of a job in its ready queue: its priority `p` (nil: the default, 1024; lower is more urgent)
@@ -122,13 +140,15 @@ end
 local function rec_score(p, at) return (p or 1024) * 4398046511104 + at end
 
 -- Writes `r` at `key`. The fields up to `a` are always there; the optional ones (d, rc, e, x, g, bo) are
--- `false` when absent, and left out at the end. (So are p, n, k, f and tc.) A reservation's end is `r.rc, r.d = nil, nil`.
+-- `false` when absent, and left out at the end. (So are p, n, k, f and ch.) The trace context follows
+-- the array, then the history. A reservation's end is `r.rc, r.d = nil, nil`.
 --
 -- With `only_state`, the caller changed nothing but `r.s`. The state is the array's first element, one
--- byte (a positive fixint) at offset 1, after MessagePack's one-byte array header, so one SETRANGE writes
--- it without rewriting the record. A record with n, k, f, tc or ch has 16 to 20 fields, past what a one-byte
--- header counts (15): its header is three bytes (array16), and the state is at offset 3. (A done record, written so, keeps the receipt and deadline of its
--- last reservation, which mean nothing once it is done.)
+-- byte (a positive fixint), after MessagePack's array header, so one SETRANGE writes it without
+-- rewriting the record: at r.at, the header's length as stored (one byte, a fixarray, up to 15 fields; a
+-- record with n, k, f or ch has 16 to 20, and a three-byte header, an array16), with r.sf added (8 when
+-- a trace context follows). (A done record, written so, keeps the receipt and deadline of its last
+-- reservation, which mean nothing once it is done.)
 --
 -- Only done records have a TTL (ack gives it after this), and no script rewrites a done record, so a SET
 -- never drops a TTL that should stay.
@@ -142,9 +162,8 @@ local function rec_store(key, r, only_state, new)
   elseif s == 'done' then code = 4 elseif s == 'dead' then code = 5
   else error('unknown job state ' .. tostring(s)) end
   if only_state and not r.hash and not r.whole then
-    -- The state is the array's first element: after a one-byte header (a fixarray, up to 15 fields), or
-    -- a three-byte one (an array16: a record with n, k, f, tc or ch has 16 to 20 fields).
-    local at = (r.n or r.k or r.f or r.tc or r.ch) and 3 or 1
+    local at = r.at
+    code = code + r.sf
     if r.added and r.raw then
       -- An attempt to add too (rec_attempt): one SET of the bytes read, the state byte changed and the
       -- entry after them, not packed again. (An APPEND, or a SETRANGE past the end, would leave the
@@ -160,21 +179,21 @@ local function rec_store(key, r, only_state, new)
   -- such a record keeps the full one.
   local since = r.r - r.c
   if since >= 1e12 then since = r.c end
+  local tc = r.tc
+  if tc then code = code + 8 end
   local v = {code, r.t, r.b, r.r, r.ttr, r.m, since, r.a, r.d or false, r.rc or false, r.e or false,
     r.x or false, r.g or false, r.bo or false, (r.p ~= 1024 and r.p) or false, r.n or false, r.k or false,
-    r.f or false, r.tc or false, r.ch or false}
+    r.f or false, false, r.ch or false}
   local n = 20
   while n > 8 and v[n] == false do
     v[n] = nil
     n = n - 1
   end
   if n == 8 and r.a == 0 then v[8] = nil end
-  if new then return redis.call('SET', key, cmsgpack.pack(v), 'NX') ~= false end
-  if r.h then
-    redis.call('SET', key, cmsgpack.pack(v) .. r.h)
-  else
-    redis.call('SET', key, cmsgpack.pack(v))
-  end
+  local packed = tc and cmsgpack.pack(v, tc) or cmsgpack.pack(v)
+  if new then return redis.call('SET', key, packed, 'NX') ~= false end
+  if r.h then packed = packed .. r.h end
+  redis.call('SET', key, packed)
   return true
 end
 
