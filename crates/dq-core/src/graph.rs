@@ -194,7 +194,7 @@ impl Producer {
 
 /// The jobs an ack pushes, packed as `ack.lua` takes them (its header): per job, and after a fan-out's
 /// job its children, `{suffix, topic, body, delay_ms, run_at, ttr_ms, max_attempts, max_age_ms,
-/// backoff, priority, fan-out ttl, children's suffixes}`, `false` for what is absent. A fan-out's
+/// backoff, priority, fan-out ttl, children's suffixes, trace context}`, `false` for what is absent. A fan-out's
 /// parent is kept `fanout_ttl_ms` after its due time.
 pub(crate) fn pack_pushes(jobs: &[NewJob], fanout_ttl_ms: u64) -> Vec<u8> {
     use rmp::encode;
@@ -204,7 +204,7 @@ pub(crate) fn pack_pushes(jobs: &[NewJob], fanout_ttl_ms: u64) -> Vec<u8> {
     // Writing to a Vec cannot fail.
     encode::write_array_len(w, n as u32).expect("a Vec takes it");
     let put = |w: &mut Vec<u8>, suffix: &str, job: &NewJob, fanout: bool| {
-        encode::write_array_len(w, 12).expect("a Vec takes it");
+        encode::write_array_len(w, 13).expect("a Vec takes it");
         encode::write_str(w, suffix).expect("a Vec takes it");
         encode::write_str(w, &job.topic).expect("a Vec takes it");
         encode::write_str(w, &job.body).expect("a Vec takes it");
@@ -247,6 +247,10 @@ pub(crate) fn pack_pushes(jobs: &[NewJob], fanout_ttl_ms: u64) -> Vec<u8> {
         } else {
             none(w);
             none(w);
+        }
+        match &job.trace {
+            Some(t) => encode::write_str(w, &t.stored()).expect("a Vec takes it"),
+            None => none(w),
         }
     };
     for (i, job) in jobs.iter().enumerate() {

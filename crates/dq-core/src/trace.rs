@@ -11,6 +11,8 @@
 //! where dq refuses bad input with a 400 and stores nothing. Its types (`TraceId`, `SpanId`,
 //! `SpanContext`) are what a checked context becomes for the spans ([`crate::telemetry::spans`]).
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
 
 use crate::error::Error;
@@ -27,6 +29,9 @@ pub const TRACEPARENT_PATTERN: &str = "^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-
 
 /// The length of a version `00` `traceparent`.
 const TRACEPARENT_LEN: usize = 55;
+
+/// A `traceparent`'s bytes: version, trace id (16), parent id (8), flags.
+const STORED_BYTES: usize = 26;
 
 /// A job's W3C trace context, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,26 +130,51 @@ impl TraceContext {
         SpanContext::new(trace_id, span_id, TraceFlags::new(self.flags()), true, state)
     }
 
-    /// The one string the record keeps (field `tc`) and `push.lua` takes as the options' last field:
-    /// the `traceparent`, then a space and the `tracestate` when there is one. A `traceparent` has no
-    /// space, so the first one splits them.
+    /// The one string the record keeps (`tc`) and `push.lua` takes: the `traceparent` packed, its
+    /// version, trace id, parent id and flags (26 bytes) in base64url without padding (35 characters,
+    /// the first always `A`, version `00`'s first six bits), then a space and the `tracestate` when
+    /// there is one. 20 bytes shorter than the `traceparent` as text: a delayed job with a 64-byte body
+    /// and a trace context fits the allocator's 128-byte class, not the 160-byte one, and Redis has
+    /// fewer bytes to take, copy and keep per traced job.
     pub fn stored(&self) -> String {
+        let mut packed = [0u8; STORED_BYTES];
+        // Checked hex (check_traceparent), so it decodes.
+        hex::decode_to_slice(self.trace_id(), &mut packed[1..17]).expect("a checked trace id");
+        hex::decode_to_slice(self.parent_id(), &mut packed[17..25]).expect("a checked parent id");
+        packed[25] = self.flags();
+        let p = URL_SAFE_NO_PAD.encode(packed);
         match &self.tracestate {
-            Some(s) => format!("{} {s}", self.traceparent),
-            None => self.traceparent.clone(),
+            Some(s) => format!("{p} {s}"),
+            None => p,
         }
     }
 
-    /// Reads [`TraceContext::stored`] back; `None` for an empty or malformed value (a record is never
-    /// refused for its trace: a job without one is delivered without one).
+    /// Reads [`TraceContext::stored`] back, and the `traceparent` as text that records written before
+    /// kept; `None` for an empty or malformed value (a record is never refused for its trace: a job
+    /// without one is delivered without one).
     pub fn from_stored(stored: &str) -> Option<Self> {
         let (p, s) = match stored.split_once(' ') {
             Some((p, s)) => (p, Some(s)),
             None => (stored, None),
         };
-        check_traceparent(p).ok()?;
+        let traceparent = if p.starts_with("00-") {
+            p.to_string()
+        } else {
+            let mut packed = [0u8; STORED_BYTES];
+            let n = URL_SAFE_NO_PAD.decode_slice(p, &mut packed).ok()?;
+            if n != STORED_BYTES || packed[0] != 0 {
+                return None;
+            }
+            format!(
+                "00-{}-{}-{:02x}",
+                hex::encode(&packed[1..17]),
+                hex::encode(&packed[17..25]),
+                packed[25]
+            )
+        };
+        check_traceparent(&traceparent).ok()?;
         Some(TraceContext {
-            traceparent: p.to_string(),
+            traceparent,
             tracestate: s.filter(|s| !s.is_empty()).map(str::to_string),
         })
     }
@@ -360,6 +390,26 @@ mod tests {
         assert_eq!(TraceContext::from_stored(""), None);
         assert_eq!(TraceContext::from_stored("garbage"), None);
         assert_eq!(TraceContext::from_stored(&format!("{TP} ")).unwrap().tracestate, None);
+        // 35 characters, the first `A` (push.lua tells a context alone by it), no `;` and no space.
+        let stored = TraceContext::parse(TP, None).unwrap().stored();
+        assert_eq!(stored.len(), 35);
+        assert!(stored.starts_with('A') && !stored.contains([';', ' ']), "{stored}");
+        // The text form records written before kept reads too, with its state.
+        let before = TraceContext::from_stored(&format!("{TP} k=v")).unwrap();
+        assert_eq!(
+            (before.traceparent.as_str(), before.tracestate.as_deref()),
+            (TP, Some("k=v"))
+        );
+        // A packed form of another version, of the wrong length, or with a zero id is no context.
+        let mut bytes = [0u8; 26];
+        bytes[1] = 1;
+        bytes[17] = 1;
+        let valid = URL_SAFE_NO_PAD.encode(bytes);
+        assert!(TraceContext::from_stored(&valid).is_some());
+        bytes[0] = 1;
+        assert_eq!(TraceContext::from_stored(&URL_SAFE_NO_PAD.encode(bytes)), None);
+        assert_eq!(TraceContext::from_stored(&URL_SAFE_NO_PAD.encode([0u8; 25])), None);
+        assert_eq!(TraceContext::from_stored(&URL_SAFE_NO_PAD.encode([0u8; 26])), None);
     }
 
     #[test]

@@ -138,8 +138,14 @@ async fn fan_out(q: &Queue) {
 async fn pushed_with_the_ack(q: &Queue) {
     let topics = register(q, &[("fan", json!({"fanout": ["f1", "f2"]}))]).await;
     let producer = q.producer();
-    let id = common::push(q, json!({"topic": "pay", "id": "pay-1", "body": {"n": 1}})).await;
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let id = common::push(
+        q,
+        json!({"topic": "pay", "id": "pay-1", "body": {"n": 1}, "traceparent": tp}),
+    )
+    .await;
     let job = reserve(q, "pay").await;
+    let trace = dq_core::trace::TraceContext::from_fields(job.traceparent.as_deref(), None).unwrap();
     let raw = |v: Value| serde_json::value::to_raw_value(&v).unwrap();
     let pushes = vec![
         raw(json!({"topic": "receipt", "body": {"mail": 1}, "delay_ms": 600_000})),
@@ -147,7 +153,9 @@ async fn pushed_with_the_ack(q: &Queue) {
         raw(json!({"topic": "fan", "body": 2})),
     ];
     let allow_all = |_: &str| Ok(());
-    let jobs = producer.prepare_pushes(&id, None, &pushes, &topics, allow_all).unwrap();
+    let jobs = producer
+        .prepare_pushes(&id, trace.as_ref(), &pushes, &topics, allow_all)
+        .unwrap();
 
     // A stale ack stores nothing.
     let stale = q.reservations().ack_with(&id, "0000.1", &push(&jobs)).await;
@@ -185,6 +193,14 @@ async fn pushed_with_the_ack(q: &Queue) {
     );
     let review = producer.get("pay-1~1").await.unwrap();
     assert_eq!((review.priority, review.parent.as_deref()), (5, Some("pay-1")));
+    // They are stored in the acked job's trace, a fan-out's children too.
+    for child in ["pay-1~0", "pay-1~1", "pay-1~2", "pay-1~2~f1", "pay-1~2~f2"] {
+        assert_eq!(
+            producer.get(child).await.unwrap().traceparent.as_deref(),
+            Some(tp),
+            "{child}"
+        );
+    }
     // The ack's attempt is on record with the children.
     let (n, history) = producer.attempts("pay-1").await.unwrap();
     assert_eq!((n, history.len()), (1, 1));

@@ -16,7 +16,8 @@
 -- <prefix>:success_hooks as "0 <now> <topic> <id>", due now, for dq-checker to send
 -- (callback.on_success_url). The jobs pushed are a MessagePack array of jobs, each an array
 -- {suffix, topic, body, delay_ms or false, run_at or false, ttr_ms, max_attempts, max_age_ms or false,
--- backoff list or false, priority or false, fan-out ttl ms or false, children's suffixes or false}: the
+-- backoff list or false, priority or false, fan-out ttl ms or false, children's suffixes or false, trace
+-- context (as the record's tc) or false}: the
 -- job's id is the acked job's and "~<suffix>"; a suffix that holds "~" is a pushed job's own child (a
 -- fan-out's, stored done with its ttl, see add.lua). They are stored with the ack, and only with it: a
 -- stale ack stores none, and the ids, made from the acked job's, are stored at most once (a record
@@ -97,7 +98,7 @@ for k = 1, #KEYS - 3 do
         local child = id .. '~' .. suffix
         local run_at = j[5] or (now + j[4])
         local c = {t = topic, b = j[3], r = run_at, ttr = j[6], m = j[7], c = now, a = 0, g = j[8] or nil,
-          bo = j[9] or nil, p = j[10] or nil, ch = j[12] or nil}
+          bo = j[9] or nil, p = j[10] or nil, ch = j[12] or nil, tc = j[13] or nil}
         if c.g then c.x = run_at + c.g end
         add_job(prefix, prefix .. ':job:' .. child, prefix .. ':ready:' .. topic, prefix .. ':delayed', child, c, now,
           j[11] or nil)

@@ -59,7 +59,7 @@ local was_empty = redis.call('EXISTS', ready) == 0
 -- tracestate may hold ";".
 local prefix = string.sub(bucket, 1, #bucket - 8)
 local o = {}
-if string.byte(ARGV[12], 3) == 45 then
+if string.byte(ARGV[12], 1) == 65 then
   o[7] = ARGV[12]
 elseif ARGV[12] ~= '' then
   o = {string.match(ARGV[12], '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);(.*)$')}

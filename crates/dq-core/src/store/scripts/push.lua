@@ -20,10 +20,10 @@
 --          gets its turn in the topic's ready queue), children ("<ttl ms> <suffix>,<suffix>,...": a
 --          fan-out's parent, stored done and expiring ttl ms after its due time, whose children, with
 --          ids "<id>~<suffix>", follow it with mode "3"), and the trace context,
---          "<traceparent>[ <tracestate>]", kept as the record's tc (last, and read to the end of the
+--          as crates/dq-core/src/trace.rs stores it, kept as the record's tc (last, and read to the end of the
 --          string: a tracestate may hold ";"); or, for a job whose only option is its trace context,
---          that context alone (a traceparent's third character is "-", which no string of the seven
---          fields has there: its first is digits). Options are rare, so most jobs cost Redis one
+--          that context alone (its stored form begins with "A", where the seven fields begin with a
+--          digit or ";"). Options are rare, so most jobs cost Redis one
 --          argument for them instead of seven (each argument is a string Redis makes for Lua), and a
 --          traced job's is read without a pattern.
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, or a fan-out's
@@ -60,7 +60,7 @@ local opts, traces, dedup_of, holder = {}, {}, {}, {}
 local next_dedup = 3 + 2 * n
 for i = 0, n - 1 do
   local o = ARGV[11 + 9 * i]
-  if o ~= '' and string.byte(o, 3) == 45 then
+  if string.byte(o, 1) == 65 then
     -- A trace context alone, the most common options: the string is the context.
     traces[i] = o
   elseif o ~= '' then

@@ -150,7 +150,7 @@ pub(crate) async fn call(
 /// done, expiring `ttl_ms` after its due time); the trace context comes last, in its stored form
 /// ([`crate::trace::TraceContext::stored`]), which the script reads to the end of the string (a
 /// `tracestate` may hold `;`). A job whose only option is its trace context, the common case, sends the
-/// stored context alone, which the script tells apart by its third character, a traceparent's `-`.
+/// stored context alone, which the script tells apart by its first character, `A`.
 pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64) -> String {
     // The default priority is stored as none (record.lua), so it is sent as none.
     let priority = job.priority.filter(|&p| p != DEFAULT_PRIORITY);
