@@ -230,16 +230,18 @@ fi
 
 if want trace; then
   # No telemetry.otlp_endpoint: the cost of carrying a job's trace context (checked at push, one more
-  # options argument, record field 19), not of exporting spans.
+  # options argument, the packed context after the record's array), not of exporting spans.
   tp="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-  echo; echo "== single pushes with a traceparent field and without, loaded in turn, three times (64 connections,"
-  echo "   100,000 pushes each; delayed, then due at once), with Redis's CPU per push; then Redis memory per"
-  echo "   delayed job and commands per push"
+  echo; echo "== single pushes with a traceparent field and without, loaded in turn, six times, which goes"
+  echo "   first alternating (64 connections, 100,000 pushes each; delayed, then due at once), with Redis's"
+  echo "   CPU per push; then Redis memory per delayed job and commands per push"
   cpu_now() { python3 -c "print($(rcli info cpu | awk -F: '/^used_cpu_(user|sys):/ {s+=$2} END {print s}'))"; }
   for delay in 3600000 0; do
     rows=()
-    for _ in 1 2 3; do
-      for trace in "" "$tp"; do
+    for round in 1 2 3 4 5 6; do
+      order=("" "$tp")
+      if (( round % 2 == 0 )); then order=("$tp" ""); fi
+      for trace in "${order[@]}"; do
         c0=$(cpu_now)
         out=$(bench --json push -n 100000 -c 64 --delay-ms "$delay" ${trace:+--traceparent "$trace"} | tail -1)
         c1=$(cpu_now)

@@ -106,6 +106,10 @@ pub fn exporting() -> bool {
 
 /// dq-server's span of a push of `topic` in `trace` (the job's id is set once known).
 pub fn push(topic: &str, trace: &TraceContext) -> Option<JobSpan> {
+    // Checked before the name and attributes are made: a traced push costs nothing more without export.
+    if !exporting() {
+        return None;
+    }
     JobSpan::start(
         format!("push {topic}"),
         SpanKind::Server,
@@ -125,6 +129,9 @@ pub fn promotion(
     start: SystemTime,
     end: SystemTime,
 ) {
+    if !exporting() {
+        return;
+    }
     let attributes = vec![
         KeyValue::new(JOB_ID, id.to_string()),
         KeyValue::new(TOPIC, topic.to_string()),
@@ -145,6 +152,9 @@ pub fn promotion(
 /// dq-consumer's span of delivery `attempt` of job `id` of `topic` (in `trace`); its context is the
 /// callback's `traceparent`.
 pub fn delivery(id: &str, topic: &str, attempt: u32, trace: &TraceContext) -> Option<JobSpan> {
+    if !exporting() {
+        return None;
+    }
     JobSpan::start(
         format!("deliver {topic}"),
         SpanKind::Client,
