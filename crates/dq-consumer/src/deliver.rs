@@ -100,6 +100,28 @@ pub struct Posted {
     /// The trace context the callback was sent (its attempt's span's, or the job's): the jobs its
     /// answer pushes carry it.
     pub trace: Option<TraceContext>,
+    /// The attempt's span (when this process exports spans) and when its answer came: open until
+    /// [`Posted::end_span`], since the outcome may still change after the answer (pushes refused), and
+    /// the span says the final one.
+    pub span: Option<(JobSpan, std::time::SystemTime)>,
+}
+
+impl Posted {
+    /// Ends the attempt's span with the answer's status and the outcome (failed when the delivery
+    /// failed). Call it once the outcome is final.
+    pub fn end_span(&mut self) {
+        let Some((mut span, answered)) = self.span.take() else {
+            return;
+        };
+        if let Some(status) = self.status {
+            span.set(spans::HTTP_STATUS, i64::from(status));
+        }
+        span.set(spans::OUTCOME, self.outcome.label());
+        if let Outcome::Failed { reason, .. } = &self.outcome {
+            span.fail(reason.clone());
+        }
+        span.end_at(answered);
+    }
 }
 
 /// The callback's answer as a success hook carries it (`answer` in its body).
@@ -173,8 +195,9 @@ async fn read_answer(resp: &mut reqwest::Response, cap: usize) -> reqwest::Resul
 /// every error is a failed delivery.
 ///
 /// A job with a trace context is sent with `traceparent` (and `tracestate`): the delivery's own span's
-/// when this process exports spans (`deliver <topic>`, a child of the job's context, ended here with the
-/// status and outcome), else the job's as stored.
+/// when this process exports spans (`deliver <topic>`, a child of the job's context, left open in
+/// [`Posted::span`] for the caller to end with the final outcome, [`Posted::end_span`]), else the
+/// job's as stored.
 pub async fn post(
     egress: &Egress,
     job: &Reservation,
@@ -192,16 +215,7 @@ pub async fn post(
     let sent = span.as_ref().map(JobSpan::context).or(trace.as_ref());
     let mut posted = send(egress, job, url, callback, condition, sent).await;
     posted.trace = sent.cloned();
-    if let Some(mut span) = span {
-        if let Some(status) = posted.status {
-            span.set(spans::HTTP_STATUS, i64::from(status));
-        }
-        span.set(spans::OUTCOME, posted.outcome.label());
-        if let Outcome::Failed { reason, .. } = &posted.outcome {
-            span.fail(reason.clone());
-        }
-        span.end();
-    }
+    posted.span = span.map(|s| (s, std::time::SystemTime::now()));
     posted
 }
 
@@ -232,6 +246,7 @@ async fn send(
                 pushes: Vec::new(),
                 hook_answer: None,
                 trace: None,
+                span: None,
             };
         }
     };
@@ -354,6 +369,7 @@ async fn send(
         pushes,
         hook_answer,
         trace: None,
+        span: None,
     }
 }
 

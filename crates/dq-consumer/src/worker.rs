@@ -447,6 +447,8 @@ async fn deliver_one(
             Vec::new()
         }
     };
+    // The outcome is final now: the attempt's span says it.
+    posted.end_span();
     metrics::histogram!("dq_callback_duration_seconds", "topic" => topic.clone()).record(posted.took.as_secs_f64());
     metrics::counter!("dq_deliveries_total", "topic" => topic.clone(), "outcome" => posted.outcome.label())
         .increment(1);

@@ -45,6 +45,14 @@ pub struct JobSpan {
     context: TraceContext,
 }
 
+impl std::fmt::Debug for JobSpan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobSpan")
+            .field("context", &self.context)
+            .finish_non_exhaustive()
+    }
+}
+
 impl JobSpan {
     /// Starts span `name` of `kind` as a child of `parent` (at `start`, or now), when this process
     /// exports spans and `parent` is sampled.
