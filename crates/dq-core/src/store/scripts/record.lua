@@ -40,10 +40,10 @@
 -- beanstalkd.rs), given when the beanstalkd protocol first showed it; k: beanstalkd's counters of the
 -- job, {timeouts, releases, buries, kicks, delay}: delay (seconds) once a release or kick
 -- changed the due time the job was put with. f: the job's flow key, whose ready jobs wait in a queue of
--- their own (flow.lua). tc: the job's W3C trace context, as crates/dq-core/src/trace.rs
--- stores it (the traceparent packed, then a space and the tracestate when there is one), opaque here. ch: the jobs it started, as their ids' suffixes (a
--- child's id is `<id>~<suffix>`): a fan-out's children, or what its callback's answer or its ack
--- pushed (add.lua). All only for jobs that have them. Two more say how the record is stored, for a
+-- their own (flow.lua). tc: the job's W3C trace context, as crates/dq-core/src/trace.rs stores it (the
+-- traceparent packed, then a space and the tracestate when there is one), opaque here. ch: the jobs it
+-- started, as their ids' suffixes (a child's id is `<id>~<suffix>`): a fan-out's children, or what its
+-- callback's answer or its ack pushed (add.lua). All only for jobs that have them. Two more say how the record is stored, for a
 -- write of its state alone (rec_store): `at`, the state's offset, and `sf`, the 8 added to it.
 --
 -- KEYS[1]: none of its own (the including script's)   ARGV[1]: none of its own
