@@ -476,14 +476,20 @@ fn plant_hash_record(c: &mut redis::Connection, q: &Queue, fields: &[(&str, &str
         .arg(fields)
         .query(c)
         .unwrap();
+    enter(c, q, "old", structure, 1000, count);
+}
+
+/// Puts a planted record's `id` in its partition's `structure` at `score`, and counts it under `count`
+/// (`<topic>:<state>`), as the scripts would have.
+fn enter(c: &mut redis::Connection, q: &Queue, id: &str, structure: &str, score: i64, count: &str) {
     let _: () = redis::cmd("ZADD")
-        .arg(key(q, "old", structure))
-        .arg(1000)
-        .arg("old")
+        .arg(key(q, id, structure))
+        .arg(score)
+        .arg(id)
         .query(c)
         .unwrap();
     let _: () = redis::cmd("HINCRBY")
-        .arg(key(q, "old", "counts"))
+        .arg(key(q, id, "counts"))
         .arg(count)
         .arg(1)
         .query(c)
@@ -1056,18 +1062,7 @@ async fn promotion_moves_records_of_every_shape_whole() {
         .arg(tp)
         .query(&mut c)
         .unwrap();
-    let _: () = redis::cmd("ZADD")
-        .arg(key(&q, "traced-before", "delayed"))
-        .arg(1_700_000_000_000_i64)
-        .arg("traced-before")
-        .query(&mut c)
-        .unwrap();
-    let _: () = redis::cmd("HINCRBY")
-        .arg(key(&q, "traced-before", "counts"))
-        .arg("a:delayed")
-        .arg(1)
-        .query(&mut c)
-        .unwrap();
+    enter(&mut c, &q, "traced-before", "delayed", 1_700_000_000_000, "a:delayed");
     assert_consistent(&redis);
 
     let moved = std::sync::atomic::AtomicUsize::new(0);
@@ -1211,18 +1206,7 @@ async fn records_store_created_at_as_a_delay_and_read_the_full_times_written_bef
         .arg(created_at)
         .query(&mut c)
         .unwrap();
-    let _: () = redis::cmd("ZADD")
-        .arg(key(&q, "before", "ready:t"))
-        .arg(run_at)
-        .arg("before")
-        .query(&mut c)
-        .unwrap();
-    let _: () = redis::cmd("HINCRBY")
-        .arg(key(&q, "before", "counts"))
-        .arg("t:ready")
-        .arg(1)
-        .query(&mut c)
-        .unwrap();
+    enter(&mut c, &q, "before", "ready:t", run_at, "t:ready");
     let j = q.producer().get("before").await.unwrap();
     assert_eq!((j.run_at, j.created_at, j.attempts), (run_at, created_at, 1));
     // Written back by a move, it keeps its times.
