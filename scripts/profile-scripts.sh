@@ -8,6 +8,8 @@
 #
 #   scripts/profile-scripts.sh              5,000 jobs, in calls of 1, 10 and 100 jobs
 #   scripts/profile-scripts.sh 20000 1 50   20,000 jobs, in calls of 1 and of 50
+#   FLOW_KEYS=1000 scripts/profile-scripts.sh   every job with a flow key, of 1,000 distinct keys (each
+#                                               key at most one job in a call: a batch divides 1,000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
@@ -24,9 +26,10 @@ cpu() { rcli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} 
 
 for batch in "${batches[@]}"; do
   # The calls, with their KEYS and ARGV as docs/redis-keys.md gives them.
-  python3 - "$port" "$n" "$batch" "$work" crates/dq-core/src/store/scripts <<'PY'
+  python3 - "$port" "$n" "$batch" "$work" crates/dq-core/src/store/scripts "${FLOW_KEYS:-0}" <<'PY'
 import json, os, subprocess, sys
 port, n, batch, work, lua = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+flow_keys = int(sys.argv[6])
 rec = open(os.path.join(lua, "record.lua")).read()
 # Built as dq-core builds them (store/scripts/mod.rs): flow.lua after the publish line, where it exists.
 flow = open(os.path.join(lua, "flow.lua")).read() if os.path.exists(os.path.join(lua, "flow.lua")) else ""
@@ -48,7 +51,10 @@ for b in range(0, n, batch):
     keys, args = [f"{P}:counts", f"{P}:delayed"], ["ch:ready", "ch:timer"]
     for i in ids:
         keys += [f"{P}:job:{i}", f"{P}:ready:t"]
-        args += [i, "t", body, 3600000, "", 30000, 10, "0", ""]
+        # With flow keys, the options' fifth field (push.lua's header); the turns of a call's keys come
+        # out of the ready queue in the ids' order (zero-padded keys, one job per key in a call).
+        k = int(i[3:]) % flow_keys if flow_keys else None
+        args += [i, "t", body, 3600000, "", 30000, 10, "0", f";;;;k{k:07d};;" if flow_keys else ""]
     cmds.append(resp("EVALSHA", sha["push"], len(keys), *keys, *args))
     cmds += [resp("ZADD", f"{P}:delayed", 1, i) for i in ids]  # due now
     cmds.append(resp("EVALSHA", sha["promote"], 4, f"{P}:delayed", f"{P}:counts", f"{P}:reserved", f"{P}:announced",
@@ -71,7 +77,7 @@ PY
   rcli --pipe < "$work/calls.resp" >/dev/null
   rcli slowlog get 1000000 > "$work/slowlog.txt"
   rcli config set slowlog-log-slower-than 10000 >/dev/null
-  echo "== $n jobs in calls of $batch: $(python3 -c "print(f'{($c1 - $c0) / $n * 1e6:.1f}')" ) us of Redis CPU per job (keys left: $left)"
+  echo "== $n jobs${FLOW_KEYS:+ with flow keys (${FLOW_KEYS} keys)} in calls of $batch: $(python3 -c "print(f'{($c1 - $c0) / $n * 1e6:.1f}')" ) us of Redis CPU per job (keys left: $left)"
   python3 - "$n" "$work" <<'PY'
 import collections, json, os, sys
 n, work = int(sys.argv[1]), sys.argv[2]

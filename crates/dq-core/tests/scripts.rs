@@ -7,6 +7,7 @@ use std::time::Duration;
 use dq_core::reservations::Waiting;
 use dq_core::{Due, Error, PushRequest, Queue, Settings, State};
 use dq_harness::{RedisServer, eventually};
+use serde_json::json;
 
 fn settings(redis: &RedisServer) -> Settings {
     let mut s = Settings::default();
@@ -1143,6 +1144,130 @@ async fn promotion_moves_records_of_every_shape_whole() {
         let j = q.producer().get(id).await.unwrap();
         assert_eq!((j.state, j.traceparent.as_deref()), (State::Reserved, Some(tp)), "{id}");
     }
+}
+
+/// A flow key is stored in front of the record's array (record.lua), so a keyed job's array is as short
+/// as any other's and promote.lua reads its topic and key from the first bytes. Keyed records of every
+/// shape (the key alone, with a priority, with a trace context, a long key, and one written as before,
+/// with the key as field 18 of an array16) are promoted into their keys' queues, reserved and acked
+/// whole, and keep their key.
+#[tokio::test]
+async fn keyed_records_carry_their_flow_key_in_front_through_every_move() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
+    let mut c = redis.conn();
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let long = "k".repeat(128);
+    let shapes = [
+        ("alone", json!({"flow_key": "acme"})),
+        ("prio", json!({"flow_key": "acme", "priority": 9})),
+        ("traced", json!({"flow_key": "beta", "traceparent": tp})),
+        ("long", json!({"flow_key": long})),
+        ("before", json!({"flow_key": "gamma"})),
+    ];
+    let mut ids = HashMap::new();
+    for (name, more) in &shapes {
+        let mut push = json!({"topic": "a", "body": name, "delay_ms": 30});
+        push.as_object_mut().unwrap().extend(more.as_object().unwrap().clone());
+        ids.insert(*name, q.producer().push(job(&q, push)).await.unwrap().id);
+    }
+    let head = |c: &mut redis::Connection, name: &str| -> Vec<u8> {
+        redis::cmd("GETRANGE")
+            .arg(key(&q, &ids[name], &format!("job:{}", ids[name])))
+            .arg(0)
+            .arg(6)
+            .query(c)
+            .unwrap()
+    };
+    assert_eq!(
+        head(&mut c, "alone"),
+        [0xa4, b'a', b'c', b'm', b'e', 0x97, 1],
+        "the key (a fixstr), then a fixarray of 7, state delayed"
+    );
+    assert_eq!(
+        &head(&mut c, "long")[..3],
+        [0xd9, 128, b'k'],
+        "a key of 128 bytes is a str8"
+    );
+    // As records were written before the flow key left the array: field 18 of 18 (an array16).
+    let before = key(&q, &ids["before"], &format!("job:{}", ids["before"]));
+    let _: () = redis::cmd("EVAL")
+        .arg(
+            "local f = {} for i = 8, 17 do f[i] = false end \
+             redis.call('SET', KEYS[1], cmsgpack.pack({1, 'a', '\"before\"', tonumber(ARGV[1]), 30000, 3, 60, f[8], \
+             f[9], f[10], f[11], f[12], f[13], f[14], f[15], f[16], f[17], 'gamma'}))",
+        )
+        .arg(1)
+        .arg(&before)
+        .arg(1_700_000_000_000_i64)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(head(&mut c, "before")[0], 0xdc, "an array16");
+
+    let moved = std::sync::atomic::AtomicUsize::new(0);
+    eventually(Duration::from_secs(10), "all five are promoted", || async {
+        moved.fetch_add(promote_all(&q).await, std::sync::atomic::Ordering::Relaxed);
+        moved.load(std::sync::atomic::Ordering::Relaxed) == 5
+    })
+    .await;
+    let want = |name: &str| match name {
+        "prio" => ("acme", 9, None),
+        "traced" => ("beta", 1024, Some(tp)),
+        "long" => (long.as_str(), 1024, None),
+        "before" => ("gamma", 1024, None),
+        _ => ("acme", 1024, None),
+    };
+    for (name, _) in &shapes {
+        let j = q.producer().get(&ids[*name]).await.unwrap();
+        let (k, priority, trace) = want(name);
+        assert_eq!(
+            (
+                j.state,
+                j.body.get(),
+                j.flow_key.as_deref(),
+                j.priority,
+                j.traceparent.as_deref()
+            ),
+            (State::Ready, format!("\"{name}\"").as_str(), Some(k), priority, trace),
+            "{name}"
+        );
+        let queued: Option<f64> = redis::cmd("ZSCORE")
+            .arg(key(&q, &ids[*name], &format!("fq:a:{k}")))
+            .arg(&ids[*name])
+            .query(&mut c)
+            .unwrap();
+        assert!(queued.is_some(), "{name} waits in its key's queue");
+    }
+    assert_eq!(
+        head(&mut c, "alone")[6],
+        2,
+        "the state byte, behind the key, says ready"
+    );
+
+    // Four keys, five jobs: the first reserves give a job of each key, then acme's second.
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.extend(q.reservations().reserve(&["a".to_string()], 10).await.unwrap());
+        if got.len() == 5 {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 5);
+    for r in &got {
+        let name = shapes.iter().find(|(n, _)| ids[*n] == r.id).unwrap().0;
+        assert_eq!(r.flow_key.as_deref(), Some(want(name).0), "{name}");
+        q.reservations().ack(&r.id, &r.receipt).await.unwrap();
+        let j = q.producer().get(&r.id).await.unwrap();
+        assert_eq!(
+            (j.state, j.flow_key.as_deref()),
+            (State::Done, Some(want(name).0)),
+            "{name}"
+        );
+    }
+    // Reserved, the record was written whole: the old one too has its key in front now.
+    let h = head(&mut c, "before");
+    assert_eq!(h[..6], [0xa5, b'g', b'a', b'm', b'm', b'a']);
+    assert!((0x90..=0x9f).contains(&h[6]), "then a fixarray: {h:?}");
 }
 
 /// A record's Redis memory follows its body's length: there is no step at 64 bytes, where a hash record

@@ -42,9 +42,20 @@ local function clock()
 end
 -- pushes[k]: the jobs the k-th ack pushes, decoded, their keys read before the first write.
 local pushes = {}
+-- The states of the jobs' flow keys: a key of a topic without limits has none, and an ack leaves it
+-- alone (flow_count); one EXISTS over them all says when none has one, else each is asked.
+local states = {}
 for k = 1, #KEYS - 3 do
   local r = rec_load(KEYS[3 + k]) or false
   recs[k] = r
+  if r and r.f then states[#states + 1] = prefix .. ':fs:' .. r.t .. ':' .. r.f end
+end
+local any_state = false
+for i = 1, #states, 1000 do
+  if redis.call('EXISTS', unpack(states, i, math.min(i + 999, #states))) > 0 then any_state = true end
+end
+for k = 1, #KEYS - 3 do
+  local r = recs[k]
   if r and ARGV[5 * k] ~= '' then
     local jobs = cmsgpack.unpack(ARGV[5 * k])
     pushes[k] = jobs
@@ -58,8 +69,7 @@ for k = 1, #KEYS - 3 do
     redis.call('EXISTS', prefix .. ':answer:' .. ARGV[5 * k - 3], prefix .. ':success_hooks')
     clock()
   end
-  -- A key of a topic without limits has no state, and an ack leaves it alone (flow_count).
-  if r and r.f and redis.call('EXISTS', prefix .. ':fs:' .. r.t .. ':' .. r.f) == 1 then
+  if any_state and r and r.f and redis.call('EXISTS', prefix .. ':fs:' .. r.t .. ':' .. r.f) == 1 then
     stateful[k] = true
     flow_read(prefix, r.t, r.f)
     clock()

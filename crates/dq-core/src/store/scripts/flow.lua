@@ -84,6 +84,30 @@ local function flow_enqueue(prefix, t, k, adds)
   return tonumber(redis.call('ZINCRBY', prefix .. ':flows:' .. t, added, k)) == added
 end
 
+-- flow_enqueue for many keys of topic t at once: `keyed` is a list of {k = key, adds = {score, id, ...}};
+-- each gets `fresh`, flow_enqueue's answer, and `added`, how many of its jobs were new. The keys' counts
+-- are read in one ZMSCORE and written in one ZADD, where flow_enqueue makes a ZINCRBY per key.
+local function flow_enqueue_all(prefix, t, keyed)
+  local flows, names, counts = prefix .. ':flows:' .. t, {}, {}
+  for i, e in ipairs(keyed) do names[i] = e.k end
+  for i = 1, #names, 1000 do
+    local got = redis.call('ZMSCORE', flows, unpack(names, i, math.min(i + 999, #names)))
+    for j = 1, #got do counts[i + j - 1] = tonumber(got[j]) or 0 end
+  end
+  local set = {}
+  for i, e in ipairs(keyed) do
+    local q, added = prefix .. ':fq:' .. t .. ':' .. e.k, 0
+    local adds = e.adds
+    for j = 1, #adds, 2000 do added = added + redis.call('ZADD', q, unpack(adds, j, math.min(j + 1999, #adds))) end
+    e.added, e.fresh = added, added > 0 and counts[i] == 0
+    if added > 0 then
+      set[#set + 1] = counts[i] + added
+      set[#set + 1] = e.k
+    end
+  end
+  for j = 1, #set, 2000 do redis.call('ZADD', flows, unpack(set, j, math.min(j + 1999, #set))) end
+end
+
 -- Jobs of topic t, flow key k, are ready: `adds` as flow_enqueue's, `first` the lowest score. The key
 -- gets its turn, or has it moved earlier when these jobs are more urgent.
 local function flow_add_all(prefix, t, k, adds, first, now)

@@ -59,7 +59,7 @@ for i = 1, count do
   local member = due[2 * i - 1]
   local key = prefix .. ':job:' .. member
   local raw = string.byte(member, 1) ~= 126 and redis.pcall('GET', key)
-  local topic, traced = rec_topic(raw)
+  local topic, traced, fk, at = rec_topic(raw)
   local r
   if not raw then
     local tp, k = string.match(member, '^~(%S+) (.+)$')
@@ -67,13 +67,16 @@ for i = 1, count do
       turns[i] = {tp, k}
       flow_read(prefix, tp, k)
     end
-  elseif topic and not wanted[topic] and not (traced and spans) then
-    -- Going to its ready queue: only its topic and state are needed (rec_topic says it has no priority,
-    -- and the trace context that follows its array is not wanted), and how the state is stored.
-    r = {s = 'delayed', t = topic, at = 1, sf = traced and 8 or 0}
+  elseif topic and (fk or not wanted[topic]) and not (traced and spans) then
+    -- Going to its ready queue, or its flow key's (a keyed job is never handed): only its topic, flow
+    -- key and state are needed (rec_topic says it has no priority, and the trace context that follows
+    -- its array is not wanted), and how the state is stored.
+    r = {s = 'delayed', t = topic, f = fk, at = at, sf = traced and 8 or 0}
   elseif raw then
     r = rec_load(key, false, bucket, due[2 * i], raw)
-    if r and r.f and not keyed[r.t .. ' ' .. r.f] then
+  end
+  if r then
+    if r.f and not keyed[r.t .. ' ' .. r.f] then
       local e = {t = r.t, k = r.f, adds = {}}
       keyed[r.t .. ' ' .. r.f] = e
       keyed_order[#keyed_order + 1] = e
@@ -243,10 +246,24 @@ end
 -- Each key's jobs into its queue; a key that had none gets its turn (with no key's state here, straight
 -- into its topic's ready queue), one that had some has its turn moved earlier if these are more urgent.
 -- The reservers of a queue that was empty are woken below, with the topic's unkeyed jobs.
+-- The keys' queues and counts, a topic at a time (flow_enqueue_all).
+local keyed_by_topic, keyed_topics = {}, {}
+for _, e in ipairs(keyed_order) do
+  if e.first then
+    local l = keyed_by_topic[e.t]
+    if not l then
+      l = {}
+      keyed_by_topic[e.t] = l
+      keyed_topics[#keyed_topics + 1] = e.t
+    end
+    l[#l + 1] = e
+  end
+end
+for _, t in ipairs(keyed_topics) do flow_enqueue_all(prefix, t, keyed_by_topic[t]) end
 for _, e in ipairs(keyed_order) do
   if e.first then
     local ready = prefix .. ':ready:' .. e.t
-    if not flow_enqueue(prefix, e.t, e.k, e.adds) then
+    if not e.fresh then
       add(ready .. ' XX', e.first, '~' .. e.k)
     elseif stateful then
       flow_turn(prefix, e.t, e.k, e.first, now, true)

@@ -66,7 +66,14 @@ for i = 0, n - 1 do
   elseif o ~= '' then
     local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);(.*)$')}
     opts[i] = f
-    if f[5] ~= '' then flow_read(prefix, ARGV[4 + 9 * i], f[5]) end
+    -- A keyed job due now goes to its key's queue, whose keys are read first; a delayed one waits in
+    -- the delay set, and promote.lua reads them when it comes due.
+    if f[5] ~= '' then
+      local delay, at = ARGV[6 + 9 * i], ARGV[7 + 9 * i]
+      if (delay ~= '' and tonumber(delay) <= 0) or (at ~= '' and tonumber(at) <= now) then
+        flow_read(prefix, ARGV[4 + 9 * i], f[5])
+      end
+    end
     if f[1] ~= '' then
       local dedup, id = KEYS[next_dedup], ARGV[3 + 9 * i]
       next_dedup = next_dedup + 1

@@ -2,7 +2,7 @@
 -- reads or writes a record (scripts.rs), so the format is defined once.
 --
 -- A record (<prefix>:job:<id>) is one string: a MessagePack array of its fields in the order
--- s, t, b, r, ttr, m, c, a, d, rc, e, x, g, bo, p, n, k, f, (19, unused), ch (the names below), the state
+-- s, t, b, r, ttr, m, c, a, d, rc, e, x, g, bo, p, n, k, (18 and 19, unused), ch (the names below), the state
 -- stored as a number (1 delayed, 2 ready, 3 reserved, 4 done, 5 dead), plus 8 when a trace context
 -- follows the array (see tc below).
 -- Absent fields are `false` in the array, and absent fields at its end are left out (and so are zero
@@ -15,6 +15,12 @@
 -- of a hash of fields takes less memory (200 bytes instead of 248 for a job with a 64-byte body), and a
 -- longer body adds only about its length: a hash leaves its compact encoding once a value passes
 -- hash-max-listpack-value (64 bytes by default) and then more than doubles.
+--
+-- Before the array, a record may hold its job's flow key, f, a MessagePack string (a record's first byte
+-- says which: a string's header, or the array's). It is kept out of the array for the reason tc is:
+-- as field 18 it made every keyed job's array 18 fields long (a three-byte header and ten `false`s),
+-- which rec_topic cannot read, so promote.lua unpacked every keyed job; in front, rec_topic reads it
+-- with the topic. Records written before keep it as field 18, and rec_load reads it there.
 --
 -- After the array, a record may hold its job's trace context, tc, a MessagePack string (when the state
 -- says so), and then its history: one MessagePack array per delivery attempt, appended as attempts end
@@ -44,7 +50,8 @@
 -- traceparent packed, then a space and the tracestate when there is one), opaque here. ch: the jobs it
 -- started, as their ids' suffixes (a child's id is `<id>~<suffix>`): a fan-out's children, or what its
 -- callback's answer or its ack pushed (add.lua). All only for jobs that have them. Two more say how the record is stored, for a
--- write of its state alone (rec_store): `at`, the state's offset, and `sf`, the 8 added to it.
+-- write of its state alone (rec_store): `at`, the state's offset (after the flow key in front and the
+-- array's header), and `sf`, the 8 added to it.
 --
 -- KEYS[1]: none of its own (the including script's)   ARGV[1]: none of its own
 -- Returns: nothing (defines local functions).
@@ -76,8 +83,14 @@ local function rec_load(key, soft, source, score, raw)
     r.a = r.a or 0
     return r
   end
-  -- unpack_one: the record's array alone (`off`: where what follows it begins; -1 when nothing does).
+  -- unpack_one: the record's array alone (`off`: where what follows it begins; -1 when nothing does),
+  -- after the flow key when one comes first (`front`: its bytes).
   local fine, off, v = pcall(cmsgpack.unpack_one, raw)
+  local fk, front = nil, 0
+  if fine and type(v) == 'string' and off > 0 then
+    fk, front = v, off
+    fine, off, v = pcall(cmsgpack.unpack_one, raw, off)
+  end
   local code = fine and type(v) == 'table' and type(v[1]) == 'number' and v[1]
   local tc
   if code and code > 8 and off > 0 then
@@ -103,33 +116,42 @@ local function rec_load(key, soft, source, score, raw)
   local s
   if code == 1 then s = 'delayed' elseif code == 2 then s = 'ready' elseif code == 3 then s = 'reserved'
   elseif code == 4 then s = 'done' else s = 'dead' end
-  -- `x or nil` turns an absent field's `false` into nil. A record written before tc left the array has
-  -- it as field 19.
+  -- `x or nil` turns an absent field's `false` into nil. A record written before tc and f left the
+  -- array has them as fields 19 and 18.
   local r, c = v[4], v[7]
   if c < 1e12 then c = r - c end
   return {s = s, t = v[2], b = v[3], r = r, ttr = v[5], m = v[6], c = c, a = v[8] or 0,
     d = v[9] or nil, rc = v[10] or nil, e = v[11] or nil, x = v[12] or nil, g = v[13] or nil,
-    bo = v[14] or nil, p = v[15] or nil, n = v[16] or nil, k = v[17] or nil, f = v[18] or nil,
+    bo = v[14] or nil, p = v[15] or nil, n = v[16] or nil, k = v[17] or nil, f = fk or v[18] or nil,
     tc = tc or v[19] or nil, ch = v[20] or nil, h = off > 0 and string.sub(raw, off + 1) or nil, raw = raw,
-    at = string.byte(raw, 1) == 0xdc and 3 or 1, sf = tc and 8 or 0}
+    at = front + (string.byte(raw, front + 1) == 0xdc and 3 or 1), sf = tc and 8 or 0}
 end
 
 -- The topic of `raw` (a GET's answer), read from its first bytes without unpacking it, for a caller
 -- that needs nothing else of a record whose state alone it rewrites (promote.lua moving due jobs to
--- their ready queues: unpacking is most of what a job costs there), and whether a trace context follows
--- the array. Only a packed array of 7 to 14 fields (so without p, n, k, f or ch: those make it 15 or
--- more) whose state is 1 to 5 (9 to 13 with a trace context) and whose topic is a fixstr or str8 is read
--- so. For anything else it returns nil, and the caller uses rec_load, which unpacks (and quarantines
--- what it cannot decode).
+-- their ready queues: unpacking is most of what a job costs there), whether a trace context follows
+-- the array, the flow key in front of it (nil for none) and the state's offset (rec_store's `at`).
+-- Only a packed array of 7 to 14 fields (so without p, n, k or ch: those make it 15 or more) whose state
+-- is 1 to 5 (9 to 13 with a trace context) and whose topic is a fixstr or str8, behind a flow key that
+-- is one too or behind nothing, is read so. For anything else it returns nil, and the caller uses
+-- rec_load, which unpacks (and quarantines what it cannot decode).
 local function rec_topic(raw)
   if type(raw) ~= 'string' then return nil end
-  local h, c, f, n = string.byte(raw, 1, 4)
+  -- `at`: where the array's header is (1-based), which is the state's offset (0-based).
+  local a, b = string.byte(raw, 1, 2)
+  local key, at = nil, 1
+  if a and a >= 0xa1 and a <= 0xbf then
+    key, at = string.sub(raw, 2, a - 0x9f), a - 0x9e
+  elseif a == 0xd9 and b then
+    key, at = string.sub(raw, 3, b + 2), b + 3
+  end
+  local h, c, f, n = string.byte(raw, at, at + 3)
   if not f or h < 0x97 or h > 0x9e or c < 1 or c > 13 or (c > 5 and c < 9) then return nil end
-  local from, len = 4, f - 0xa0
-  if f == 0xd9 then from, len = 5, n or -1 elseif f < 0xa0 or f > 0xbf then return nil end
+  local from, len = at + 3, f - 0xa0
+  if f == 0xd9 then from, len = at + 4, n or -1 elseif f < 0xa0 or f > 0xbf then return nil end
   local topic = string.sub(raw, from, from + len - 1)
   if len < 1 or #topic ~= len then return nil end
-  return topic, c > 8
+  return topic, c > 8, key, at
 end
 
 -- The score of a job in its ready queue: its priority `p` (nil: the default, 1024; lower is more urgent)
@@ -140,14 +162,14 @@ end
 local function rec_score(p, at) return (p or 1024) * 4398046511104 + at end
 
 -- Writes `r` at `key`. The fields up to `a` are always there; the optional ones (d, rc, e, x, g, bo) are
--- `false` when absent, and left out at the end. (So are p, n, k, f and ch.) The trace context follows
--- the array, then the history. A reservation's end is `r.rc, r.d = nil, nil`.
+-- `false` when absent, and left out at the end. (So are p, n, k and ch.) The flow key goes in front of
+-- the array, the trace context after it, then the history. A reservation's end is `r.rc, r.d = nil, nil`.
 --
 -- With `only_state`, the caller changed nothing but `r.s`. The state is the array's first element, one
 -- byte (a positive fixint), after MessagePack's array header, so one SETRANGE writes it without
--- rewriting the record: at r.at, the header's length as stored (one byte, a fixarray, up to 15 fields; a
--- record with n, k, f or ch has 16 to 20, and a three-byte header, an array16), with r.sf added (8 when
--- a trace context follows). (A done record, written so, keeps the receipt and deadline of its last
+-- rewriting the record: at r.at, the flow key's bytes in front and the header's length as stored (one
+-- byte, a fixarray, up to 15 fields; a record with n, k or ch has 16 to 20, and a three-byte header, an
+-- array16), with r.sf added (8 when a trace context follows). (A done record, written so, keeps the receipt and deadline of its last
 -- reservation, which mean nothing once it is done.)
 --
 -- Only done records have a TTL (ack gives it after this), and no script rewrites a done record, so a SET
@@ -183,7 +205,7 @@ local function rec_store(key, r, only_state, new)
   if tc then code = code + 8 end
   local v = {code, r.t, r.b, r.r, r.ttr, r.m, since, r.a, r.d or false, r.rc or false, r.e or false,
     r.x or false, r.g or false, r.bo or false, (r.p ~= 1024 and r.p) or false, r.n or false, r.k or false,
-    r.f or false, false, r.ch or false}
+    false, false, r.ch or false}
   local n = 20
   while n > 8 and v[n] == false do
     v[n] = nil
@@ -191,6 +213,7 @@ local function rec_store(key, r, only_state, new)
   end
   if n == 8 and r.a == 0 then v[8] = nil end
   local packed = tc and cmsgpack.pack(v, tc) or cmsgpack.pack(v)
+  if r.f then packed = cmsgpack.pack(r.f) .. packed end
   if new then return redis.call('SET', key, packed, 'NX') ~= false end
   if r.h then packed = packed .. r.h end
   redis.call('SET', key, packed)

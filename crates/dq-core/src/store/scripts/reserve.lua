@@ -210,14 +210,45 @@ end
 -- priority of the key's last job taken, the time now; one ZADD per queue), parked, or out.
 local turned = false
 local back, back_order = {}, {}
+-- Jobs left in each key's queue: its count says (flow_enqueue keeps it the queue's size), read for the
+-- keys of a topic in one ZMSCORE and written back in one ZADD and one ZREM; a key that gave nothing
+-- still has what it had, one whose queue ran out has none.
+local counted = {}
 for _, f in ipairs(flow_order) do
-  -- Jobs left in the key's queue: its count says (flow_enqueue keeps it the queue's size); a key that
-  -- gave nothing still has what it had.
-  local left = 1
   if f.left > 0 or f.empty then
-    local flows = prefix .. ':flows:' .. f.t
-    left = f.empty and 0 or tonumber(redis.call('ZINCRBY', flows, -f.left, f.k))
-    if left <= 0 then redis.call('ZREM', flows, f.k) end
+    local c = counted[f.t]
+    if not c then
+      c = {keys = {}, of = {}, set = {}, gone = {}}
+      counted[f.t] = c
+    end
+    if f.empty then
+      f.count = 0
+    else
+      c.keys[#c.keys + 1] = f.k
+      c.of[#c.keys] = f
+    end
+  end
+end
+for t, c in pairs(counted) do
+  local flows = prefix .. ':flows:' .. t
+  for i = 1, #c.keys, 1000 do
+    local got = redis.call('ZMSCORE', flows, unpack(c.keys, i, math.min(i + 999, #c.keys)))
+    for j = 1, #got do
+      local f = c.of[i + j - 1]
+      f.count = (tonumber(got[j]) or 0) - f.left
+    end
+  end
+end
+for _, f in ipairs(flow_order) do
+  local left = f.count or 1
+  if f.count then
+    local c = counted[f.t]
+    if left > 0 then
+      c.set[#c.set + 1] = left
+      c.set[#c.set + 1] = f.k
+    else
+      c.gone[#c.gone + 1] = f.k
+    end
   end
   -- A topic without limits keeps no state for its keys (nothing counts against them).
   if (f.conc > 0 or f.rate > 0) and (f.gave > 0 or f.held or f.rate > 0) then
@@ -248,6 +279,11 @@ for _, f in ipairs(flow_order) do
       turned = true
     end
   end
+end
+for t, c in pairs(counted) do
+  local flows = prefix .. ':flows:' .. t
+  for k = 1, #c.set, 2000 do redis.call('ZADD', flows, unpack(c.set, k, math.min(k + 1999, #c.set))) end
+  for k = 1, #c.gone, 1000 do redis.call('ZREM', flows, unpack(c.gone, k, math.min(k + 999, #c.gone))) end
 end
 for _, ready in ipairs(back_order) do
   local b = back[ready]
