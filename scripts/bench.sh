@@ -317,7 +317,8 @@ PY
   echo "   without; delivery throughput and Redis CPU per job over its life (push, promote, reserve, deliver, ack);"
   echo "   alternating runs"
   cpu() { python3 -c "print($(info cpu used_cpu_user) + $(info cpu used_cpu_sys))"; }
-  for round in 1 2; do
+  # FLOW_COST_ROUNDS: more pairs for a steadier median (each pair about a minute).
+  for round in $(seq 1 "${FLOW_COST_ROUNDS:-2}"); do
     for keys in 0 10000; do
       rcli flushall >/dev/null
       [ -n "${LIFE_SCRIPTS:-}" ] && rcli config set slowlog-log-slower-than 0 >/dev/null && \

@@ -107,27 +107,30 @@ pub async fn run(client: &Client, out: &Output, command: Command) -> Result<()> 
                     println!("no job");
                     return;
                 }
+                // A flow key column only when a job has one.
+                let keyed = jobs.iter().any(|j| j.flow_key.is_some());
                 let rows = jobs
                     .iter()
                     .map(|j| {
-                        vec![
-                            j.id.clone(),
-                            j.topic.clone(),
+                        let mut row = vec![j.id.clone(), j.topic.clone()];
+                        if keyed {
+                            row.push(j.flow_key.clone().unwrap_or_default());
+                        }
+                        row.extend([
                             j.attempt.to_string(),
                             j.receipt.clone(),
                             time(j.deadline),
                             short(&j.body, 60),
-                        ]
+                        ]);
+                        row
                     })
                     .collect();
-                println!(
-                    "{}",
-                    table(
-                        &["id", "topic", "attempt", "receipt", "deadline", "body"],
-                        &["attempt"],
-                        rows
-                    )
-                );
+                let mut headers = vec!["id", "topic"];
+                if keyed {
+                    headers.push("flow key");
+                }
+                headers.extend(["attempt", "receipt", "deadline", "body"]);
+                println!("{}", table(&headers, &["attempt"], rows));
             });
         }
         Command::Ack {

@@ -1,7 +1,7 @@
 //! Topics (and their flow keys), dead letters, schedules and stats.
 
 use anyhow::Result;
-use dq_client::{Client, Counts, ScheduleView, TopicView};
+use dq_client::{Client, Counts, DEFAULT_PRIORITY, ScheduleView, TopicView};
 
 use crate::cli::{DeadCommand, DeadSelection, SchedulesCommand, TopicsCommand};
 use crate::jobs::{attempts_cap, read_json};
@@ -115,6 +115,10 @@ pub async fn jobs(client: &Client, out: &Output, topic: &str, state: &str, offse
     let page = client.list_jobs(topic, state, offset, limit).await?;
     out.either(&page, || {
         let when = if state == "reserved" { "deadline" } else { "due" };
+        // A priority column when a job has one other than the default, a flow key column when a job
+        // has a key.
+        let prioritized = page.jobs.iter().any(|j| j.priority != DEFAULT_PRIORITY);
+        let keyed = page.jobs.iter().any(|j| j.flow_key.is_some());
         let rows = page
             .jobs
             .iter()
@@ -124,16 +128,30 @@ pub async fn jobs(client: &Client, out: &Output, topic: &str, state: &str, offse
                 } else {
                     j.run_at
                 };
-                vec![
-                    j.id.clone(),
-                    time(at),
+                let mut row = vec![j.id.clone(), time(at)];
+                if prioritized {
+                    row.push(j.priority.to_string());
+                }
+                if keyed {
+                    row.push(j.flow_key.clone().unwrap_or_default());
+                }
+                row.extend([
                     format!("{}/{}", j.attempts, attempts_cap(j.max_attempts)),
                     j.last_error.clone().unwrap_or_default(),
                     short(&j.body, 40),
-                ]
+                ]);
+                row
             })
             .collect();
-        println!("{}", table(&["id", when, "attempts", "last error", "body"], &[], rows));
+        let mut headers = vec!["id", when];
+        if prioritized {
+            headers.push("priority");
+        }
+        if keyed {
+            headers.push("flow key");
+        }
+        headers.extend(["attempts", "last error", "body"]);
+        println!("{}", table(&headers, &["priority"], rows));
         let partial = if page.complete {
             ""
         } else {

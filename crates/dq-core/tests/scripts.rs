@@ -747,6 +747,75 @@ fn evalsha_calls(redis: &RedisServer) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
+/// On a single Redis every partition is on the one node, so a batch whose jobs spread over the partitions
+/// (producers' ids, flow keys) is one `push.lua` call, not one per partition; each job still lands in
+/// its own partition, counted in that partition's counts hash, and a job due at once wakes that
+/// partition's reservers.
+#[tokio::test]
+async fn a_batch_spread_over_partitions_is_one_call_on_a_single_redis() {
+    let redis = RedisServer::start();
+    let mut s = settings(&redis);
+    s.redis.partitions = Some(256);
+    let q = Queue::connect(&s).await.unwrap();
+    let mut c = redis.conn();
+    let mut listener = redis.conn();
+    let mut wake = listener.as_pubsub();
+    wake.psubscribe("dq:{*}:wake:ready").unwrap();
+    wake.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // 150 ids of the producer's, 50 with a flow key each: about 150 partitions; one job due at once.
+    let mut jobs: Vec<_> = (0..150)
+        .map(|i| {
+            job(
+                &q,
+                json!({"id": format!("order-{i}"), "topic": "t", "body": i, "delay_ms": 60_000}),
+            )
+        })
+        .collect();
+    jobs.extend((0..50).map(|i| {
+        job(
+            &q,
+            json!({"topic": "t", "body": i, "delay_ms": 60_000, "flow_key": format!("k{i}")}),
+        )
+    }));
+    jobs.push(job(&q, json!({"id": "now", "topic": "u", "body": 0})));
+    let spread: HashSet<u16> = (0..150).map(|i| q.partitions().of_id(&format!("order-{i}"))).collect();
+    assert!(spread.len() > 50, "the ids spread: {}", spread.len());
+    let before = evalsha_calls(&redis);
+    let pushed = q.producer().push_many(jobs).await;
+    assert_eq!(evalsha_calls(&redis) - before, 1, "one call");
+    for (i, r) in pushed.iter().enumerate() {
+        let p = r.as_ref().unwrap_or_else(|e| panic!("job {i}: {e}"));
+        // Each in its own partition's delay set (or ready queue), and counted there.
+        let (structure, field) = if p.id == "now" {
+            ("ready:u", "u:ready")
+        } else {
+            ("delayed", "t:delayed")
+        };
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(key(&q, &p.id, structure))
+            .arg(&p.id)
+            .query(&mut c)
+            .unwrap();
+        assert!(score.is_some(), "{} is in its partition's {structure}", p.id);
+        let counted: i64 = redis::cmd("HGET")
+            .arg(key(&q, &p.id, "counts"))
+            .arg(field)
+            .query(&mut c)
+            .unwrap();
+        assert!(counted >= 1, "{} is counted in its partition", p.id);
+    }
+    assert_consistent(&redis);
+    let counts = total_counts(&redis);
+    assert_eq!((counts["t:delayed"], counts["u:ready"]), (200, 1));
+    // The job due at once woke its own partition's reservers.
+    let msg = wake.get_message().unwrap();
+    assert_eq!(
+        msg.get_channel_name(),
+        format!("{}:wake:ready", key(&q, "now", "").trim_end_matches(':'))
+    );
+    assert_eq!(msg.get_payload::<String>().unwrap(), "u");
+}
+
 /// Concurrent batches of producer-given ids that spread thin over the partitions share each partition's
 /// `push.lua` call (group commit), yet each entry gets its own answer: an id two batches both carry is
 /// stored once, and the other batch's entry is a conflict.

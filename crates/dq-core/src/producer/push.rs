@@ -3,7 +3,9 @@
 //! Pushes that arrive at the same moment share `push.lua` calls (see [`crate::store::group_commit`]). A job without
 //! an id gets one minted when its group is sent, in the partition the group goes to (the next one, in
 //! turn, that answers), so a crowd of pushes without ids shares one call; jobs with producer-given ids go
-//! to their own partitions, one call per partition touched, shared with the other requests of the group.
+//! to their own partitions, shared with the other requests of the group: one call per partition
+//! touched on a cluster, one call for all on a single Redis (standalone, Sentinel), where every
+//! partition is on the one node.
 //!
 //! A job with a deduplication key goes to the partition its topic and key hash to (minted ids included),
 //! so that every push with that key meets the key in one place, atomically with the push. So does a job
@@ -243,12 +245,16 @@ impl Producer {
     }
 }
 
-/// Sends gathered groups: jobs without an id get ids in one partition, the others go to theirs; one
-/// `push.lua` call per partition, side by side. Answers per group, per job.
+/// Sends gathered groups: jobs without an id get ids in one partition, the others go to theirs; on a
+/// cluster one `push.lua` call per partition, side by side; on a single Redis (standalone, Sentinel),
+/// where every partition is on the one node, one call for them all, so a group whose jobs spread over
+/// the partitions (producers' ids, flow keys) pays a call's fixed cost once. Answers per group, per job.
 async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
     let fresh = queue.partitions.next_up(None);
+    let one_node = !queue.store.sharded();
     // (group, pick position) → (id, partition)
     let mut placed: Vec<Vec<(String, u16)>> = Vec::with_capacity(groups.len());
+    // The calls' jobs: by partition on a cluster, all in one list (under 0) on a single Redis.
     let mut by_partition: HashMap<u16, Vec<(usize, usize)>> = HashMap::new();
     for (g, group) in groups.iter().enumerate() {
         let mut ids = Vec::with_capacity(group.picks.len());
@@ -259,29 +265,32 @@ async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
                 Some(id) => id.clone(),
                 None => queue.partitions.fresh_in(p),
             };
-            by_partition.entry(p).or_default().push((g, k));
+            by_partition
+                .entry(if one_node { 0 } else { p })
+                .or_default()
+                .push((g, k));
             ids.push((id, p));
         }
         placed.push(ids);
     }
     // A call carries at most PUSH_GROUP_JOBS jobs: Lua unpacks a call's sorted-set adds onto its stack.
     // A fan-out's children count, and go in the call of their parent.
-    let calls = by_partition.into_iter().flat_map(|(p, members)| {
-        let mut chunks: Vec<(u16, Vec<(usize, usize)>)> = Vec::new();
+    let calls = by_partition.into_values().flat_map(|members| {
+        let mut chunks: Vec<Vec<(usize, usize)>> = Vec::new();
         let mut filled = PUSH_GROUP_JOBS;
         for (g, k) in members {
             let w = push::weight(&groups[g].jobs[groups[g].picks[k].0]);
             if filled + w > PUSH_GROUP_JOBS {
-                chunks.push((p, Vec::new()));
+                chunks.push(Vec::new());
                 filled = 0;
             }
             filled += w;
-            chunks.last_mut().expect("a chunk was opened").1.push((g, k));
+            chunks.last_mut().expect("a chunk was opened").push((g, k));
         }
         chunks
     });
-    let calls = calls.map(|(p, members)| {
-        let jobs: Vec<(&str, &NewJob, Mode)> = members
+    let calls = calls.map(|members| {
+        let jobs: Vec<(u16, &str, &NewJob, Mode)> = members
             .iter()
             .map(|&(g, k)| {
                 let (i, fixed) = &groups[g].picks[k];
@@ -291,12 +300,12 @@ async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
                     (None, Some(_)) => Mode::Given,
                     (None, None) => Mode::Minted,
                 };
-                (placed[g][k].0.as_str(), job, mode)
+                (placed[g][k].1, placed[g][k].0.as_str(), job, mode)
             })
             .collect();
         let queue = &queue;
         async move {
-            let out = push_on(queue, p, &jobs).await;
+            let out = push_on(queue, &jobs).await;
             (members, out)
         }
     });
@@ -358,9 +367,9 @@ async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
 /// fan-out's children's states.
 type Stored = (State, i64, Option<String>, Vec<Option<State>>);
 
-/// Runs push.lua once on partition `p` for `jobs` (id, job and mode each), answering per job.
-async fn push_on(queue: &Producer, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Result<Vec<Result<Stored>>> {
-    let answers: Vec<Result<Stored>> = push::call(&queue.store, p, jobs, queue.defaults.done_retention_ms)
+/// Runs push.lua once for `jobs` (partition, id, job and mode each), answering per job.
+async fn push_on(queue: &Producer, jobs: &[(u16, &str, &NewJob, Mode)]) -> Result<Vec<Result<Stored>>> {
+    let answers: Vec<Result<Stored>> = push::call(&queue.store, jobs, queue.defaults.done_retention_ms)
         .await?
         .into_iter()
         .map(|reply| match reply {
@@ -375,7 +384,7 @@ async fn push_on(queue: &Producer, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Re
         .collect();
     // This process's next reserve must see what it just made ready, without waiting for the wake-up.
     let mut marked = std::collections::HashSet::new();
-    for ((_, job, _), answer) in jobs.iter().zip(&answers) {
+    for (&(p, _, job, _), answer) in jobs.iter().zip(&answers) {
         // (A fan-out's children: ready with their parent's due time.)
         let ready = match answer {
             Ok((State::Ready, _, None, _)) => vec![job.topic.as_str()],
@@ -389,7 +398,7 @@ async fn push_on(queue: &Producer, p: u16, jobs: &[(&str, &NewJob, Mode)]) -> Re
             _ => continue,
         };
         for topic in ready {
-            if marked.insert(topic) {
+            if marked.insert((topic, p)) {
                 queue.ready.mark_own(topic, p);
             }
         }

@@ -135,5 +135,5 @@ for k = 1, #removed, 1000 do redis.call('ZREM', reserved, unpack(removed, k, mat
 for topic, n in pairs(ended) do
   redis.call('HINCRBY', counts, topic .. ':reserved', -n)
 end
-add_flush(counts, prefix .. ':wake:ready', prefix .. ':wake:timer')
+add_flush()
 return out

@@ -1,11 +1,13 @@
--- add.lua: new jobs into a partition. Not a script of its own: it goes after record.lua and flow.lua in
+-- add.lua: new jobs into their partitions. Not a script of its own: it goes after record.lua and flow.lua in
 -- front of the scripts that store new jobs (scripts.rs): push.lua, and ack.lua, which stores the jobs a
 -- callback's answer (or a pull ack) pushed, together with the ack (docs/architecture.md, "Jobs that
 -- start jobs").
 --
 -- add_job writes a job's record (only where there is none) and gathers its sorted-set adds, counts and
 -- wake-ups; add_flush sends them, one ZADD per sorted set and one HINCRBY per count, so a batch costs
--- Redis a few commands beyond its records.
+-- Redis a few commands beyond its records. Each job's partition is its `prefix`: its counts hash
+-- (<prefix>:counts) and channels (<prefix>:wake:ready, <prefix>:wake:timer) are named from it, so one
+-- call may add jobs of several partitions (push.lua on a single Redis).
 --
 -- KEYS[1]: none of its own (the including script's; keys are named from the partition's prefix)
 -- ARGV[1]: none of its own
@@ -32,7 +34,7 @@ local function add_job(prefix, job, ready, delayed, id, r, now, ttl)
   end
   local A = adding
   if not A then
-    A = {z = {}, order = {}, earliest = {}, topic = {}, tally = {}, urgent = {}}
+    A = {z = {}, order = {}, earliest = {}, topic = {}, tally = {}, tallied = {}, urgent = {}, prefix = {}}
     adding = A
   end
   local topic, p = r.t, r.p
@@ -54,6 +56,7 @@ local function add_job(prefix, job, ready, delayed, id, r, now, ttl)
       z = {}
       A.z[zset] = z
       A.order[#A.order + 1] = zset
+      A.prefix[zset] = prefix
     end
     -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3%
     -- of a batch push's instructions); %d holds integers below 2^63, a ready score of a priority of
@@ -61,19 +64,27 @@ local function add_job(prefix, job, ready, delayed, id, r, now, ttl)
     if score < 9.2e18 then z[#z + 1] = string.format('%d', score) else z[#z + 1] = score end
     z[#z + 1] = id
   end
+  -- The counts, per partition.
+  local tally = A.tally[prefix]
+  if not tally then
+    tally = {}
+    A.tally[prefix] = tally
+    A.tallied[#A.tallied + 1] = prefix
+  end
   local c = topic .. ':' .. state
-  A.tally[c] = (A.tally[c] or 0) + 1
+  tally[c] = (tally[c] or 0) + 1
   return state
 end
 
--- Sends what add_job gathered: the sorted-set adds, the wake-ups (on the partition's channels), the
--- counts (into its counts hash).
-local function add_flush(counts, ready_channel, timer_channel)
+-- Sends what add_job gathered: the sorted-set adds, the wake-ups (on each partition's channels), the
+-- counts (into each partition's counts hash).
+local function add_flush()
   local A = adding
   if not A then return end
   adding = nil
   for _, zset in ipairs(A.order) do
-    local topic = A.topic[zset]
+    local topic, prefix = A.topic[zset], A.prefix[zset]
+    local ready_channel, timer_channel = prefix .. ':wake:ready', prefix .. ':wake:timer'
     if topic then
       -- Long-polling reservers wait only on an empty queue, so only its first job needs to wake them. A
       -- job more urgent than the default that goes ahead of the queue's first job is told as
@@ -103,5 +114,8 @@ local function add_flush(counts, ready_channel, timer_channel)
       end
     end
   end
-  for c, k in pairs(A.tally) do redis.call('HINCRBY', counts, c, k) end
+  for _, prefix in ipairs(A.tallied) do
+    local counts = prefix .. ':counts'
+    for c, k in pairs(A.tally[prefix]) do redis.call('HINCRBY', counts, c, k) end
+  end
 end

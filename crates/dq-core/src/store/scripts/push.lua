@@ -2,12 +2,17 @@
 -- Used by both push and push many: a batch is the same operation repeated, done in one round trip, with
 -- the sorted-set adds, counters and wake-ups gathered per delay set and per topic (add.lua).
 --
--- KEYS[1]: counts hash (<prefix>:counts)
--- KEYS[2]: the partition's delay set (<prefix>:delayed)
+-- One call stores jobs of one partition; on a single Redis (standalone, Sentinel), where every partition
+-- is on the one node, a call may carry the jobs of several (dq-server sends a group's pushes so), since
+-- each job's keys are named from its own partition's prefix, its record's key without ':job:<id>'.
+--
+-- KEYS[1]: counts hash (<prefix>:counts) of the first job's partition
+-- KEYS[2]: that partition's delay set (<prefix>:delayed)
 -- KEYS[1 + 2*i]: job i's record (<prefix>:job:<id>)   KEYS[2 + 2*i]: job i's ready queue (<prefix>:ready:<topic>)
 -- KEYS[2 + 2*n + k]: the deduplication key (<prefix>:dedup:<topic>:<dedup_key>) of the k-th job, in
 --          order, that has one
--- ARGV[1]: ready wake channel    ARGV[2]: timer wake channel
+-- ARGV[1]: the first job's partition's ready wake channel    ARGV[2]: its timer wake channel (each
+--          job's partition is told on its own channels, <prefix>:wake:ready and <prefix>:wake:timer)
 -- ARGV[3 + 9*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
 --          delay_ms is given), ttr_ms, max_attempts, mode: "0" an id minted by dq for this push, "1" the
 --          producer's id, "2" a retry of a write whose outcome is unknown (it may have run), "3" a
@@ -48,9 +53,10 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
-local delayed = KEYS[2]
--- The partition's prefix: the delay set's key without its ':delayed'.
-local prefix = string.sub(delayed, 1, #delayed - 8)
+-- Job i's partition prefix: its record's key without ':job:<id>'.
+local function prefix_of(i)
+  return string.sub(KEYS[3 + 2 * i], 1, -(#ARGV[3 + 9 * i] + 6))
+end
 local n = (#ARGV - 2) / 9
 -- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority, flow key, children, trace context}
 -- (strings, "" when absent), and its deduplication key; read before the first write, with the jobs
@@ -71,7 +77,7 @@ for i = 0, n - 1 do
     if f[5] ~= '' then
       local delay, at = ARGV[6 + 9 * i], ARGV[7 + 9 * i]
       if (delay ~= '' and tonumber(delay) <= 0) or (at ~= '' and tonumber(at) <= now) then
-        flow_read(prefix, ARGV[4 + 9 * i], f[5])
+        flow_read(prefix_of(i), ARGV[4 + 9 * i], f[5])
       end
     end
     if f[1] ~= '' then
@@ -132,7 +138,8 @@ for i = 0, n - 1 do
         for suffix in string.gmatch(list, '[^,]+') do r.ch[#r.ch + 1] = suffix end
       end
     end
-    local state = add_job(prefix, job, KEYS[4 + 2 * i], delayed, id, r, now, ttl)
+    local prefix = prefix_of(i)
+    local state = add_job(prefix, job, KEYS[4 + 2 * i], prefix .. ':delayed', id, r, now, ttl)
     if ttl then parent_stored = state ~= nil end
     if state then
       if dedup then
@@ -158,5 +165,5 @@ for i = 0, n - 1 do
     end
   end
 end
-add_flush(KEYS[1], ARGV[1], ARGV[2])
+add_flush()
 return out

@@ -1,4 +1,5 @@
-//! `push.lua`: store new jobs in one partition (see its header for KEYS and ARGV).
+//! `push.lua`: store new jobs in their partitions (see its header for KEYS and ARGV): one partition per
+//! call on a cluster, any number on a single Redis.
 
 use std::sync::LazyLock;
 
@@ -9,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::job::{DEFAULT_PRIORITY, Due, NewJob, State, child_id};
 use crate::store::Store;
 use crate::store::decode::{int, text};
+use crate::store::keys::PartitionKeys;
 
 script!(
     /// Store new jobs (push and push many).
@@ -69,20 +71,28 @@ pub(crate) fn weight(job: &NewJob) -> usize {
     1 + job.fanout.len()
 }
 
-/// One `push.lua` call on partition `p` for `jobs` (the id each goes out with, the job, how its id is
-/// treated), in one round trip; a fan-out's parent is stored done, expiring `fanout_ttl_ms` after its
-/// due time, with its children after it. Answers per job, in order (a fan-out's as its parent's).
+/// One `push.lua` call for `jobs` (the partition each goes to, the id it goes out with, the job, how its
+/// id is treated), in one round trip, sent to the first job's partition: on a cluster every job of a
+/// call must be in that one, on a single Redis they may be in any. A fan-out's parent is stored done,
+/// expiring `fanout_ttl_ms` after its due time, with its children after it. Answers per job, in order
+/// (a fan-out's as its parent's).
 pub(crate) async fn call(
     store: &Store,
-    p: u16,
-    jobs: &[(&str, &NewJob, Mode)],
+    jobs: &[(u16, &str, &NewJob, Mode)],
     fanout_ttl_ms: u64,
 ) -> Result<Vec<PushReply>> {
-    let keys = store.partition_keys(p);
+    let Some(&(p, ..)) = jobs.first() else {
+        return Ok(Vec::new());
+    };
+    debug_assert!(
+        !store.sharded() || jobs.iter().all(|j| j.0 == p),
+        "a cluster's call is one partition's"
+    );
+    let first = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
-    inv.key(keys.counts()).key(keys.delayed());
-    inv.arg(keys.ready_channel()).arg(keys.timer_channel());
-    let mut add = |id: &str, job: &NewJob, mode: &str, options: String| {
+    inv.key(first.counts()).key(first.delayed());
+    inv.arg(first.ready_channel()).arg(first.timer_channel());
+    let mut add = |keys: &PartitionKeys, id: &str, job: &NewJob, mode: &str, options: String| {
         inv.key(keys.job(id)).key(keys.ready(&job.topic));
         inv.arg(id).arg(&job.topic).arg(&job.body);
         match job.schedule {
@@ -91,28 +101,29 @@ pub(crate) async fn call(
         };
         inv.arg(job.ttr_ms).arg(job.max_attempts).arg(mode).arg(options);
     };
-    for (id, job, mode) in jobs {
-        add(id, job, mode.arg(), options_arg(job, fanout_ttl_ms));
+    for &(q, id, job, mode) in jobs {
+        let keys = store.partition_keys(q);
+        add(keys, id, job, mode.arg(), options_arg(job, fanout_ttl_ms));
         for child in &job.fanout {
-            add(&child_id(id, &child.topic), child, "3", options_arg(child, 0));
+            add(keys, &child_id(id, &child.topic), child, "3", options_arg(child, 0));
         }
     }
     // The deduplication keys come last, in the order of their jobs.
-    for (_, job, _) in jobs {
+    for &(q, _, job, _) in jobs {
         if let Some(d) = &job.dedup {
-            inv.key(keys.dedup(&job.topic, &d.key));
+            inv.key(store.partition_keys(q).dedup(&job.topic, &d.key));
         }
     }
     let out: Vec<Value> = store.write(p, &inv).await?;
     let bad = |what: &str| Error::unexpected(Some(p), format!("push returned {what}"));
-    if out.len() != 4 * jobs.iter().map(|(_, job, _)| weight(job)).sum::<usize>() {
+    if out.len() != 4 * jobs.iter().map(|(_, _, job, _)| weight(job)).sum::<usize>() {
         return Err(bad("the wrong number of values"));
     }
     // A fan-out's children were stored with it or not at all: its answer is its parent's, with their
     // states.
     let mut replies = out.chunks(4);
     jobs.iter()
-        .map(|(_, job, _)| {
+        .map(|(_, _, job, _)| {
             let c = replies.next().ok_or_else(|| bad("too few values"))?;
             let children = replies
                 .by_ref()
