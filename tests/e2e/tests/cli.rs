@@ -222,6 +222,10 @@ async fn flow_keys_pushed_looked_up_and_the_busiest_listed() {
         json_of(p, &["topics", "flows", "sends", "--limit", "1"]),
         json!({"keys": 2, "busiest": [{"key": "acme", "ready": 3, "reserved": 0}]})
     );
+    // A page of jobs shows their keys in a column of its own.
+    let text = ok(p, &["jobs", "sends"]);
+    assert!(row_of(&text, "id").join(" ").contains("flow key"), "{text}");
+    assert!(row_of(&text, &ids[3]).contains(&"globex"), "{text}");
     // A reserved job counts against its key (shown while the key has ready jobs left).
     let r = json_of(p, &["reserve", "sends", "-n", "10"]);
     let jobs = r["jobs"].as_array().unwrap();
@@ -240,6 +244,13 @@ async fn flow_keys_pushed_looked_up_and_the_busiest_listed() {
         ok(p, &["topics", "flows", "quiet"]).trim(),
         "no flow key of quiet has ready jobs"
     );
+    // A priority other than the default, and a key, in columns of their own; reserved, the key too.
+    json_of(p, &["push", "other", "7", "--flow-key", "initech", "--priority", "5"]);
+    let text = ok(p, &["jobs", "other"]);
+    assert!(row_of(&text, "id").join(" ").contains("priority flow key"), "{text}");
+    let text = ok(p, &["reserve", "other"]);
+    assert!(row_of(&text, "id").join(" ").contains("flow key"), "{text}");
+    assert!(text.contains("initech"), "{text}");
     // A job in a trace: `--traceparent` (or `TRACEPARENT`), shown by `get`.
     let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let traced = json_of(
