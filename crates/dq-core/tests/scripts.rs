@@ -816,6 +816,47 @@ async fn a_batch_spread_over_partitions_is_one_call_on_a_single_redis() {
     assert_eq!(msg.get_payload::<String>().unwrap(), "u");
 }
 
+/// Acks of jobs in many partitions, sent at the same moment, share `ack.lua` calls on a single Redis (one
+/// per group, not one per partition), and each job is done in its own partition: out of its reserved
+/// set, counted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_spread_over_partitions_share_calls_on_a_single_redis() {
+    let redis = RedisServer::start();
+    let mut s = settings(&redis);
+    s.redis.partitions = Some(256);
+    let q = Queue::connect(&s).await.unwrap();
+    let jobs = (0..120)
+        .map(|i| job(&q, json!({"id": format!("a-{i}"), "topic": "t", "body": i})))
+        .collect();
+    for r in q.producer().push_many(jobs).await {
+        r.unwrap();
+    }
+    let mut held = Vec::new();
+    while held.len() < 120 {
+        let got = q.reservations().reserve(&["t".to_string()], 120).await.unwrap();
+        assert!(!got.is_empty(), "all 120 are ready");
+        held.extend(got);
+    }
+    let touched: HashSet<u16> = held.iter().map(|r| q.partitions().of_id(&r.id)).collect();
+    assert!(touched.len() > 60, "the ids spread: {}", touched.len());
+    let before = evalsha_calls(&redis);
+    let acks = held.iter().map(|r| q.reservations().ack(&r.id, &r.receipt));
+    for r in futures_util::future::join_all(acks).await {
+        r.unwrap();
+    }
+    let calls = evalsha_calls(&redis) - before;
+    assert!(
+        calls * 4 < touched.len() as u64,
+        "{calls} ack calls for {} partitions",
+        touched.len()
+    );
+    for r in &held {
+        assert_eq!(q.producer().get(&r.id).await.unwrap().state, State::Done, "{}", r.id);
+    }
+    assert_consistent(&redis);
+    assert_eq!(total_counts(&redis).get("t:reserved").copied().unwrap_or(0), 0);
+}
+
 /// Concurrent batches of producer-given ids that spread thin over the partitions share each partition's
 /// `push.lua` call (group commit), yet each entry gets its own answer: an id two batches both carry is
 /// stored once, and the other batch's entry is a conflict.

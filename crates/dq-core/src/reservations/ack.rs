@@ -152,11 +152,20 @@ impl Reservations {
 }
 
 /// Sends gathered acks: one `ack.lua` call per partition and retention (of at most [`ACK_GROUP`]), side
-/// by side. Answers per ack, in order.
+/// by side; on a single Redis (standalone, Sentinel), where every partition is on the one node, one call
+/// per retention for every partition, so a call's fixed cost is paid once. Answers per ack, in order.
 async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
+    let one_node = !queue.store.sharded();
+    // Under the partition its call is sent to: each ack's own on a cluster, the first ack's on a
+    // single Redis.
     let mut groups: HashMap<(u16, u64), Vec<usize>> = HashMap::new();
+    let first = ops.first().map_or(0, |op| queue.partitions.of_id(&op.id));
     for (i, op) in ops.iter().enumerate() {
-        let p = queue.partitions.of_id(&op.id);
+        let p = if one_node {
+            first
+        } else {
+            queue.partitions.of_id(&op.id)
+        };
         groups.entry((p, op.retention_ms)).or_default().push(i);
     }
     let calls = groups
@@ -173,6 +182,7 @@ async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
                 let acks = members.iter().map(|&i| {
                     let op = &ops[i];
                     (
+                        queue.partitions.of_id(&op.id),
                         op.id.as_str(),
                         op.receipt.as_str(),
                         op.entry.as_slice(),

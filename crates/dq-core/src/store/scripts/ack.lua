@@ -1,13 +1,16 @@
--- ack.lua: finish reserved jobs of one partition: each is done, kept for lookups for the retention period
--- (the beanstalkd protocol's delete passes 0: beanstalkd's delete leaves nothing, and its clients delete
--- at a rate that retained records would make a memory cost).
--- One call carries the acks that dq's group commit gathered for the partition (one, or many at once).
+-- ack.lua: finish reserved jobs: each is done, kept for lookups for the retention period (the beanstalkd
+-- protocol's delete passes 0: beanstalkd's delete leaves nothing, and its clients delete at a rate that
+-- retained records would make a memory cost).
+-- One call carries the acks that dq's group commit gathered (one, or many at once): of one partition on
+-- a cluster; on a single Redis (standalone, Sentinel), where every partition is on the one node, of any
+-- partitions, since each job's keys are named from its own partition's prefix, its record's key
+-- without ':job:<id>'.
 --
--- KEYS[1]: the reserved set (<prefix>:reserved)
--- KEYS[2]: counts hash (<prefix>:counts)
--- KEYS[3]: the beanstalkd numbers' index (<prefix>:bs:ids)
--- KEYS[4..]: the jobs' records (<prefix>:job:<id>), one per ack (a job's flow key's keys are named from
--- the partition's prefix, read from KEYS[1], and its record; see flow.lua)
+-- KEYS[1]: the reserved set (<prefix>:reserved) of the first job's partition
+-- KEYS[2]: its counts hash (<prefix>:counts)
+-- KEYS[3]: its beanstalkd numbers' index (<prefix>:bs:ids)
+-- KEYS[4..]: the jobs' records (<prefix>:job:<id>), one per ack (each job's reserved set, counts hash,
+-- numbers' index and flow key's keys are named from its partition's prefix; see flow.lua)
 -- ARGV[1]: done retention in ms (0 = delete the record now)
 -- ARGV[2..]: per ack, its id, its receipt, its attempt's entry for the job's history ("" for none;
 -- record.lua, rec_attempt), the jobs it pushes ("" for none) and the callback's answer for its success
@@ -25,14 +28,14 @@
 -- Returns: per ack, in order: 1 acked, 0 no such job, -1 stale receipt (the reservation it names is over;
 -- nothing changed).
 
-local reserved, counts, bs_ids = KEYS[1], KEYS[2], KEYS[3]
 local retention = tonumber(ARGV[1])
 -- Every record is read before the first write (see architecture.md, "Scripts on a moving slot").
 local recs = {}
 -- stateful[k]: the k-th job's flow key has a state (flow.lua), for flow_count to count down.
 local stateful = {}
--- The partition's prefix (the reserved set's key without ':reserved') and the time, for flow keys.
-local prefix, now = string.sub(reserved, 1, #reserved - 9), nil
+-- pre[k]: the k-th job's partition prefix; and the time, for flow keys and pushes.
+local pre, now = {}, nil
+for k = 1, #KEYS - 3 do pre[k] = string.sub(KEYS[3 + k], 1, -(#ARGV[5 * k - 3] + 6)) end
 local function clock()
   if not now then
     local t = redis.call('TIME')
@@ -48,14 +51,14 @@ local states = {}
 for k = 1, #KEYS - 3 do
   local r = rec_load(KEYS[3 + k]) or false
   recs[k] = r
-  if r and r.f then states[#states + 1] = prefix .. ':fs:' .. r.t .. ':' .. r.f end
+  if r and r.f then states[#states + 1] = pre[k] .. ':fs:' .. r.t .. ':' .. r.f end
 end
 local any_state = false
 for i = 1, #states, 1000 do
   if redis.call('EXISTS', unpack(states, i, math.min(i + 999, #states))) > 0 then any_state = true end
 end
 for k = 1, #KEYS - 3 do
-  local r = recs[k]
+  local r, prefix = recs[k], pre[k]
   if r and ARGV[5 * k] ~= '' then
     local jobs = cmsgpack.unpack(ARGV[5 * k])
     pushes[k] = jobs
@@ -75,10 +78,11 @@ for k = 1, #KEYS - 3 do
     clock()
   end
 end
--- removed: the ids leaving the reserved set, in one ZREM (each call is much of an ack's cost).
-local out, ended, acked, removed = {}, {}, {}, {}
+-- removed: per partition, the ids leaving its reserved set, in one ZREM (each call is much of an ack's
+-- cost); ended: per partition, the jobs per topic that left it.
+local out, acked, removed, ended, parts = {}, {}, {}, {}, {}
 for k = 1, #KEYS - 3 do
-  local job, r = KEYS[3 + k], recs[k]
+  local job, r, prefix = KEYS[3 + k], recs[k], pre[k]
   if acked[job] then
     -- The same job twice in one call: the second finds what it would find alone after the first.
     if acked[job] == 'kept' then out[k] = -1 else out[k] = 0 end
@@ -87,10 +91,15 @@ for k = 1, #KEYS - 3 do
   elseif r.s ~= 'reserved' or r.rc ~= ARGV[5 * k - 2] then
     out[k] = -1
   else
-    removed[#removed + 1] = ARGV[5 * k - 3]
-    ended[r.t] = (ended[r.t] or 0) + 1
+    if not removed[prefix] then
+      removed[prefix], ended[prefix] = {}, {}
+      parts[#parts + 1] = prefix
+    end
+    local gone, e = removed[prefix], ended[prefix]
+    gone[#gone + 1] = ARGV[5 * k - 3]
+    e[r.t] = (e[r.t] or 0) + 1
     -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
-    if r.n then redis.call('HDEL', bs_ids, r.n) end
+    if r.n then redis.call('HDEL', prefix .. ':bs:ids', r.n) end
     -- A job with a flow key: one reservation fewer counts against its key (flow.lua).
     if stateful[k] then flow_count(prefix, r.t, r.f, -1, now) end
     if ARGV[5 * k + 1] ~= '' then
@@ -131,9 +140,12 @@ for k = 1, #KEYS - 3 do
     out[k] = 1
   end
 end
-for k = 1, #removed, 1000 do redis.call('ZREM', reserved, unpack(removed, k, math.min(k + 999, #removed))) end
-for topic, n in pairs(ended) do
-  redis.call('HINCRBY', counts, topic .. ':reserved', -n)
+for _, prefix in ipairs(parts) do
+  local gone, reserved, counts = removed[prefix], prefix .. ':reserved', prefix .. ':counts'
+  for k = 1, #gone, 1000 do redis.call('ZREM', reserved, unpack(gone, k, math.min(k + 999, #gone))) end
+  for topic, n in pairs(ended[prefix]) do
+    redis.call('HINCRBY', counts, topic .. ':reserved', -n)
+  end
 end
 add_flush()
 return out

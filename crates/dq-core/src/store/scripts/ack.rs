@@ -1,4 +1,5 @@
-//! `ack.lua`: finish reservations of one partition (see its header for KEYS and ARGV).
+//! `ack.lua`: finish reservations (see its header for KEYS and ARGV): of one partition per call on a
+//! cluster, of any on a single Redis.
 
 use std::sync::LazyLock;
 
@@ -25,12 +26,13 @@ pub(crate) enum AckReply {
     StaleReceipt,
 }
 
-/// One ack as `ack.lua` takes it: the job's id, its receipt, its history entry, the jobs it pushes
-/// ([`crate::graph::pack_pushes`]) and the answer its success hook carries; empty: none.
-pub(crate) type AckArgs<'a> = (&'a str, &'a str, &'a [u8], &'a [u8], &'a [u8]);
+/// One ack as `ack.lua` takes it: the job's partition, its id, its receipt, its history entry, the jobs
+/// it pushes ([`crate::graph::pack_pushes`]) and the answer its success hook carries; empty: none.
+pub(crate) type AckArgs<'a> = (u16, &'a str, &'a str, &'a [u8], &'a [u8], &'a [u8]);
 
-/// One `ack.lua` call on partition `p`: the acks in order, done records kept `done_retention_ms` (0:
-/// deleted at once). Answers per ack, in order.
+/// One `ack.lua` call, sent to partition `p`: the acks in order (on a cluster all of `p`, on a single
+/// Redis of any partitions), done records kept `done_retention_ms` (0: deleted at once). Answers per
+/// ack, in order.
 pub(crate) async fn call<'a>(
     store: &Store,
     p: u16,
@@ -40,11 +42,12 @@ pub(crate) async fn call<'a>(
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.reserved()).key(keys.counts()).key(keys.bs_ids());
-    for (id, ..) in acks.clone() {
-        inv.key(keys.job(id));
+    for (q, id, ..) in acks.clone() {
+        debug_assert!(!store.sharded() || q == p, "a cluster's call is one partition's");
+        inv.key(store.partition_keys(q).job(id));
     }
     inv.arg(done_retention_ms);
-    for (id, receipt, entry, pushes, answer) in acks {
+    for (_, id, receipt, entry, pushes, answer) in acks {
         inv.arg(id).arg(receipt).arg(entry).arg(pushes).arg(answer);
     }
     let codes: Vec<i64> = store.write(p, &inv).await?;
