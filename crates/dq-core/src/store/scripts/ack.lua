@@ -9,8 +9,9 @@
 -- KEYS[1]: the reserved set (<prefix>:reserved) of the first job's partition
 -- KEYS[2]: its counts hash (<prefix>:counts)
 -- KEYS[3]: its beanstalkd numbers' index (<prefix>:bs:ids)
--- KEYS[4..]: the jobs' records (<prefix>:job:<id>), one per ack (each job's reserved set, counts hash,
--- numbers' index and flow key's keys are named from its partition's prefix; see flow.lua)
+-- KEYS[4..]: the jobs' records (<prefix>:job:<id>), one per ack (another partition's reserved set,
+-- counts hash and numbers' index, and every job's flow key's keys, are named from its prefix; see
+-- flow.lua)
 -- ARGV[1]: done retention in ms (0 = delete the record now)
 -- ARGV[2..]: per ack, its id, its receipt, its attempt's entry for the job's history ("" for none;
 -- record.lua, rec_attempt), the jobs it pushes ("" for none) and the callback's answer for its success
@@ -99,7 +100,7 @@ for k = 1, #KEYS - 3 do
     gone[#gone + 1] = ARGV[5 * k - 3]
     e[r.t] = (e[r.t] or 0) + 1
     -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
-    if r.n then redis.call('HDEL', prefix .. ':bs:ids', r.n) end
+    if r.n then redis.call('HDEL', prefix == pre[1] and KEYS[3] or prefix .. ':bs:ids', r.n) end
     -- A job with a flow key: one reservation fewer counts against its key (flow.lua).
     if stateful[k] then flow_count(prefix, r.t, r.f, -1, now) end
     if ARGV[5 * k + 1] ~= '' then
@@ -142,10 +143,11 @@ for k = 1, #KEYS - 3 do
 end
 for _, prefix in ipairs(parts) do
   local gone, reserved, counts = removed[prefix], prefix .. ':reserved', prefix .. ':counts'
+  if prefix == pre[1] then reserved, counts = KEYS[1], KEYS[2] end
   for k = 1, #gone, 1000 do redis.call('ZREM', reserved, unpack(gone, k, math.min(k + 999, #gone))) end
   for topic, n in pairs(ended[prefix]) do
     redis.call('HINCRBY', counts, topic .. ':reserved', -n)
   end
 end
-add_flush()
+if pre[1] then add_flush(pre[1], KEYS[2], pre[1] .. ':wake:ready', pre[1] .. ':wake:timer') end
 return out

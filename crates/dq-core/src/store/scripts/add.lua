@@ -5,9 +5,10 @@
 --
 -- add_job writes a job's record (only where there is none) and gathers its sorted-set adds, counts and
 -- wake-ups; add_flush sends them, one ZADD per sorted set and one HINCRBY per count, so a batch costs
--- Redis a few commands beyond its records. Each job's partition is its `prefix`: its counts hash
--- (<prefix>:counts) and channels (<prefix>:wake:ready, <prefix>:wake:timer) are named from it, so one
--- call may add jobs of several partitions (push.lua on a single Redis).
+-- Redis a few commands beyond its records. Each job's partition is its `prefix`: the counts hash and
+-- channels of the caller's first partition are the ones it gives add_flush, another's are named from
+-- its prefix (<prefix>:counts, <prefix>:wake:ready, <prefix>:wake:timer), so one call may add jobs of
+-- several partitions (push.lua on a single Redis).
 --
 -- KEYS[1]: none of its own (the including script's; keys are named from the partition's prefix)
 -- ARGV[1]: none of its own
@@ -77,14 +78,16 @@ local function add_job(prefix, job, ready, delayed, id, r, now, ttl)
 end
 
 -- Sends what add_job gathered: the sorted-set adds, the wake-ups (on each partition's channels), the
--- counts (into each partition's counts hash).
-local function add_flush()
+-- counts (into each partition's counts hash): for partition `first`, the `counts` hash and channels
+-- given.
+local function add_flush(first, counts, ready_channel, timer_channel)
   local A = adding
   if not A then return end
   adding = nil
   for _, zset in ipairs(A.order) do
     local topic, prefix = A.topic[zset], A.prefix[zset]
-    local ready_channel, timer_channel = prefix .. ':wake:ready', prefix .. ':wake:timer'
+    local ready_channel, timer_channel = ready_channel, timer_channel
+    if prefix ~= first then ready_channel, timer_channel = prefix .. ':wake:ready', prefix .. ':wake:timer' end
     if topic then
       -- Long-polling reservers wait only on an empty queue, so only its first job needs to wake them. A
       -- job more urgent than the default that goes ahead of the queue's first job is told as
@@ -115,7 +118,7 @@ local function add_flush()
     end
   end
   for _, prefix in ipairs(A.tallied) do
-    local counts = prefix .. ':counts'
-    for c, k in pairs(A.tally[prefix]) do redis.call('HINCRBY', counts, c, k) end
+    local hash = prefix == first and counts or prefix .. ':counts'
+    for c, k in pairs(A.tally[prefix]) do redis.call('HINCRBY', hash, c, k) end
   end
 end

@@ -6,13 +6,13 @@
 -- is on the one node, a call may carry the jobs of several (dq-server sends a group's pushes so), since
 -- each job's keys are named from its own partition's prefix, its record's key without ':job:<id>'.
 --
--- KEYS[1]: counts hash (<prefix>:counts) of the first job's partition
--- KEYS[2]: that partition's delay set (<prefix>:delayed)
+-- KEYS[1]: counts hash (<prefix>:counts) of the first job's partition (another's: <prefix>:counts)
+-- KEYS[2]: that partition's delay set (<prefix>:delayed; another's: <prefix>:delayed)
 -- KEYS[1 + 2*i]: job i's record (<prefix>:job:<id>)   KEYS[2 + 2*i]: job i's ready queue (<prefix>:ready:<topic>)
 -- KEYS[2 + 2*n + k]: the deduplication key (<prefix>:dedup:<topic>:<dedup_key>) of the k-th job, in
 --          order, that has one
--- ARGV[1]: the first job's partition's ready wake channel    ARGV[2]: its timer wake channel (each
---          job's partition is told on its own channels, <prefix>:wake:ready and <prefix>:wake:timer)
+-- ARGV[1]: the first job's partition's ready wake channel    ARGV[2]: its timer wake channel (another
+--          partition's are <prefix>:wake:ready and <prefix>:wake:timer)
 -- ARGV[3 + 9*(i-1) ...]: job i: id, topic, body, delay_ms ("" when run_at is given), run_at ("" when
 --          delay_ms is given), ttr_ms, max_attempts, mode: "0" an id minted by dq for this push, "1" the
 --          producer's id, "2" a retry of a write whose outcome is unknown (it may have run), "3" a
@@ -53,11 +53,14 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
--- Job i's partition prefix: its record's key without ':job:<id>'.
+-- Job i's partition prefix: its record's key without ':job:<id>'. The first job's partition's delay set,
+-- counts hash and channels are the ones given (KEYS[1], KEYS[2], ARGV[1], ARGV[2]); another's are named
+-- from its prefix.
 local function prefix_of(i)
   return string.sub(KEYS[3 + 2 * i], 1, -(#ARGV[3 + 9 * i] + 6))
 end
 local n = (#ARGV - 2) / 9
+local first = n > 0 and prefix_of(0)
 -- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority, flow key, children, trace context}
 -- (strings, "" when absent), and its deduplication key; read before the first write, with the jobs
 -- those keys already name (a record is a key the script cannot declare; see "Scripts on a moving slot"
@@ -139,7 +142,8 @@ for i = 0, n - 1 do
       end
     end
     local prefix = prefix_of(i)
-    local state = add_job(prefix, job, KEYS[4 + 2 * i], prefix .. ':delayed', id, r, now, ttl)
+    local state = add_job(prefix, job, KEYS[4 + 2 * i], prefix == first and KEYS[2] or prefix .. ':delayed', id, r,
+      now, ttl)
     if ttl then parent_stored = state ~= nil end
     if state then
       if dedup then
@@ -165,5 +169,5 @@ for i = 0, n - 1 do
     end
   end
 end
-add_flush()
+add_flush(first, KEYS[1], ARGV[1], ARGV[2])
 return out
