@@ -189,6 +189,8 @@ async fn an_operator_finds_selects_acts_and_edits() {
         .click()
         .await
         .unwrap();
+    // The page reloads after a call succeeds: a mark on this page tells the reloaded one apart.
+    client.execute("window.dqBefore = true;", vec![]).await.unwrap();
     client
         .find(Locator::Css("button[data-call='POST /v1/topics/shop/dead/requeue']"))
         .await
@@ -198,6 +200,12 @@ async fn an_operator_finds_selects_acts_and_edits() {
         .unwrap();
     eventually(Duration::from_secs(30), "both dead jobs requeued", || async {
         state_of(&http, p, "doomed-0").await == "ready" && state_of(&http, p, "doomed-1").await == "ready"
+    })
+    .await;
+    eventually(Duration::from_secs(30), "the page reloaded", || async {
+        let js = "return window.dqBefore === undefined && document.readyState === 'complete' \
+                  && document.getElementById('registration') !== null;";
+        client.execute(js, vec![]).await.is_ok_and(|v| v == json!(true))
     })
     .await;
 
