@@ -255,7 +255,7 @@ async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
     // (group, pick position) → (id, partition)
     let mut placed: Vec<Vec<(String, u16)>> = Vec::with_capacity(groups.len());
     // The calls' jobs: by partition on a cluster, all in one list (under 0) on a single Redis.
-    let mut by_partition: HashMap<u16, Vec<(usize, usize)>> = HashMap::new();
+    let mut by_call: HashMap<u16, Vec<(usize, usize)>> = HashMap::new();
     for (g, group) in groups.iter().enumerate() {
         let mut ids = Vec::with_capacity(group.picks.len());
         for (k, (i, fixed)) in group.picks.iter().enumerate() {
@@ -265,17 +265,14 @@ async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
                 Some(id) => id.clone(),
                 None => queue.partitions.fresh_in(p),
             };
-            by_partition
-                .entry(if one_node { 0 } else { p })
-                .or_default()
-                .push((g, k));
+            by_call.entry(if one_node { 0 } else { p }).or_default().push((g, k));
             ids.push((id, p));
         }
         placed.push(ids);
     }
     // A call carries at most PUSH_GROUP_JOBS jobs: Lua unpacks a call's sorted-set adds onto its stack.
     // A fan-out's children count, and go in the call of their parent.
-    let calls = by_partition.into_values().flat_map(|members| {
+    let calls = by_call.into_values().flat_map(|members| {
         let mut chunks: Vec<Vec<(usize, usize)>> = Vec::new();
         let mut filled = PUSH_GROUP_JOBS;
         for (g, k) in members {

@@ -156,16 +156,12 @@ impl Reservations {
 /// per retention for every partition, so a call's fixed cost is paid once. Answers per ack, in order.
 async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
     let one_node = !queue.store.sharded();
-    // Under the partition its call is sent to: each ack's own on a cluster, the first ack's on a
-    // single Redis.
+    // Each ack's partition, and its group under the partition its call is sent to: its own on a
+    // cluster, the first ack's on a single Redis.
+    let homes: Vec<u16> = ops.iter().map(|op| queue.partitions.of_id(&op.id)).collect();
     let mut groups: HashMap<(u16, u64), Vec<usize>> = HashMap::new();
-    let first = ops.first().map_or(0, |op| queue.partitions.of_id(&op.id));
     for (i, op) in ops.iter().enumerate() {
-        let p = if one_node {
-            first
-        } else {
-            queue.partitions.of_id(&op.id)
-        };
+        let p = if one_node { homes[0] } else { homes[i] };
         groups.entry((p, op.retention_ms)).or_default().push(i);
     }
     let calls = groups
@@ -177,12 +173,12 @@ async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
                 .collect::<Vec<_>>()
         })
         .map(|((p, retention_ms), members)| {
-            let (queue, ops) = (&queue, &ops);
+            let (queue, ops, homes) = (&queue, &ops, &homes);
             async move {
                 let acks = members.iter().map(|&i| {
                     let op = &ops[i];
                     (
-                        queue.partitions.of_id(&op.id),
+                        homes[i],
                         op.id.as_str(),
                         op.receipt.as_str(),
                         op.entry.as_slice(),

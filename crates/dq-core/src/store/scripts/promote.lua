@@ -245,8 +245,8 @@ for i = 1, count do
 end
 -- Each key's jobs into its queue; a key that had none gets its turn (with no key's state here, straight
 -- into its topic's ready queue), one that had some has its turn moved earlier if these are more urgent.
--- The reservers of a queue that was empty are woken below, with the topic's unkeyed jobs.
--- The keys' queues and counts, a topic at a time (flow_enqueue_all).
+-- The reservers of a queue that was empty are woken below, with the topic's unkeyed jobs. The keys'
+-- queues and counts go in a topic at a time (flow_enqueue_all).
 local keyed_by_topic, keyed_topics = {}, {}
 for _, e in ipairs(keyed_order) do
   if e.first then
