@@ -402,3 +402,163 @@ async fn flow_keys_are_checked() {
         .unwrap();
     assert_eq!(q.producer().push(job).await.unwrap().id, here);
 }
+
+/// The keys' names of partition 0 of a one-partition queue that match `pattern` (after the prefix).
+fn keys_like(redis: &RedisServer, q: &Queue, pattern: &str) -> Vec<String> {
+    let prefix = q.partition_keys(0).prefix().to_string();
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:{pattern}"))
+        .query(&mut redis.conn())
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+/// A topic without limits keeps no queue and no state for its keys: their jobs wait straight in its
+/// ready queue, scored by their virtual starts, so a big key gets one job a round and each key's jobs
+/// go out in their order; the starts are kept only while the keys have jobs ahead, and expire.
+#[tokio::test]
+async fn straight_keys_share_the_ready_queue_in_rounds_and_keep_their_order() {
+    let redis = RedisServer::start();
+    let mut s = standalone(&redis);
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    for i in 0..30 {
+        push(&q, json!({"topic": "s", "body": i, "flow_key": "big"})).await;
+    }
+    for i in 0..3 {
+        push(&q, json!({"topic": "s", "body": i, "flow_key": "small"})).await;
+    }
+    // Jobs, not turns, in the ready queue; no key has a queue or a state; both have a start.
+    let ready: Vec<String> = redis::cmd("ZRANGE")
+        .arg(q.partition_keys(0).ready("s"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(ready.len(), 33);
+    assert!(ready.iter().all(|m| !m.starts_with('~')), "{ready:?}");
+    assert!(keys_like(&redis, &q, "fq:*").is_empty());
+    assert!(keys_like(&redis, &q, "fs:*").is_empty());
+    let fv = format!("{}:fv:s", q.partition_keys(0).prefix());
+    let starts: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(&fv)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(
+        starts.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+        ["small", "big"],
+        "the big key's last start is 27 rounds past the small one's: {starts:?}"
+    );
+    let ttl: i64 = redis::cmd("PTTL").arg(&fv).query(&mut redis.conn()).unwrap();
+    assert!((1..=60_000).contains(&ttl), "{ttl}");
+    let stats = q.admin().flow_keys("s", 10).await.unwrap();
+    assert_eq!((stats.keys, stats.busiest[0].ready, stats.busiest[1].ready), (2, 30, 3));
+
+    // Out one at a time: the small key's three within the first rounds, every key's in its order.
+    let mut bodies: Vec<(String, i64)> = Vec::new();
+    wait_for!(30, "every job", {
+        for j in reserve(&q, "s", 1).await {
+            let body = q.producer().get(&j.id).await.unwrap().body.get().parse().unwrap();
+            bodies.push((j.flow_key.clone().unwrap(), body));
+            q.reservations().ack(&j.id, &j.receipt).await.unwrap();
+        }
+        bodies.len() >= 33
+    });
+    let last_small = bodies.iter().rposition(|(k, _)| k == "small").unwrap();
+    assert!(last_small < 8, "the small key waited behind the big one: {bodies:?}");
+    for key in ["big", "small"] {
+        let mine: Vec<i64> = bodies.iter().filter(|(k, _)| k == key).map(|(_, b)| *b).collect();
+        let mut sorted = mine.clone();
+        sorted.sort();
+        assert_eq!(mine, sorted, "{key}'s jobs out of order");
+    }
+    assert_eq!(q.admin().flow_keys("s", 10).await.unwrap().keys, 0);
+    // A later job starts at the head (the queue is empty: Redis's clock, once past the big key's last
+    // start): the old starts are dropped.
+    let big_last = starts[1].1 as i64;
+    wait_for!(10, "Redis's clock past the big key's last start", {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut redis.conn()).unwrap();
+        secs * 1000 + micros / 1000 > big_last
+    });
+    push(&q, json!({"topic": "s", "body": 99, "flow_key": "late"})).await;
+    let starts: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&fv)
+        .arg(0)
+        .arg(-1)
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(starts, ["late"]);
+}
+
+/// Jobs that went straight into the ready queue before their topic had limits are held by the limits
+/// once they are set: reserved one at a time under a concurrency of 1, each key's in its own queue
+/// from then on, and counted right throughout.
+#[tokio::test]
+async fn limits_set_later_hold_the_jobs_already_straight() {
+    let redis = RedisServer::start();
+    let mut s = standalone(&redis);
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    for i in 0..4 {
+        push(&q, json!({"topic": "l", "body": i, "flow_key": "a", "ttr_ms": 60000})).await;
+        push(&q, json!({"topic": "l", "body": i, "flow_key": "b", "ttr_ms": 60000})).await;
+    }
+    assert!(keys_like(&redis, &q, "fq:*").is_empty(), "straight before the limits");
+    let (_cache, stop) = with_flow(
+        &q,
+        "l",
+        Flow {
+            concurrency: Some(1),
+            ..Default::default()
+        },
+    )
+    .await;
+    let got = reserve(&q, "l", 20).await;
+    let mut keys: Vec<_> = got.iter().map(|j| j.flow_key.clone().unwrap()).collect();
+    keys.sort();
+    assert_eq!(keys, ["a", "b"], "one job of each key: {got:?}");
+    assert!(
+        reserve(&q, "l", 20).await.is_empty(),
+        "both keys are at their concurrency"
+    );
+    let stats = q.admin().flow_keys("l", 10).await.unwrap();
+    assert_eq!(
+        (stats.keys, stats.busiest[0].ready, stats.busiest[0].reserved),
+        (2, 3, 1),
+        "{stats:?}"
+    );
+    // Each ack lets one more of its key go, in order, until all are done.
+    let mut bodies: Vec<(String, i64)> = Vec::new();
+    let mut held = got;
+    wait_for!(30, "every job, one at a time a key", {
+        for j in std::mem::take(&mut held) {
+            let body = q.producer().get(&j.id).await.unwrap().body.get().parse().unwrap();
+            bodies.push((j.flow_key.clone().unwrap(), body));
+            q.reservations().ack(&j.id, &j.receipt).await.unwrap();
+        }
+        held = reserve(&q, "l", 20).await;
+        assert!(held.len() <= 2, "{held:?}");
+        bodies.len() >= 8
+    });
+    for key in ["a", "b"] {
+        let mine: Vec<i64> = bodies.iter().filter(|(k, _)| k == key).map(|(_, b)| *b).collect();
+        assert_eq!(mine, [0, 1, 2, 3], "{key}");
+    }
+    assert_eq!(q.admin().flow_keys("l", 10).await.unwrap().keys, 0);
+    // Nothing ready or reserved is counted (a topic whose counts are all 0 may be left out).
+    let counts = q.admin().counts().await.counts;
+    let l = counts.get("l").cloned().unwrap_or_default();
+    assert_eq!(
+        (
+            l.get(&State::Ready).copied().unwrap_or(0),
+            l.get(&State::Reserved).copied().unwrap_or(0)
+        ),
+        (0, 0),
+        "{l:?}"
+    );
+    stop.cancel();
+}

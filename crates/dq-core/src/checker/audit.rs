@@ -117,7 +117,23 @@ async fn audit_records(queue: &Core, p: u16, records: &[String], report: &mut Au
             .iter()
             .filter_map(|(topic, state, flow, id)| Some((Structure::of(*state, topic, flow.as_deref())?, *id)))
             .collect();
-        let listed = audit::listed(&queue.store, p, &members).await?;
+        let mut listed = audit::listed(&queue.store, p, &members).await?;
+        // A ready job of a straight flow key is in its topic's ready queue, not its key's (flow.lua).
+        let straight: Vec<(usize, (Structure, &str))> = members
+            .iter()
+            .zip(&listed)
+            .enumerate()
+            .filter_map(|(i, ((structure, id), listed))| match structure {
+                Structure::Flow(topic, _) if !listed => Some((i, (Structure::Ready(topic), *id))),
+                _ => None,
+            })
+            .collect();
+        if !straight.is_empty() {
+            let again: Vec<(Structure, &str)> = straight.iter().map(|(_, m)| *m).collect();
+            for ((i, _), found) in straight.iter().zip(audit::listed(&queue.store, p, &again).await?) {
+                listed[*i] = found;
+            }
+        }
         for ((_, id), listed) in members.iter().zip(listed) {
             if listed {
                 continue;

@@ -16,7 +16,8 @@ pub(crate) enum Structure<'a> {
     Delayed,
     /// A topic's ready queue: ids by priority or due time, and its flow keys' turns (`~<key>`).
     Ready(&'a str),
-    /// A flow key's ready jobs (topic, key): ids by priority or due time (`flow.lua`).
+    /// A flow key's ready jobs while it takes turns (topic, key): ids by priority or due time (`flow.lua`;
+    /// a straight key's are in [`Structure::Ready`]).
     Flow(&'a str, &'a str),
     /// The reserved set: ids by deadline.
     Reserved,

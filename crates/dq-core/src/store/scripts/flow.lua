@@ -2,26 +2,42 @@
 -- record.lua in front of the scripts that move a job with a flow key (a record's `f`) into or out of
 -- ready, or out of the reserved set (scripts.rs), and defines local functions for them.
 --
--- A ready job with a flow key waits in its key's own queue, not in its topic's ready queue. The topic's
--- ready queue holds the key's turn instead: one member `~<key>` (ids never start with `~`), scored as
--- the key's first job would be, but never earlier than the time the key last had a turn. reserve.lua
--- pops a turn like a job, takes the key's first job under the key's limits, and puts the turn back at
--- the end of the line (the time now) with the priority of the job taken, without reading the next one:
--- a turn whose key's next job is less urgent goes back at that job's priority when it is popped. So among the keys with ready jobs every key gets one job per
--- round, however many jobs each has, and a key costs its topic's queue one member.
+-- A key is fair in one of two ways, by what it has in the partition:
+-- * Straight (no state, no queue of its own: a key of a topic without limits, not paused). Its ready
+--   jobs go straight into the topic's ready queue, each scored by a virtual start time (start-time fair
+--   queuing): the key's previous job's start plus one (ms), but never before the queue's first job, so a
+--   key that comes to a busy queue starts at its head and one with a backlog gets one job per round of
+--   the busy keys, however many it has. The starts of the keys that have jobs ahead are kept in
+--   <prefix>:fv:<topic>; a reserve pops such jobs as any other.
+-- * Turns (a key with a state: a topic with limits, or a key paused by its callback). Its ready jobs
+--   wait in its own queue, not in the topic's ready queue. The topic's ready queue holds the key's turn
+--   instead: one member `~<key>` (ids never start with `~`), scored as the key's first job would be, but
+--   never earlier than the time the key last had a turn. reserve.lua pops a turn like a job, takes the
+--   key's first job under the key's limits, and puts the turn back at the end of the line (the time now)
+--   with the priority of the job taken, without reading the next one: a turn whose key's next job is
+--   less urgent goes back at that job's priority when it is popped. So among the keys with ready jobs
+--   every key gets one job per round, and a key costs its topic's queue one member.
+-- A straight job that reserve.lua pops for a topic with limits, or of a key that has a state, goes into
+-- its key's queue (the key takes turns from then on); a key whose queue and state are gone is straight
+-- again.
 --
 -- Keys, all in the partition the topic and key hash to (every job of a key is there):
---   <prefix>:fq:<topic>:<key>   sorted set: the key's ready jobs, scored like a ready queue (rec_score)
+--   <prefix>:fq:<topic>:<key>   sorted set: the key's ready jobs while it takes turns, scored like a
+--                               ready queue (rec_score)
 --   <prefix>:fs:<topic>:<key>   hash (only for a topic with limits, or a key paused): n its reserved jobs; b 1 while n is at the topic's
 --                               flow.concurrency (its turn is out until a reservation ends); tk, ts its
 --                               token bucket (tokens, when counted, ms); u paused until (ms, a 429 or
 --                               503 `Retry-After`). Expires FLOW_IDLE_MS after n falls to 0.
---   <prefix>:flows:<topic>      sorted set: key -> its ready jobs (the busiest keys, for stats), always
---                               the size of the key's queue: reserve.lua reads whether a key has jobs
---                               left from it, flow_enqueue whether a key had none
+--   <prefix>:fv:<topic>         sorted set: straight key -> the virtual start of its last job; a key
+--                               leaves once the queue's head has passed it, and the set expires
+--                               FLOW_IDLE_MS after its last job was added or reserved
+--   <prefix>:flows:<topic>      sorted set: key -> its ready jobs, straight or in its queue (the busiest
+--                               keys, for stats); a key leaves at 0
 -- A key's turn is in its topic's ready queue, or parked in the partition's delay set as
 -- `~<topic> <key>` until its next token or the end of its pause (promote.lua puts it back), or nowhere:
--- the key has no ready jobs, or is held back by its concurrency (flow_done gives the turn back).
+-- the key has no ready jobs in its queue, or is held back by its concurrency (flow_count gives the turn
+-- back). A turn may outlive its key's queue (its last job cancelled while the key had straight ones):
+-- popped, it finds the queue empty and is dropped.
 --
 -- Every caller defines `publish` (record + flow + publish scripts) and reads the keys it will write
 -- before its first write (flow_read), as every script does (architecture.md, "Scripts on a moving slot").
@@ -39,7 +55,7 @@ local FLOW_IDLE_MS = 60000
 -- Reads the keys of topic t's flow key k that a move writes (before the caller's first write).
 local function flow_read(prefix, t, k)
   redis.call('EXISTS', prefix .. ':fq:' .. t .. ':' .. k, prefix .. ':fs:' .. t .. ':' .. k,
-    prefix .. ':flows:' .. t, prefix .. ':ready:' .. t)
+    prefix .. ':flows:' .. t, prefix .. ':ready:' .. t, prefix .. ':fv:' .. t)
 end
 
 -- Parks key k's turn in the delay set until `at` (ms): its next token, or the end of its pause.
@@ -71,49 +87,103 @@ local function flow_turn(prefix, t, k, score, now, fresh)
   if was_empty then redis.call(publish, prefix .. ':wake:ready', t) end
 end
 
--- Jobs of topic t, flow key k, are ready: `adds` is {score, id, score, id, ...} (rec_score). Into the
--- key's queue (one ZADD for all) and its count. Returns whether the key had no ready job before them:
--- then its turn is nowhere (flow_turn gives it one); else it has one in line, parked or held back, and
--- only moving it earlier (ZADD XX LT) may be needed. The count grows by the jobs the ZADD added, not by
--- those it re-scored, so it stays the size of the key's queue, which reserve.lua relies on.
-local function flow_enqueue(prefix, t, k, adds)
-  local q = prefix .. ':fq:' .. t .. ':' .. k
-  local added = 0
-  for i = 1, #adds, 2000 do added = added + redis.call('ZADD', q, unpack(adds, i, math.min(i + 1999, #adds))) end
-  if added == 0 then return false end
-  return tonumber(redis.call('ZINCRBY', prefix .. ':flows:' .. t, added, k)) == added
+-- How key k of topic t takes its jobs: 0 straight (no queue, no state), 1 by turns without a queue yet
+-- (it has a state; then it has no turn either, and flow_turn gives it one), 2 by turns with a queue (and
+-- a turn in line, parked or held back).
+local function flow_mode(prefix, t, k)
+  if redis.call('EXISTS', prefix .. ':fq:' .. t .. ':' .. k) == 1 then return 2 end
+  if redis.call('EXISTS', prefix .. ':fs:' .. t .. ':' .. k) == 1 then return 1 end
+  return 0
 end
 
--- flow_enqueue for many keys of topic t at once: `keyed` is a list of {k = key, adds = {score, id, ...}};
--- each gets `fresh`, flow_enqueue's answer, and `added`, how many of its jobs were new. The keys' counts
--- are read in one ZMSCORE and written in one ZADD, where flow_enqueue makes a ZINCRBY per key.
-local function flow_enqueue_all(prefix, t, keyed)
-  local flows, names, counts = prefix .. ':flows:' .. t, {}, {}
-  for i, e in ipairs(keyed) do names[i] = e.k end
+-- Adds added[i] ready jobs to the count of key names[i] of topic t (the keys distinct): read in one
+-- ZMSCORE and written in one ZADD.
+local function flow_tally(prefix, t, names, added)
+  local flows, set = prefix .. ':flows:' .. t, {}
   for i = 1, #names, 1000 do
     local got = redis.call('ZMSCORE', flows, unpack(names, i, math.min(i + 999, #names)))
-    for j = 1, #got do counts[i + j - 1] = tonumber(got[j]) or 0 end
-  end
-  local set = {}
-  for i, e in ipairs(keyed) do
-    local q, added = prefix .. ':fq:' .. t .. ':' .. e.k, 0
-    local adds = e.adds
-    for j = 1, #adds, 2000 do added = added + redis.call('ZADD', q, unpack(adds, j, math.min(j + 1999, #adds))) end
-    e.added, e.fresh = added, added > 0 and counts[i] == 0
-    if added > 0 then
-      set[#set + 1] = counts[i] + added
-      set[#set + 1] = e.k
+    for j = 1, #got do
+      local n = added[i + j - 1]
+      if n > 0 then
+        set[#set + 1] = (tonumber(got[j]) or 0) + n
+        set[#set + 1] = names[i + j - 1]
+      end
     end
   end
   for j = 1, #set, 2000 do redis.call('ZADD', flows, unpack(set, j, math.min(j + 1999, #set))) end
 end
 
--- Jobs of topic t, flow key k, are ready: `adds` as flow_enqueue's, `first` the lowest score. The key
--- gets its turn, or has it moved earlier when these jobs are more urgent.
+-- Jobs of straight keys of topic t are ready: `keyed` is a list of {k = key, adds = {score, id, ...}}
+-- (rec_score, in the order they came), the keys distinct. Each job is scored by its priority and its
+-- virtual start: its key's last start plus one, but not before the time part of the queue's first
+-- score (`now`, when the queue is empty). `add(key, score, id)` takes the ready queue's adds (the
+-- caller's one ZADD for the queue); without it they are added here. Returns whether the queue was empty.
+local function flow_straight(prefix, t, keyed, now, add)
+  local ready, fv = prefix .. ':ready:' .. t, prefix .. ':fv:' .. t
+  local head = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
+  local v = head[2] and tonumber(head[2]) % FLOW_STEP or now
+  local names, added = {}, {}
+  for i, e in ipairs(keyed) do
+    names[i] = e.k
+    added[i] = #e.adds / 2
+  end
+  local starts, scored = {}, {}
+  for i = 1, #names, 1000 do
+    local got = redis.call('ZMSCORE', fv, unpack(names, i, math.min(i + 999, #names)))
+    for j = 1, #got do
+      local last, e = tonumber(got[j]), keyed[i + j - 1]
+      local a = e.adds
+      for x = 1, #a, 2 do
+        last = (last and last + 1 > v) and last + 1 or v
+        if add then
+          add(ready, math.floor(tonumber(a[x]) / FLOW_STEP) * FLOW_STEP + last, a[x + 1])
+        else
+          scored[#scored + 1] = math.floor(tonumber(a[x]) / FLOW_STEP) * FLOW_STEP + last
+          scored[#scored + 1] = a[x + 1]
+        end
+      end
+      starts[#starts + 1] = last
+      starts[#starts + 1] = e.k
+    end
+  end
+  for j = 1, #scored, 2000 do redis.call('ZADD', ready, unpack(scored, j, math.min(j + 1999, #scored))) end
+  -- A start the head has passed gives the same as none: max(v, last + 1) = v.
+  redis.call('ZREMRANGEBYSCORE', fv, '-inf', '(' .. v)
+  for j = 1, #starts, 2000 do redis.call('ZADD', fv, unpack(starts, j, math.min(j + 1999, #starts))) end
+  redis.call('PEXPIRE', fv, FLOW_IDLE_MS)
+  flow_tally(prefix, t, names, added)
+  return head[1] == nil
+end
+
+-- Jobs of topic t are ready, for keys that take turns (flow_mode 1 or 2): `keyed` is a list of
+-- {k = key, adds = {score, id, ...}}, the keys distinct; into each key's queue (one ZADD a key), and
+-- the keys' counts (flow_tally). Sets each entry's `added`, how many of its jobs were new.
+local function flow_enqueue_all(prefix, t, keyed)
+  local names, added = {}, {}
+  for i, e in ipairs(keyed) do
+    local q, n = prefix .. ':fq:' .. t .. ':' .. e.k, 0
+    local adds = e.adds
+    for j = 1, #adds, 2000 do n = n + redis.call('ZADD', q, unpack(adds, j, math.min(j + 1999, #adds))) end
+    e.added, names[i], added[i] = n, e.k, n
+  end
+  flow_tally(prefix, t, names, added)
+end
+
+-- Jobs of topic t, flow key k, are ready: `adds` is {score, id, score, id, ...} (rec_score), `first`
+-- the lowest score. A straight key's go to the ready queue (a queue that was empty wakes its
+-- reservers); else into the key's queue, and the key gets its turn, or has it moved earlier when these
+-- jobs are more urgent.
 local function flow_add_all(prefix, t, k, adds, first, now)
-  if flow_enqueue(prefix, t, k, adds) then
+  local mode = flow_mode(prefix, t, k)
+  if mode == 0 then
+    if flow_straight(prefix, t, {{k = k, adds = adds}}, now) then redis.call(publish, prefix .. ':wake:ready', t) end
+    return
+  end
+  local e = {k = k, adds = adds}
+  flow_enqueue_all(prefix, t, {e})
+  if mode == 1 then
     flow_turn(prefix, t, k, first, now, true)
-  else
+  elseif e.added > 0 then
     redis.call('ZADD', prefix .. ':ready:' .. t, 'XX', 'LT', first, '~' .. k)
   end
 end
@@ -133,10 +203,14 @@ local function ready_add(prefix, r, id, score, now)
   if was_empty then redis.call(publish, prefix .. ':wake:ready', r.t) end
 end
 
--- Ready job `id` of key k leaves the key's queue other than by a reserve (cancel, reschedule, beanstalkd's
--- reserve-job); a key left without ready jobs loses its turn.
+-- Ready job `id` of key k leaves its key's queue, or the ready queue when it went there straight, other
+-- than by a reserve (cancel, reschedule, beanstalkd's reserve-job); a key left without ready jobs loses
+-- its turn.
 local function flow_remove(prefix, t, k, id)
-  if redis.call('ZREM', prefix .. ':fq:' .. t .. ':' .. k, id) == 0 then return end
+  if redis.call('ZREM', prefix .. ':fq:' .. t .. ':' .. k, id) == 0
+    and redis.call('ZREM', prefix .. ':ready:' .. t, id) == 0 then
+    return
+  end
   local flows = prefix .. ':flows:' .. t
   if tonumber(redis.call('ZINCRBY', flows, -1, k)) <= 0 then
     redis.call('ZREM', flows, k)

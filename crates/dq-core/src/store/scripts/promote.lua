@@ -50,10 +50,10 @@ for w = 1, math.floor((#ARGV - 6) / 4) do
 end
 -- Flow keys' turns parked in the delay set (flow.lua), due now: i -> {topic, key}. Due jobs with a flow
 -- key, by key ("<topic> <key>" -> {t, k, adds, first}, and in `keyed_order`): one ZADD and one count per
--- key, and their turns one ZADD per topic. `flow_keys` and `flow_states`: the keys those write, read
--- (EXISTS) in one call each before the first write; when no key has a state (fs: a topic without
--- limits, no key paused), no key's turn is held or parked, and none is looked at one by one.
-local turns, keyed, keyed_order, flow_keys, flow_states = {}, {}, {}, {}, {}
+-- key, and their turns one ZADD per topic. `flow_own`: each key's queue and state, read (EXISTS) in one
+-- call before the first write, with its topic's keys (`flow_topics`); when no key has either, every key
+-- is straight (flow.lua) and none is looked at one by one.
+local turns, keyed, keyed_order, flow_own, flow_topics = {}, {}, {}, {}, {}
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 for i = 1, count do
   local member = due[2 * i - 1]
@@ -80,23 +80,26 @@ for i = 1, count do
       local e = {t = r.t, k = r.f, adds = {}}
       keyed[r.t .. ' ' .. r.f] = e
       keyed_order[#keyed_order + 1] = e
-      flow_keys[#flow_keys + 1] = prefix .. ':fq:' .. r.t .. ':' .. r.f
-      flow_states[#flow_states + 1] = prefix .. ':fs:' .. r.t .. ':' .. r.f
-      if not flow_keys[r.t] then
-        flow_keys[r.t] = true
-        flow_keys[#flow_keys + 1] = prefix .. ':flows:' .. r.t
-        flow_keys[#flow_keys + 1] = prefix .. ':ready:' .. r.t
+      flow_own[#flow_own + 1] = prefix .. ':fq:' .. r.t .. ':' .. r.f
+      flow_own[#flow_own + 1] = prefix .. ':fs:' .. r.t .. ':' .. r.f
+      if not flow_topics[r.t] then
+        flow_topics[r.t] = true
+        flow_topics[#flow_topics + 1] = prefix .. ':flows:' .. r.t
+        flow_topics[#flow_topics + 1] = prefix .. ':ready:' .. r.t
+        flow_topics[#flow_topics + 1] = prefix .. ':fv:' .. r.t
       end
     end
   end
   recs[i] = r
   if r then per_topic[r.t] = 0 end
 end
-local stateful = false
-for i = 1, #flow_keys, 2000 do redis.call('EXISTS', unpack(flow_keys, i, math.min(i + 1999, #flow_keys))) end
-for i = 1, #flow_states, 2000 do
-  if redis.call('EXISTS', unpack(flow_states, i, math.min(i + 1999, #flow_states))) > 0 then stateful = true end
+local owned = false
+for i = 1, #flow_topics, 2000 do redis.call('EXISTS', unpack(flow_topics, i, math.min(i + 1999, #flow_topics))) end
+for i = 1, #flow_own, 2000 do
+  if redis.call('EXISTS', unpack(flow_own, i, math.min(i + 1999, #flow_own))) > 0 then owned = true end
 end
+-- How each key takes its jobs (flow_mode): straight unless one has a queue or a state.
+for _, e in ipairs(keyed_order) do e.mode = owned and flow_mode(prefix, e.t, e.k) or 0 end
 
 -- The waiting workers of the due jobs' topics, by topic; each takes jobs up to its free slots.
 local by_topic = {}
@@ -243,44 +246,41 @@ for i = 1, count do
     if head[2] then flow_turn(prefix, tp, k, math.floor(tonumber(head[2]) / FLOW_STEP) * FLOW_STEP + now, now) end
   end
 end
--- Each key's jobs into its queue; a key that had none gets its turn (with no key's state here, straight
--- into its topic's ready queue), one that had some has its turn moved earlier if these are more urgent.
--- The reservers of a queue that was empty are woken below, with the topic's unkeyed jobs. The keys'
--- queues and counts go in a topic at a time (flow_enqueue_all).
+-- The keyed jobs, a topic at a time: a straight key's into the ready queue with the topic's other jobs
+-- (flow_straight, through `add`); a turn-taking key's into its queue (flow_enqueue_all), and a key that
+-- had no queue gets its turn, one that had one has its turn moved earlier if these are more urgent. The
+-- reservers of a queue that was empty are woken below, with the topic's unkeyed jobs.
 local keyed_by_topic, keyed_topics = {}, {}
 for _, e in ipairs(keyed_order) do
   if e.first then
     local l = keyed_by_topic[e.t]
     if not l then
-      l = {}
+      l = {straight = {}, turns = {}}
       keyed_by_topic[e.t] = l
       keyed_topics[#keyed_topics + 1] = e.t
     end
-    l[#l + 1] = e
+    local into = e.mode == 0 and l.straight or l.turns
+    into[#into + 1] = e
   end
 end
-for _, t in ipairs(keyed_topics) do flow_enqueue_all(prefix, t, keyed_by_topic[t]) end
+for _, t in ipairs(keyed_topics) do
+  local l = keyed_by_topic[t]
+  if #l.straight > 0 then flow_straight(prefix, t, l.straight, now, add) end
+  if #l.turns > 0 then flow_enqueue_all(prefix, t, l.turns) end
+end
 for _, e in ipairs(keyed_order) do
-  if e.first then
-    local ready = prefix .. ':ready:' .. e.t
-    if not e.fresh then
-      add(ready .. ' XX', e.first, '~' .. e.k)
-    elseif stateful then
-      flow_turn(prefix, e.t, e.k, e.first, now, true)
-    else
-      add(ready .. ' LT', e.first, '~' .. e.k)
-    end
+  if e.first and e.mode == 1 then
+    flow_turn(prefix, e.t, e.k, e.first, now, true)
+  elseif e.first and e.mode == 2 and e.added > 0 then
+    add(prefix .. ':ready:' .. e.t .. ' XX', e.first, '~' .. e.k)
   end
 end
 for _, key in ipairs(order) do
   local a = adds[key]
-  -- Turns: "<ready key> LT" for keys that had none, "<ready key> XX" for keys that had one (moved
-  -- earlier only).
+  -- Turns: "<ready key> XX" for keys that had one (moved earlier only).
   local set, how = string.match(key, '^(.*) (%u%u)$')
   for k = 1, #a, 2000 do
-    if how == 'LT' then
-      redis.call('ZADD', set, 'LT', unpack(a, k, math.min(k + 1999, #a)))
-    elseif how == 'XX' then
+    if how == 'XX' then
       redis.call('ZADD', set, 'XX', 'LT', unpack(a, k, math.min(k + 1999, #a)))
     else
       redis.call('ZADD', key, unpack(a, k, math.min(k + 1999, #a)))

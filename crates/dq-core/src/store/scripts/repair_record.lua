@@ -16,12 +16,10 @@ if not r or r.s == 'done' then return 0 end
 local topic, state = r.t, r.s
 local ready = prefix .. ':ready:' .. topic
 local where = {delayed = bucket, ready = ready, reserved = reserved, dead = prefix .. ':dead:' .. topic}
--- A ready job with a flow key is in its key's queue (flow.lua).
-if r.f then
-  where.ready = prefix .. ':fq:' .. topic .. ':' .. r.f
-  flow_read(prefix, topic, r.f)
-end
+-- A ready job with a flow key is in its key's queue, or straight in the ready queue (flow.lua).
+if r.f then flow_read(prefix, topic, r.f) end
 if where[state] and redis.call('ZSCORE', where[state], id) then return 0 end
+if state == 'ready' and r.f and redis.call('ZSCORE', prefix .. ':fq:' .. topic .. ':' .. r.f, id) then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local was_empty = redis.call('EXISTS', ready) == 0

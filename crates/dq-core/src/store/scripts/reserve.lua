@@ -17,7 +17,9 @@
 -- queue gives the key's first job when the key is under its limits, and goes back to the end of the
 -- line; a key at its concurrency loses its turn until a reservation of it ends, one without a token or
 -- paused has it parked in the delay set until then. When fewer jobs than asked were left, the keys that
--- gave one give more, a round at a time, as their limits allow.
+-- gave one give more, a round at a time, as their limits allow. A straight key's job (flow.lua) is
+-- taken as it comes, unless its topic has limits or its key a state: then it goes into its key's
+-- queue, and the key takes turns.
 -- Returns: a flat array, per job: id, topic, body, attempt, receipt, deadline, run_at, ttr (the
 -- reservation's length in ms, so a worker can touch at half of it without comparing clocks), flow key
 -- ("" for none), trace context (the record's tc, "" for none); then 1 when the
@@ -36,16 +38,43 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- jobs: {id, record, flow key} in the order taken; popped: {key, score, member} of everything popped.
 local jobs, popped = {}, {}
 local taken = 0
--- The flow keys whose turn was popped, in order; each {t, k, q (its queue), st (its state, for a topic
--- with limits), conc, rate, burst, n, tk, ts, u, turn (the turn's score, until its first job is taken),
--- left (jobs it gave up from its queue), last (the score of the last of them), gave (jobs taken), held /
--- park / empty (why its turn is out), later (where it went back when its next job is less urgent)}.
-local flow_order = {}
+-- The flow keys whose turn was popped (or that took turns here), in order; each {t, k, q (its queue),
+-- st (its state, for a topic with limits or a key converted), conc, rate, burst, n, tk, ts, u, turn (the
+-- turn's score, until its first job is taken), left (jobs it gave up from its queue), last (the score
+-- of the last of them), gave (jobs taken), held / park / empty (why its turn is out), later (where it
+-- went back when its next job is less urgent)}; `flow_of`: the same by "<topic> <key>".
+local flow_order, flow_of = {}, {}
 -- Per ready queue, its topic's limits: {concurrency, rate, burst}.
 local limits = {}
 for k = 4, #KEYS do
   local c, rt, b = string.match(ARGV[k + 3] or '', '^(%d+) ([%d.]+) (%d+)$')
   limits[KEYS[k]] = {tonumber(c) or 0, tonumber(rt) or 0, tonumber(b) or 0}
+end
+
+-- Flow key k of ready queue `key`'s topic tp, as this call knows it: made at its first turn (`turn`,
+-- its score) or conversion, when its state is read (a topic without limits keeps none for its keys but
+-- a pause, and a paused key's turn is parked, never in line: only a converted key's is read then).
+local function flow_get(key, tp, k, turn, converted)
+  local f = flow_of[tp .. ' ' .. k]
+  if f and converted and not f.st then
+    f.st = prefix .. ':fs:' .. tp .. ':' .. k
+    f.u = tonumber(redis.call('HGET', f.st, 'u')) or 0
+  end
+  if f then
+    f.turn = turn
+    return f
+  end
+  local lim = limits[key]
+  f = {t = tp, k = k, q = prefix .. ':fq:' .. tp .. ':' .. k, conc = lim[1], rate = lim[2], burst = lim[3],
+    n = 0, u = 0, turn = turn, left = 0, gave = 0}
+  flow_of[tp .. ' ' .. k] = f
+  if f.conc > 0 or f.rate > 0 or converted then
+    f.st = prefix .. ':fs:' .. tp .. ':' .. k
+    local s = redis.call('HMGET', f.st, 'n', 'tk', 'ts', 'u')
+    f.n, f.u = tonumber(s[1]) or 0, tonumber(s[4]) or 0
+    f.tk, f.ts = tonumber(s[2]) or f.burst, tonumber(s[3]) or now
+  end
+  return f
 end
 
 -- Takes one job of flow key `f` if its limits allow; an error once a record cannot be read.
@@ -94,41 +123,79 @@ local function flow_take(f)
   end
 end
 
+-- A straight job (id m, at `score` in ready queue `key`) of flow key k that must take turns (its
+-- topic has limits, or its key a state): into its key's queue, and the key takes one of its jobs as a
+-- turn would. Returns an error once a record cannot be read.
+local function convert(key, m, score, k)
+  local f = flow_get(key, string.sub(key, #prefix + 8), k, nil, true)
+  redis.call('ZADD', f.q, score, m)
+  popped[#popped + 1] = {f.q, false, m}
+  -- (A queue found empty earlier in this call has a job now.)
+  f.empty = nil
+  if not f.listed then
+    f.listed = true
+    flow_order[#flow_order + 1] = f
+  end
+  return flow_take(f)
+end
+
 -- Pops up to n members of ready queue `key`: jobs, and flow keys' turns, each giving a job of its key.
 -- Returns whether anything was popped, and an error once a record cannot be read.
 local function take(key, n)
   local got = redis.call('ZPOPMIN', key, n)
+  local tp = string.sub(key, #prefix + 8)
+  -- The straight jobs popped here of a topic without limits (indexes in `jobs`): taken, unless their
+  -- key has a state (one EXISTS for all).
+  local straight = {}
   for j = 1, #got, 2 do
     local m, score = got[j], got[j + 1]
     popped[#popped + 1] = {key, score, m}
     local err
     if string.byte(m, 1) == 126 then
       -- '~': a flow key's turn.
-      local tp = string.sub(key, #prefix + 8)
-      local k = string.sub(m, 2)
-      local lim = limits[key]
-      local f = {t = tp, k = k, q = prefix .. ':fq:' .. tp .. ':' .. k, conc = lim[1], rate = lim[2],
-        burst = lim[3], n = 0, u = 0, turn = tonumber(score), left = 0, gave = 0}
-      -- A topic without limits keeps no state for its keys but a pause, and a paused key's turn is
-      -- parked, never in line (flow_turn, flow_pause): its state is read only with limits.
-      if f.conc > 0 or f.rate > 0 then
-        f.st = prefix .. ':fs:' .. tp .. ':' .. k
-        local s = redis.call('HMGET', f.st, 'n', 'tk', 'ts', 'u')
-        f.n, f.u = tonumber(s[1]) or 0, tonumber(s[4]) or 0
-        f.tk, f.ts = tonumber(s[2]) or f.burst, tonumber(s[3]) or now
-      end
+      local f = flow_get(key, tp, string.sub(m, 2), tonumber(score))
       err = flow_take(f)
       -- A turn that went back in line at its key's next priority may be popped again in this call.
-      if f.later then redis.call('ZADD', key, f.later, m) else flow_order[#flow_order + 1] = f end
+      if f.later then
+        redis.call('ZADD', key, f.later, m)
+        f.later = nil
+      elseif not f.listed then
+        f.listed = true
+        flow_order[#flow_order + 1] = f
+      end
     else
       local r
       r, err = rec_load(prefix .. ':job:' .. m, true, key, score)
-      if r then
+      if r and r.f then
+        local lim = limits[key]
+        if lim[1] > 0 or lim[2] > 0 then
+          err = convert(key, m, score, r.f)
+        else
+          jobs[#jobs + 1] = {m, r, r.f, score = score}
+          taken = taken + 1
+          straight[#straight + 1] = #jobs
+        end
+      elseif r then
         jobs[#jobs + 1] = {m, r, false}
         taken = taken + 1
       end
     end
     if err then return true, err end
+  end
+  if #straight > 0 then
+    local states = {}
+    for i, x in ipairs(straight) do states[i] = prefix .. ':fs:' .. tp .. ':' .. jobs[x][3] end
+    if redis.call('EXISTS', unpack(states)) > 0 then
+      for i, x in ipairs(straight) do
+        if redis.call('EXISTS', states[i]) == 1 then
+          local job = jobs[x]
+          job.skip = true
+          taken = taken - 1
+          local err = convert(key, job[1], job.score, job[3])
+          if err then return true, err end
+        end
+      end
+    end
   end
   return #got > 0
 end
@@ -172,7 +239,8 @@ end
 if err then
   for q = #popped, 1, -1 do
     local p = popped[q]
-    redis.call('ZADD', p[1], p[2], p[3])
+    -- (A straight job put in its key's queue has `false` for a score: it comes out of it.)
+    if p[2] then redis.call('ZADD', p[1], p[2], p[3]) else redis.call('ZREM', p[1], p[3]) end
   end
   return redis.error_reply(err)
 end
@@ -185,70 +253,87 @@ local moved = {}
 -- The reserved set's new members: one ZADD for all (each call is much of a job's cost here).
 local added = {}
 for _, job in ipairs(jobs) do
-  local id, r = job[1], job[2]
-  n = n + 1
-  r.a = r.a + 1
-  local ttr = math.max(r.ttr, least_ttr)
-  r.s, r.rc, r.d = 'reserved', nonce .. '.' .. n, now + ttr
-  rec_store(prefix .. ':job:' .. id, r)
-  added[#added + 1] = r.d
-  added[#added + 1] = id
-  if earliest == nil or r.d < earliest then earliest = r.d end
-  moved[r.t] = (moved[r.t] or 0) + 1
-  out[#out + 1] = id
-  out[#out + 1] = r.t
-  out[#out + 1] = r.b
-  out[#out + 1] = r.a
-  out[#out + 1] = r.rc
-  out[#out + 1] = r.d
-  out[#out + 1] = r.r
-  out[#out + 1] = ttr
-  out[#out + 1] = job[3] or ''
-  out[#out + 1] = r.tc or ''
+  -- (A straight job that went into its key's queue is not taken.)
+  if not job.skip then
+    local id, r = job[1], job[2]
+    n = n + 1
+    r.a = r.a + 1
+    local ttr = math.max(r.ttr, least_ttr)
+    r.s, r.rc, r.d = 'reserved', nonce .. '.' .. n, now + ttr
+    rec_store(prefix .. ':job:' .. id, r)
+    added[#added + 1] = r.d
+    added[#added + 1] = id
+    if earliest == nil or r.d < earliest then earliest = r.d end
+    moved[r.t] = (moved[r.t] or 0) + 1
+    out[#out + 1] = id
+    out[#out + 1] = r.t
+    out[#out + 1] = r.b
+    out[#out + 1] = r.a
+    out[#out + 1] = r.rc
+    out[#out + 1] = r.d
+    out[#out + 1] = r.r
+    out[#out + 1] = ttr
+    out[#out + 1] = job[3] or ''
+    out[#out + 1] = r.tc or ''
+  end
 end
 -- The flow keys: their state, their ready counts, and their turns: back at the end of the line (the
 -- priority of the key's last job taken, the time now; one ZADD per queue), parked, or out.
 local turned = false
 local back, back_order = {}, {}
--- Jobs left in each key's queue: its count says (flow_enqueue keeps it the queue's size), read for the
--- keys of a topic in one ZMSCORE and written back in one ZADD and one ZREM; a key that gave nothing
--- still has what it had, one whose queue ran out has none.
-local counted = {}
+-- Each key's ready jobs (its count, flow.lua): down by the jobs taken from its queue and straight, read
+-- for the keys of a topic in one ZMSCORE and written back in one ZADD and one ZREM. `count`: per topic,
+-- {keys, at (key -> index), n (taken), left (its count after), set, gone}.
+local count = {}
+local function tally(t, k, taken_here)
+  local c = count[t]
+  if not c then
+    c = {keys = {}, at = {}, n = {}, left = {}, set = {}, gone = {}}
+    count[t] = c
+  end
+  local i = c.at[k]
+  if not i then
+    i = #c.keys + 1
+    c.keys[i], c.at[k], c.n[i] = k, i, 0
+  end
+  c.n[i] = c.n[i] + taken_here
+end
 for _, f in ipairs(flow_order) do
-  if f.left > 0 or f.empty then
-    local c = counted[f.t]
-    if not c then
-      c = {keys = {}, of = {}, set = {}, gone = {}}
-      counted[f.t] = c
-    end
-    if f.empty then
-      f.count = 0
-    else
-      c.keys[#c.keys + 1] = f.k
-      c.of[#c.keys] = f
-    end
+  if f.left > 0 then tally(f.t, f.k, f.left) end
+end
+-- A topic whose straight jobs were taken keeps its keys' starts a while longer (flow.lua).
+local straight_topics = {}
+for _, job in ipairs(jobs) do
+  if job.score and not job.skip then
+    tally(job[2].t, job[3], 1)
+    straight_topics[job[2].t] = true
   end
 end
-for t, c in pairs(counted) do
+for t, c in pairs(count) do
   local flows = prefix .. ':flows:' .. t
   for i = 1, #c.keys, 1000 do
     local got = redis.call('ZMSCORE', flows, unpack(c.keys, i, math.min(i + 999, #c.keys)))
     for j = 1, #got do
-      local f = c.of[i + j - 1]
-      f.count = (tonumber(got[j]) or 0) - f.left
+      local x = i + j - 1
+      c.left[x] = (tonumber(got[j]) or 0) - c.n[x]
+      if c.left[x] > 0 then
+        c.set[#c.set + 1] = c.left[x]
+        c.set[#c.set + 1] = c.keys[x]
+      else
+        c.gone[#c.gone + 1] = c.keys[x]
+      end
     end
   end
 end
 for _, f in ipairs(flow_order) do
-  local left = f.count or 1
-  if f.count then
-    local c = counted[f.t]
-    if left > 0 then
-      c.set[#c.set + 1] = left
-      c.set[#c.set + 1] = f.k
-    else
-      c.gone[#c.gone + 1] = f.k
-    end
+  -- Whether the key may have jobs left in its queue: none when it ran out, else as its count says (a
+  -- count of straight jobs may send a turn back to an empty queue, which the next reserve drops).
+  local left = 1
+  if f.empty then
+    left = 0
+  elseif f.left > 0 then
+    local c = count[f.t]
+    left = c.left[c.at[f.k]]
   end
   -- A topic without limits keeps no state for its keys (nothing counts against them).
   if (f.conc > 0 or f.rate > 0) and (f.gave > 0 or f.held or f.rate > 0) then
@@ -280,11 +365,12 @@ for _, f in ipairs(flow_order) do
     end
   end
 end
-for t, c in pairs(counted) do
+for t, c in pairs(count) do
   local flows = prefix .. ':flows:' .. t
   for k = 1, #c.set, 2000 do redis.call('ZADD', flows, unpack(c.set, k, math.min(k + 1999, #c.set))) end
   for k = 1, #c.gone, 1000 do redis.call('ZREM', flows, unpack(c.gone, k, math.min(k + 999, #c.gone))) end
 end
+for t in pairs(straight_topics) do redis.call('PEXPIRE', prefix .. ':fv:' .. t, FLOW_IDLE_MS) end
 for _, ready in ipairs(back_order) do
   local b = back[ready]
   for k = 1, #b, 2000 do redis.call('ZADD', ready, unpack(b, k, math.min(k + 1999, #b))) end
