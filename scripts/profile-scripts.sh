@@ -51,10 +51,10 @@ for b in range(0, n, batch):
     keys, args = [f"{P}:counts", f"{P}:delayed"], ["ch:ready", "ch:timer"]
     for i in ids:
         keys += [f"{P}:job:{i}", f"{P}:ready:t"]
-        # With flow keys, the options' fifth field (push.lua's header); the turns of a call's keys come
-        # out of the ready queue in the ids' order (zero-padded keys, one job per key in a call).
+        # With flow keys, the options as dq sends a flow key alone (`~<key>`, push.lua's header); the
+        # keys are straight (no limits), one job per key in a call.
         k = int(i[3:]) % flow_keys if flow_keys else None
-        args += [i, "t", body, 3600000, "", 30000, 10, "0", f";;;;k{k:07d};;" if flow_keys else ""]
+        args += [i, "t", body, 3600000, "", 30000, 10, "0", f"~k{k:07d}" if flow_keys else ""]
     cmds.append(resp("EVALSHA", sha["push"], len(keys), *keys, *args))
     cmds += [resp("ZADD", f"{P}:delayed", 1, i) for i in ids]  # due now
     cmds.append(resp("EVALSHA", sha["promote"], 4, f"{P}:delayed", f"{P}:counts", f"{P}:reserved", f"{P}:announced",

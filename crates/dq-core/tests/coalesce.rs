@@ -213,3 +213,25 @@ async fn coalescing_holds_on_a_cluster() {
     assert_eq!(b.id, a.id);
     assert_eq!(q.producer().get(&a.id).await.unwrap().body.get(), "2");
 }
+
+/// A merge with a flow key: the merged job carries the key (sent to the script as the push's only
+/// option), and once full it is ready in the key's round and reserved with its key.
+#[tokio::test]
+async fn a_merged_job_keeps_its_flow_key() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
+    let merge = |n: u32| {
+        json!({"topic": "keyed", "body": n, "flow_key": "acme", "coalesce_key": "k",
+               "coalesce": {"mode": "merge", "window_ms": 300000, "max_items": 2}})
+    };
+    let a = push(&q, merge(1)).await;
+    let full = push(&q, merge(2)).await;
+    assert_eq!((full.id.as_str(), full.state), (a.id.as_str(), State::Ready));
+    assert_eq!(q.producer().get(&a.id).await.unwrap().flow_key.as_deref(), Some("acme"));
+    let got = q.reservations().reserve(&["keyed".to_string()], 10).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].body.get(), got[0].flow_key.as_deref()),
+        (r#"{"items":[1,2]}"#, Some("acme"))
+    );
+}

@@ -562,3 +562,54 @@ async fn limits_set_later_hold_the_jobs_already_straight() {
     );
     stop.cancel();
 }
+
+/// A long straight backlog under limits set later is moved into its key's queue over several reserves,
+/// at most 1,000 jobs a call, each answering that the queue may hold more; the key is held throughout.
+#[tokio::test]
+async fn a_long_straight_backlog_moves_into_its_queue_a_bounded_call_at_a_time() {
+    let redis = RedisServer::start();
+    let mut s = standalone(&redis);
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    let jobs = (0..1500)
+        .map(|i| {
+            let push = json!({"topic": "b", "body": i, "flow_key": "big", "ttr_ms": 60000});
+            q.producer()
+                .validate(serde_json::from_value::<PushRequest>(push).unwrap())
+                .unwrap()
+        })
+        .collect();
+    for pushed in q.producer().push_many(jobs).await {
+        pushed.unwrap();
+    }
+    let (_cache, stop) = with_flow(
+        &q,
+        "b",
+        Flow {
+            concurrency: Some(1),
+            ..Default::default()
+        },
+    )
+    .await;
+    let keys = q.partition_keys(0);
+    let sizes = |c: &mut redis::Connection| -> (u64, u64) {
+        let ready: u64 = redis::cmd("ZCARD").arg(keys.ready("b")).query(c).unwrap();
+        let queued: u64 = redis::cmd("ZCARD").arg(keys.flow_queue("b", "big")).query(c).unwrap();
+        (ready, queued)
+    };
+    let mut c = redis.conn();
+    let first = reserve(&q, "b", 10).await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    let (ready, queued) = sizes(&mut c);
+    assert!(ready > 0 && queued >= 999, "one call moved {queued}, left {ready}");
+    // The next reserves move the rest (the key is at its concurrency: nothing more is taken).
+    wait_for!(10, "the whole backlog in the key's queue", {
+        assert!(reserve(&q, "b", 10).await.is_empty());
+        sizes(&mut c) == (0, 1499)
+    });
+    q.reservations().ack(&first[0].id, &first[0].receipt).await.unwrap();
+    let next = reserve(&q, "b", 10).await;
+    assert_eq!(next.len(), 1);
+    assert_eq!(q.producer().get(&next[0].id).await.unwrap().body.get(), "1");
+    stop.cancel();
+}

@@ -21,16 +21,16 @@
 --          options, "" for none, else seven fields, each "" when absent, separated by ";": dedup_ms (the
 --          deduplication window), max_age_ms (retries end that long after the first due time), backoff
 --          list (ms, comma-separated; else the caller's at each nack), priority (none: the default,
---          1024; see rec_score), flow key (flow.lua: a ready job goes to its key's queue, and the key
---          gets its turn in the topic's ready queue), children ("<ttl ms> <suffix>,<suffix>,...": a
+--          1024; see rec_score), flow key (flow.lua: a ready job goes straight to the ready queue, or
+--          to its key's queue while the key takes turns), children ("<ttl ms> <suffix>,<suffix>,...": a
 --          fan-out's parent, stored done and expiring ttl ms after its due time, whose children, with
 --          ids "<id>~<suffix>", follow it with mode "3"), and the trace context,
 --          as crates/dq-core/src/trace.rs stores it, kept as the record's tc (last, and read to the end of the
 --          string: a tracestate may hold ";"); or, for a job whose only option is its trace context,
 --          that context alone (its stored form begins with "A", where the seven fields begin with a
---          digit or ";"). Options are rare, so most jobs cost Redis one
---          argument for them instead of seven (each argument is a string Redis makes for Lua), and a
---          traced job's is read without a pattern.
+--          digit or ";"), and for a job whose only option is its flow key, "~<key>". Options are rare,
+--          so most jobs cost Redis one argument for them instead of seven (each argument is a string
+--          Redis makes for Lua), and a traced or keyed job's is read without a pattern.
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, or a fan-out's
 --          child whose parent this call did not store, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
@@ -64,14 +64,24 @@ local first = n > 0 and prefix_of(0)
 -- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority, flow key, children, trace context}
 -- (strings, "" when absent), and its deduplication key; read before the first write, with the jobs
 -- those keys already name (a record is a key the script cannot declare; see "Scripts on a moving slot"
--- in architecture.md): dedup key -> {id, s, r}. `traces`: the jobs whose only option is a trace context.
-local opts, traces, dedup_of, holder = {}, {}, {}, {}
+-- in architecture.md): dedup key -> {id, s, r}. `traces`: the jobs whose only option is a trace context;
+-- `keys`: those whose only option is a flow key.
+local opts, traces, keys, dedup_of, holder = {}, {}, {}, {}, {}
 local next_dedup = 3 + 2 * n
 for i = 0, n - 1 do
   local o = ARGV[11 + 9 * i]
-  if string.byte(o, 1) == 65 then
+  local b = string.byte(o, 1)
+  if b == 65 then
     -- A trace context alone, the most common options: the string is the context.
     traces[i] = o
+  elseif b == 126 then
+    -- A flow key alone: `~<key>`.
+    local k = string.sub(o, 2)
+    keys[i] = k
+    local delay, at = ARGV[6 + 9 * i], ARGV[7 + 9 * i]
+    if (delay ~= '' and tonumber(delay) <= 0) or (at ~= '' and tonumber(at) <= now) then
+      flow_read(prefix_of(i), ARGV[4 + 9 * i], k)
+    end
   elseif o ~= '' then
     local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);(.*)$')}
     opts[i] = f
@@ -121,7 +131,7 @@ for i = 0, n - 1 do
     local run_at
     if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
     local r = {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]), m = tonumber(ARGV[a + 6]),
-      c = now, a = 0, tc = traces[i]}
+      c = now, a = 0, tc = traces[i], f = keys[i]}
     local ttl = nil
     if o then
       if o[5] ~= '' then r.f = o[5] end

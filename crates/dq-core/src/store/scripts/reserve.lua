@@ -125,8 +125,13 @@ end
 
 -- A straight job (id m, at `score` in ready queue `key`) of flow key k that must take turns (its
 -- topic has limits, or its key a state): into its key's queue, and the key takes one of its jobs as a
--- turn would. Returns an error once a record cannot be read.
+-- turn would. Returns an error once a record cannot be read. A call converts at most CONVERTS_MAX jobs
+-- (limits set on a topic with a long straight backlog would otherwise make one long call of it), and
+-- then answers that the queues may hold more.
+local CONVERTS_MAX = 1000
+local converts = 0
 local function convert(key, m, score, k)
+  converts = converts + 1
   local f = flow_get(key, string.sub(key, #prefix + 8), k, nil, true)
   redis.call('ZADD', f.q, score, m)
   popped[#popped + 1] = {f.q, false, m}
@@ -202,7 +207,7 @@ end
 local err
 if ARGV[6] == '1' and #KEYS > 4 then
   -- One job at a time, from the queue with the best first job.
-  while taken < want and not err do
+  while taken < want and not err and converts < CONVERTS_MAX do
     local best, bs, bid
     for k = 4, #KEYS do
       local h = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
@@ -219,7 +224,7 @@ else
   for k = 4, #KEYS do
     local any = true
     -- Again while turns gave nothing and the queue has more.
-    while taken < want and any and not err do any, err = take(KEYS[k], want - taken) end
+    while taken < want and any and not err and converts < CONVERTS_MAX do any, err = take(KEYS[k], want - taken) end
   end
 end
 -- Fewer than asked: the queues are empty but for the turns taken out; the keys that gave a job give
@@ -397,6 +402,6 @@ local more = 0
 if taken >= want then
   if counted_more then more = 1 else more = redis.call('EXISTS', unpack(KEYS, 4)) end
 end
-if turned then more = 1 end
+if turned or converts >= CONVERTS_MAX then more = 1 end
 out[#out + 1] = math.min(more, 1)
 return out
