@@ -5,7 +5,8 @@
 --
 -- add_job writes a job's record (only where there is none) and gathers its sorted-set adds, counts and
 -- wake-ups; add_flush sends them, one ZADD per sorted set and one HINCRBY per count, so a batch costs
--- Redis a few commands beyond its records. Each job's partition is its `prefix`: the counts hash and
+-- Redis a few commands beyond its records (and a call's ready jobs with flow keys go through flow.lua
+-- together, per partition and topic). Each job's partition is its `prefix`: the counts hash and
 -- channels of the caller's first partition are the ones it gives add_flush, another's are named from
 -- its prefix (<prefix>:counts, <prefix>:wake:ready, <prefix>:wake:timer), so one call may add jobs of
 -- several partitions (push.lua on a single Redis).
@@ -35,13 +36,32 @@ local function add_job(prefix, job, ready, delayed, id, r, now, ttl)
   end
   local A = adding
   if not A then
-    A = {z = {}, order = {}, earliest = {}, topic = {}, tally = {}, tallied = {}, urgent = {}, prefix = {}}
+    A = {z = {}, order = {}, earliest = {}, topic = {}, tally = {}, tallied = {}, urgent = {}, prefix = {},
+      keyed = {}, keyed_order = {}}
     adding = A
   end
   local topic, p = r.t, r.p
   if r.f and state == 'ready' then
-    -- Into its flow key's queue; the key's turn wakes reservers (flow.lua).
-    flow_add(prefix, topic, r.f, id, rec_score(p, r.r), now)
+    -- Its flow key's, gathered per partition and topic, so add_flush sends a call's keyed jobs through
+    -- flow.lua together (straight into the ready queue, or into their keys' queues), in arrival order.
+    local g = prefix .. ' ' .. topic
+    local kg = A.keyed[g]
+    if not kg then
+      kg = {prefix = prefix, t = topic, by = {}, keys = {}}
+      A.keyed[g] = kg
+      A.keyed_order[#A.keyed_order + 1] = kg
+    end
+    local e = kg.by[r.f]
+    if not e then
+      e = {k = r.f, adds = {}}
+      kg.by[r.f] = e
+      kg.keys[#kg.keys + 1] = e
+    end
+    local score = rec_score(p, r.r)
+    e.adds[#e.adds + 1] = score
+    e.adds[#e.adds + 1] = id
+    if e.first == nil or score < e.first then e.first = score end
+    A.now = now
   else
     local zset, score = ready, r.r
     if state == 'ready' then
@@ -84,6 +104,30 @@ local function add_flush(first, counts, ready_channel, timer_channel)
   local A = adding
   if not A then return end
   adding = nil
+  -- Keyed ready jobs, per partition and topic: the straight keys' in one flow_straight, the others each
+  -- through flow_add_all (a key with a queue or a state, which one EXISTS over all tells apart).
+  for _, kg in ipairs(A.keyed_order) do
+    local own = {}
+    for _, e in ipairs(kg.keys) do
+      own[#own + 1] = kg.prefix .. ':fq:' .. kg.t .. ':' .. e.k
+      own[#own + 1] = kg.prefix .. ':fs:' .. kg.t .. ':' .. e.k
+    end
+    local straight, owned = kg.keys, 0
+    for i = 1, #own, 2000 do owned = owned + redis.call('EXISTS', unpack(own, i, math.min(i + 1999, #own))) end
+    if owned > 0 then
+      straight = {}
+      for _, e in ipairs(kg.keys) do
+        if flow_mode(kg.prefix, kg.t, e.k) == 0 then
+          straight[#straight + 1] = e
+        else
+          flow_add_all(kg.prefix, kg.t, e.k, e.adds, e.first, A.now)
+        end
+      end
+    end
+    if #straight > 0 and flow_straight(kg.prefix, kg.t, straight, A.now) then
+      redis.call(publish, kg.prefix .. ':wake:ready', kg.t)
+    end
+  end
   for _, zset in ipairs(A.order) do
     local topic, prefix = A.topic[zset], A.prefix[zset]
     local ready_channel, timer_channel = ready_channel, timer_channel
