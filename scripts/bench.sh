@@ -308,7 +308,7 @@ import json, sys
 r = json.loads(sys.argv[1])
 print(f"   each key: {r['key_rate_min']:.2f} to {r['key_rate_max']:.2f} jobs/s (mean {r['key_rate_mean']:.2f}; worst "
         f"{r['key_rate_worst_deviation'] * 100:.1f}% off {r['rate_per_s']:g}/s); most arrivals of a key beyond rate x stretch "
-        f"+ burst: {r['most_arrivals_beyond_the_bound']:.0f}; {r['missing']} missing")
+        f"+ burst: {r['most_arrivals_beyond_the_bound']:.2f}; {r['missing']} missing")
 PY
     for p in "${extra[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     rcli flushall >/dev/null
