@@ -193,8 +193,8 @@ local function flow_add(prefix, t, k, id, score, now)
   flow_add_all(prefix, t, k, {score, id}, score, now)
 end
 
--- Job `id` (record `r`) becomes ready at `score`: into its flow key's queue when it has one (the key
--- gets its turn), else into its topic's ready queue, whose reservers a first job wakes.
+-- Job `id` (record `r`) becomes ready at `score`: through flow_add when it has a flow key, else into its
+-- topic's ready queue, whose reservers a first job wakes.
 local function ready_add(prefix, r, id, score, now)
   if r.f then return flow_add(prefix, r.t, r.f, id, score, now) end
   local ready = prefix .. ':ready:' .. r.t
