@@ -105,23 +105,15 @@ local function add_flush(first, counts, ready_channel, timer_channel)
   if not A then return end
   adding = nil
   -- Keyed ready jobs, per partition and topic: the straight keys' in one flow_straight, the others each
-  -- through flow_add_all (a key with a queue or a state, which one EXISTS over all tells apart).
+  -- through flow_add_all (a key with a queue or a state: flow_modes).
   for _, kg in ipairs(A.keyed_order) do
-    local own = {}
+    flow_modes(kg.prefix, kg.t, kg.keys)
+    local straight = {}
     for _, e in ipairs(kg.keys) do
-      own[#own + 1] = kg.prefix .. ':fq:' .. kg.t .. ':' .. e.k
-      own[#own + 1] = kg.prefix .. ':fs:' .. kg.t .. ':' .. e.k
-    end
-    local straight, owned = kg.keys, 0
-    for i = 1, #own, 2000 do owned = owned + redis.call('EXISTS', unpack(own, i, math.min(i + 1999, #own))) end
-    if owned > 0 then
-      straight = {}
-      for _, e in ipairs(kg.keys) do
-        if flow_mode(kg.prefix, kg.t, e.k) == 0 then
-          straight[#straight + 1] = e
-        else
-          flow_add_all(kg.prefix, kg.t, e.k, e.adds, e.first, A.now)
-        end
+      if e.mode == 0 then
+        straight[#straight + 1] = e
+      else
+        flow_add_all(kg.prefix, kg.t, e.k, e.adds, e.first, A.now, e.mode)
       end
     end
     if #straight > 0 and flow_straight(kg.prefix, kg.t, straight, A.now) then

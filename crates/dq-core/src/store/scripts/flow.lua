@@ -96,6 +96,18 @@ local function flow_mode(prefix, t, k)
   return 0
 end
 
+-- Sets each entry's `mode` (flow_mode) for `keyed`, a list of {k = key, ...} of topic t: one EXISTS
+-- over their queues and states, and each key looked at alone only when one of them has either.
+local function flow_modes(prefix, t, keyed)
+  local own, owned = {}, 0
+  for _, e in ipairs(keyed) do
+    own[#own + 1] = prefix .. ':fq:' .. t .. ':' .. e.k
+    own[#own + 1] = prefix .. ':fs:' .. t .. ':' .. e.k
+  end
+  for i = 1, #own, 2000 do owned = owned + redis.call('EXISTS', unpack(own, i, math.min(i + 1999, #own))) end
+  for _, e in ipairs(keyed) do e.mode = owned > 0 and flow_mode(prefix, t, e.k) or 0 end
+end
+
 -- Adds added[i] ready jobs to the count of key names[i] of topic t (the keys distinct): read in one
 -- ZMSCORE and written in one ZADD.
 local function flow_tally(prefix, t, names, added)
@@ -172,9 +184,9 @@ end
 -- Jobs of topic t, flow key k, are ready: `adds` is {score, id, score, id, ...} (rec_score), `first`
 -- the lowest score. A straight key's go to the ready queue (a queue that was empty wakes its
 -- reservers); else into the key's queue, and the key gets its turn, or has it moved earlier when these
--- jobs are more urgent.
-local function flow_add_all(prefix, t, k, adds, first, now)
-  local mode = flow_mode(prefix, t, k)
+-- jobs are more urgent. `mode`: the key's flow_mode when the caller knows it.
+local function flow_add_all(prefix, t, k, adds, first, now, mode)
+  mode = mode or flow_mode(prefix, t, k)
   if mode == 0 then
     if flow_straight(prefix, t, {{k = k, adds = adds}}, now) then redis.call(publish, prefix .. ':wake:ready', t) end
     return

@@ -50,10 +50,10 @@ for w = 1, math.floor((#ARGV - 6) / 4) do
 end
 -- Flow keys' turns parked in the delay set (flow.lua), due now: i -> {topic, key}. Due jobs with a flow
 -- key, by key ("<topic> <key>" -> {t, k, adds, first}, and in `keyed_order`): one ZADD and one count per
--- key, and their turns one ZADD per topic. `flow_own`: each key's queue and state, read (EXISTS) in one
--- call before the first write, with its topic's keys (`flow_topics`); when no key has either, every key
--- is straight (flow.lua) and none is looked at one by one.
-local turns, keyed, keyed_order, flow_own, flow_topics = {}, {}, {}, {}, {}
+-- key, and their turns one ZADD per topic; by topic (`keyed_by_topic`, `keyed_topics`). Each topic's
+-- keys (`flow_topics`) and its keys' modes (flow_modes: one EXISTS over their queues and states) are
+-- read before the first write.
+local turns, keyed, keyed_order, keyed_by_topic, keyed_topics, flow_topics = {}, {}, {}, {}, {}, {}
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 for i = 1, count do
   local member = due[2 * i - 1]
@@ -80,26 +80,23 @@ for i = 1, count do
       local e = {t = r.t, k = r.f, adds = {}}
       keyed[r.t .. ' ' .. r.f] = e
       keyed_order[#keyed_order + 1] = e
-      flow_own[#flow_own + 1] = prefix .. ':fq:' .. r.t .. ':' .. r.f
-      flow_own[#flow_own + 1] = prefix .. ':fs:' .. r.t .. ':' .. r.f
-      if not flow_topics[r.t] then
-        flow_topics[r.t] = true
+      local l = keyed_by_topic[r.t]
+      if not l then
+        l = {}
+        keyed_by_topic[r.t] = l
+        keyed_topics[#keyed_topics + 1] = r.t
         flow_topics[#flow_topics + 1] = prefix .. ':flows:' .. r.t
         flow_topics[#flow_topics + 1] = prefix .. ':ready:' .. r.t
         flow_topics[#flow_topics + 1] = prefix .. ':fv:' .. r.t
       end
+      l[#l + 1] = e
     end
   end
   recs[i] = r
   if r then per_topic[r.t] = 0 end
 end
-local owned = false
 for i = 1, #flow_topics, 2000 do redis.call('EXISTS', unpack(flow_topics, i, math.min(i + 1999, #flow_topics))) end
-for i = 1, #flow_own, 2000 do
-  if redis.call('EXISTS', unpack(flow_own, i, math.min(i + 1999, #flow_own))) > 0 then owned = true end
-end
--- How each key takes its jobs (flow_mode): straight unless one has a queue or a state.
-for _, e in ipairs(keyed_order) do e.mode = owned and flow_mode(prefix, e.t, e.k) or 0 end
+for _, t in ipairs(keyed_topics) do flow_modes(prefix, t, keyed_by_topic[t]) end
 
 -- The waiting workers of the due jobs' topics, by topic; each takes jobs up to its free slots.
 local by_topic = {}
@@ -250,23 +247,16 @@ end
 -- (flow_straight, through `add`); a turn-taking key's into its queue (flow_enqueue_all), and a key that
 -- had no queue gets its turn, one that had one has its turn moved earlier if these are more urgent. The
 -- reservers of a queue that was empty are woken below, with the topic's unkeyed jobs.
-local keyed_by_topic, keyed_topics = {}, {}
-for _, e in ipairs(keyed_order) do
-  if e.first then
-    local l = keyed_by_topic[e.t]
-    if not l then
-      l = {straight = {}, turns = {}}
-      keyed_by_topic[e.t] = l
-      keyed_topics[#keyed_topics + 1] = e.t
-    end
-    local into = e.mode == 0 and l.straight or l.turns
-    into[#into + 1] = e
-  end
-end
 for _, t in ipairs(keyed_topics) do
-  local l = keyed_by_topic[t]
-  if #l.straight > 0 then flow_straight(prefix, t, l.straight, now, add) end
-  if #l.turns > 0 then flow_enqueue_all(prefix, t, l.turns) end
+  local straight, by_turns = {}, {}
+  for _, e in ipairs(keyed_by_topic[t]) do
+    if e.first then
+      local into = e.mode == 0 and straight or by_turns
+      into[#into + 1] = e
+    end
+  end
+  if #straight > 0 then flow_straight(prefix, t, straight, now, add) end
+  if #by_turns > 0 then flow_enqueue_all(prefix, t, by_turns) end
 end
 for _, e in ipairs(keyed_order) do
   if e.first and e.mode == 1 then

@@ -35,7 +35,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- what was read would be two), and every popped job's record is read before the first record is
 -- written. A record the script cannot read (on a slot being moved, see architecture.md, "Scripts on a
 -- moving slot") puts everything popped back and fails the call, so it is sent again: nothing changed.
--- jobs: {id, record, flow key} in the order taken; popped: {key, score, member} of everything popped.
+-- jobs: {id, record, flow key (false for none), score = its ready score for a straight job, skip = true
+-- once it went into its key's queue instead} in the order taken; popped: {key, score, member} of everything
+-- popped.
 local jobs, popped = {}, {}
 local taken = 0
 -- The flow keys whose turn was popped (or that took turns here), in order; each {t, k, q (its queue),
