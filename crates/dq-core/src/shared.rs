@@ -69,13 +69,14 @@ pub struct Parts {
 }
 
 impl Core {
-    /// A queue over the configured Redis, with the installation's partition count: read from Redis (and
-    /// checked against `redis.partitions` when that is set), or stored there for a new installation.
+    /// A queue over the configured Redis, with the installation's layout (partitions and key
+    /// partitions): read from Redis (and checked against `redis.partitions` and `redis.key_partitions` where
+    /// set), or stored there for a new installation.
     /// Refuses the layout dq used before partitions, naming the command that converts it.
     pub(crate) async fn connect(settings: &Settings) -> Result<Self> {
         let redis = Redis::new(&settings.redis)?;
         let keys = Keys::new(settings.redis.prefix.clone());
-        let count = layout::ensure(&redis, &keys, settings.redis.partitions).await?;
+        let layout = layout::ensure(&redis, &keys, &settings.redis).await?;
         if settings.redis.mode == RedisMode::Cluster {
             layout::require_sharded_pubsub(&redis).await?;
         }
@@ -86,13 +87,13 @@ impl Core {
                 tracing::debug!(cause = %e, "cannot load a script ahead");
             }
         }
-        Ok(Self::with_partitions(settings, redis, count))
+        Ok(Self::with_layout(settings, redis, layout))
     }
 
-    /// A queue over `count` partitions, without looking at Redis (the layout was checked already).
-    fn with_partitions(settings: &Settings, redis: Redis, count: u32) -> Self {
+    /// A queue over the installation's `layout`, without looking at Redis (it was checked already).
+    fn with_layout(settings: &Settings, redis: Redis, layout: layout::Layout) -> Self {
         let keys = Keys::new(settings.redis.prefix.clone());
-        let partitions = Partitions::new(count);
+        let partitions = Partitions::with_key_partitions(layout.partitions, layout.key_partitions);
         // On a cluster, calls to different primaries proceed side by side.
         let in_flight = if settings.redis.mode == RedisMode::Cluster {
             8

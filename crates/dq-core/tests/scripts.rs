@@ -539,6 +539,71 @@ async fn the_partition_count_is_fixed_at_creation_and_checked() {
 }
 
 #[tokio::test]
+async fn key_partitions_are_fixed_at_creation_and_an_older_installation_keeps_its_placement() {
+    let layout = |redis: &RedisServer| -> Vec<Option<u32>> {
+        redis::cmd("HMGET")
+            .arg("{dq}:layout")
+            .arg("partitions")
+            .arg("key_partitions")
+            .query(&mut redis.conn())
+            .unwrap()
+    };
+    // New, without settings: 256 partitions, a topic's keys over 16 of them.
+    let fresh = RedisServer::start();
+    let mut s = settings(&fresh);
+    s.redis.partitions = None;
+    let q = Queue::connect(&s).await.unwrap();
+    assert_eq!((q.partitions().count(), q.partitions().key_partitions()), (256, 16));
+    assert_eq!(layout(&fresh), [Some(256), Some(16)]);
+    // Set otherwise later: refused, naming the setting; unset or equal: adopted.
+    s.redis.key_partitions = Some(32);
+    let err = Queue::connect(&s).await.unwrap_err().to_string();
+    assert!(
+        err.contains("redis.key_partitions is 32") && err.contains("16 key partitions"),
+        "{err}"
+    );
+    s.redis.key_partitions = Some(16);
+    assert_eq!(Queue::connect(&s).await.unwrap().partitions().key_partitions(), 16);
+
+    // Created with a setting.
+    let chosen = RedisServer::start();
+    let mut s = settings(&chosen);
+    s.redis.key_partitions = Some(2);
+    assert_eq!(Queue::connect(&s).await.unwrap().partitions().key_partitions(), 2);
+    s.redis.key_partitions = None;
+    assert_eq!(Queue::connect(&s).await.unwrap().partitions().key_partitions(), 2);
+    assert_eq!(layout(&chosen), [Some(4), Some(2)]);
+
+    // More key partitions than partitions for a new installation: refused, nothing written.
+    let bad = RedisServer::start();
+    let mut s = settings(&bad);
+    s.redis.partitions = None;
+    s.redis.key_partitions = Some(300);
+    let err = Queue::connect(&s).await.unwrap_err().to_string();
+    assert!(err.contains("redis.key_partitions is 300"), "{err}");
+    assert_eq!(layout(&bad), [None, None]);
+
+    // An installation from before key partitions (`partitions` alone): its keys stay where they were,
+    // a key partition per partition, and that is stored from then on.
+    let older = RedisServer::start();
+    let _: () = redis::cmd("HSET")
+        .arg("{dq}:layout")
+        .arg("partitions")
+        .arg(64)
+        .query(&mut older.conn())
+        .unwrap();
+    let mut s = settings(&older);
+    s.redis.partitions = None;
+    let q = Queue::connect(&s).await.unwrap();
+    assert_eq!(q.partitions().key_partitions(), 64);
+    assert_eq!(layout(&older), [Some(64), Some(64)]);
+    assert_eq!(
+        q.partitions().of_key("t", "customer-7") as u32,
+        dq_core::store::partition::partition_of("t:customer-7", 64)
+    );
+}
+
+#[tokio::test]
 async fn the_old_shard_layout_is_refused_with_the_command_that_converts_it() {
     let redis = RedisServer::start();
     let _: () = redis::cmd("HSET")

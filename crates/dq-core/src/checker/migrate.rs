@@ -94,10 +94,7 @@ async fn connect_target(settings: &mut Settings) -> Result<Queue, Error> {
     let redis = crate::store::connection::Redis::new(&settings.redis)?;
     let keys = crate::store::keys::Keys::new(settings.redis.prefix.clone());
     // Hide the old marker from the layout check by creating the new layout first when absent.
-    let want = settings
-        .redis
-        .partitions
-        .unwrap_or(crate::store::partition::DEFAULT_PARTITIONS);
+    let want = crate::store::layout::Layout::wanted(&settings.redis)?;
     crate::store::layout::create(&redis, &keys, want).await?;
     Queue::connect(settings).await
 }

@@ -558,6 +558,7 @@ mod tests {
         assert_eq!(s.redis.urls, vec!["redis://127.0.0.1:6379"]);
         assert_eq!(s.redis.mode, RedisMode::Standalone);
         assert_eq!(s.redis.partitions, None);
+        assert_eq!(s.redis.key_partitions, None);
         assert_eq!(s.server.listen, "127.0.0.1:6789");
         assert_eq!(s.shutdown.grace_ms, 30_000);
         assert_eq!(s.jobs.backoff_ms[..4], [60_000, 180_000, 300_000, 420_000]);
@@ -631,12 +632,30 @@ mod tests {
     }
 
     #[test]
+    fn key_partitions_are_at_most_the_partitions() {
+        let both = |p: &str, k: &str| {
+            Settings::load_from(
+                None,
+                env(&[("DQ__REDIS__PARTITIONS", p), ("DQ__REDIS__KEY_PARTITIONS", k)]),
+            )
+        };
+        assert_eq!(both("64", "64").unwrap().redis.key_partitions, Some(64));
+        let err = both("64", "65").unwrap_err().to_string();
+        assert!(
+            err.contains("redis.key_partitions") && err.contains("between 1 and 64"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn bad_values_name_the_key() {
         let cases: &[(&str, &str, &str)] = &[
             ("DQ__SERVER__LISTEN", "not an address", "server.listen"),
             ("DQ__REDIS__URLS", "http://x", "redis.urls"),
             ("DQ__REDIS__PARTITIONS", "0", "redis.partitions"),
             ("DQ__REDIS__PARTITIONS", "5000", "redis.partitions"),
+            ("DQ__REDIS__KEY_PARTITIONS", "0", "redis.key_partitions"),
+            ("DQ__REDIS__KEY_PARTITIONS", "5000", "redis.key_partitions"),
             ("DQ__REDIS__MODE", "ring", "mode"),
             ("DQ__REDIS__SHARDS", "redis://x", "redis.shards"),
             ("DQ__REDIS__WAIT_TIMEOUT_MS", "0", "redis.wait_timeout_ms"),

@@ -25,6 +25,12 @@ pub struct RedisSettings {
     /// installation has, or 256 for a new one; set: must equal the stored count, or the process refuses
     /// to start.
     pub partitions: Option<u32>,
+    /// Partitions one topic's keys (flow, coalescing and deduplication keys) are spread over, fixed when
+    /// the installation is created and stored beside `partitions`. Fewer means bigger batches per
+    /// partition for keyed pushes, reserves and acks; more spreads one topic's keyed traffic wider on a
+    /// cluster. Unset: whatever the installation has, or 16 (at most `partitions`) for a new one; set: must
+    /// equal the stored count, or the process refuses to start.
+    pub key_partitions: Option<u32>,
     /// Prefix of every key, so that several installations can share a Redis.
     pub prefix: String,
     /// Connections to the primary in each process's pool (standalone, Sentinel). Requests share them:
@@ -65,6 +71,7 @@ impl Default for RedisSettings {
             urls: vec!["redis://127.0.0.1:6379".into()],
             sentinel_master: "mymaster".into(),
             partitions: None,
+            key_partitions: None,
             prefix: "dq".into(),
             pool_size: 1,
             connect_timeout_ms: 1000,
@@ -114,6 +121,15 @@ impl RedisSettings {
                 "redis.partitions",
                 format!("must be between 1 and {MAX_PARTITIONS}, got {p}"),
             ));
+        }
+        if let Some(k) = self.key_partitions {
+            let most = self.partitions.unwrap_or(MAX_PARTITIONS);
+            if !(1..=most).contains(&k) {
+                return Err(invalid(
+                    "redis.key_partitions",
+                    format!("must be between 1 and {most} (redis.partitions or its most), got {k}"),
+                ));
+            }
         }
         if self.prefix.is_empty()
             || self

@@ -46,8 +46,9 @@ impl std::ops::Deref for Queue {
 }
 
 impl Queue {
-    /// A queue over the configured Redis, with the installation's partition count: read from Redis (and
-    /// checked against `redis.partitions` when that is set), or stored there for a new installation.
+    /// A queue over the configured Redis, with the installation's layout (partitions and key
+    /// partitions): read from Redis (and checked against `redis.partitions` and `redis.key_partitions` where
+    /// set), or stored there for a new installation.
     /// Refuses the layout dq used before partitions, naming the command that converts it.
     pub async fn connect(settings: &Settings) -> Result<Self> {
         Core::connect(settings).await.map(Queue::over)

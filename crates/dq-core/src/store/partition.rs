@@ -7,6 +7,10 @@
 //! cluster whose slots are balanced (`redis-cli --cluster rebalance`) then carries an even share of
 //! partitions on every primary, within one partition, however few partitions there are.
 //!
+//! A key of a topic (flow, coalescing or deduplication key) maps to one of the topic's key partitions:
+//! `key_partitions` of them, evenly spaced from a place the topic's name picks. Fewer than all gives a
+//! batch of one topic's keyed jobs fewer partitions to touch (see docs/architecture.md#key-partitions).
+//!
 //! A producer-given id maps to a partition by a stable hash. A server-made id is a ULID whose last three
 //! characters are chosen so that the same hash lands on the partition the server picked (one that
 //! answers, in turn), so an id always says where its job lives, with no lookup.
@@ -30,6 +34,11 @@ pub const MAX_PARTITIONS: u32 = 4096;
 /// nothing measurable for the ones it does not need (see docs/architecture.md#partitions).
 pub const DEFAULT_PARTITIONS: u32 = 256;
 
+/// The key partitions of a new installation without `redis.key_partitions` (at most its partitions):
+/// a batch of keyed pushes to one topic then touches at most 16 partitions, and a cluster of up to 16
+/// primaries still carries a share of every topic's keys.
+pub const DEFAULT_KEY_PARTITIONS: u32 = 16;
+
 /// Crockford's base 32, the alphabet of ULIDs.
 const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
@@ -44,6 +53,8 @@ pub struct Partitions {
 struct Inner {
     /// Hash tag of each partition (without braces), e.g. `17.403`.
     tags: Vec<String>,
+    /// How many partitions one topic's keys are spread over (at most `tags.len()`).
+    key_partitions: u32,
     /// Partition of each tag, to read a partition back from a key or channel name.
     by_tag: HashMap<String, u16>,
     /// Whether the last operation on each partition reached Redis.
@@ -53,14 +64,22 @@ struct Inner {
 }
 
 impl Partitions {
-    /// `count` partitions (1 to [`MAX_PARTITIONS`]; checked by the config).
+    /// `count` partitions (1 to [`MAX_PARTITIONS`]; checked by the config), laid out as a new
+    /// installation is: a topic's keys over [`default_key_partitions`] of them.
     pub fn new(count: u32) -> Self {
+        Self::with_key_partitions(count, default_key_partitions(count))
+    }
+
+    /// `count` partitions, a topic's keys spread over `key_partitions` of them (1 to `count`; the
+    /// installation's layout says how many).
+    pub fn with_key_partitions(count: u32, key_partitions: u32) -> Self {
         let tags: Vec<String> = (0..count).map(|p| tag_for(p, count)).collect();
         let by_tag = tags.iter().enumerate().map(|(p, t)| (t.clone(), p as u16)).collect();
         Partitions {
             inner: Arc::new(Inner {
                 up: (0..count).map(|_| AtomicBool::new(true)).collect(),
                 tags,
+                key_partitions: key_partitions.clamp(1, count),
                 by_tag,
                 next: AtomicUsize::new(rand::rng().random_range(0..count as usize)),
             }),
@@ -92,10 +111,26 @@ impl Partitions {
         partition_of(id, self.count() as u32) as u16
     }
 
+    /// How many partitions one topic's keys are spread over.
+    pub fn key_partitions(&self) -> u16 {
+        self.inner.key_partitions as u16
+    }
+
     /// The partition of a key of `topic` (a deduplication, coalescing or flow key): every job and every
-    /// piece of state of the key is there, so one script sees them all.
+    /// piece of state of the key is there, so one script sees them all. With a key partition per
+    /// partition (an installation from before key partitions, or one created so), a stable hash of
+    /// `<topic>:<key>` over all partitions; else one of the topic's key partitions by a hash of the same,
+    /// so a call's keyed jobs of one topic meet in few partitions.
     pub fn of_key(&self, topic: &str, key: &str) -> u16 {
-        self.of_id(&format!("{topic}:{key}"))
+        let count = self.count() as u64;
+        let spread = self.inner.key_partitions as u64;
+        let name = format!("{topic}:{key}");
+        if spread >= count {
+            return self.of_id(&name);
+        }
+        let base = xxh3_64(topic.as_bytes()) % count;
+        let k = xxh3_64(name.as_bytes()) % spread;
+        ((base + k * count / spread) % count) as u16
     }
 
     /// A fresh server-made id and its partition: the next partition, in turn, that answered at last
@@ -130,6 +165,11 @@ impl Partitions {
     pub fn set_up(&self, p: u16, up: bool) {
         self.inner.up[p as usize].store(up, Ordering::Relaxed);
     }
+}
+
+/// The key partitions of a new installation of `count` partitions without `redis.key_partitions`.
+pub fn default_key_partitions(count: u32) -> u32 {
+    DEFAULT_KEY_PARTITIONS.min(count)
 }
 
 /// The Redis Cluster slot of a key or hash tag (CRC16/XMODEM of the tag, mod 16,384).
@@ -288,6 +328,48 @@ mod tests {
                 .count();
             assert!((21..=22).contains(&n), "node {node}: {n}");
         }
+    }
+
+    #[test]
+    fn a_topics_keys_spread_evenly_over_its_key_partitions() {
+        let parts = Partitions::new(256);
+        assert_eq!(parts.key_partitions(), 16);
+        for topic in ["mail", "hooks", "t"] {
+            let mut per = HashMap::new();
+            for k in 0..16_000 {
+                *per.entry(parts.of_key(topic, &format!("customer-{k}"))).or_insert(0) += 1;
+            }
+            assert_eq!(per.len(), 16, "{topic}: {per:?}");
+            assert!(per.values().all(|n| (800..1200).contains(n)), "{topic}: {per:?}");
+            // Evenly spaced: 16 apart, so a cluster's primaries each carry a share.
+            let mut ps: Vec<u16> = per.keys().copied().collect();
+            ps.sort();
+            let gaps: Vec<u16> = ps.windows(2).map(|w| w[1] - w[0]).collect();
+            assert!(gaps.iter().all(|&g| g == 16), "{topic}: {ps:?}");
+        }
+        // The same key of another topic may land elsewhere; the same one always lands in one place.
+        assert_eq!(parts.of_key("mail", "k"), Partitions::new(256).of_key("mail", "k"));
+    }
+
+    #[test]
+    fn a_key_partition_per_partition_keeps_the_placement_of_before() {
+        for count in [1, 7, 256] {
+            let parts = Partitions::with_key_partitions(count, count);
+            for k in 0..100 {
+                let key = format!("k{k}");
+                assert_eq!(parts.of_key("t", &key) as u32, partition_of(&format!("t:{key}"), count));
+            }
+        }
+        // Fewer partitions than the default key partitions: every partition takes keys.
+        assert_eq!(Partitions::new(8).key_partitions(), 8);
+        assert_eq!(Partitions::with_key_partitions(8, 100).key_partitions(), 8);
+        // Uneven spacing still puts every key in range.
+        let parts = Partitions::with_key_partitions(10, 3);
+        let mut seen: Vec<u16> = (0..300).map(|k| parts.of_key("t", &k.to_string())).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert!(seen.iter().all(|&p| p < 10));
     }
 
     #[test]
