@@ -81,7 +81,7 @@ struct Memory {
 }
 
 /// How often the flow keys' gauges (`dq_flow_keys`, `dq_flow_busiest_ready`) are read again: a read of
-/// a topic asks every partition, too much for every round.
+/// a topic asks each of its key partitions, too much for every round.
 const FLOWS_EVERY: Duration = Duration::from_secs(10);
 
 impl Memory {

@@ -85,10 +85,11 @@ impl crate::Admin {
 }
 
 /// `topic`'s flow keys with ready jobs: how many there are, and the `top` busiest (most ready jobs, then
-/// name), each with its ready and reserved jobs. Reads every partition's `<p>:flows:<topic>` (one sorted
-/// set per partition, its members the keys with ready jobs) and the chosen keys' states.
+/// name), each with its ready and reserved jobs. Reads `<p>:flows:<topic>` in each of the topic's key
+/// partitions (one sorted set per partition, its members the keys with ready jobs) and the chosen keys'
+/// states.
 pub(crate) async fn busiest(store: &Store, topic: &str, top: usize) -> Result<FlowKeys> {
-    let reads = store.partitions.all().map(|p| async move {
+    let reads = store.partitions.of_topic_keys(topic).into_iter().map(|p| async move {
         let keys = store.partition_keys(p);
         let (count, firsts) = keys_with_ready(store, p, topic, top).await?;
         if firsts.is_empty() {

@@ -86,8 +86,13 @@ impl Admin {
         // ready jobs the page does not see: it is then not `complete`.
         let mut parts = Vec::with_capacity(firsts.len());
         let mut complete = true;
+        // Only the topic's key partitions can hold its flow keys.
+        let keyed = self.partitions.of_topic_keys(topic);
         for (p, (entries, _, _)) in self.partitions.all().zip(firsts) {
-            let (count, busiest) = crate::flow::keys_with_ready(&self.store, p, topic, FLOW_KEYS_EACH).await?;
+            let (count, busiest) = match keyed.binary_search(&p) {
+                Ok(_) => crate::flow::keys_with_ready(&self.store, p, topic, FLOW_KEYS_EACH).await?,
+                Err(_) => (0, Vec::new()),
+            };
             complete &= count <= FLOW_KEYS_EACH as u64;
             let mut keys: std::collections::BTreeSet<String> = busiest.into_iter().map(|(k, _)| k).collect();
             let mut part = Vec::with_capacity(entries.len());

@@ -133,6 +133,22 @@ impl Partitions {
         ((base + k * count / spread) % count) as u16
     }
 
+    /// The partitions that may hold keys of `topic` (its key partitions, in order; every partition when
+    /// there is a key partition per partition), so what reads a topic's keys asks only those.
+    pub fn of_topic_keys(&self, topic: &str) -> Vec<u16> {
+        let count = self.count() as u64;
+        let spread = self.inner.key_partitions as u64;
+        if spread >= count {
+            return self.all().collect();
+        }
+        let base = xxh3_64(topic.as_bytes()) % count;
+        let mut ps: Vec<u16> = (0..spread)
+            .map(|k| ((base + k * count / spread) % count) as u16)
+            .collect();
+        ps.sort_unstable();
+        ps
+    }
+
     /// A fresh server-made id and its partition: the next partition, in turn, that answered at last
     /// contact (any, when none did), so pushes without an id spread evenly and avoid a partition that is
     /// down. `avoid` is skipped too (it just failed).
@@ -349,6 +365,19 @@ mod tests {
         }
         // The same key of another topic may land elsewhere; the same one always lands in one place.
         assert_eq!(parts.of_key("mail", "k"), Partitions::new(256).of_key("mail", "k"));
+        // The topic's key partitions are exactly those its keys land in.
+        for topic in ["mail", "hooks"] {
+            let of_topic = parts.of_topic_keys(topic);
+            assert_eq!(of_topic.len(), 16);
+            let mut landed: Vec<u16> = (0..2000).map(|k| parts.of_key(topic, &k.to_string())).collect();
+            landed.sort();
+            landed.dedup();
+            assert_eq!(landed, of_topic, "{topic}");
+        }
+        assert_eq!(
+            Partitions::with_key_partitions(8, 8).of_topic_keys("t"),
+            (0..8).collect::<Vec<u16>>()
+        );
     }
 
     #[test]

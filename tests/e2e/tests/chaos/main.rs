@@ -162,6 +162,21 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// The id of job `i`: `chaos-<i>`, or for a job with a flow key the first of `chaos-<i>`, `chaos-<i>-1`,
+/// ... that lives in one of the push topic's key partitions (a producer's id goes with a flow key only in
+/// its key's partition, and a topic's keys live in 16 of the 256).
+fn id_of(i: usize, keyed: bool) -> String {
+    let partitions = dq_core::store::partition::Partitions::new(256);
+    let keyed_in = partitions.of_topic_keys(PUSH);
+    (0..)
+        .map(|j| match j {
+            0 => format!("chaos-{i:06}"),
+            j => format!("chaos-{i:06}-{j}"),
+        })
+        .find(|id| !keyed || keyed_in.contains(&partitions.of_id(id)))
+        .expect("some id lands in a key partition")
+}
+
 /// The flow key of a push-topic job pushed with one (every other one): a key in the job's own partition
 /// (a producer's id goes with a flow key only there), one of a few per partition.
 fn flow_key_of(id: &str) -> String {
@@ -170,6 +185,7 @@ fn flow_key_of(id: &str) -> String {
     let nth = id.len() % 2;
     (0..)
         .map(|j| format!("f{j}"))
+        .take(100_000)
         .filter(|k| partitions.of_key(PUSH, k) == home)
         .nth(nth)
         .expect("every partition has keys")
@@ -178,8 +194,8 @@ fn flow_key_of(id: &str) -> String {
 fn job_plan(n: usize, rng: &mut Rng) -> Vec<Job> {
     (0..n)
         .map(|i| Job {
-            flow_key: (i % 8 == 1).then(|| flow_key_of(&format!("chaos-{i:06}"))),
-            id: format!("chaos-{i:06}"),
+            flow_key: (i % 8 == 1).then(|| flow_key_of(&id_of(i, true))),
+            id: id_of(i, i % 8 == 1),
             topic: match (i % 4, i % 8) {
                 (3, _) => MERGE,
                 (1, _) => PUSH,
