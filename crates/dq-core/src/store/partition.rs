@@ -122,31 +122,35 @@ impl Partitions {
     /// `<topic>:<key>` over all partitions; else one of the topic's key partitions by a hash of the same,
     /// so a call's keyed jobs of one topic meet in few partitions.
     pub fn of_key(&self, topic: &str, key: &str) -> u16 {
-        let count = self.count() as u64;
-        let spread = self.inner.key_partitions as u64;
         let name = format!("{topic}:{key}");
-        if spread >= count {
-            return self.of_id(&name);
+        match self.spread() {
+            Some(spread) => self.key_partition(topic, xxh3_64(name.as_bytes()) % spread),
+            None => self.of_id(&name),
         }
-        let base = xxh3_64(topic.as_bytes()) % count;
-        let k = xxh3_64(name.as_bytes()) % spread;
-        ((base + k * count / spread) % count) as u16
     }
 
     /// The partitions that may hold keys of `topic` (its key partitions, in order; every partition when
     /// there is a key partition per partition), so what reads a topic's keys asks only those.
     pub fn of_topic_keys(&self, topic: &str) -> Vec<u16> {
-        let count = self.count() as u64;
-        let spread = self.inner.key_partitions as u64;
-        if spread >= count {
+        let Some(spread) = self.spread() else {
             return self.all().collect();
-        }
-        let base = xxh3_64(topic.as_bytes()) % count;
-        let mut ps: Vec<u16> = (0..spread)
-            .map(|k| ((base + k * count / spread) % count) as u16)
-            .collect();
+        };
+        let mut ps: Vec<u16> = (0..spread).map(|k| self.key_partition(topic, k)).collect();
         ps.sort_unstable();
         ps
+    }
+
+    /// The key partitions per topic, when fewer than the partitions (`None`: a key partition per
+    /// partition, the placement of before).
+    fn spread(&self) -> Option<u64> {
+        let spread = self.inner.key_partitions as u64;
+        (spread < self.count() as u64).then_some(spread)
+    }
+
+    /// `topic`'s `k`-th key partition: `k` evenly spaced steps from where the topic's name starts it.
+    fn key_partition(&self, topic: &str, k: u64) -> u16 {
+        let (count, spread) = (self.count() as u64, self.inner.key_partitions as u64);
+        ((xxh3_64(topic.as_bytes()) % count + k * count / spread) % count) as u16
     }
 
     /// A fresh server-made id and its partition: the next partition, in turn, that answered at last
