@@ -245,7 +245,9 @@ pub struct FlowKeys {
 pub struct FlowKey {
     /// The key.
     pub key: String,
-    /// Its ready jobs.
+    /// Its ready jobs: exact for a key that takes turns (its topic has limits, or it is paused); for a
+    /// key of a topic without limits, read from its place in line (exact while its jobs wait their turn,
+    /// one too many while the round under way has taken its job).
     pub ready: u64,
     /// Its reserved jobs (what counts against `flow.concurrency`).
     pub reserved: u64,

@@ -10,7 +10,7 @@
 //! Reserves carry the topics' limits ([`FlowLimits`]) from the registry as this process last read it
 //! ([`Flows`]): limits are counted in Redis, per key, over every process.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use dq_api::topic::Flow;
@@ -85,31 +85,40 @@ impl crate::Admin {
 }
 
 /// `topic`'s flow keys with ready jobs: how many there are, and the `top` busiest (most ready jobs, then
-/// name), each with its ready and reserved jobs. Reads `<p>:flows:<topic>` in each of the topic's key
-/// partitions (one sorted set per partition, its members the keys with ready jobs) and the chosen keys'
-/// states.
+/// name), each with its ready and reserved jobs. In each of the topic's key partitions, a key's ready
+/// jobs are those in its queue (`<p>:flows:<topic>`, exact: [`keys_with_ready`]) and, for a straight
+/// key, those in the ready queue, read from its place in line ([`straight_keys`]: an estimate); then the
+/// chosen keys' states.
 pub(crate) async fn busiest(store: &Store, topic: &str, top: usize) -> Result<FlowKeys> {
     let reads = store.partitions.of_topic_keys(topic).into_iter().map(|p| async move {
         let keys = store.partition_keys(p);
-        let (count, firsts) = keys_with_ready(store, p, topic, top).await?;
-        if firsts.is_empty() {
-            return Ok::<_, crate::error::Error>((count, Vec::new()));
+        let (queued, firsts) = keys_with_ready(store, p, topic, top).await?;
+        let (straight, lines) = straight_keys(store, p, topic, top).await?;
+        let mut ready: BTreeMap<String, u64> = BTreeMap::new();
+        for (key, n) in firsts.into_iter().chain(lines.into_iter().map(|(k, n)| (k, n as f64))) {
+            *ready.entry(key).or_default() += n as u64;
+        }
+        let mut chosen: Vec<(String, u64)> = ready.into_iter().filter(|(_, n)| *n > 0).collect();
+        chosen.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        chosen.truncate(top);
+        if chosen.is_empty() {
+            return Ok::<_, crate::error::Error>((queued + straight, Vec::new()));
         }
         let mut pipe = redis::pipe();
-        for (key, _) in &firsts {
+        for (key, _) in &chosen {
             pipe.cmd("HGET").arg(keys.flow_state(topic, key)).arg("n");
         }
         let reserved: Vec<Option<u64>> = store.pipe(p, &pipe).await?;
-        let keys = firsts
+        let keys = chosen
             .into_iter()
             .zip(reserved)
             .map(|((key, ready), reserved)| FlowKey {
                 key,
-                ready: ready as u64,
+                ready,
                 reserved: reserved.unwrap_or(0),
             })
             .collect();
-        Ok((count, keys))
+        Ok((queued + straight, keys))
     });
     let mut out = FlowKeys::default();
     for r in futures_util::future::join_all(reads).await {
@@ -123,7 +132,8 @@ pub(crate) async fn busiest(store: &Store, topic: &str, top: usize) -> Result<Fl
     Ok(out)
 }
 
-/// Partition `p`'s keys of `topic` with ready jobs: how many, and the `top` busiest with their ready jobs.
+/// Partition `p`'s keys of `topic` with jobs in their own queue (the keys that take turns): how many,
+/// and the `top` busiest with their queued jobs.
 pub(crate) async fn keys_with_ready(
     store: &Store,
     p: u16,
@@ -141,6 +151,56 @@ pub(crate) async fn keys_with_ready(
         .arg("REV")
         .arg("WITHSCORES");
     store.pipe(p, &pipe).await
+}
+
+/// One priority step of a ready score (`flow.lua`'s `FLOW_STEP`): the score's time part is below it.
+const FLOW_STEP: f64 = 4_398_046_511_104.0;
+
+/// Partition `p`'s straight keys of `topic` (keys that take no turns, their jobs straight in the ready
+/// queue) with ready jobs: how many, and the `top` busiest with their ready jobs. A straight job is
+/// counted nowhere (so taking one writes nothing of its key's), so this reads the keys' places in line:
+/// a key's jobs are one a round (one ms of virtual time) apart up to its last start (`<p>:fv:<topic>`),
+/// and the line is at its first job's time, so a key has about `last - head + 1`. Exact while its jobs
+/// wait their turn; one too many for a key whose job of the round under way is taken; a ready job
+/// cancelled or rescheduled is counted until the line passes its start; a job less urgent than the
+/// queue's first may be missed (its start fell behind the line).
+pub(crate) async fn straight_keys(store: &Store, p: u16, topic: &str, top: usize) -> Result<(u64, Vec<(String, u64)>)> {
+    let keys = store.partition_keys(p);
+    let mut head = redis::pipe();
+    head.cmd("EXISTS")
+        .arg(keys.flow_starts(topic))
+        .cmd("ZRANGE")
+        .arg(keys.ready(topic))
+        .arg(0)
+        .arg(0)
+        .arg("WITHSCORES");
+    let (starts, first): (bool, Vec<(String, f64)>) = store.pipe(p, &head).await?;
+    let Some((_, score)) = first.first().filter(|_| starts) else {
+        return Ok((0, Vec::new()));
+    };
+    let line = score % FLOW_STEP;
+    let mut pipe = redis::pipe();
+    pipe.cmd("ZCOUNT")
+        .arg(keys.flow_starts(topic))
+        .arg(line)
+        .arg("+inf")
+        .cmd("ZRANGE")
+        .arg(keys.flow_starts(topic))
+        .arg("+inf")
+        .arg(line)
+        .arg("BYSCORE")
+        .arg("REV")
+        .arg("LIMIT")
+        .arg(0)
+        .arg(top.max(1))
+        .arg("WITHSCORES");
+    let (count, last): (u64, Vec<(String, f64)>) = store.pipe(p, &pipe).await?;
+    Ok((
+        count,
+        last.into_iter()
+            .map(|(key, start)| (key, (start - line) as u64 + 1))
+            .collect(),
+    ))
 }
 
 #[cfg(test)]

@@ -245,6 +245,12 @@ async fn rate_and_pause_hold_one_key() {
         .nack_with(&first.id, &first.receipt, &pause(60_000))
         .await
         .unwrap();
+    // The topic is marked as having a paused key in the key's partition, for as long as its state lasts.
+    let marked = q
+        .partition_keys(q.partitions().of_key("p", &paused_key))
+        .flow_paused("p");
+    let ttl: i64 = redis::cmd("PTTL").arg(&marked).query(&mut redis.conn()).unwrap();
+    assert!((59_000..=61_000).contains(&ttl), "{ttl}");
     let mut rest = Vec::new();
     wait_for!(10, "the other key's jobs", {
         rest.extend(reserve(&q, "p", 20).await);
@@ -612,4 +618,88 @@ async fn a_long_straight_backlog_moves_into_its_queue_a_bounded_call_at_a_time()
     assert_eq!(next.len(), 1);
     assert_eq!(q.producer().get(&next[0].id).await.unwrap().body.get(), "1");
     stop.cancel();
+}
+
+/// A key's count of queued jobs (`flows`) is what a reserve goes by to put its turn back in line: a
+/// count too low (one an earlier release kept, or one gone wrong) is checked against the queue, so no job
+/// is left in a queue without a turn, and the count is set right.
+#[tokio::test]
+async fn a_count_too_low_strands_no_job_in_its_queue() {
+    let redis = RedisServer::start();
+    let mut s = standalone(&redis);
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    let (_cache, stop) = with_flow(
+        &q,
+        "h",
+        Flow {
+            concurrency: Some(1),
+            ..Default::default()
+        },
+    )
+    .await;
+    for i in 0..3 {
+        push(&q, json!({"topic": "h", "body": i, "flow_key": "a", "ttr_ms": 60000})).await;
+    }
+    let mut held = reserve(&q, "h", 10).await;
+    assert_eq!(held.len(), 1, "{held:?}");
+    let flows = q.partition_keys(0).flows("h");
+    let mut c = redis.conn();
+    let count: f64 = redis::cmd("ZSCORE").arg(&flows).arg("a").query(&mut c).unwrap();
+    assert_eq!(count, 2.0, "the key's queue holds the two it was not given");
+    let _: () = redis::cmd("ZADD").arg(&flows).arg(1).arg("a").query(&mut c).unwrap();
+    let mut bodies = Vec::new();
+    wait_for!(10, "every job of the key", {
+        for j in std::mem::take(&mut held) {
+            bodies.push(q.producer().get(&j.id).await.unwrap().body.get().to_string());
+            q.reservations().ack(&j.id, &j.receipt).await.unwrap();
+        }
+        // One at a time: a reserve that wants more would find the key at its concurrency and hold its
+        // turn, which an ack gives back whatever the count says.
+        held = reserve(&q, "h", 1).await;
+        bodies.len() >= 3
+    });
+    assert_eq!(bodies, ["0", "1", "2"]);
+    let left: u64 = redis::cmd("ZCARD").arg(&flows).query(&mut c).unwrap();
+    assert_eq!(left, 0);
+    stop.cancel();
+}
+
+/// A straight key (its topic has no limits) is counted nowhere: its ready jobs are read from its place in
+/// line, a round at a time; a count an earlier release kept for it goes when it next has a job.
+#[tokio::test]
+async fn straight_keys_are_counted_from_their_place_in_line() {
+    let redis = RedisServer::start();
+    let mut s = standalone(&redis);
+    s.redis.partitions = Some(1);
+    let q = Queue::connect(&s).await.unwrap();
+    let flows = q.partition_keys(0).flows("s");
+    let mut c = redis.conn();
+    // As an earlier release left it: a count of straight jobs.
+    let _: () = redis::cmd("ZADD").arg(&flows).arg(7).arg("y").query(&mut c).unwrap();
+    for i in 0..3 {
+        push(&q, json!({"topic": "s", "body": i, "flow_key": "x"})).await;
+    }
+    for i in 0..2 {
+        push(&q, json!({"topic": "s", "body": i, "flow_key": "y"})).await;
+    }
+    let counted: u64 = redis::cmd("ZCARD").arg(&flows).query(&mut c).unwrap();
+    assert_eq!(counted, 0, "no count of a straight key, and the old one is gone");
+    let shown = |f: &dq_core::flow::FlowKeys| {
+        (
+            f.keys,
+            f.busiest.iter().map(|k| (k.key.clone(), k.ready)).collect::<Vec<_>>(),
+        )
+    };
+    let stats = q.admin().flow_keys("s", 10).await.unwrap();
+    assert_eq!(shown(&stats), (2, vec![("x".into(), 3), ("y".into(), 2)]));
+    // The first round (one job of each key) taken: one fewer each.
+    let round = reserve(&q, "s", 2).await;
+    let mut keys: Vec<_> = round.iter().map(|j| j.flow_key.clone().unwrap()).collect();
+    keys.sort();
+    assert_eq!(keys, ["x", "y"]);
+    let stats = q.admin().flow_keys("s", 10).await.unwrap();
+    assert_eq!(shown(&stats), (2, vec![("x".into(), 2), ("y".into(), 1)]));
+    assert_eq!(reserve(&q, "s", 10).await.len(), 3);
+    assert_eq!(shown(&q.admin().flow_keys("s", 10).await.unwrap()), (0, vec![]));
 }

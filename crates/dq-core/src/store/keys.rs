@@ -157,9 +157,22 @@ impl PartitionKeys {
         format!("{}:fs:{topic}:{key}", self.prefix)
     }
 
-    /// A topic's flow keys with ready jobs in the partition: a sorted set of key -> ready jobs.
+    /// A topic's flow keys with jobs in their own queue in the partition: a sorted set of key -> those
+    /// jobs (`flow.lua`).
     pub fn flows(&self, topic: &str) -> String {
         format!("{}:flows:{topic}", self.prefix)
+    }
+
+    /// A topic's mark that one of its flow keys may be paused in the partition (`flow.lua`): while it is
+    /// there, or `flows` is, moves ask each key for its queue and state.
+    pub fn flow_paused(&self, topic: &str) -> String {
+        format!("{}:fp:{topic}", self.prefix)
+    }
+
+    /// A topic's straight flow keys' starts in the partition: a sorted set of key -> the virtual start of
+    /// its last job (`flow.lua`).
+    pub fn flow_starts(&self, topic: &str) -> String {
+        format!("{}:fv:{topic}", self.prefix)
     }
 
     /// The delay set: job ids scored by due time (ms).

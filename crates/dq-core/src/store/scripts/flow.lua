@@ -30,9 +30,20 @@
 --                               503 `Retry-After`). Expires FLOW_IDLE_MS after n falls to 0.
 --   <prefix>:fv:<topic>         sorted set: straight key -> the virtual start of its last job; a key
 --                               leaves once the queue's head has passed it, and the set expires
---                               FLOW_IDLE_MS after its last job was added or reserved
---   <prefix>:flows:<topic>      sorted set: key -> its ready jobs, straight or in its queue (the busiest
---                               keys, for stats); a key leaves at 0
+--                               FLOW_IDLE_MS after its last job was added or reserved. It also tells how
+--                               many ready jobs a straight key has (for stats, flow.rs): about one a
+--                               round from the queue's head to its last start. A straight job is counted
+--                               nowhere else, so reserve.lua writes nothing of its key's to take one.
+--   <prefix>:flows:<topic>      sorted set: key -> the jobs in its queue (fq), for the keys that take
+--                               turns (the busiest keys, for stats; reserve.lua learns from it whether a
+--                               key may have jobs left in its queue); a key leaves at 0
+--   <prefix>:fp:<topic>         string: "1" while a key of the topic may be paused here (flow_pause sets
+--                               it to outlive the pause's state). With neither it nor `flows`, no key of
+--                               the topic takes turns here but for a state a topic with limits keeps
+--                               (which reserve.lua reads itself): a move sends every key straight
+--                               without asking for each key's queue and state (flow_modes), and a
+--                               reserve of a topic without limits takes straight jobs without asking
+--                               for their keys' states
 -- A key's turn is in its topic's ready queue, or parked in the partition's delay set as
 -- `~<topic> <key>` until its next token or the end of its pause (promote.lua puts it back), or nowhere:
 -- the key has no ready jobs in its queue, or is held back by its concurrency (flow_count gives the turn
@@ -55,7 +66,7 @@ local FLOW_IDLE_MS = 60000
 -- Reads the keys of topic t's flow key k that a move writes (before the caller's first write).
 local function flow_read(prefix, t, k)
   redis.call('EXISTS', prefix .. ':fq:' .. t .. ':' .. k, prefix .. ':fs:' .. t .. ':' .. k,
-    prefix .. ':flows:' .. t, prefix .. ':ready:' .. t, prefix .. ':fv:' .. t)
+    prefix .. ':flows:' .. t, prefix .. ':ready:' .. t, prefix .. ':fv:' .. t, prefix .. ':fp:' .. t)
 end
 
 -- Parks key k's turn in the delay set until `at` (ms): its next token, or the end of its pause.
@@ -96,9 +107,15 @@ local function flow_mode(prefix, t, k)
   return 0
 end
 
--- Sets each entry's `mode` (flow_mode) for `keyed`, a list of {k = key, ...} of topic t: one EXISTS
--- over their queues and states, and each key looked at alone only when one of them has either.
+-- Sets each entry's `mode` (flow_mode) for `keyed`, a list of {k = key, ...} of topic t: 0 for all when
+-- no key of the topic has a queue here and none may be paused (`flows`, `fp`: a key with a state of a
+-- topic with limits goes straight, and reserve.lua moves it into its queue); else one EXISTS over their
+-- queues and states, and each key looked at alone only when one of them has either.
 local function flow_modes(prefix, t, keyed)
+  if redis.call('EXISTS', prefix .. ':flows:' .. t, prefix .. ':fp:' .. t) == 0 then
+    for _, e in ipairs(keyed) do e.mode = 0 end
+    return
+  end
   local own, owned = {}, 0
   for _, e in ipairs(keyed) do
     own[#own + 1] = prefix .. ':fq:' .. t .. ':' .. e.k
@@ -130,15 +147,14 @@ end
 -- virtual start: its key's last start plus one, but not before the time part of the queue's first
 -- score (`now`, when the queue is empty). `add(key, score, id)` takes the ready queue's adds (the
 -- caller's one ZADD for the queue); without it they are added here. Returns whether the queue was empty.
+-- The keys leave `flows`, when there is one (a straight key has no queue, so no count there: an entry
+-- is one an earlier release counted straight jobs in, or one gone stale).
 local function flow_straight(prefix, t, keyed, now, add)
   local ready, fv = prefix .. ':ready:' .. t, prefix .. ':fv:' .. t
   local head = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
   local v = head[2] and tonumber(head[2]) % FLOW_STEP or now
-  local names, added = {}, {}
-  for i, e in ipairs(keyed) do
-    names[i] = e.k
-    added[i] = #e.adds / 2
-  end
+  local names = {}
+  for i, e in ipairs(keyed) do names[i] = e.k end
   local starts, scored = {}, {}
   for i = 1, #names, 1000 do
     local got = redis.call('ZMSCORE', fv, unpack(names, i, math.min(i + 999, #names)))
@@ -163,7 +179,10 @@ local function flow_straight(prefix, t, keyed, now, add)
   redis.call('ZREMRANGEBYSCORE', fv, '-inf', '(' .. v)
   for j = 1, #starts, 2000 do redis.call('ZADD', fv, unpack(starts, j, math.min(j + 1999, #starts))) end
   redis.call('PEXPIRE', fv, FLOW_IDLE_MS)
-  flow_tally(prefix, t, names, added)
+  local flows = prefix .. ':flows:' .. t
+  if redis.call('EXISTS', flows) == 1 then
+    for j = 1, #names, 1000 do redis.call('ZREM', flows, unpack(names, j, math.min(j + 999, #names))) end
+  end
   return head[1] == nil
 end
 
@@ -216,15 +235,22 @@ local function ready_add(prefix, r, id, score, now)
 end
 
 -- Ready job `id` of key k leaves its key's queue, or the ready queue when it went there straight, other
--- than by a reserve (cancel, reschedule, beanstalkd's reserve-job); a key left without ready jobs loses
--- its turn.
+-- than by a reserve (cancel, reschedule, beanstalkd's reserve-job); a key left without jobs in its queue
+-- loses its turn. (A straight job is counted nowhere: its key's start in `fv` stays, and stats count it
+-- until the queue's head passes that start.)
 local function flow_remove(prefix, t, k, id)
-  if redis.call('ZREM', prefix .. ':fq:' .. t .. ':' .. k, id) == 0
-    and redis.call('ZREM', prefix .. ':ready:' .. t, id) == 0 then
+  if redis.call('ZREM', prefix .. ':fq:' .. t .. ':' .. k, id) == 0 then
+    redis.call('ZREM', prefix .. ':ready:' .. t, id)
     return
   end
   local flows = prefix .. ':flows:' .. t
   if tonumber(redis.call('ZINCRBY', flows, -1, k)) <= 0 then
+    -- A count that says none is checked against the queue, as reserve.lua does.
+    local n = redis.call('ZCARD', prefix .. ':fq:' .. t .. ':' .. k)
+    if n > 0 then
+      redis.call('ZADD', flows, n, k)
+      return
+    end
     redis.call('ZREM', flows, k)
     redis.call('ZREM', prefix .. ':ready:' .. t, '~' .. k)
     redis.call('ZREM', prefix .. ':delayed', '~' .. t .. ' ' .. k)
@@ -263,8 +289,13 @@ local function flow_pause(prefix, t, k, at, now)
   if at <= u then return end
   -- A state without a time to live counts reservations (n > 0) and keeps none until they end.
   local kept = redis.call('PTTL', st) == -1
+  local fp, life = prefix .. ':fp:' .. t, math.max(FLOW_IDLE_MS, at - now + 1000)
+  local marked = redis.call('PTTL', fp)
   redis.call('HSET', st, 'u', at)
-  if not kept then redis.call('PEXPIRE', st, math.max(FLOW_IDLE_MS, at - now + 1000)) end
+  if not kept then redis.call('PEXPIRE', st, life) end
+  -- The topic's mark that a key may be paused here outlives this pause's state (flow_modes).
+  if marked >= 0 and marked < life then redis.call('PEXPIRE', fp, life) end
+  if marked < 0 then redis.call('SET', fp, 1, 'PX', life) end
   if redis.call('EXISTS', prefix .. ':fq:' .. t .. ':' .. k) == 1 and redis.call('HEXISTS', st, 'b') == 0 then
     flow_park(prefix, t, k, at)
   end

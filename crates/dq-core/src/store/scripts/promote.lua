@@ -54,10 +54,13 @@ end
 -- keys (`flow_topics`) and its keys' modes (flow_modes: one EXISTS over their queues and states) are
 -- read before the first write.
 local turns, keyed, keyed_order, keyed_by_topic, keyed_topics, flow_topics = {}, {}, {}, {}, {}, {}
+-- key_of[i]: due job i's entry in `keyed`, when it has a flow key; rec_keys[i]: its record's key.
+local key_of, rec_keys = {}, {}
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 for i = 1, count do
   local member = due[2 * i - 1]
   local key = prefix .. ':job:' .. member
+  rec_keys[i] = key
   local raw = string.byte(member, 1) ~= 126 and redis.pcall('GET', key)
   local topic, traced, fk, at = rec_topic(raw)
   local r
@@ -75,10 +78,12 @@ for i = 1, count do
   elseif raw then
     r = rec_load(key, false, bucket, due[2 * i], raw)
   end
-  if r then
-    if r.f and not keyed[r.t .. ' ' .. r.f] then
-      local e = {t = r.t, k = r.f, adds = {}}
-      keyed[r.t .. ' ' .. r.f] = e
+  if r and r.f then
+    local name = r.t .. ' ' .. r.f
+    local e = keyed[name]
+    if not e then
+      e = {t = r.t, k = r.f, adds = {}}
+      keyed[name] = e
       keyed_order[#keyed_order + 1] = e
       local l = keyed_by_topic[r.t]
       if not l then
@@ -91,6 +96,7 @@ for i = 1, count do
       end
       l[#l + 1] = e
     end
+    key_of[i] = e
   end
   recs[i] = r
   if r then per_topic[r.t] = 0 end
@@ -217,13 +223,13 @@ for i = 1, count do
       local j = entry[i]
       r.a, r.rc, r.d = j[4], j[5], j[6]
       r.s = 'reserved'
-      rec_store(prefix .. ':job:' .. id, r)
+      rec_store(rec_keys[i], r)
       add(reserved, r.d, id)
       if earliest == nil or r.d < earliest then earliest = r.d end
       to_reserved[r.t] = (to_reserved[r.t] or 0) + 1
     else
       if r.f then
-        local e, score = keyed[r.t .. ' ' .. r.f], rec_score(r.p, run_at)
+        local e, score = key_of[i], rec_score(r.p, run_at)
         e.adds[#e.adds + 1] = score
         e.adds[#e.adds + 1] = id
         if e.first == nil or score < e.first then e.first = score end
@@ -231,7 +237,7 @@ for i = 1, count do
         add(prefix .. ':ready:' .. r.t, rec_score(r.p, run_at), id)
       end
       r.s = 'ready'
-      rec_store(prefix .. ':job:' .. id, r, true)
+      rec_store(rec_keys[i], r, true)
       per_topic[r.t] = per_topic[r.t] + 1
     end
     out[#out + 1] = now - run_at

@@ -42,9 +42,10 @@ local jobs, popped = {}, {}
 local taken = 0
 -- The flow keys whose turn was popped (or that took turns here), in order; each {t, k, q (its queue),
 -- st (its state, for a topic with limits or a key converted), conc, rate, burst, n, tk, ts, u, turn (the
--- turn's score, until its first job is taken), left (jobs it gave up from its queue), last (the score
--- of the last of them), gave (jobs taken), held / park / empty (why its turn is out), later (where it
--- went back when its next job is less urgent)}; `flow_of`: the same by "<topic> <key>".
+-- turn's score, until its first job is taken), left (jobs it gave up from its queue), conv (straight jobs
+-- put into its queue), last (the score of the last job it gave up), gave (jobs taken), held / park /
+-- empty (why its turn is out), later (where it went back when its next job is less urgent)};
+-- `flow_of`: the same by "<topic> <key>".
 local flow_order, flow_of = {}, {}
 -- Per ready queue, its topic's limits: {concurrency, rate, burst}.
 local limits = {}
@@ -68,7 +69,7 @@ local function flow_get(key, tp, k, turn, converted)
   end
   local lim = limits[key]
   f = {t = tp, k = k, q = prefix .. ':fq:' .. tp .. ':' .. k, conc = lim[1], rate = lim[2], burst = lim[3],
-    n = 0, u = 0, turn = turn, left = 0, gave = 0}
+    n = 0, u = 0, turn = turn, left = 0, conv = 0, gave = 0}
   flow_of[tp .. ' ' .. k] = f
   if f.conc > 0 or f.rate > 0 or converted then
     f.st = prefix .. ':fs:' .. tp .. ':' .. k
@@ -136,6 +137,7 @@ local function convert(key, m, score, k)
   converts = converts + 1
   local f = flow_get(key, string.sub(key, #prefix + 8), k, nil, true)
   redis.call('ZADD', f.q, score, m)
+  f.conv = f.conv + 1
   popped[#popped + 1] = {f.q, false, m}
   -- (A queue found empty earlier in this call has a job now.)
   f.empty = nil
@@ -189,7 +191,8 @@ local function take(key, n)
     end
     if err then return true, err end
   end
-  if #straight > 0 then
+  -- (A topic without limits has states only for keys that may be paused: none without its mark, fp.)
+  if #straight > 0 and redis.call('EXISTS', prefix .. ':fp:' .. tp) == 1 then
     local states = {}
     for i, x in ipairs(straight) do states[i] = prefix .. ':fs:' .. tp .. ':' .. jobs[x][3] end
     if redis.call('EXISTS', unpack(states)) > 0 then
@@ -288,33 +291,26 @@ end
 -- priority of the key's last job taken, the time now; one ZADD per queue), parked, or out.
 local turned = false
 local back, back_order = {}, {}
--- Each key's ready jobs (its count, flow.lua): down by the jobs taken from its queue and straight, read
--- for the keys of a topic in one ZMSCORE and written back in one ZADD and one ZREM. `count`: per topic,
--- {keys, at (key -> index), n (taken), left (its count after), set, gone}.
+-- Each key's jobs in its queue (its count, flow.lua): down by the jobs taken from it, up by the straight
+-- jobs put into it, 0 for a queue found empty; read for the keys of a topic in one ZMSCORE and written
+-- back in one ZADD and one ZREM (a straight job taken as it came is counted nowhere). `count`: per topic,
+-- {keys, at (key -> index), n (net taken), empty (found empty), left (its count after)}.
 local count = {}
-local function tally(t, k, taken_here)
-  local c = count[t]
-  if not c then
-    c = {keys = {}, at = {}, n = {}, left = {}, set = {}, gone = {}}
-    count[t] = c
-  end
-  local i = c.at[k]
-  if not i then
-    i = #c.keys + 1
-    c.keys[i], c.at[k], c.n[i] = k, i, 0
-  end
-  c.n[i] = c.n[i] + taken_here
-end
 for _, f in ipairs(flow_order) do
-  if f.left > 0 then tally(f.t, f.k, f.left) end
+  if f.left > 0 or f.conv > 0 or f.empty then
+    local c = count[f.t]
+    if not c then
+      c = {keys = {}, at = {}, n = {}, empty = {}, left = {}}
+      count[f.t] = c
+    end
+    local i = #c.keys + 1
+    c.keys[i], c.at[f.k], c.n[i], c.empty[i] = f.k, i, f.left - f.conv, f.empty
+  end
 end
 -- A topic whose straight jobs were taken keeps its keys' starts a while longer (flow.lua).
 local straight_topics = {}
 for _, job in ipairs(jobs) do
-  if job.score and not job.skip then
-    tally(job[2].t, job[3], 1)
-    straight_topics[job[2].t] = true
-  end
+  if job.score and not job.skip then straight_topics[job[2].t] = true end
 end
 for t, c in pairs(count) do
   local flows = prefix .. ':flows:' .. t
@@ -322,25 +318,26 @@ for t, c in pairs(count) do
     local got = redis.call('ZMSCORE', flows, unpack(c.keys, i, math.min(i + 999, #c.keys)))
     for j = 1, #got do
       local x = i + j - 1
-      c.left[x] = (tonumber(got[j]) or 0) - c.n[x]
-      if c.left[x] > 0 then
-        c.set[#c.set + 1] = c.left[x]
-        c.set[#c.set + 1] = c.keys[x]
-      else
-        c.gone[#c.gone + 1] = c.keys[x]
-      end
+      c.left[x] = c.empty[x] and 0 or (tonumber(got[j]) or 0) - c.n[x]
     end
   end
 end
 for _, f in ipairs(flow_order) do
-  -- Whether the key may have jobs left in its queue: none when it ran out, else as its count says (a
-  -- count of straight jobs may send a turn back to an empty queue, which the next reserve drops).
+  -- Whether the key may have jobs left in its queue: none when it ran out, else as its count says. A
+  -- count that says none for a queue not seen empty is checked (one ZCARD a drained key): a count an
+  -- earlier release kept (it counted straight jobs too), or one gone wrong, never strands a queue
+  -- without its turn.
   local left = 1
+  local c = count[f.t]
+  local i = c and c.at[f.k]
   if f.empty then
     left = 0
-  elseif f.left > 0 then
-    local c = count[f.t]
-    left = c.left[c.at[f.k]]
+  elseif i then
+    left = c.left[i]
+    if left <= 0 then
+      left = redis.call('ZCARD', f.q)
+      c.left[i] = left
+    end
   end
   -- A topic without limits keeps no state for its keys (nothing counts against them).
   if (f.conc > 0 or f.rate > 0) and (f.gave > 0 or f.held or f.rate > 0) then
@@ -373,9 +370,17 @@ for _, f in ipairs(flow_order) do
   end
 end
 for t, c in pairs(count) do
-  local flows = prefix .. ':flows:' .. t
-  for k = 1, #c.set, 2000 do redis.call('ZADD', flows, unpack(c.set, k, math.min(k + 1999, #c.set))) end
-  for k = 1, #c.gone, 1000 do redis.call('ZREM', flows, unpack(c.gone, k, math.min(k + 999, #c.gone))) end
+  local flows, set, gone = prefix .. ':flows:' .. t, {}, {}
+  for x, k in ipairs(c.keys) do
+    if c.left[x] > 0 then
+      set[#set + 1] = c.left[x]
+      set[#set + 1] = k
+    else
+      gone[#gone + 1] = k
+    end
+  end
+  for k = 1, #set, 2000 do redis.call('ZADD', flows, unpack(set, k, math.min(k + 1999, #set))) end
+  for k = 1, #gone, 1000 do redis.call('ZREM', flows, unpack(gone, k, math.min(k + 999, #gone))) end
 end
 for t in pairs(straight_topics) do redis.call('PEXPIRE', prefix .. ':fv:' .. t, FLOW_IDLE_MS) end
 for _, ready in ipairs(back_order) do
