@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Two (or more) builds' promote.lua and reserve.lua on the same jobs, in one Redis, side by side.
+
+    scripts/ab-scripts.py [--keys N] [--jobs N] [--dq-server PATH] SCRIPTS_DIR SCRIPTS_DIR ...
+
+A whole job's life measured end to end (scripts/bench.sh) moves with everything else on the machine, so
+a few µs per job between two builds hide in its noise. This measures the two scripts that move a due job
+alone: a private Redis (pinned to CPU 0 when `taskset` is there), a dq-server that pushes `--jobs` jobs
+(with `--keys` distinct flow keys, 0 for none) due 4 s later and then stops, then each delay set promoted
+until empty and each ready queue reserved 64 at a time until empty, by hand. Each SCRIPTS_DIR is a
+build's crates/dq-core/src/store/scripts (an older one: `git archive REV crates/dq-core/src/store/scripts
+| tar -x -C /tmp/old`); the builds take the partitions in turn, so both run through the same minutes on
+the same data, and every call is timed by Redis's slowlog. Prints, per build, Redis's µs per job in each
+script. The builds must share the record format the dq-server writes (the push is this dq-server's).
+"""
+import argparse, collections, json, os, shutil, socket, subprocess, tempfile, time, urllib.request, uuid
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Redis:
+    """Just enough RESP to send commands and read their answers."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.file = self.sock.makefile("rb")
+
+    def cmd(self, *args):
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        self.sock.sendall(out)
+        return self.read()
+
+    def read(self):
+        line = self.file.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self.file.read(n + 2)[:-2]
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.read() for _ in range(n)]
+        raise RuntimeError(f"unexpected answer {line!r}")
+
+
+def script(dir, name):
+    """A script as dq-server loads it on a single Redis: record.lua, the publish command, flow.lua, the file."""
+    text = lambda f: open(os.path.join(dir, f)).read()
+    return text("record.lua") + "local publish = 'PUBLISH'\n" + text("flow.lua") + text(name)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--keys", type=int, default=10000)
+    ap.add_argument("--jobs", type=int, default=50000)
+    ap.add_argument("--dq-server", default="target/release/dq-server")
+    ap.add_argument("builds", nargs="+")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    rport, sport = free_port(), free_port()
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    redis = subprocess.Popen(pin + ["redis-server", "--port", str(rport), "--save", "", "--appendonly", "no",
+                                    "--dir", tmp], stdout=subprocess.DEVNULL)
+    server = None
+    try:
+        for _ in range(100):
+            try:
+                r = Redis(rport)
+                break
+            except OSError:
+                time.sleep(0.05)
+        env = dict(os.environ, DQ__REDIS__URLS=f"redis://127.0.0.1:{rport}", DQ__SERVER__LISTEN=f"127.0.0.1:{sport}",
+                   DQ__BEANSTALKD__LISTEN=f"127.0.0.1:{free_port()}", DQ__LOG__LEVEL="warn")
+        server = subprocess.Popen([args.dq_server], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(400):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{sport}/healthz")
+                break
+            except OSError:
+                time.sleep(0.05)
+        due = int(time.time() * 1000) + 4000
+        for first in range(0, args.jobs, 1000):
+            jobs = []
+            for i in range(first, min(first + 1000, args.jobs)):
+                job = {"topic": "ab", "body": {"i": i}, "run_at": due}
+                if args.keys:
+                    job["flow_key"] = f"key-{i % args.keys}"
+                jobs.append(job)
+            req = urllib.request.Request(f"http://127.0.0.1:{sport}/v1/jobs/batch",
+                                         data=json.dumps({"jobs": jobs}).encode(),
+                                         headers={"content-type": "application/json"}, method="POST")
+            urllib.request.urlopen(req).read()
+        server.terminate()
+        server.wait()
+        while time.time() * 1000 < due + 200:
+            time.sleep(0.1)
+        shas = [(r.cmd("SCRIPT", "LOAD", script(d, "promote.lua")).decode(),
+                 r.cmd("SCRIPT", "LOAD", script(d, "reserve.lua")).decode()) for d in args.builds]
+        prefixes, cursor = [], b"0"
+        while True:
+            cursor, got = r.cmd("SCAN", cursor, "MATCH", "dq:*:delayed", "COUNT", 1000)
+            prefixes += [k[: -len(b":delayed")] for k in got]
+            if cursor == b"0":
+                break
+        prefixes.sort()
+        r.cmd("CONFIG", "SET", "slowlog-log-slower-than", 0)
+        r.cmd("CONFIG", "SET", "slowlog-max-len", 1000000)
+        r.cmd("SLOWLOG", "RESET")
+        moved, taken = collections.Counter(), collections.Counter()
+        for n, p in enumerate(prefixes):
+            b = n % len(shas)
+            while True:
+                out = r.cmd("EVALSHA", shas[b][0], 4, p + b":delayed", p + b":counts", p + b":reserved", p + b":announced",
+                            p, 1000, p + b":wake:ready", p + b":wake:timer", uuid.uuid4().hex, "")
+                moved[b] += out[0]
+                if out[0] == 0:
+                    break
+        for n, p in enumerate(prefixes):
+            b = n % len(shas)
+            while True:
+                out = r.cmd("EVALSHA", shas[b][1], 4, p + b":reserved", p + b":counts", p + b":announced", p + b":ready:ab",
+                            p, 64, uuid.uuid4().hex, "", p + b":wake:timer", "", "0 0 0")
+                got = (len(out) - 1) // 10
+                taken[b] += got
+                if got == 0:
+                    break
+        us = collections.Counter()
+        for entry in r.cmd("SLOWLOG", "GET", -1):
+            words = entry[3]
+            if words and words[0].lower() == b"evalsha":
+                us[words[1].decode()] += entry[2]
+        for b, d in enumerate(args.builds):
+            pro, res = shas[b]
+            print(f"{d}: promote {moved[b]} jobs, {us[pro] / max(moved[b], 1):.2f} µs a job; "
+                  f"reserve {taken[b]} jobs, {us[res] / max(taken[b], 1):.2f} µs a job")
+    finally:
+        if server and server.poll() is None:
+            server.kill()
+        redis.kill()
+        redis.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
