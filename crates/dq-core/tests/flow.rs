@@ -703,3 +703,29 @@ async fn straight_keys_are_counted_from_their_place_in_line() {
     assert_eq!(reserve(&q, "s", 10).await.len(), 3);
     assert_eq!(shown(&q.admin().flow_keys("s", 10).await.unwrap()), (0, vec![]));
 }
+
+/// On a cluster, each straight key is read from its place in its own partition's line (its topic's keys
+/// spread over the key partitions, each with its own queue head); once every job is out, no key is shown.
+#[tokio::test]
+async fn busiest_keys_are_read_over_the_key_partitions_on_a_cluster() {
+    let c = RedisCluster::start();
+    let q = Queue::connect(&cluster(&c)).await.unwrap();
+    let names: Vec<String> = (0..6).map(|k| format!("k{k}")).collect();
+    for (k, name) in names.iter().enumerate() {
+        for i in 0..=k {
+            push(&q, json!({"topic": "s", "body": i, "flow_key": name})).await;
+        }
+    }
+    let stats = q.admin().flow_keys("s", 3).await.unwrap();
+    let shown: Vec<_> = stats.busiest.iter().map(|k| (k.key.as_str(), k.ready)).collect();
+    assert_eq!(stats.keys, 6, "{stats:?}");
+    assert_eq!(shown, [("k5", 6), ("k4", 5), ("k3", 4)]);
+    let mut out = 0;
+    wait_for!(30, "every job", {
+        out += reserve(&q, "s", 100).await.len();
+        out >= 21
+    });
+    assert_eq!(out, 21);
+    let stats = q.admin().flow_keys("s", 3).await.unwrap();
+    assert_eq!((stats.keys, stats.busiest.len()), (0, 0), "{stats:?}");
+}
