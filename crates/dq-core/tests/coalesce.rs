@@ -235,3 +235,25 @@ async fn a_merged_job_keeps_its_flow_key() {
         (r#"{"items":[1,2]}"#, Some("acme"))
     );
 }
+
+/// A coalescing push whose only other option is a priority (sent alone, `!<priority>`) stores its job
+/// with that priority, as one with more options does.
+#[tokio::test]
+async fn a_priority_alone_or_with_other_options_is_kept() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
+    let alone = push(
+        &q,
+        json!({"topic": "t", "body": 1, "priority": 7, "coalesce_key": "a",
+               "coalesce": {"mode": "last", "window_ms": 60000}}),
+    )
+    .await;
+    let with_more = push(
+        &q,
+        json!({"topic": "t", "body": 1, "priority": 9, "max_age_ms": 600000, "coalesce_key": "b",
+               "coalesce": {"mode": "last", "window_ms": 60000}}),
+    )
+    .await;
+    assert_eq!(q.producer().get(&alone.id).await.unwrap().priority, 7);
+    assert_eq!(q.producer().get(&with_more.id).await.unwrap().priority, 9);
+}

@@ -54,7 +54,7 @@ if h[1] then
 end
 if pending and mode == 'merge' and #r.b + 1 + #body > limit then pending = nil end
 local was_empty = redis.call('EXISTS', ready) == 0
--- The options (push.lua's seven fields, or a trace context or a flow key alone); a job of a flow key (the fifth):
+-- The options (push.lua's seven fields, or a trace context, a flow key or a priority alone); a job of a flow key (the fifth):
 -- ready, it goes to the key's queue (flow.lua). The trace context (the seventh) is read to the end: a
 -- tracestate may hold ";".
 local prefix = string.sub(bucket, 1, #bucket - 8)
@@ -64,6 +64,9 @@ if string.byte(ARGV[12], 1) == 65 then
 elseif string.byte(ARGV[12], 1) == 126 then
   -- A flow key alone: `~<key>`.
   o[5] = string.sub(ARGV[12], 2)
+elseif string.byte(ARGV[12], 1) == 33 then
+  -- A priority alone: `!<priority>`.
+  o[4] = string.sub(ARGV[12], 2)
 elseif ARGV[12] ~= '' then
   o = {string.match(ARGV[12], '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);(.*)$')}
 end

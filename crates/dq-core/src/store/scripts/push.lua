@@ -28,7 +28,8 @@
 --          as crates/dq-core/src/trace.rs stores it, kept as the record's tc (last, and read to the end of the
 --          string: a tracestate may hold ";"); or, for a job whose only option is its trace context,
 --          that context alone (its stored form begins with "A", where the seven fields begin with a
---          digit or ";"), and for a job whose only option is its flow key, "~<key>". Options are rare,
+--          digit or ";"), for a job whose only option is its flow key, "~<key>", and for one whose only
+--          option is its priority, "!<priority>". Options are rare,
 --          so most jobs cost Redis one argument for them instead of seven (each argument is a string
 --          Redis makes for Lua), and a traced or keyed job's is read without a pattern.
 -- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, or a fan-out's
@@ -65,8 +66,8 @@ local first = n > 0 and prefix_of(0)
 -- (strings, "" when absent), and its deduplication key; read before the first write, with the jobs
 -- those keys already name (a record is a key the script cannot declare; see "Scripts on a moving slot"
 -- in architecture.md): dedup key -> {id, s, r}. `traces`: the jobs whose only option is a trace context;
--- `keys`: those whose only option is a flow key.
-local opts, traces, keys, dedup_of, holder = {}, {}, {}, {}, {}
+-- `keys`: those whose only option is a flow key; `prios`: those whose only option is a priority.
+local opts, traces, keys, prios, dedup_of, holder = {}, {}, {}, {}, {}, {}
 local next_dedup = 3 + 2 * n
 for i = 0, n - 1 do
   local o = ARGV[11 + 9 * i]
@@ -74,6 +75,9 @@ for i = 0, n - 1 do
   if b == 65 then
     -- A trace context alone, the most common options: the string is the context.
     traces[i] = o
+  elseif b == 33 then
+    -- A priority alone: `!<priority>`.
+    prios[i] = tonumber(string.sub(o, 2))
   elseif b == 126 then
     -- A flow key alone: `~<key>`.
     local k = string.sub(o, 2)
@@ -131,7 +135,7 @@ for i = 0, n - 1 do
     local run_at
     if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
     local r = {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]), m = tonumber(ARGV[a + 6]),
-      c = now, a = 0, tc = traces[i], f = keys[i]}
+      c = now, a = 0, tc = traces[i], f = keys[i], p = prios[i]}
     local ttl = nil
     if o then
       if o[5] ~= '' then r.f = o[5] end

@@ -162,23 +162,19 @@ pub(crate) async fn call(
 /// ([`crate::trace::TraceContext::stored`]), which the script reads to the end of the string (a
 /// `tracestate` may hold `;`). A job whose only option is its trace context, the common case, sends the
 /// stored context alone, which the script tells apart by its first character, `A`; one whose only option
-/// is its flow key sends `~<key>`.
+/// is its flow key sends `~<key>`, and one whose only option is its priority `!<priority>`.
 pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64) -> String {
     // The default priority is stored as none (record.lua), so it is sent as none.
     let priority = job.priority.filter(|&p| p != DEFAULT_PRIORITY);
-    if job.dedup.is_none()
-        && job.max_age_ms.is_none()
-        && job.backoff_ms.is_none()
-        && priority.is_none()
-        && job.fanout.is_empty()
-    {
-        // The two commonest options alone are sent bare, so the scripts need not split seven fields: a
-        // trace context (its stored form starts with `A`), or a flow key as `~<key>` (a flow key, an id,
-        // never starts with `~`, nor holds `;`).
-        match (&job.flow_key, &job.trace) {
-            (None, trace) => return trace.as_ref().map(|t| t.stored()).unwrap_or_default(),
-            (Some(key), None) => return format!("~{key}"),
-            (Some(_), Some(_)) => {}
+    if job.dedup.is_none() && job.max_age_ms.is_none() && job.backoff_ms.is_none() && job.fanout.is_empty() {
+        // The commonest options alone are sent bare, so the scripts need not split seven fields: a trace
+        // context (its stored form starts with `A`), a flow key as `~<key>` (a flow key, an id, never
+        // starts with `~`, nor holds `;`), or a priority as `!<priority>`.
+        match (priority, &job.flow_key, &job.trace) {
+            (None, None, trace) => return trace.as_ref().map(|t| t.stored()).unwrap_or_default(),
+            (None, Some(key), None) => return format!("~{key}"),
+            (Some(p), None, None) => return format!("!{p}"),
+            _ => {}
         }
     }
     let field = |v: Option<String>| v.unwrap_or_default();
