@@ -92,8 +92,11 @@ impl crate::Admin {
 pub(crate) async fn busiest(store: &Store, topic: &str, top: usize) -> Result<FlowKeys> {
     let reads = store.partitions.of_topic_keys(topic).into_iter().map(|p| async move {
         let keys = store.partition_keys(p);
-        let (queued, firsts) = keys_with_ready(store, p, topic, top).await?;
-        let (straight, lines) = straight_keys(store, p, topic, top).await?;
+        let ((queued, firsts), (straight, lines)) = futures_util::future::try_join(
+            keys_with_ready(store, p, topic, top),
+            straight_keys(store, p, topic, top),
+        )
+        .await?;
         let mut ready: BTreeMap<String, u64> = BTreeMap::new();
         for (key, n) in firsts.into_iter().chain(lines.into_iter().map(|(k, n)| (k, n as f64))) {
             *ready.entry(key).or_default() += n as u64;
