@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Two (or more) builds' promote.lua and reserve.lua on the same jobs, in one Redis, side by side.
+"""Two (or more) builds' promote.lua, reserve.lua and ack.lua on the same jobs, in one Redis, side by side.
 
-    scripts/ab-scripts.py [--keys N] [--jobs N] [--dq-server PATH] SCRIPTS_DIR SCRIPTS_DIR ...
+    scripts/ab-scripts.py [--keys N] [--jobs N] [--per-call N] [--dq-server PATH] SCRIPTS_DIR SCRIPTS_DIR ...
 
 A whole job's life measured end to end (scripts/bench.sh) moves with everything else on the machine, so
 a few µs per job between two builds hide in its noise. This measures the two scripts that move a due job
 alone: a private Redis (pinned to CPU 0 when `taskset` is there), a dq-server that pushes `--jobs` jobs
 (with `--keys` distinct flow keys, 0 for none) due 4 s later and then stops, then each delay set promoted
-until empty and each ready queue reserved 64 at a time until empty, by hand. Each SCRIPTS_DIR is a
+until empty, each ready queue reserved 64 at a time until empty, and the jobs acked 64 at a time
+(kept done for an hour, as dq-consumer acks), by hand. `--per-call N` moves, reserves and acks N jobs a
+call instead (1: what a call costs with one job in it, as on a push path where jobs come due apart). Each SCRIPTS_DIR is a
 build's crates/dq-core/src/store/scripts (an older one: `git archive REV crates/dq-core/src/store/scripts
 | tar -x -C /tmp/old`); the builds take the partitions in turn, so both run through the same minutes on
 the same data, and every call is timed by Redis's slowlog. Prints, per build, Redis's µs per job in each
@@ -58,15 +60,18 @@ class Redis:
 
 
 def script(dir, name):
-    """A script as dq-server loads it on a single Redis: record.lua, the publish command, flow.lua, the file."""
+    """A script as dq-server loads it on a single Redis: record.lua, the publish command, flow.lua, the file
+    (with add.lua before it for ack.lua)."""
     text = lambda f: open(os.path.join(dir, f)).read()
-    return text("record.lua") + "local publish = 'PUBLISH'\n" + text("flow.lua") + text(name)
+    add = text("add.lua") if name == "ack.lua" else ""
+    return text("record.lua") + "local publish = 'PUBLISH'\n" + text("flow.lua") + add + text(name)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keys", type=int, default=10000)
     ap.add_argument("--jobs", type=int, default=50000)
+    ap.add_argument("--per-call", type=int, default=0)
     ap.add_argument("--dq-server", default="target/release/dq-server")
     ap.add_argument("builds", nargs="+")
     args = ap.parse_args()
@@ -109,7 +114,8 @@ def main():
         while time.time() * 1000 < due + 200:
             time.sleep(0.1)
         shas = [(r.cmd("SCRIPT", "LOAD", script(d, "promote.lua")).decode(),
-                 r.cmd("SCRIPT", "LOAD", script(d, "reserve.lua")).decode()) for d in args.builds]
+                 r.cmd("SCRIPT", "LOAD", script(d, "reserve.lua")).decode(),
+                 r.cmd("SCRIPT", "LOAD", script(d, "ack.lua")).decode()) for d in args.builds]
         prefixes, cursor = [], b"0"
         while True:
             cursor, got = r.cmd("SCAN", cursor, "MATCH", "dq:*:delayed", "COUNT", 1000)
@@ -120,12 +126,12 @@ def main():
         r.cmd("CONFIG", "SET", "slowlog-log-slower-than", 0)
         r.cmd("CONFIG", "SET", "slowlog-max-len", 1000000)
         r.cmd("SLOWLOG", "RESET")
-        moved, taken = collections.Counter(), collections.Counter()
+        moved, taken, acked = collections.Counter(), collections.Counter(), collections.Counter()
         for n, p in enumerate(prefixes):
             b = n % len(shas)
             while True:
                 out = r.cmd("EVALSHA", shas[b][0], 4, p + b":delayed", p + b":counts", p + b":reserved", p + b":announced",
-                            p, 1000, p + b":wake:ready", p + b":wake:timer", uuid.uuid4().hex, "")
+                            p, args.per_call or 1000, p + b":wake:ready", p + b":wake:timer", uuid.uuid4().hex, "")
                 moved[b] += out[0]
                 if out[0] == 0:
                     break
@@ -133,11 +139,19 @@ def main():
             b = n % len(shas)
             while True:
                 out = r.cmd("EVALSHA", shas[b][1], 4, p + b":reserved", p + b":counts", p + b":announced", p + b":ready:ab",
-                            p, 64, uuid.uuid4().hex, "", p + b":wake:timer", "", "0 0 0")
+                            p, args.per_call or 64, uuid.uuid4().hex, "", p + b":wake:timer", "", "0 0 0")
                 got = (len(out) - 1) // 10
                 taken[b] += got
                 if got == 0:
                     break
+                # The jobs taken, acked at once: KEYS the reserved set, counts, numbers' index and the
+                # records; ARGV the retention, then per job its id, receipt and three empty values (no
+                # attempt entry, no pushes, no answer).
+                ids = [out[10 * k] for k in range(got)]
+                argv = [x for k in range(got) for x in (out[10 * k], out[10 * k + 4], "", "", "")]
+                done = r.cmd("EVALSHA", shas[b][2], 3 + got, p + b":reserved", p + b":counts", p + b":bs:ids",
+                             *[p + b":job:" + i for i in ids], 3600000, *argv)
+                acked[b] += sum(1 for x in done if x == 1)
         us = collections.Counter()
         for entry in r.cmd("SLOWLOG", "GET", -1):
             words = entry[3]
@@ -145,13 +159,15 @@ def main():
                 us[words[1].decode()] += entry[2]
         # Builds whose script is the same text share its SHA1, so its time is over all their jobs.
         jobs = collections.Counter()
-        for b, (pro, res) in enumerate(shas):
+        for b, (pro, res, ack) in enumerate(shas):
             jobs[pro] += moved[b]
             jobs[res] += taken[b]
+            jobs[ack] += acked[b]
         for b, d in enumerate(args.builds):
-            pro, res = shas[b]
+            pro, res, ack = shas[b]
             print(f"{d}: promote {moved[b]} jobs, {us[pro] / max(jobs[pro], 1):.2f} µs a job; "
-                  f"reserve {taken[b]} jobs, {us[res] / max(jobs[res], 1):.2f} µs a job")
+                  f"reserve {taken[b]} jobs, {us[res] / max(jobs[res], 1):.2f} µs a job; "
+                  f"ack {acked[b]} jobs, {us[ack] / max(jobs[ack], 1):.2f} µs a job")
     finally:
         if server and server.poll() is None:
             server.kill()

@@ -26,7 +26,7 @@ cpu() { rcli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} 
 
 for batch in "${batches[@]}"; do
   # The calls, with their KEYS and ARGV as docs/redis-keys.md gives them.
-  python3 - "$port" "$n" "$batch" "$work" crates/dq-core/src/store/scripts "${FLOW_KEYS:-0}" <<'PY'
+  python3 - "$port" "$n" "$batch" "$work" "${LUA_DIR:-crates/dq-core/src/store/scripts}" "${FLOW_KEYS:-0}" <<'PY'
 import json, os, subprocess, sys
 port, n, batch, work, lua = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 flow_keys = int(sys.argv[6])
@@ -70,7 +70,9 @@ open(os.path.join(work, "calls.resp"), "w").write("".join(cmds))
 json.dump({v: k for k, v in sha.items()}, open(os.path.join(work, "names.json"), "w"))
 PY
   rcli flushall >/dev/null
+  rcli config resetstat >/dev/null
   c0=$(cpu); rcli --pipe < "$work/calls.resp" >/dev/null; c1=$(cpu)
+  rcli info commandstats | tr -d '\r' > "$work/commandstats.txt"
   left=$(rcli dbsize)
   rcli flushall >/dev/null
   rcli config set slowlog-log-slower-than 0 >/dev/null; rcli config set slowlog-max-len 1000000 >/dev/null; rcli slowlog reset >/dev/null
@@ -93,5 +95,21 @@ while i < len(lines) - 4:
         i += 1
 for k in ("push", "promote", "reserve", "ack"):
     print(f"   {k + '.lua':12} {cnt[k]:6} calls {tot[k] / max(cnt[k], 1):8.1f} us per call {tot[k] / n:6.1f} us per job")
+# The run without the slowlog: the time inside the scripts, and of it the Redis commands they called.
+stats = {}
+for line in open(os.path.join(work, "commandstats.txt")):
+    if line.startswith("cmdstat_"):
+        name, rest = line[8:].strip().split(":", 1)
+        f = dict(kv.split("=") for kv in rest.split(","))
+        stats[name] = (int(f["calls"]), int(f["usec"]))
+inside = stats.get("evalsha", (0, 0))[1]
+called = {k: v for k, v in stats.items() if k not in ("evalsha", "zadd", "flushall", "config", "info")}
+# ZADD is both a call of its own (the due-now step) and one the scripts make: count the scripts' share.
+zadd_calls, zadd_usec = stats.get("zadd", (0, 0))
+if zadd_calls > n:
+    called["zadd"] = (zadd_calls - n, zadd_usec * (zadd_calls - n) / zadd_calls)
+cmd_us = sum(u for _, u in called.values())
+print(f"   inside the scripts {inside / n:6.1f} us per job: Redis commands {cmd_us / n:6.1f}, Lua itself {(inside - cmd_us) / n:6.1f}")
+print("   commands per job: " + ", ".join(f"{k} {c / n:.2f}" for k, (c, u) in sorted(called.items(), key=lambda kv: -kv[1][1])))
 PY
 done

@@ -1319,6 +1319,15 @@ async fn promotion_moves_records_of_every_shape_whole() {
         let j = q.producer().get(id).await.unwrap();
         assert_eq!((j.state, j.traceparent.as_deref()), (State::Reserved, Some(tp)), "{id}");
     }
+    // The one written as before is now written as any other: an array of 10 (the reservation's
+    // attempt, deadline and receipt), state reserved, its trace context after the array.
+    let head: Vec<u8> = redis::cmd("GETRANGE")
+        .arg(key(&q, "traced-before", "job:traced-before"))
+        .arg(0)
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(head, [0x9a, 3 + 8]);
 }
 
 /// A flow key is stored in front of the record's array (record.lua), so a keyed job's array is as short

@@ -57,11 +57,16 @@
 -- Returns: nothing (defines local functions).
 
 -- This preamble runs on every call of the scripts that include it, and each function or table it makes
--- costs instructions on each call, so it makes five functions and no table.
+-- costs instructions on each call, so it makes eight functions and no table.
 
--- The record at `key` as a table, or nil when there is none. A read that fails raises the error, so
--- the script stops; with `soft`, it returns nil and the error instead, for a caller that must undo
--- something first (reserve.lua: a record on a slot being moved, see architecture.md).
+-- The record at `key`, decoded but not named: its array `v` (the fields by position, as stored: v[1]
+-- the state's code, plus 8 with a trace context), and what is around it: the flow key in front (`fk`,
+-- nil for none), the trace context after it (`tc`), where what follows the array begins (`off`, -1
+-- when nothing does; the history) and the bytes in front of the array (`front`: 0, or the flow key's).
+-- Returns nil when there is no record. A read that fails raises the error, so the script stops; with
+-- `soft`, it returns nil and the error instead, for a caller that must undo something first
+-- (reserve.lua: a record on a slot being moved, see architecture.md). A record written as a hash,
+-- before records were packed, is returned as `false, raw` for the caller to read (rec_load).
 --
 -- A record that cannot be decoded (invariant 9) is moved to the partition's quarantine
 -- (<prefix>:quarantine, a hash: field = id, value = "<Unix ms> <score> <source>\n" and the raw bytes),
@@ -69,19 +74,12 @@
 -- then it reads as no record at all, so the calling script, and every later one, carries on as for a job
 -- without a record (the id leaves its structure), and nothing stalls behind it.
 -- `raw`, when given, is what the caller's own GET of `key` returned (see rec_topic).
-local function rec_load(key, soft, source, score, raw)
+local function rec_decode(key, soft, source, score, raw)
   raw = raw or redis.pcall('GET', key)
   if not raw then return nil end
   if type(raw) == 'table' then
     if soft and not string.find(raw.err or '', 'WRONGTYPE', 1, true) then return nil, raw.err end
-    -- A record written as a hash, before records were packed (the pcall caught WRONGTYPE); any other
-    -- error, HGETALL raises again.
-    local flat = redis.call('HGETALL', key)
-    local r = {hash = true}
-    for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end
-    for _, f in ipairs({'r', 'ttr', 'm', 'c', 'a', 'd'}) do r[f] = tonumber(r[f]) end
-    r.a = r.a or 0
-    return r
+    return false, raw
   end
   -- unpack_one: the record's array alone (`off`: where what follows it begins; -1 when nothing does),
   -- after the flow key when one comes first (`front`: its bytes).
@@ -113,18 +111,46 @@ local function rec_load(key, soft, source, score, raw)
     redis.call('DEL', key)
     return nil
   end
-  local s
-  if code == 1 then s = 'delayed' elseif code == 2 then s = 'ready' elseif code == 3 then s = 'reserved'
+  return v, raw, fk, tc, off, front
+end
+
+-- The record at `key` as a table, or nil when there is none (rec_decode: its errors, `soft` and the
+-- quarantine).
+local function rec_load(key, soft, source, score, raw)
+  local v, fk, tc, off, front
+  v, raw, fk, tc, off, front = rec_decode(key, soft, source, score, raw)
+  if not v then
+    if v == nil then return nil, raw end
+    -- A record written as a hash, before records were packed (the pcall caught WRONGTYPE); any other
+    -- error, HGETALL raises again.
+    local flat = redis.call('HGETALL', key)
+    local r = {hash = true}
+    for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end
+    for _, f in ipairs({'r', 'ttr', 'm', 'c', 'a', 'd'}) do r[f] = tonumber(r[f]) end
+    r.a = r.a or 0
+    return r
+  end
+  local code, s = v[1] % 8
+  if code == 3 then s = 'reserved' elseif code == 2 then s = 'ready' elseif code == 1 then s = 'delayed'
   elseif code == 4 then s = 'done' else s = 'dead' end
-  -- `x or nil` turns an absent field's `false` into nil. A record written before tc and f left the
-  -- array has them as fields 19 and 18.
   local r, c = v[4], v[7]
   if c < 1e12 then c = r - c end
-  return {s = s, t = v[2], b = v[3], r = r, ttr = v[5], m = v[6], c = c, a = v[8] or 0,
-    d = v[9] or nil, rc = v[10] or nil, e = v[11] or nil, x = v[12] or nil, g = v[13] or nil,
-    bo = v[14] or nil, p = v[15] or nil, n = v[16] or nil, k = v[17] or nil, f = fk or v[18] or nil,
-    tc = tc or v[19] or nil, ch = v[20] or nil, h = off > 0 and string.sub(raw, off + 1) or nil, raw = raw,
+  -- Only the fields there are set: a table's constructor makes room for every name it lists.
+  local rec = {s = s, t = v[2], b = v[3], r = r, ttr = v[5], m = v[6], c = c, a = v[8] or 0, raw = raw,
     at = front + (string.byte(raw, front + 1) == 0xdc and 3 or 1), sf = tc and 8 or 0}
+  local n = #v
+  -- `x or nil` turns an absent field's `false` into nil. A record written before tc and f left the
+  -- array has them as fields 19 and 18.
+  if n > 8 then rec.d, rec.rc, rec.e = v[9] or nil, v[10] or nil, v[11] or nil end
+  if n > 11 then
+    rec.x, rec.g, rec.bo, rec.p, rec.n, rec.k = v[12] or nil, v[13] or nil, v[14] or nil, v[15] or nil,
+      v[16] or nil, v[17] or nil
+    rec.f, rec.tc, rec.ch = v[18] or nil, v[19] or nil, v[20] or nil
+  end
+  if fk then rec.f = fk end
+  if tc then rec.tc = tc end
+  if off > 0 then rec.h = string.sub(raw, off + 1) end
+  return rec
 end
 
 -- The topic of `raw` (a GET's answer), read from its first bytes without unpacking it, for a caller
@@ -218,6 +244,31 @@ local function rec_store(key, r, only_state, new)
   if r.h then packed = packed .. r.h end
   redis.call('SET', key, packed)
   return true
+end
+
+-- The record at `key` as rec_decode reads it, for a move that reads and writes few of its fields by
+-- position (reserve.lua): no table by name is made, and rec_put writes it back. Returns the array `v`,
+-- the flow key in front (nil for none), the trace context (nil for none) and the bytes after (the
+-- history, nil for none); or nil (no record, and the error with `soft`, as rec_decode). A record in an
+-- older format (a hash, or the flow key or trace context as fields 18 and 19) is first written again
+-- in this one (rec_store): it says the same, so a call that fails after it changed nothing.
+local function rec_fields(key, soft, source, score)
+  local v, raw, fk, tc, off = rec_decode(key, soft, source, score)
+  if v == false or (v and (v[18] or v[19])) then
+    rec_store(key, rec_load(key, soft, source, score, type(raw) == 'string' and raw or nil))
+    v, raw, fk, tc, off = rec_decode(key, soft, source, score)
+  end
+  if not v then return nil, raw end
+  return v, fk, tc, off > 0 and string.sub(raw, off + 1) or nil
+end
+
+-- Writes the array `v` (rec_fields) at `key`: the flow key `fk` in front, the trace context `tc`
+-- after it (v[1], the state's code, says 8 more when there is one), then the history `h`.
+local function rec_put(key, v, fk, tc, h)
+  local packed = tc and cmsgpack.pack(v, tc) or cmsgpack.pack(v)
+  if fk then packed = cmsgpack.pack(fk) .. packed end
+  if h then packed = packed .. h end
+  redis.call('SET', key, packed)
 end
 
 -- Adds attempt `e` to r's history (r.h): `e` is an array of 8 whose first element, the attempt number,

@@ -35,9 +35,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- what was read would be two), and every popped job's record is read before the first record is
 -- written. A record the script cannot read (on a slot being moved, see architecture.md, "Scripts on a
 -- moving slot") puts everything popped back and fails the call, so it is sent again: nothing changed.
--- jobs: {id, record, flow key (false for none), score = its ready score for a straight job, skip = true
--- once it went into its key's queue instead} in the order taken; popped: {key, score, member} of everything
--- popped.
+-- jobs: {id, record's array, flow key (false for none), trace context, history (rec_fields: the record
+-- is read and written by position, v[2] its topic, v[3] body, v[4] run_at, v[5] ttr, v[8] attempts),
+-- score = its ready score for a straight job, skip = true once it went into its key's queue instead} in
+-- the order taken; popped: {key, score, member} of everything popped.
 local jobs, popped = {}, {}
 local taken = 0
 -- The flow keys whose turn was popped (or that took turns here), in order; each {t, k, q (its queue),
@@ -116,12 +117,12 @@ local function flow_take(f)
     f.turn = nil
   end
   f.left, f.last = f.left + 1, head[2]
-  local r, err = rec_load(prefix .. ':job:' .. head[1], true, f.q, head[2])
-  if err then return err end
-  if r then
+  local v, fk, tc, h = rec_fields(prefix .. ':job:' .. head[1], true, f.q, head[2])
+  if not v and fk then return fk end
+  if v then
     f.n, f.gave = f.n + 1, f.gave + 1
     if f.rate > 0 then f.tk = f.tk - 1 end
-    jobs[#jobs + 1] = {head[1], r, f.k}
+    jobs[#jobs + 1] = {head[1], v, f.k, tc, h}
     taken = taken + 1
   end
 end
@@ -173,19 +174,20 @@ local function take(key, n)
         flow_order[#flow_order + 1] = f
       end
     else
-      local r
-      r, err = rec_load(prefix .. ':job:' .. m, true, key, score)
-      if r and r.f then
+      local v, fk, tc, h = rec_fields(prefix .. ':job:' .. m, true, key, score)
+      if not v then
+        err = fk
+      elseif fk then
         local lim = limits[key]
         if lim[1] > 0 or lim[2] > 0 then
-          err = convert(key, m, score, r.f)
+          err = convert(key, m, score, fk)
         else
-          jobs[#jobs + 1] = {m, r, r.f, score = score}
+          jobs[#jobs + 1] = {m, v, fk, tc, h, score = score}
           taken = taken + 1
           straight[#straight + 1] = #jobs
         end
-      elseif r then
-        jobs[#jobs + 1] = {m, r, false}
+      else
+        jobs[#jobs + 1] = {m, v, false, tc, h}
         taken = taken + 1
       end
     end
@@ -265,26 +267,28 @@ local added = {}
 for _, job in ipairs(jobs) do
   -- (A straight job that went into its key's queue is not taken.)
   if not job.skip then
-    local id, r = job[1], job[2]
+    local id, v, tc = job[1], job[2], job[4]
     n = n + 1
-    r.a = r.a + 1
-    local ttr = math.max(r.ttr, least_ttr)
-    r.s, r.rc, r.d = 'reserved', nonce .. '.' .. n, now + ttr
-    rec_store(prefix .. ':job:' .. id, r)
-    added[#added + 1] = r.d
+    -- Reserved (state 3, 8 more with a trace context), one more attempt, a receipt and a deadline: the
+    -- array's fields 1, 8, 9 and 10, the rest as read.
+    local a, ttr, topic = (v[8] or 0) + 1, math.max(v[5], least_ttr), v[2]
+    local rc, d = nonce .. '.' .. n, now + ttr
+    v[1], v[8], v[9], v[10] = tc and 11 or 3, a, d, rc
+    rec_put(prefix .. ':job:' .. id, v, job[3] or nil, tc, job[5])
+    added[#added + 1] = d
     added[#added + 1] = id
-    if earliest == nil or r.d < earliest then earliest = r.d end
-    moved[r.t] = (moved[r.t] or 0) + 1
+    if earliest == nil or d < earliest then earliest = d end
+    moved[topic] = (moved[topic] or 0) + 1
     out[#out + 1] = id
-    out[#out + 1] = r.t
-    out[#out + 1] = r.b
-    out[#out + 1] = r.a
-    out[#out + 1] = r.rc
-    out[#out + 1] = r.d
-    out[#out + 1] = r.r
+    out[#out + 1] = topic
+    out[#out + 1] = v[3]
+    out[#out + 1] = a
+    out[#out + 1] = rc
+    out[#out + 1] = d
+    out[#out + 1] = v[4]
     out[#out + 1] = ttr
     out[#out + 1] = job[3] or ''
-    out[#out + 1] = r.tc or ''
+    out[#out + 1] = tc or ''
   end
 end
 -- The flow keys: their state, their ready counts, and their turns: back at the end of the line (the
@@ -310,7 +314,7 @@ end
 -- A topic whose straight jobs were taken keeps its keys' starts a while longer (flow.lua).
 local straight_topics = {}
 for _, job in ipairs(jobs) do
-  if job.score and not job.skip then straight_topics[job[2].t] = true end
+  if job.score and not job.skip then straight_topics[job[2][2]] = true end
 end
 for t, c in pairs(count) do
   local flows = prefix .. ':flows:' .. t
