@@ -1330,6 +1330,108 @@ async fn promotion_moves_records_of_every_shape_whole() {
     assert_eq!(head, [0x9a, 3 + 8]);
 }
 
+/// promote.lua moves a call of plain jobs (no flow key, no priority, no worker waiting) without the
+/// tables the rest needs, and a call with any other kind of job the general way, which reads the records
+/// again: both give the same result. Two partitions: one of plain jobs (a traced one among them, and an
+/// id without a record), one where a keyed job and a job with a priority come after plain ones.
+#[tokio::test]
+async fn a_call_of_plain_jobs_and_a_mixed_one_promote_alike() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&settings(&redis)).await.unwrap();
+    let mut c = redis.conn();
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    // The keyed job first: dq makes its id, in its key's partition, which is the mixed one.
+    let keyed = q
+        .producer()
+        .push(job(
+            &q,
+            serde_json::json!({"topic": "t", "body": 8, "delay_ms": 50, "flow_key": "k"}),
+        ))
+        .await
+        .unwrap()
+        .id;
+    let pb = q.partitions().of_id(&keyed);
+    let pa = (0..)
+        .map(|i| q.partitions().of_id(&format!("plain-{i}")))
+        .find(|p| *p != pb)
+        .unwrap();
+    // Ids of the two partitions: five plain, and four more in the mixed one.
+    let pick = |stem: &str, p: u16, n: usize| -> Vec<String> {
+        (0..)
+            .map(|i| format!("{stem}-{i}"))
+            .filter(|id| q.partitions().of_id(id) == p)
+            .take(n)
+            .collect()
+    };
+    let plain = pick("plain", pa, 5);
+    let mut mixed = pick("mixed", pb, 4);
+    mixed.insert(3, keyed.clone());
+    for (i, id) in plain.iter().chain(&mixed).enumerate() {
+        if *id == keyed {
+            continue;
+        }
+        let mut push = serde_json::json!({"id": id, "topic": "t", "body": i, "delay_ms": 50});
+        if i == 1 {
+            push["traceparent"] = tp.into();
+        } else if i == 9 {
+            push["priority"] = 5.into();
+        }
+        q.producer().push(job(&q, push)).await.unwrap();
+    }
+    // An id without a record in each delay set (deleted half-way by hand): it leaves, nothing moves.
+    for (p, ghost) in [(pa, "ghost-a"), (pb, "ghost-b")] {
+        let _: () = redis::cmd("ZADD")
+            .arg(format!("{}:delayed", q.partition_keys(p).prefix()))
+            .arg(1)
+            .arg(ghost)
+            .query(&mut c)
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    for p in [pa, pb] {
+        let moved = std::sync::atomic::AtomicUsize::new(0);
+        eventually(Duration::from_secs(10), "the five are due and moved", || async {
+            let n = q.timer().promote(p, 1000).await.unwrap().moved;
+            moved.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n == 5
+        })
+        .await;
+    }
+    for (i, id) in plain.iter().chain(&mixed).enumerate() {
+        let j = q.producer().get(id).await.unwrap();
+        assert_eq!((j.state, j.body.get()), (State::Ready, i.to_string().as_str()), "{id}");
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(key(&q, id, "ready:t"))
+            .arg(id)
+            .query(&mut c)
+            .unwrap();
+        // (A straight key's job is scored by its key's place in line, flow.lua.)
+        if *id != keyed {
+            let priority = if i == 9 { 5.0 } else { 1024.0 };
+            assert_eq!(score, Some(priority * 2f64.powi(42) + j.run_at as f64), "{id}");
+        }
+        assert!(score.is_some(), "{id} is in its ready queue");
+    }
+    let traced = q.producer().get(&plain[1]).await.unwrap();
+    assert_eq!(traced.traceparent.as_deref(), Some(tp));
+    assert_eq!(
+        head_of(&mut c, &q, &plain[1])[..2],
+        [0x97, 2 + 8],
+        "ready, a trace context after"
+    );
+    assert_eq!(q.producer().get(&keyed).await.unwrap().flow_key.as_deref(), Some("k"));
+    assert_consistent(&redis);
+}
+
+/// The first bytes of job `id`'s record.
+fn head_of(c: &mut redis::Connection, q: &Queue, id: &str) -> Vec<u8> {
+    redis::cmd("GETRANGE")
+        .arg(key(q, id, &format!("job:{id}")))
+        .arg(0)
+        .arg(7)
+        .query(c)
+        .unwrap()
+}
+
 /// A flow key is stored in front of the record's array (record.lua), so a keyed job's array is as short
 /// as any other's and promote.lua reads its topic and key from the first bytes. Keyed records of every
 /// shape (the key alone, with a priority, with a trace context, a long key, and one written as before,

@@ -32,12 +32,78 @@ local timer_channel, nonce, spans = ARGV[4], ARGV[5], ARGV[6] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', bucket, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local count = #due / 2
+
+-- The common case first, without the tables the rest needs: no worker waits (nothing to hand off), and
+-- every due job is a plain one, whose topic and state rec_topic reads (no flow key, no priority, no trace
+-- context wanted). A job of another kind, found while the records are read (before the first write),
+-- sends the call the general way below, which reads them again.
+if #ARGV <= 6 then
+  -- Per job: its record's key, its topic (false: no record) and its state's offset and new byte.
+  local keys, topics, offsets, bytes = {}, {}, {}, {}
+  local plain = true
+  for i = 1, count do
+    local member = due[2 * i - 1]
+    if string.byte(member, 1) == 126 then
+      plain = false
+      break
+    end
+    local key = prefix .. ':job:' .. member
+    local raw = redis.pcall('GET', key)
+    local topic, traced, fk, at = false, false, nil, nil
+    if raw then
+      topic, traced, fk, at = rec_topic(raw)
+      if not topic or fk or (traced and spans) then
+        plain = false
+        break
+      end
+    end
+    keys[i], topics[i], offsets[i], bytes[i] = key, topic, at, traced and '\10' or '\2'
+  end
+  if plain then
+    -- Per topic: its ready queue's new members, and whether the queue was empty (its wake-up).
+    local adds, empty, order = {}, {}, {}
+    for i = 1, count do
+      local topic = topics[i]
+      if topic and not adds[topic] then
+        adds[topic] = {}
+        order[#order + 1] = topic
+        empty[topic] = redis.call('EXISTS', prefix .. ':ready:' .. topic) == 0
+      end
+    end
+    local out = {0, -1, now, 0}
+    if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, 0, count - 1) end
+    for i = 1, count do
+      local topic = topics[i]
+      if topic then
+        local run_at = tonumber(due[2 * i])
+        redis.call('SETRANGE', keys[i], offsets[i], bytes[i])
+        local a = adds[topic]
+        a[#a + 1] = rec_score(nil, run_at)
+        a[#a + 1] = due[2 * i - 1]
+        out[#out + 1] = now - run_at
+      end
+    end
+    for _, topic in ipairs(order) do
+      local a = adds[topic]
+      for k = 1, #a, 2000 do redis.call('ZADD', prefix .. ':ready:' .. topic, unpack(a, k, math.min(k + 1999, #a))) end
+      local m = #a / 2
+      redis.call('HINCRBY', counts, topic .. ':delayed', -m)
+      redis.call('HINCRBY', counts, topic .. ':ready', m)
+      if empty[topic] then redis.call(publish, ready_channel, topic) end
+    end
+    out[1] = #out - 4
+    local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+    if head[2] then out[2] = tonumber(head[2]) end
+    return out
+  end
+end
+
 local recs = {}
 local per_topic = {}
 -- topic -> the most urgent priority below the default among its jobs moved to the ready queue
 local urgent = {}
 local was_empty = {}
-local count = #due / 2
 -- The waiting workers; `wanted`: the topics one with free slots takes (their jobs may be handed, which
 -- needs the whole record).
 local waiting = {}
