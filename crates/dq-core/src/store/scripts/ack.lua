@@ -75,7 +75,7 @@ for k = 1, #KEYS - 3 do
   end
   if any_state and r and r.f and redis.call('EXISTS', prefix .. ':fs:' .. r.t .. ':' .. r.f) == 1 then
     stateful[k] = true
-    flow_read(prefix, r.t, r.f)
+    flow().flow_read(prefix, r.t, r.f)
     clock()
   end
 end
@@ -102,7 +102,7 @@ for k = 1, #KEYS - 3 do
     -- A job numbered by the beanstalkd protocol leaves its number's entry (bs_number.lua).
     if r.n then redis.call('HDEL', prefix == pre[1] and KEYS[3] or prefix .. ':bs:ids', r.n) end
     -- A job with a flow key: one reservation fewer counts against its key (flow.lua).
-    if stateful[k] then flow_count(prefix, r.t, r.f, -1, now) end
+    if stateful[k] then flow().flow_count(prefix, r.t, r.f, -1, now) end
     if ARGV[5 * k + 1] ~= '' then
       -- Its success hook, with the callback's answer (dq-checker sends it, then deletes the answer).
       local id = ARGV[5 * k - 3]

@@ -107,16 +107,16 @@ local function add_flush(first, counts, ready_channel, timer_channel)
   -- Keyed ready jobs, per partition and topic: the straight keys' in one flow_straight, the others each
   -- through flow_add_all (a key with a queue or a state: flow_modes).
   for _, kg in ipairs(A.keyed_order) do
-    flow_modes(kg.prefix, kg.t, kg.keys)
+    flow().flow_modes(kg.prefix, kg.t, kg.keys)
     local straight = {}
     for _, e in ipairs(kg.keys) do
       if e.mode == 0 then
         straight[#straight + 1] = e
       else
-        flow_add_all(kg.prefix, kg.t, e.k, e.adds, e.first, A.now, e.mode)
+        flow().flow_add_all(kg.prefix, kg.t, e.k, e.adds, e.first, A.now, e.mode)
       end
     end
-    if #straight > 0 and flow_straight(kg.prefix, kg.t, straight, A.now) then
+    if #straight > 0 and flow().flow_straight(kg.prefix, kg.t, straight, A.now) then
       redis.call(publish, kg.prefix .. ':wake:ready', kg.t)
     end
   end

@@ -19,7 +19,7 @@ local ready, dead = prefix .. ':ready:' .. topic, prefix .. ':dead:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 redis.call('EXISTS', ready)
 redis.call('EXISTS', dead)
-if r.f then flow_read(prefix, topic, r.f) end
+if r.f then flow().flow_read(prefix, topic, r.f) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if from == 'dead' then redis.call('ZREM', dead, id) else redis.call('ZREM', bucket, id) end

@@ -25,11 +25,11 @@ local ready = prefix .. ':ready:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 redis.call('EXISTS', ready)
 redis.call('EXISTS', prefix .. ':dead:' .. topic)
-if r.f then flow_read(prefix, topic, r.f) end
+if r.f then flow().flow_read(prefix, topic, r.f) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREM', reserved, id)
-if r.f then flow_count(prefix, topic, r.f, -1, now) end
+if r.f then flow().flow_count(prefix, topic, r.f, -1, now) end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 r.rc, r.d = nil, nil
 -- Every branch below writes the record whole, its history with it.

@@ -19,16 +19,16 @@ local topic, from = r.t, r.s
 local ready, dead = prefix .. ':ready:' .. topic, prefix .. ':dead:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 redis.call('EXISTS', ready, dead)
-if r.f then flow_read(prefix, topic, r.f) end
+if r.f then flow().flow_read(prefix, topic, r.f) end
 local told = tonumber(redis.call('GET', announced))
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- A job with a flow key is taken out of its key's queue, and its reservation counts against the key.
-if from == 'ready' and r.f then flow_remove(prefix, topic, r.f, id)
+if from == 'ready' and r.f then flow().flow_remove(prefix, topic, r.f, id)
 elseif from == 'ready' then redis.call('ZREM', ready, id)
 elseif from == 'dead' then redis.call('ZREM', dead, id)
 else redis.call('ZREM', bucket, id) end
-if r.f then flow_count(prefix, topic, r.f, 1, now) end
+if r.f then flow().flow_count(prefix, topic, r.f, 1, now) end
 r.a = r.a + 1
 r.s, r.rc, r.d = 'reserved', ARGV[3], now + r.ttr
 rec_store(job, r)

@@ -17,19 +17,19 @@ local topic, state = r.t, r.s
 local now
 if r.f then
   -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
-  flow_read(prefix, topic, r.f)
+  flow().flow_read(prefix, topic, r.f)
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 if state == 'delayed' then
   redis.call('ZREM', bucket, id)
 elseif state == 'ready' and r.f then
-  flow_remove(prefix, topic, r.f, id)
+  flow().flow_remove(prefix, topic, r.f, id)
 elseif state == 'ready' then
   redis.call('ZREM', prefix .. ':ready:' .. topic, id)
 elseif state == 'reserved' then
   redis.call('ZREM', reserved, id)
-  if r.f then flow_count(prefix, topic, r.f, -1, now) end
+  if r.f then flow().flow_count(prefix, topic, r.f, -1, now) end
 elseif state == 'dead' then
   redis.call('ZREM', prefix .. ':dead:' .. topic, id)
 end

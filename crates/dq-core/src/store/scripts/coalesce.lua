@@ -72,7 +72,7 @@ elseif ARGV[12] ~= '' then
 end
 local fk = o[5] ~= '' and o[5] or nil
 local tc = o[7] ~= '' and o[7] or nil
-if fk then flow_read(prefix, topic, fk) end
+if fk then flow().flow_read(prefix, topic, fk) end
 
 local function remember(id, due)
   redis.call('SET', pkey, id, 'PX', memory)
@@ -140,7 +140,7 @@ if not rec_store(new_key, {t = topic, b = b, r = due, ttr = tonumber(ARGV[10]), 
   return redis.error_reply('ERR coalesce: the new job id ' .. new_id .. ' is taken')
 end
 if state == 'ready' and fk then
-  flow_add(prefix, topic, fk, new_id, rec_score(p, due), now)
+  flow().flow_add(prefix, topic, fk, new_id, rec_score(p, due), now)
 elseif state == 'ready' then
   redis.call('ZADD', ready, rec_score(p, due), new_id)
   if was_empty then redis.call(publish, ARGV[1], topic) end

@@ -26,7 +26,7 @@ for i, id in ipairs(expired) do
   recs[i] = r
   if r then
     redis.call('EXISTS', prefix .. ':ready:' .. r.t, prefix .. ':dead:' .. r.t)
-    if r.f then flow_read(prefix, r.t, r.f) end
+    if r.f then flow().flow_read(prefix, r.t, r.f) end
   end
 end
 
@@ -52,7 +52,7 @@ for i, id in ipairs(expired) do
     r.k = r.k or {0, 0, 0, 0}
     r.k[1] = r.k[1] + 1
     redis.call('HINCRBY', counts, topic .. ':reserved', -1)
-    if r.f then flow_count(prefix, topic, r.f, -1, now) end
+    if r.f then flow().flow_count(prefix, topic, r.f, -1, now) end
     local attempts, max = r.a, r.m
     if r.x and now > r.x then r.e = r.e .. '; retries ended: max age reached' end
     if (max > 0 and attempts >= max) or (r.x and now > r.x) then

@@ -26,7 +26,7 @@ if r.s ~= 'reserved' or r.rc ~= ARGV[3] then return {-1} end
 local topic = r.t
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 redis.call('EXISTS', prefix .. ':ready:' .. topic, prefix .. ':dead:' .. topic)
-if r.f then flow_read(prefix, topic, r.f) end
+if r.f then flow().flow_read(prefix, topic, r.f) end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -34,8 +34,8 @@ local attempts, max = r.a, r.m
 redis.call('ZREM', reserved, id)
 if r.f then
   local pause = tonumber(ARGV[8]) or 0
-  if pause > 0 then flow_pause(prefix, topic, r.f, now + pause, now) end
-  flow_count(prefix, topic, r.f, -1, now)
+  if pause > 0 then flow().flow_pause(prefix, topic, r.f, now + pause, now) end
+  flow().flow_count(prefix, topic, r.f, -1, now)
 end
 r.rc, r.d = nil, nil
 if ARGV[4] ~= '' then r.e = ARGV[4] end

@@ -134,7 +134,7 @@ for i = 1, count do
     local tp, k = string.match(member, '^~(%S+) (.+)$')
     if tp then
       turns[i] = {tp, k}
-      flow_read(prefix, tp, k)
+      flow().flow_read(prefix, tp, k)
     end
   elseif topic and (fk or not wanted[topic]) and not (traced and spans) then
     -- Going to its ready queue, or its flow key's (a keyed job is never handed): only its topic, flow
@@ -168,7 +168,7 @@ for i = 1, count do
   if r then per_topic[r.t] = 0 end
 end
 for i = 1, #flow_topics, 2000 do redis.call('EXISTS', unpack(flow_topics, i, math.min(i + 1999, #flow_topics))) end
-for _, t in ipairs(keyed_topics) do flow_modes(prefix, t, keyed_by_topic[t]) end
+for _, t in ipairs(keyed_topics) do flow().flow_modes(prefix, t, keyed_by_topic[t]) end
 
 -- The waiting workers of the due jobs' topics, by topic; each takes jobs up to its free slots.
 local by_topic = {}
@@ -312,7 +312,7 @@ for i = 1, count do
     -- A parked turn whose token or pause came: back in line, if its key still has ready jobs.
     local tp, k = turns[i][1], turns[i][2]
     local head = redis.call('ZRANGE', prefix .. ':fq:' .. tp .. ':' .. k, 0, 0, 'WITHSCORES')
-    if head[2] then flow_turn(prefix, tp, k, math.floor(tonumber(head[2]) / FLOW_STEP) * FLOW_STEP + now, now) end
+    if head[2] then flow().flow_turn(prefix, tp, k, math.floor(tonumber(head[2]) / FLOW_STEP) * FLOW_STEP + now, now) end
   end
 end
 -- The keyed jobs, a topic at a time: a straight key's into the ready queue with the topic's other jobs
@@ -327,12 +327,12 @@ for _, t in ipairs(keyed_topics) do
       into[#into + 1] = e
     end
   end
-  if #straight > 0 then flow_straight(prefix, t, straight, now, add) end
-  if #by_turns > 0 then flow_enqueue_all(prefix, t, by_turns) end
+  if #straight > 0 then flow().flow_straight(prefix, t, straight, now, add) end
+  if #by_turns > 0 then flow().flow_enqueue_all(prefix, t, by_turns) end
 end
 for _, e in ipairs(keyed_order) do
   if e.first and e.mode == 1 then
-    flow_turn(prefix, e.t, e.k, e.first, now, true)
+    flow().flow_turn(prefix, e.t, e.k, e.first, now, true)
   elseif e.first and e.mode == 2 and e.added > 0 then
     add(prefix .. ':ready:' .. e.t .. ' XX', e.first, '~' .. e.k)
   end

@@ -84,7 +84,7 @@ for i = 0, n - 1 do
     keys[i] = k
     local delay, at = ARGV[6 + 9 * i], ARGV[7 + 9 * i]
     if (delay ~= '' and tonumber(delay) <= 0) or (at ~= '' and tonumber(at) <= now) then
-      flow_read(prefix_of(i), ARGV[4 + 9 * i], k)
+      flow().flow_read(prefix_of(i), ARGV[4 + 9 * i], k)
     end
   elseif o ~= '' then
     local f = {string.match(o, '^([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);([^;]*);(.*)$')}
@@ -94,7 +94,7 @@ for i = 0, n - 1 do
     if f[5] ~= '' then
       local delay, at = ARGV[6 + 9 * i], ARGV[7 + 9 * i]
       if (delay ~= '' and tonumber(delay) <= 0) or (at ~= '' and tonumber(at) <= now) then
-        flow_read(prefix_of(i), ARGV[4 + 9 * i], f[5])
+        flow().flow_read(prefix_of(i), ARGV[4 + 9 * i], f[5])
       end
     end
     if f[1] ~= '' then

@@ -20,7 +20,7 @@ local topic = r.t
 local ready = prefix .. ':ready:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 redis.call('EXISTS', ready)
-if r.f then flow_read(prefix, topic, r.f) end
+if r.f then flow().flow_read(prefix, topic, r.f) end
 redis.call('ZREM', reserved, id)
 r.rc, r.d = nil, nil
 if ARGV[5] ~= '1' then r.a = r.a - 1 end
@@ -28,7 +28,7 @@ r.s = 'ready'
 rec_store(job, r)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if r.f then flow_count(prefix, topic, r.f, -1, now) end
+if r.f then flow().flow_count(prefix, topic, r.f, -1, now) end
 ready_add(prefix, r, id, rec_score(r.p, r.r), now)
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)
 redis.call('HINCRBY', counts, topic .. ':ready', 1)

@@ -17,15 +17,15 @@ local topic, state = r.t, r.s
 local ready = prefix .. ':ready:' .. topic
 local where = {delayed = bucket, ready = ready, reserved = reserved, dead = prefix .. ':dead:' .. topic}
 -- A ready job with a flow key is in its key's queue, or straight in the ready queue (flow.lua).
-if r.f then flow_read(prefix, topic, r.f) end
+if r.f then flow().flow_read(prefix, topic, r.f) end
 if where[state] and redis.call('ZSCORE', where[state], id) then return 0 end
 if state == 'ready' and r.f and redis.call('ZSCORE', prefix .. ':fq:' .. topic .. ':' .. r.f, id) then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local was_empty = redis.call('EXISTS', ready) == 0
 -- A job reserved when it was lost counted against its flow key: no longer.
-if r.f and state == 'reserved' then flow_count(prefix, topic, r.f, -1, now) end
-if r.f then flow_add(prefix, topic, r.f, id, rec_score(r.p, now), now)
+if r.f and state == 'reserved' then flow().flow_count(prefix, topic, r.f, -1, now) end
+if r.f then flow().flow_add(prefix, topic, r.f, id, rec_score(r.p, now), now)
 else redis.call('ZADD', ready, rec_score(r.p, now), id) end
 r.rc, r.d = nil, nil
 r.s, r.e = 'ready', 'restored by the consistency audit'

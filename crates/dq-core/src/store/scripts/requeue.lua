@@ -26,7 +26,7 @@ for i, id in ipairs(ids) do
   local score = redis.call('ZSCORE', dead, id)
   listed[i] = score ~= false
   if listed[i] then recs[i] = rec_load(prefix .. ':job:' .. id, false, dead, score) end
-  if recs[i] and recs[i].f then flow_read(prefix, topic, recs[i].f) end
+  if recs[i] and recs[i].f then flow().flow_read(prefix, topic, recs[i].f) end
 end
 
 local n, removed = 0, 0
@@ -41,7 +41,7 @@ for i, id in ipairs(ids) do
       if r.g then r.x = now + r.g end
       rec_store(job, r)
       if r.f then
-        flow_add(prefix, topic, r.f, id, rec_score(r.p, now), now)
+        flow().flow_add(prefix, topic, r.f, id, rec_score(r.p, now), now)
       else
         redis.call('ZADD', ready, rec_score(r.p, now), id)
       end

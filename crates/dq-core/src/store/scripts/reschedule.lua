@@ -24,9 +24,9 @@ if ARGV[7] ~= '' then r.p = tonumber(ARGV[7]) end
 local ready = prefix .. ':ready:' .. topic
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 redis.call('EXISTS', ready)
-if r.f then flow_read(prefix, topic, r.f) end
+if r.f then flow().flow_read(prefix, topic, r.f) end
 if state == 'delayed' then redis.call('ZREM', bucket, id)
-elseif r.f then flow_remove(prefix, topic, r.f, id)
+elseif r.f then flow().flow_remove(prefix, topic, r.f, id)
 else redis.call('ZREM', ready, id) end
 local new_state = 'delayed'
 if run_at <= now then new_state = 'ready' end

@@ -359,7 +359,7 @@ for _, f in ipairs(flow_order) do
   end
   if not f.held and left > 0 then
     if f.park then
-      flow_park(prefix, f.t, f.k, f.park)
+      flow().flow_park(prefix, f.t, f.k, f.park)
     else
       local ready = prefix .. ':ready:' .. f.t
       if not back[ready] then
