@@ -11,7 +11,7 @@ until empty, each ready queue reserved 64 at a time until empty, and the jobs ac
 (kept done for an hour, as dq-consumer acks), by hand. `--per-call N` moves, reserves and acks N jobs a
 call instead (1: what a call costs with one job in it, as on a push path where jobs come due apart). Each SCRIPTS_DIR is a
 build's crates/dq-core/src/store/scripts (an older one: `git archive REV crates/dq-core/src/store/scripts
-| tar -x -C /tmp/old`); the builds take the partitions in turn, so both run through the same minutes on
+| tar -x -C /tmp/old`); the builds take the calls in turn, so all run through the same minutes on
 the same data, and every call is timed by Redis's slowlog. Prints, per build, Redis's µs per job in each
 script. The builds must share the record format the dq-server writes (the push is this dq-server's).
 """
@@ -127,22 +127,29 @@ def main():
         r.cmd("CONFIG", "SET", "slowlog-max-len", 1000000)
         r.cmd("SLOWLOG", "RESET")
         moved, taken, acked = collections.Counter(), collections.Counter(), collections.Counter()
-        for n, p in enumerate(prefixes):
-            b = n % len(shas)
+        # The builds take the calls in turn (so, in calls of many jobs, the partitions): each call's build
+        # is the next one's, whichever partition it is in, so no build gets the first or last calls of a
+        # partition more often than another. (A call that finds the partition empty hands its turn on to the
+        # next partition's first call, so the empty calls too fall to the builds in turn.)
+        turn = 0
+        for p in prefixes:
             while True:
+                b, turn = turn % len(shas), turn + 1
                 out = r.cmd("EVALSHA", shas[b][0], 4, p + b":delayed", p + b":counts", p + b":reserved", p + b":announced",
                             p, args.per_call or 1000, p + b":wake:ready", p + b":wake:timer", uuid.uuid4().hex, "")
                 moved[b] += out[0]
                 if out[0] == 0:
+                    turn -= 1
                     break
-        for n, p in enumerate(prefixes):
-            b = n % len(shas)
+        for p in prefixes:
             while True:
+                b, turn = turn % len(shas), turn + 1
                 out = r.cmd("EVALSHA", shas[b][1], 4, p + b":reserved", p + b":counts", p + b":announced", p + b":ready:ab",
                             p, args.per_call or 64, uuid.uuid4().hex, "", p + b":wake:timer", "", "0 0 0")
                 got = (len(out) - 1) // 10
                 taken[b] += got
                 if got == 0:
+                    turn -= 1
                     break
                 # The jobs taken, acked at once: KEYS the reserved set, counts, numbers' index and the
                 # records; ARGV the retention, then per job its id, receipt and three empty values (no

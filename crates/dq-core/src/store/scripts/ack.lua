@@ -132,7 +132,7 @@ for k = 1, #KEYS - 3 do
       if ARGV[5 * k - 1] ~= '' then rec_attempt(r, ARGV[5 * k - 1]) end
       -- Only the state changed (one byte, or the bytes read with the entry after), unless it pushed.
       rec_store(job, r, jobs == nil)
-      redis.call('PEXPIRE', job, retention)
+      redis.call('PEXPIRE', job, ARGV[1])
       acked[job] = 'kept'
     else
       redis.call('DEL', job)
@@ -146,7 +146,7 @@ for _, prefix in ipairs(parts) do
   if prefix == pre[1] then reserved, counts = KEYS[1], KEYS[2] end
   for k = 1, #gone, 1000 do redis.call('ZREM', reserved, unpack(gone, k, math.min(k + 999, #gone))) end
   for topic, n in pairs(ended[prefix]) do
-    redis.call('HINCRBY', counts, topic .. ':reserved', -n)
+    redis.call('HINCRBY', counts, topic .. ':reserved', n == 1 and '-1' or -n)
   end
 end
 if pre[1] then add_flush(pre[1], KEYS[2], pre[1] .. ':wake:ready', pre[1] .. ':wake:timer') end

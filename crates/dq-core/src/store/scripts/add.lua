@@ -132,7 +132,7 @@ local function add_flush(first, counts, ready_channel, timer_channel)
       local was_empty, ahead = true, false
       local u = A.urgent[zset]
       if u then
-        local head = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+        local head = redis.call('ZRANGE', zset, '0', '0', 'WITHSCORES')
         was_empty = head[1] == nil
         ahead = was_empty or math.floor(tonumber(head[2]) / 4398046511104) > u
       else
@@ -146,7 +146,7 @@ local function add_flush(first, counts, ready_channel, timer_channel)
       end
     else
       -- A timer sleeps until the earliest due time it knows; tell it when that just moved earlier.
-      local head = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+      local head = redis.call('ZRANGE', zset, '0', '0', 'WITHSCORES')
       redis.call('ZADD', zset, unpack(A.z[zset]))
       if head[2] == nil or A.earliest[zset] < tonumber(head[2]) then
         redis.call(publish, timer_channel, zset .. ' ' .. A.earliest[zset])
@@ -155,6 +155,6 @@ local function add_flush(first, counts, ready_channel, timer_channel)
   end
   for _, prefix in ipairs(A.tallied) do
     local hash = prefix == first and counts or prefix .. ':counts'
-    for c, k in pairs(A.tally[prefix]) do redis.call('HINCRBY', hash, c, k) end
+    for c, k in pairs(A.tally[prefix]) do redis.call('HINCRBY', hash, c, k == 1 and '1' or k) end
   end
 end

@@ -57,7 +57,7 @@ if delay <= 0 then
   return {1, 'ready', topic}
 end
 r.r = now + delay
-local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
 redis.call('ZADD', bucket, r.r, id)
 if head[2] == nil or r.r < tonumber(head[2]) then
   redis.call(publish, ARGV[7], bucket .. ' ' .. r.r)

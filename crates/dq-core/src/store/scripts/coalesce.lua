@@ -134,7 +134,7 @@ if o[3] and o[3] ~= '' then
 end
 if o[4] and o[4] ~= '' then p = tonumber(o[4]) end
 -- The delay set's first due time, read before the first write: a timer is told when this job comes first.
-local head = state == 'delayed' and redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+local head = state == 'delayed' and redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
 if not rec_store(new_key, {t = topic, b = b, r = due, ttr = tonumber(ARGV[10]), m = tonumber(ARGV[11]),
     c = now, s = state, a = 0, x = x, g = g, bo = bo, p = p, f = fk, tc = tc}, false, true) then
   return redis.error_reply('ERR coalesce: the new job id ' .. new_id .. ' is taken')

@@ -32,7 +32,7 @@ end
 
 local to_ready, to_dead = 0, 0
 -- The expired ids are the reserved set's first ones, in rank order.
-if #expired > 0 then redis.call('ZREMRANGEBYRANK', reserved, 0, #expired - 1) end
+if #expired > 0 then redis.call('ZREMRANGEBYRANK', reserved, '0', #expired - 1) end
 for i, id in ipairs(expired) do
   local job = prefix .. ':job:' .. id
   local r = recs[i]
@@ -74,7 +74,7 @@ for i, id in ipairs(expired) do
     end
   end
 end
-local head = redis.call('ZRANGE', reserved, 0, 0, 'WITHSCORES')
+local head = redis.call('ZRANGE', reserved, '0', '0', 'WITHSCORES')
 local next_deadline = -1
 if head[2] then next_deadline = tonumber(head[2]) end
 -- Written only when it changes: an idle partition's sweep writes nothing.

@@ -81,7 +81,7 @@ local function flow()
   local function flow_park(prefix, t, k, at)
     local bucket = prefix .. ':delayed'
     redis.call('ZREM', prefix .. ':ready:' .. t, '~' .. k)
-    local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+    local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
     redis.call('ZADD', bucket, at, '~' .. t .. ' ' .. k)
     if head[2] == nil or at < tonumber(head[2]) then
       redis.call(publish, prefix .. ':wake:timer', bucket .. ' ' .. at)
@@ -159,7 +159,7 @@ local function flow()
   -- is one an earlier release counted straight jobs in, or one gone stale).
   local function flow_straight(prefix, t, keyed, now, add)
     local ready, fv = prefix .. ':ready:' .. t, prefix .. ':fv:' .. t
-    local head = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
+    local head = redis.call('ZRANGE', ready, '0', '0', 'WITHSCORES')
     local v = head[2] and tonumber(head[2]) % FLOW_STEP or now
     local names = {}
     for i, e in ipairs(keyed) do names[i] = e.k end
@@ -268,7 +268,7 @@ local function flow()
       n = 0
     end
     if delta < 0 and redis.call('HDEL', st, 'b') == 1 then
-      local head = redis.call('ZRANGE', prefix .. ':fq:' .. t .. ':' .. k, 0, 0, 'WITHSCORES')
+      local head = redis.call('ZRANGE', prefix .. ':fq:' .. t .. ':' .. k, '0', '0', 'WITHSCORES')
       if head[2] then flow_turn(prefix, t, k, math.floor(tonumber(head[2]) / FLOW_STEP) * FLOW_STEP + now, now) end
     end
     if n > 0 then

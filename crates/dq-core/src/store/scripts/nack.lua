@@ -78,7 +78,7 @@ if delay <= 0 then
   redis.call('HINCRBY', counts, topic .. ':ready', 1)
   return {1, 'ready', run_at, topic}
 end
-local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
 redis.call('ZADD', bucket, run_at, id)
 if head[2] == nil or run_at < tonumber(head[2]) then
   redis.call(publish, ARGV[7], bucket .. ' ' .. run_at)

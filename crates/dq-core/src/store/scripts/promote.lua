@@ -31,7 +31,7 @@ local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local timer_channel, nonce, spans = ARGV[4], ARGV[5], ARGV[6] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZRANGEBYSCORE', bucket, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', bucket, '-inf', now, 'WITHSCORES', 'LIMIT', '0', ARGV[2])
 local count = #due / 2
 
 -- The common case first, without the tables the rest needs: no worker waits (nothing to hand off), and
@@ -72,12 +72,12 @@ if #ARGV <= 6 then
       end
     end
     local out = {0, -1, now, 0}
-    if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, 0, count - 1) end
+    if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, '0', count - 1) end
     for i = 1, count do
       local topic = topics[i]
       if topic then
         local run_at = tonumber(due[2 * i])
-        redis.call('SETRANGE', keys[i], offsets[i], bytes[i])
+        redis.call('SETRANGE', keys[i], offsets[i] == 1 and '1' or offsets[i], bytes[i])
         local a = adds[topic]
         a[#a + 1] = rec_score(nil, run_at)
         a[#a + 1] = due[2 * i - 1]
@@ -88,12 +88,12 @@ if #ARGV <= 6 then
       local a = adds[topic]
       for k = 1, #a, 2000 do redis.call('ZADD', prefix .. ':ready:' .. topic, unpack(a, k, math.min(k + 1999, #a))) end
       local m = #a / 2
-      redis.call('HINCRBY', counts, topic .. ':delayed', -m)
-      redis.call('HINCRBY', counts, topic .. ':ready', m)
+      redis.call('HINCRBY', counts, topic .. ':delayed', m == 1 and '-1' or -m)
+      redis.call('HINCRBY', counts, topic .. ':ready', m == 1 and '1' or m)
       if empty[topic] then redis.call(publish, ready_channel, topic) end
     end
     out[1] = #out - 4
-    local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+    local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
     if head[2] then out[2] = tonumber(head[2]) end
     return out
   end
@@ -248,7 +248,7 @@ for i = 1, count do
   if r and not handed_to[i] and was_empty[r.t] == nil then
     local key = prefix .. ':ready:' .. r.t
     if urgent[r.t] then
-      local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
       was_empty[r.t] = head[1] == nil
       if head[2] then head_p[r.t] = math.floor(tonumber(head[2]) / 4398046511104) end
     else
@@ -261,7 +261,7 @@ local out = {0, -1, now, #waiting}
 for w = 1, #waiting do out[#out + 1] = handed[w] end
 local head_len = #out
 -- The due ids are the delay set's first ones, in rank order.
-if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, 0, count - 1) end
+if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, '0', count - 1) end
 local to_reserved = {}
 local earliest
 -- The moved jobs with a trace context: {id, topic, tc, lateness, handed}, returned after the lateness.
@@ -311,7 +311,7 @@ for i = 1, count do
   elseif turns[i] then
     -- A parked turn whose token or pause came: back in line, if its key still has ready jobs.
     local tp, k = turns[i][1], turns[i][2]
-    local head = redis.call('ZRANGE', prefix .. ':fq:' .. tp .. ':' .. k, 0, 0, 'WITHSCORES')
+    local head = redis.call('ZRANGE', prefix .. ':fq:' .. tp .. ':' .. k, '0', '0', 'WITHSCORES')
     if head[2] then flow().flow_turn(prefix, tp, k, math.floor(tonumber(head[2]) / FLOW_STEP) * FLOW_STEP + now, now) end
   end
 end
@@ -372,6 +372,6 @@ out[1] = #out - head_len
 for _, tj in ipairs(traced) do
   for k = 1, 5 do out[#out + 1] = tj[k] end
 end
-local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
 if head[2] then out[2] = tonumber(head[2]) end
 return out

@@ -33,7 +33,7 @@ if run_at <= now then new_state = 'ready' end
 if new_state == 'ready' then
   ready_add(prefix, r, id, rec_score(r.p, run_at), now)
 else
-  local head = redis.call('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
   redis.call('ZADD', bucket, run_at, id)
   if head[2] == nil or run_at < tonumber(head[2]) then
     redis.call(publish, ARGV[6], bucket .. ' ' .. run_at)

@@ -152,7 +152,7 @@ end
 -- Pops up to n members of ready queue `key`: jobs, and flow keys' turns, each giving a job of its key.
 -- Returns whether anything was popped, and an error once a record cannot be read.
 local function take(key, n)
-  local got = redis.call('ZPOPMIN', key, n)
+  local got = redis.call('ZPOPMIN', key, n == want and ARGV[2] or n)
   local tp = string.sub(key, #prefix + 8)
   -- The straight jobs popped here of a topic without limits (indexes in `jobs`): taken, unless their
   -- key has a state (one EXISTS for all).
@@ -217,7 +217,7 @@ if ARGV[6] == '1' and #KEYS > 4 then
   while taken < want and not err and converts < CONVERTS_MAX do
     local best, bs, bid
     for k = 4, #KEYS do
-      local h = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
+      local h = redis.call('ZRANGE', KEYS[k], '0', '0', 'WITHSCORES')
       if h[1] then
         local s = tonumber(h[2])
         if best == nil or s < bs or (s == bs and h[1] < bid) then best, bs, bid = KEYS[k], s, h[1] end
@@ -395,8 +395,8 @@ for k = 1, #added, 2000 do redis.call('ZADD', reserved, unpack(added, k, math.mi
 -- Whether a topic taken from still has ready jobs here, as its count says after this reserve.
 local counted_more = false
 for topic, m in pairs(moved) do
-  if redis.call('HINCRBY', counts, topic .. ':ready', -m) > 0 then counted_more = true end
-  redis.call('HINCRBY', counts, topic .. ':reserved', m)
+  if redis.call('HINCRBY', counts, topic .. ':ready', m == 1 and '-1' or -m) > 0 then counted_more = true end
+  redis.call('HINCRBY', counts, topic .. ':reserved', m == 1 and '1' or m)
 end
 -- The timer holding the partition runs expiry by the announced deadline at the latest, and learns the
 -- next one then (expire.lua), so only a deadline earlier than that needs announcing.
