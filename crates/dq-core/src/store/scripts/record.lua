@@ -234,15 +234,21 @@ local function rec_store(key, r, only_state, new)
   if since >= 1e12 then since = r.c end
   local tc = r.tc
   if tc then code = code + 8 end
-  local v = {code, r.t, r.b, r.r, r.ttr, r.m, since, r.a, r.d or false, r.rc or false, r.e or false,
-    r.x or false, r.g or false, r.bo or false, (r.p ~= 1024 and r.p) or false, r.n or false, r.k or false,
-    false, false, r.ch or false}
-  local n = 20
-  while n > 8 and v[n] == false do
-    v[n] = nil
-    n = n - 1
+  local v
+  if r.a == 0 and not (r.d or r.rc or r.e or r.x or r.g or r.bo or (r.p and r.p ~= 1024) or r.n or r.k or r.ch) then
+    -- A job with none of the fields after the seventh (a new one, most often): its array is those seven.
+    v = {code, r.t, r.b, r.r, r.ttr, r.m, since}
+  else
+    v = {code, r.t, r.b, r.r, r.ttr, r.m, since, r.a, r.d or false, r.rc or false, r.e or false,
+      r.x or false, r.g or false, r.bo or false, (r.p ~= 1024 and r.p) or false, r.n or false, r.k or false,
+      false, false, r.ch or false}
+    local n = 20
+    while n > 8 and v[n] == false do
+      v[n] = nil
+      n = n - 1
+    end
+    if n == 8 and r.a == 0 then v[8] = nil end
   end
-  if n == 8 and r.a == 0 then v[8] = nil end
   local packed = tc and cmsgpack.pack(v, tc) or cmsgpack.pack(v)
   if r.f then packed = cmsgpack.pack(r.f) .. packed end
   if new then return redis.call('SET', key, packed, 'NX') ~= false end
