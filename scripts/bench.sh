@@ -35,18 +35,33 @@ trap cleanup EXIT
 nodes=()
 cluster=""
 [ "${DQ_REDIS_MODE:-standalone}" = cluster ] && cluster=1
+# Waits until a node answers (`up <port>`) or the cluster is formed (`formed <port>`), 30 s at most; a
+# node that did not start (its port taken meanwhile) ends the run with the nodes' logs, not a hang.
+up() { redis-cli -p "$1" ping >/dev/null 2>&1; }
+formed() { redis-cli -p "$1" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; }
+wait_until() {
+  local end=$((SECONDS + 30))
+  until "$@"; do
+    if [ "$SECONDS" -ge "$end" ]; then
+      echo "bench: no answer from Redis ($*) in 30 s; its logs:" >&2
+      tail -n 20 "$work"/*/redis.log >&2
+      exit 1
+    fi
+    sleep 0.05
+  done
+}
 for _ in $( [ -n "$cluster" ] && echo 1 2 3 || echo 1 ); do
   p=$(port); nodes+=("$p"); mkdir -p "$work/$p"
   "${pin_redis[@]}" redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/$p" --logfile "$work/$p/redis.log" \
     ${cluster:+--cluster-enabled yes --cluster-config-file "$work/$p/nodes.conf" --cluster-node-timeout 1000} &
   pids+=($!)
-  until redis-cli -p "$p" ping >/dev/null 2>&1; do sleep 0.05; done
+  wait_until up "$p"
 done
 rport=${nodes[0]}
 if [ -n "$cluster" ]; then
   redis-cli --cluster create $(printf '127.0.0.1:%s ' "${nodes[@]}") --cluster-replicas 0 --cluster-yes >/dev/null
   for p in "${nodes[@]}"; do
-    until redis-cli -p "$p" cluster info | grep -q 'cluster_state:ok'; do sleep 0.1; done
+    wait_until formed "$p"
   done
   export DQ__REDIS__MODE=cluster DQ__REDIS__URLS=$(printf 'redis://127.0.0.1:%s,' "${nodes[@]}" | sed 's/,$//')
 elif [ -n "${DQ_SHARDS_LAYOUT:-}" ]; then export DQ__REDIS__SHARDS="redis://127.0.0.1:$rport"; else export DQ__REDIS__URLS="redis://127.0.0.1:$rport"; fi
