@@ -112,13 +112,18 @@ async fn concurrent_reserves_each_get_their_own_jobs_once() {
     assert_eq!(all.iter().collect::<HashSet<_>>().len(), all.len());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// A reserve whose caller stops waiting before the answer comes releases what it got. On one thread, so
+/// that the call cannot be answered before its caller is gone: the group's call runs in a task of its
+/// own, which starts only once the test awaits (with a second thread it could run at once, and a busy
+/// machine could then let the whole call finish before the caller's first poll returned).
+#[tokio::test]
 async fn a_reserve_whose_caller_stopped_waiting_hands_its_job_back() {
     let redis = RedisServer::start();
     let q = queue(&redis, 1).await;
     push_ready(&q, "t", 1).await;
 
-    // The reserve is sent at its first poll; its caller is gone before the answer can come.
+    // The reserve is submitted at its first poll (its call starts once this task awaits); its caller is
+    // gone before the answer can come.
     {
         let topics = ["t".to_string()];
         let mut reserve = std::pin::pin!(q.reservations().reserve(&topics, 1));
