@@ -94,6 +94,10 @@ async fn acks_and_nacks_are_kept_newest_first() {
         .pop()
         .unwrap();
     let bytes: Vec<u8> = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+    // That SET gave it the retention (PX) too: it expires within `jobs.done_retention_ms`.
+    let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+    let retention = standalone(&redis).jobs.done_retention_ms as i64;
+    assert!(ttl > 0 && ttl <= retention, "{ttl} ms left of {retention}");
     // A key of the same length, so that the keys' own sizes cancel out.
     let fresh = key.replace(":job:", ":jox:");
     let _: () = redis::cmd("SET").arg(&fresh).arg(&bytes).query(&mut conn).unwrap();
