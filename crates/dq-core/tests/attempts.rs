@@ -94,7 +94,7 @@ async fn acks_and_nacks_are_kept_newest_first() {
         .pop()
         .unwrap();
     let bytes: Vec<u8> = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
-    // That SET gave it the retention (PX) too: it expires within `jobs.done_retention_ms`.
+    // And it expires within `jobs.done_retention_ms`.
     let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
     let retention = standalone(&redis).jobs.done_retention_ms as i64;
     assert!(ttl > 0 && ttl <= retention, "{ttl} ms left of {retention}");

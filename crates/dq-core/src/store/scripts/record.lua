@@ -203,14 +203,13 @@ local function rec_score(p, at) return (p or 1024) * 4398046511104 + at end
 -- array16), with r.sf added (8 when a trace context follows). (A done record, written so, keeps the receipt and deadline of its last
 -- reservation, which mean nothing once it is done.)
 --
--- Only done records have a TTL (ack gives it, `px`), and no script rewrites a done record, so a SET never
--- drops a TTL that should stay. With `px` (ms, as text), the record is given that time to live: a SET
--- takes it along (PX), a SETRANGE is followed by a PEXPIRE.
+-- Only done records have a TTL (ack gives it after this), and no script rewrites a done record, so a SET
+-- never drops a TTL that should stay.
 --
 -- A priority of 1024, the default, is stored as none.
 --
 -- With `new`, the record is written only if there is none at `key` (SET NX); returns whether it was.
-local function rec_store(key, r, only_state, new, px)
+local function rec_store(key, r, only_state, new)
   local s, code = r.s
   if s == 'delayed' then code = 1 elseif s == 'ready' then code = 2 elseif s == 'reserved' then code = 3
   elseif s == 'done' then code = 4 elseif s == 'dead' then code = 5
@@ -223,11 +222,9 @@ local function rec_store(key, r, only_state, new, px)
       -- entry after them, not packed again. (An APPEND, or a SETRANGE past the end, would leave the
       -- string as much room again unused: Redis grows a string greedily, and a SET allocates what it
       -- holds.)
-      local bytes = string.sub(r.raw, 1, at) .. string.char(code) .. string.sub(r.raw, at + 2) .. r.added
-      if px then redis.call('SET', key, bytes, 'PX', px) else redis.call('SET', key, bytes) end
+      redis.call('SET', key, string.sub(r.raw, 1, at) .. string.char(code) .. string.sub(r.raw, at + 2) .. r.added)
     else
       redis.call('SETRANGE', key, at == 1 and '1' or at, string.char(code))
-      if px then redis.call('PEXPIRE', key, px) end
     end
     return
   end
@@ -256,7 +253,7 @@ local function rec_store(key, r, only_state, new, px)
   if r.f then packed = cmsgpack.pack(r.f) .. packed end
   if new then return redis.call('SET', key, packed, 'NX') ~= false end
   if r.h then packed = packed .. r.h end
-  if px then redis.call('SET', key, packed, 'PX', px) else redis.call('SET', key, packed) end
+  redis.call('SET', key, packed)
   return true
 end
 
