@@ -192,6 +192,18 @@ end
 -- above, due times closer than 2^(floor(log2 p) - 10) ms may come in id order (docs/redis-keys.md).
 local function rec_score(p, at) return (p or 1024) * 4398046511104 + at end
 
+-- Writes the array `v` (as stored: rec_fields, or rec_store's) at `key`: the flow key `fk` in front,
+-- the trace context `tc` after it (v[1], the state's code, says 8 more when there is one), then the
+-- history `h`. With `nx`, only where there is no record (SET NX); returns whether it was written.
+local function rec_put(key, v, fk, tc, h, nx)
+  local packed = tc and cmsgpack.pack(v, tc) or cmsgpack.pack(v)
+  if fk then packed = cmsgpack.pack(fk) .. packed end
+  if h then packed = packed .. h end
+  if nx then return redis.call('SET', key, packed, 'NX') ~= false end
+  redis.call('SET', key, packed)
+  return true
+end
+
 -- Writes `r` at `key`. The fields up to `a` are always there; the optional ones (d, rc, e, x, g, bo) are
 -- `false` when absent, and left out at the end. (So are p, n, k and ch.) The flow key goes in front of
 -- the array, the trace context after it, then the history. A reservation's end is `r.rc, r.d = nil, nil`.
@@ -249,12 +261,8 @@ local function rec_store(key, r, only_state, new)
     end
     if n == 8 and r.a == 0 then v[8] = nil end
   end
-  local packed = tc and cmsgpack.pack(v, tc) or cmsgpack.pack(v)
-  if r.f then packed = cmsgpack.pack(r.f) .. packed end
-  if new then return redis.call('SET', key, packed, 'NX') ~= false end
-  if r.h then packed = packed .. r.h end
-  redis.call('SET', key, packed)
-  return true
+  -- (A new job has no history.)
+  return rec_put(key, v, r.f, tc, not new and r.h or nil, new)
 end
 
 -- The record at `key` as rec_decode reads it, for a move that reads and writes few of its fields by
@@ -271,15 +279,6 @@ local function rec_fields(key, soft, source, score)
   end
   if not v then return nil, raw end
   return v, fk, tc, off > 0 and string.sub(raw, off + 1) or nil
-end
-
--- Writes the array `v` (rec_fields) at `key`: the flow key `fk` in front, the trace context `tc`
--- after it (v[1], the state's code, says 8 more when there is one), then the history `h`.
-local function rec_put(key, v, fk, tc, h)
-  local packed = tc and cmsgpack.pack(v, tc) or cmsgpack.pack(v)
-  if fk then packed = cmsgpack.pack(fk) .. packed end
-  if h then packed = packed .. h end
-  redis.call('SET', key, packed)
 end
 
 -- Adds attempt `e` to r's history (r.h): `e` is an array of 8 whose first element, the attempt number,
