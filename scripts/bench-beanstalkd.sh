@@ -7,13 +7,14 @@
 #   scripts/bench-beanstalkd.sh                 3 rounds of 64 connections × 1000 jobs of 64 bytes
 #   ROUNDS=5 CONNECTIONS=16 JOBS=5000 BODY=1024 scripts/bench-beanstalkd.sh
 #   PIPELINE=100 scripts/bench-beanstalkd.sh    a pipelining client: 100 commands per write, then their replies
+#   PRIORITY=1024 scripts/bench-beanstalkd.sh   the puts' priority (default 0)
 #   DQ_BIN=/path/to/other/build scripts/bench-beanstalkd.sh   the binaries of another build (not built here)
 #   DQ_ADDR=127.0.0.1:11300 scripts/bench-beanstalkd.sh      load that server as the "dq" side (dq not started)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
 bash scripts/ensure-beanstalkd.sh
-rounds=${ROUNDS:-3} connections=${CONNECTIONS:-64} jobs=${JOBS:-1000} body=${BODY:-64} pipeline=${PIPELINE:-1}
+rounds=${ROUNDS:-3} connections=${CONNECTIONS:-64} jobs=${JOBS:-1000} body=${BODY:-64} pipeline=${PIPELINE:-1} priority=${PRIORITY:-0}
 [ -n "${DQ_BIN:-}" ] || cargo build --release --bins --locked >&2
 bin=${DQ_BIN:-target/release}
 
@@ -66,7 +67,7 @@ for round in $(seq "$rounds"); do
   for side in dq beanstalkd; do
     addr=$dq_addr
     [ "$side" = beanstalkd ] && addr="127.0.0.1:$bport"
-    line=$($bin/dq-bench --json beanstalkd --addr "$addr" -c "$connections" -n "$jobs" --body-bytes "$body" --pipeline "$pipeline" | tail -1) || true
+    line=$($bin/dq-bench --json beanstalkd --addr "$addr" -c "$connections" -n "$jobs" --body-bytes "$body" --pipeline "$pipeline" --priority "$priority" | tail -1) || true
     echo "$side $line" >>"$results"
     python3 - "$round" "$side" "$line" <<'PY'
 import json, sys

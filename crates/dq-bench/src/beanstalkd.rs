@@ -42,6 +42,9 @@ pub struct BeanstalkdArgs {
     /// Commands each connection sends in one write before it reads their replies (1: one at a time).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub pipeline: u32,
+    /// The puts' priority (beanstalkd's: 0 is the most urgent; dq's default is 1024).
+    #[arg(long, default_value_t = 0)]
+    pub priority: u32,
 }
 
 /// Runs `dq-bench beanstalkd`.
@@ -52,7 +55,8 @@ pub async fn run(args: &BeanstalkdArgs) -> Result<Report> {
     }
     let put = Arc::new(
         format!(
-            "put 0 0 60 {}\r\n{}\r\n",
+            "put {} 0 60 {}\r\n{}\r\n",
+            args.priority,
             args.body_bytes,
             "x".repeat(args.body_bytes as usize)
         )
@@ -361,6 +365,7 @@ mod tests {
             body_bytes: 8,
             tube: "t".into(),
             pipeline,
+            priority: 1024,
         };
         let report = run(&args).await.unwrap();
         assert!(!report.is_failure(), "{}", report.human());
@@ -385,6 +390,7 @@ mod tests {
                 "use" => format!("USING {}\r\n", words[1]),
                 "watch" | "ignore" => "WATCHING 1\r\n".into(),
                 "put" => {
+                    assert_eq!(words[1], "1024", "the puts' priority is --priority");
                     let mut body = vec![0; words[4].parse::<usize>().unwrap() + 2];
                     stream.read_exact(&mut body).await.unwrap();
                     let mut jobs = jobs.lock().unwrap();

@@ -13,6 +13,7 @@ pub mod codec;
 pub mod command;
 pub mod counters;
 pub mod dispatch;
+pub mod held;
 pub mod numbers;
 pub mod output;
 pub mod put;

@@ -30,7 +30,7 @@ impl Session {
             };
             match next {
                 Frame::Put { line, body, crlf: true } => {
-                    self.shared.counters.count("cmd-put");
+                    self.shared.counters.count_command("cmd-put");
                     run.push((line, body));
                 }
                 other => {
@@ -119,7 +119,7 @@ impl Session {
 
     /// A stored put's reply, counted for its tube.
     fn inserted(&self, n: u64) -> Vec<u8> {
-        self.shared.counters.count(format!("{}:total-jobs", self.used.topic));
+        self.shared.counters.count(&format!("{}:total-jobs", self.used.topic));
         format!("INSERTED {n}\r\n").into_bytes()
     }
 }

@@ -11,9 +11,10 @@ use tokio::time::Instant;
 
 use super::body;
 use super::counters::TubeGauge;
+use super::held::Held;
 use super::output::{FLUSH_WHILE_WAITING, Output};
 use super::reply;
-use super::session::{Frames, Held, Next, Session, internal, local_deadline};
+use super::session::{Frames, Next, Session, internal, local_deadline};
 
 /// A reserved job's deadline is "soon" within this much of it (beanstalkd's safety margin).
 const SAFETY_MARGIN: Duration = Duration::from_secs(1);
@@ -48,9 +49,7 @@ impl Session {
     /// When the soonest reservation this connection holds ends, if it holds one that has not ended
     /// (the others are forgotten: dq-timer hands those jobs out again).
     pub(super) fn soonest_deadline(&mut self) -> Option<Instant> {
-        let now = Instant::now();
-        self.held.retain(|_, h| h.deadline > now);
-        self.held.values().map(|h| h.deadline).min()
+        self.held.soonest()
     }
 
     /// `reserve` and `reserve-with-timeout`.
@@ -62,7 +61,7 @@ impl Session {
         out: &mut Output,
     ) -> Next {
         let shared = self.shared.clone();
-        shared.counters.count(if with_timeout {
+        shared.counters.count_command(if with_timeout {
             "cmd-reserve-with-timeout"
         } else {
             "cmd-reserve"

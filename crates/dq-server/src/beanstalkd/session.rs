@@ -1,4 +1,4 @@
-//! One protocol connection: its used tube, watched tubes and reservations, and the commands that need
+//! One protocol connection: its used tube, watched tubes and reservations ([`super::held`]), and the commands that need
 //! them (the verbs on reserved jobs, use/watch/ignore). Putting is in [`super::put`], reserving in
 //! [`super::reserve`]; the commands that only read are in [`super::verbs`].
 //!
@@ -8,7 +8,7 @@
 //! is dq's: fenced by its receipt and ended by dq-timer at its deadline, so a connection that hangs
 //! loses its jobs after their TTR, and a dq-server that dies loses nothing.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +23,7 @@ use super::Shared;
 use super::codec::{Codec, Frame};
 use super::command::{Command, Refused};
 use super::counters::TubeGauge;
+use super::held::HeldJobs;
 use super::output::Output;
 use super::reply;
 
@@ -48,22 +49,12 @@ pub struct Tube {
     pub home: u16,
 }
 
-/// A job this connection reserved.
-#[derive(Debug)]
-pub(super) struct Held {
-    pub(super) id: String,
-    pub(super) topic: String,
-    pub(super) receipt: String,
-    /// When the reservation ends, on this server's clock.
-    pub(super) deadline: Instant,
-}
-
 /// A connection's state.
 pub struct Session {
     pub(super) shared: Arc<Shared>,
     pub(super) used: Tube,
     pub(super) watched: Vec<Tube>,
-    pub(super) held: HashMap<u64, Held>,
+    pub(super) held: HeldJobs,
     pub(super) producer: bool,
     pub(super) worker: bool,
     /// Frames that arrived while a reserve waited, handled after it.
@@ -89,7 +80,7 @@ impl Session {
             shared,
             used: default.clone(),
             watched: vec![default],
-            held: HashMap::new(),
+            held: HeldJobs::default(),
             producer: false,
             worker: false,
             pending: VecDeque::new(),
@@ -106,15 +97,15 @@ impl Session {
         let reply = match frame {
             Frame::TooLong => reply::BAD_FORMAT.to_vec(),
             Frame::TooBig => {
-                self.shared.counters.count("cmd-put");
+                self.shared.counters.count_command("cmd-put");
                 reply::JOB_TOO_BIG.to_vec()
             }
             Frame::PutTrailing => {
-                self.shared.counters.count("cmd-put");
+                self.shared.counters.count_command("cmd-put");
                 reply::BAD_FORMAT.to_vec()
             }
             Frame::Put { line, body, crlf } => {
-                self.shared.counters.count("cmd-put");
+                self.shared.counters.count_command("cmd-put");
                 if !crlf {
                     // beanstalkd made the job, and so took its number, before it read the body.
                     if let Err(e) = self.shared.numbers.next(&self.shared.queue, self.used.home).await {
@@ -143,7 +134,7 @@ impl Session {
     /// The commands other than put, reserve and quit.
     async fn command(&mut self, command: Command) -> Vec<u8> {
         let counted = super::counters::counter_name(&command);
-        self.shared.counters.count(counted);
+        self.shared.counters.count_command(counted);
         let answer = match command {
             Command::Use(name) => self.use_tube(name).await,
             Command::Watch(name) => self.watch(name).await,
@@ -158,22 +149,13 @@ impl Session {
         answer.unwrap_or_else(internal)
     }
 
-    /// The reservation this connection holds on job `n`, if it still does.
-    fn held(&mut self, n: u64) -> Option<&Held> {
-        let now = Instant::now();
-        if self.held.get(&n).is_some_and(|h| h.deadline <= now) {
-            self.held.remove(&n);
-        }
-        self.held.get(&n)
-    }
-
     /// `delete <id>`: a job this connection holds is acked (a job put over the protocol, its id made
     /// from its number, leaves no done record: beanstalkd's delete leaves nothing; one pushed over HTTP
     /// stays `done` for lookups as after any ack); a ready, delayed or buried job is deleted; a job
     /// another connection holds is `NOT_FOUND`.
     async fn delete(&mut self, n: u64) -> dq_core::Result<Vec<u8>> {
         let queue = self.shared.queue.clone();
-        if let Some(h) = self.held.remove(&n).filter(|h| h.deadline > Instant::now()) {
+        if let Some(h) = self.held.remove(n) {
             let reservations = queue.reservations();
             let acked = if number_of_id(&h.id, queue.partitions().count()).is_some() {
                 reservations.ack_deleting(&h.id, &h.receipt).await
@@ -182,7 +164,7 @@ impl Session {
             };
             return Ok(match acked {
                 Ok(()) => {
-                    self.shared.counters.count(format!("{}:cmd-delete", h.topic));
+                    self.shared.counters.count(&format!("{}:cmd-delete", h.topic));
                     reply::DELETED.to_vec()
                 }
                 Err(Error::StaleReceipt | Error::NotFound(_)) => reply::NOT_FOUND.to_vec(),
@@ -197,7 +179,7 @@ impl Session {
         }
         Ok(match queue.producer().cancel(&job.id).await {
             Ok(()) => {
-                self.shared.counters.count(format!("{}:cmd-delete", job.topic));
+                self.shared.counters.count(&format!("{}:cmd-delete", job.topic));
                 reply::DELETED.to_vec()
             }
             Err(Error::NotFound(_)) => reply::NOT_FOUND.to_vec(),
@@ -207,11 +189,11 @@ impl Session {
 
     /// `release <id> <pri> <delay>` (`delay` given) and `bury <id> <pri>` (none).
     async fn release(&mut self, n: u64, priority: u32, delay: Option<u32>) -> dq_core::Result<Vec<u8>> {
-        let Some(h) = self.held(n) else {
+        let Some(h) = self.held.get(n) else {
             return Ok(reply::NOT_FOUND.to_vec());
         };
         let (id, receipt) = (h.id.clone(), h.receipt.clone());
-        self.held.remove(&n);
+        self.held.remove(n);
         let delay_ms = delay.map(|d| d as u64 * 1000);
         Ok(
             match self
@@ -230,19 +212,17 @@ impl Session {
 
     /// `touch <id>`: the reservation starts its TTR again.
     async fn touch(&mut self, n: u64) -> dq_core::Result<Vec<u8>> {
-        let Some(h) = self.held(n) else {
+        let Some(h) = self.held.get(n) else {
             return Ok(reply::NOT_FOUND.to_vec());
         };
         let (id, receipt) = (h.id.clone(), h.receipt.clone());
         match self.shared.queue.reservations().touch(&id, &receipt, None).await {
             Ok(deadline) => {
-                if let Some(h) = self.held.get_mut(&n) {
-                    h.deadline = local_deadline(deadline);
-                }
+                self.held.set_deadline(n, local_deadline(deadline));
                 Ok(reply::TOUCHED.to_vec())
             }
             Err(Error::StaleReceipt | Error::NotFound(_)) => {
-                self.held.remove(&n);
+                self.held.remove(n);
                 Ok(reply::NOT_FOUND.to_vec())
             }
             Err(e) => Err(e),
@@ -285,7 +265,7 @@ impl Session {
 
     /// The connection ends: what it holds goes back to ready at once, and its gauges go.
     pub async fn close(mut self) {
-        for (_, h) in self.held.drain() {
+        for h in self.held.drain() {
             if let Err(e) = self
                 .shared
                 .queue

@@ -127,7 +127,7 @@ impl Session {
                     return Ok(reply::NOT_FOUND.to_vec());
                 }
                 self.shared.pause(&tube.topic, delay).await?;
-                self.shared.counters.count(format!("{}:cmd-pause-tube", tube.topic));
+                self.shared.counters.count(&format!("{}:cmd-pause-tube", tube.topic));
                 Ok(reply::PAUSED.to_vec())
             }
             _ => unreachable!("session.rs handles the other commands"),
