@@ -8,6 +8,9 @@
 #   ROUNDS=5 CONNECTIONS=16 JOBS=5000 BODY=1024 scripts/bench-beanstalkd.sh
 #   PIPELINE=100 scripts/bench-beanstalkd.sh    a pipelining client: 100 commands per write, then their replies
 #   PRIORITY=1024 scripts/bench-beanstalkd.sh   the puts' priority (default 0)
+#   TOKIO_WORKER_THREADS=1 scripts/bench-beanstalkd.sh   dq-server on one runtime thread (operations.md, Threads)
+# For dq's rounds it also prints dq-server's and Redis's CPU per job (put, reserve and delete), from
+# /proc/<pid>/stat before and after (not with DQ_ADDR).
 #   DQ_BIN=/path/to/other/build scripts/bench-beanstalkd.sh   the binaries of another build (not built here)
 #   DQ_ADDR=127.0.0.1:11300 scripts/bench-beanstalkd.sh      load that server as the "dq" side (dq not started)
 set -euo pipefail
@@ -50,11 +53,13 @@ else
   redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly yes --appendfsync everysec \
     --dir "$work" --logfile "$work/redis.log" &
   pids+=($!)
+  redis_pid=$!
   until redis-cli -p "$rport" ping >/dev/null 2>&1; do sleep 0.05; done
   dq_addr="127.0.0.1:$(port)"
   export DQ__REDIS__URLS="redis://127.0.0.1:$rport" DQ__LOG__LEVEL=warn
   DQ__SERVER__LISTEN="127.0.0.1:$(port)" DQ__BEANSTALKD__LISTEN="$dq_addr" $bin/dq-server >"$work/server.log" 2>&1 &
   pids+=($!)
+  server_pid=$!
   DQ__METRICS__LISTEN="127.0.0.1:$(port)" $bin/dq-timer >"$work/timer.log" 2>&1 &
   pids+=($!)
   wait_port "${dq_addr##*:}" "$work/server.log"
@@ -63,10 +68,13 @@ fi
 echo "beanstalkd $(beanstalkd -v | awk '{print $2}') at 127.0.0.1:$bport, dq at $dq_addr; $(nproc) cores;" \
   "$rounds rounds of $connections connections × $jobs jobs of $body bytes, $pipeline command(s) per write"
 results="$work/results"
+# CPU seconds (user + system) process $1 has used.
+cpu() { awk -v t="$(getconf CLK_TCK)" '{ print ($14 + $15) / t }' "/proc/$1/stat"; }
 for round in $(seq "$rounds"); do
   for side in dq beanstalkd; do
     addr=$dq_addr
     [ "$side" = beanstalkd ] && addr="127.0.0.1:$bport"
+    [ -n "${server_pid:-}" ] && before="$(cpu "$server_pid") $(cpu "$redis_pid")"
     line=$($bin/dq-bench --json beanstalkd --addr "$addr" -c "$connections" -n "$jobs" --body-bytes "$body" --pipeline "$pipeline" --priority "$priority" | tail -1) || true
     echo "$side $line" >>"$results"
     python3 - "$round" "$side" "$line" <<'PY'
@@ -75,6 +83,11 @@ r = json.loads(sys.argv[3])
 put, rd = r["put_jobs_per_sec"], r["reserve_delete_jobs_per_sec"]
 print(f"round {sys.argv[1]} {sys.argv[2]:<10}  put {put:>9,.0f}/s   reserve+delete {rd:>9,.0f}/s   errors {r['errors']}")
 PY
+    if [ "$side" = dq ] && [ -n "${server_pid:-}" ]; then
+      read -r s0 r0 <<<"$before"
+      awk -v s0="$s0" -v s1="$(cpu "$server_pid")" -v r0="$r0" -v r1="$(cpu "$redis_pid")" -v n=$((connections * jobs)) \
+        'BEGIN { printf "         CPU per job (put, reserve and delete): dq-server %.1f µs, Redis %.1f µs\n", (s1 - s0) * 1e6 / n, (r1 - r0) * 1e6 / n }'
+    fi
   done
 done
 python3 - "$results" <<'PY'
