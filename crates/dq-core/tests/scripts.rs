@@ -299,6 +299,48 @@ async fn a_promotion_larger_than_one_slice_moves_every_job() {
     assert_consistent(&redis);
 }
 
+/// Whatever a call moves (nothing, the one due job, one of two due under a limit of one, three), it tells
+/// the earliest due time left in the delay set, or none when the set is empty; every moved job is ready.
+#[tokio::test]
+async fn every_promotion_tells_the_next_due_time_left() {
+    let redis = RedisServer::start();
+    let q = one_partition(&redis).await;
+    let push = |id: &str, delay_ms: u64| {
+        q.producer().push(job(
+            &q,
+            serde_json::json!({"id": id, "topic": "n", "body": 1, "delay_ms": delay_ms}),
+        ))
+    };
+    let promote = |limit: u32| q.timer().promote(0, limit);
+    let p = promote(1000).await.unwrap();
+    assert_eq!((p.moved, p.next_due), (0, None));
+    let far = push("far", 600_000).await.unwrap().run_at;
+    push("soon", 20).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let p = promote(1000).await.unwrap();
+    assert_eq!((p.moved, p.next_due), (1, Some(far)));
+    push("a", 20).await.unwrap();
+    let b = push("b", 30).await.unwrap().run_at;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let p = promote(1).await.unwrap();
+    assert_eq!((p.moved, p.next_due), (1, Some(b)), "the second due job is next");
+    let p = promote(1000).await.unwrap();
+    assert_eq!((p.moved, p.next_due), (1, Some(far)));
+    for id in ["c", "d", "e"] {
+        push(id, 20).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let p = promote(1000).await.unwrap();
+    assert_eq!((p.moved, p.next_due), (3, Some(far)));
+    let p = promote(1000).await.unwrap();
+    assert_eq!((p.moved, p.next_due), (0, Some(far)));
+    assert_consistent(&redis);
+    let ready = q.reservations().reserve(&["n".to_string()], 100).await.unwrap();
+    let mut ids: Vec<_> = ready.iter().map(|r| r.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["a", "b", "c", "d", "e", "soon"]);
+}
+
 /// A hand-off that reaches nobody (the consumer is gone) leaves its jobs in the ready queue, in the same
 /// call: nothing waits for a reservation to end.
 #[tokio::test]

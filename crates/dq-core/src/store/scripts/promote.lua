@@ -31,7 +31,19 @@ local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local timer_channel, nonce, spans = ARGV[4], ARGV[5], ARGV[6] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZRANGEBYSCORE', bucket, '-inf', now, 'WITHSCORES', 'LIMIT', '0', ARGV[2])
+-- The delay set's first two members. Unless both are due, they tell the due jobs (none, or the first
+-- alone: on a push path jobs come due apart, and most calls move one) and the next due time after this
+-- call, which the common case below then returns without a ZRANGEBYSCORE before and a ZRANGE after (one
+-- command fewer in a call of about ten).
+local peek = redis.call('ZRANGE', bucket, '0', '1', 'WITHSCORES')
+local due, next_due
+if peek[4] and tonumber(peek[4]) <= now and limit > 1 then
+  due = redis.call('ZRANGEBYSCORE', bucket, '-inf', now, 'WITHSCORES', 'LIMIT', '0', ARGV[2])
+elseif peek[2] and tonumber(peek[2]) <= now and limit > 0 then
+  due, next_due = {peek[1], peek[2]}, tonumber(peek[4]) or -1
+else
+  due, next_due = {}, tonumber(peek[2]) or -1
+end
 local count = #due / 2
 
 -- The common case first, without the tables the rest needs: no worker waits (nothing to hand off), and
@@ -93,8 +105,12 @@ if #ARGV <= 6 then
       if empty[topic] then redis.call(publish, ready_channel, topic) end
     end
     out[1] = #out - 4
-    local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
-    if head[2] then out[2] = tonumber(head[2]) end
+    if next_due then
+      out[2] = next_due
+    else
+      local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
+      if head[2] then out[2] = tonumber(head[2]) end
+    end
     return out
   end
 end
