@@ -138,7 +138,7 @@ impl Counters {
         }
     }
 
-    /// Counts one of `field` (`cmd-put`, or `<topic>:cmd-delete`).
+    /// Counts one of `field` for `stats` (`<topic>:cmd-delete`; a command of its own: [`Counters::count_command`]).
     pub fn count(&self, field: &str) {
         let mut unwritten = self.unwritten.lock().expect("not poisoned");
         match unwritten.get_mut(field) {

@@ -46,12 +46,6 @@ impl Session {
         (topics, next_end)
     }
 
-    /// When the soonest reservation this connection holds ends, if it holds one that has not ended
-    /// (the others are forgotten: dq-timer hands those jobs out again).
-    pub(super) fn soonest_deadline(&mut self) -> Option<Instant> {
-        self.held.soonest()
-    }
-
     /// `reserve` and `reserve-with-timeout`.
     pub(super) async fn reserve(
         &mut self,
@@ -77,7 +71,7 @@ impl Session {
                 break Next::Reply(reply::DRAINING.to_vec());
             }
             let (topics, pause_ends) = self.live_topics();
-            let soonest = self.soonest_deadline();
+            let soonest = self.held.soonest();
             let now = Instant::now();
             let soon = soonest.is_some_and(|d| d <= now + SAFETY_MARGIN);
             if soon || until.is_some_and(|u| u <= now) {

@@ -89,7 +89,7 @@ impl Session {
 
     /// Whether this connection holds reservations (a draining server keeps it open for them).
     pub fn holds_jobs(&mut self) -> bool {
-        self.soonest_deadline().is_some()
+        self.held.soonest().is_some()
     }
 
     /// Handles one frame.
