@@ -1,6 +1,6 @@
-//! One protocol connection: its used tube, watched tubes and reservations ([`super::held`]), and the commands that need
-//! them (the verbs on reserved jobs, use/watch/ignore). Putting is in [`super::put`], reserving in
-//! [`super::reserve`]; the commands that only read are in [`super::verbs`].
+//! One protocol connection: its used tube, watched tubes and reservations ([`super::held`]), and the
+//! commands that need them (the verbs on reserved jobs, use/watch/ignore). Putting is in
+//! [`super::put`], reserving in [`super::reserve`]; the commands that only read are in [`super::verbs`].
 //!
 //! Reservations belong to the connection that made them: it alone may delete, release, bury or touch
 //! them (another connection gets `NOT_FOUND`, as in beanstalkd), and when it closes, quits or its
@@ -189,11 +189,10 @@ impl Session {
 
     /// `release <id> <pri> <delay>` (`delay` given) and `bury <id> <pri>` (none).
     async fn release(&mut self, n: u64, priority: u32, delay: Option<u32>) -> dq_core::Result<Vec<u8>> {
-        let Some(h) = self.held.get(n) else {
+        let Some(h) = self.held.remove(n) else {
             return Ok(reply::NOT_FOUND.to_vec());
         };
-        let (id, receipt) = (h.id.clone(), h.receipt.clone());
-        self.held.remove(n);
+        let (id, receipt) = (h.id, h.receipt);
         let delay_ms = delay.map(|d| d as u64 * 1000);
         Ok(
             match self
