@@ -473,7 +473,7 @@ if want life; then
   echo; echo "== one job's life on the $path path, $n jobs: Redis CPU, script calls and where the time inside them goes"
   cpu() { python3 -c "print($(info cpu used_cpu_user) + $(info cpu used_cpu_sys))"; }
   rcli flushall >/dev/null
-  c0=$(cpu); sleep 5; c1=$(cpu); t1=$(date +%s.%N)
+  c0=$(cpu); sleep 5; c1=$(cpu); t1=$(date +%s.%N); h1=$(timer_metric dq_jobs_handed_off_total)
   rcli config resetstat >/dev/null
   # LIFE_SCRIPTS=1: also each script's share (logging every call costs Redis a little time of its own).
   [ -n "${LIFE_SCRIPTS:-}" ] && rcli config set slowlog-log-slower-than 0 >/dev/null && \
@@ -489,9 +489,9 @@ if want life; then
                    python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["jobs"])') ;;
     *) echo "LIFE_PATH is push, pull, beanstalkd or bullmq, not $path" >&2; exit 2 ;;
   esac
-  c2=$(cpu); t2=$(date +%s.%N)
+  c2=$(cpu); t2=$(date +%s.%N); h2=$(timer_metric dq_jobs_handed_off_total)
   rcli info commandstats | tr -d '\r' > "$work/commandstats.txt"
-  python3 - "$c0" "$c1" "$c2" "$t1" "$t2" "$jobs" "$work/commandstats.txt" <<'PY'
+  python3 - "$c0" "$c1" "$c2" "$t1" "$t2" "$jobs" "$work/commandstats.txt" "$((h2 - h1))" <<'PY'
 import collections, sys
 c0, c1, c2, t1, t2 = map(float, sys.argv[1:6]); jobs = int(sys.argv[6])
 stats = collections.Counter(); calls = collections.Counter()
@@ -514,7 +514,7 @@ print(f"| time inside scripts | {scripts:.1f} us |")
 top = ", ".join(f"{k.upper()} {calls[k] / jobs:.1f}" for k, _ in collections.Counter(inner).most_common(6))
 print(f"| of which Redis commands (those the scripts call, and the few clients send directly) | {commands:.1f} us ({top}) |")
 print(f"| of which Lua itself | {lua:.1f} us ({lua / scripts * 100 if scripts else 0:.0f}% of the time inside scripts) |")
-print(f"({jobs} jobs)")
+print(f"({jobs} jobs, {int(sys.argv[8])} of them handed off by the timers)")
 PY
   [ -n "${LIFE_SCRIPTS:-}" ] && script_times "$jobs" && rcli config set slowlog-log-slower-than 10000 >/dev/null
   rcli flushall >/dev/null

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where Redis's time goes over one job's whole life (push, delay, promote, deliver, ack), per job: Redis
 # CPU, EVALSHA calls, the time inside scripts, the part of it spent in the Redis commands they call, and
-# the rest, Lua itself. On a private Redis with the release build (scripts/bench.sh's set-up).
+# the rest, Lua itself; and how many of the jobs the timers handed off to a waiting dq-consumer (docs/
+# architecture.md, "Hand-offs"). On a private Redis with the release build (scripts/bench.sh's set-up).
 #
 #   scripts/profile-life.sh [push|pull|beanstalkd|bullmq] [jobs]   default: push 10000; bullmq: BullMQ 6.7
 #                                      doing the push path's work on the same Redis (scripts/peers), for the ratio

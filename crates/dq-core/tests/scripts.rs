@@ -271,6 +271,74 @@ async fn promote_hands_due_jobs_to_waiting_workers_up_to_their_slots() {
     assert_consistent(&redis);
 }
 
+/// A promotion given a waiting worker hands it the most urgent of its topic's due jobs, up to its slots,
+/// as the ready queue would give them out (a job with a priority due after plain ones goes first), and
+/// the others go to the ready queue whole, in its order.
+#[tokio::test]
+async fn a_handoff_takes_the_most_urgent_and_the_rest_go_to_ready_whole() {
+    let redis = RedisServer::start();
+    let q = one_partition(&redis).await;
+    let mut sub = redis.conn();
+    let mut sub = sub.as_pubsub();
+    sub.psubscribe(
+        q.keys()
+            .wake_pattern(&dq_core::store::keys::WakeKind::Handoff("C1".into())),
+    )
+    .unwrap();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // Due in this order: three plain jobs, then one more urgent than the default and one less.
+    for (i, (id, priority)) in [
+        ("a1", None),
+        ("a2", None),
+        ("a3", None),
+        ("urgent", Some(5)),
+        ("late", Some(2000)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut j = serde_json::json!({"id": id, "topic": "t", "body": {"n": id}, "delay_ms": 20 + i, "ttr_ms": 1000});
+        if let Some(p) = priority {
+            j["priority"] = p.into();
+        }
+        q.producer().push(job(&q, j)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiting = [Waiting {
+        topic: "t".into(),
+        consumer: "C1".into(),
+        slots: 2,
+        least_ttr_ms: 60_000,
+    }];
+    let p = q.timer().promote_for(0, 100, &waiting).await.unwrap();
+    assert_eq!((p.moved, p.handed.clone()), (5, vec![2]));
+    let message: String = sub.get_message().unwrap().get_payload().unwrap();
+    let handed = dq_core::reservations::handoff::decode_handoff(&message).unwrap();
+    assert_eq!(
+        handed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+        ["urgent", "a1"],
+        "by priority, then due time"
+    );
+    for j in &handed {
+        assert_eq!(j.body.get(), format!(r#"{{"n":"{}"}}"#, j.id));
+        assert_eq!(q.producer().get(&j.id).await.unwrap().state, State::Reserved);
+    }
+    assert_consistent(&redis);
+    let rest = q.reservations().reserve(&["t".to_string()], 10).await.unwrap();
+    assert_eq!(
+        rest.iter()
+            .map(|j| (j.id.as_str(), j.body.get(), j.attempt))
+            .collect::<Vec<_>>(),
+        [
+            ("a2", r#"{"n":"a2"}"#, 1),
+            ("a3", r#"{"n":"a3"}"#, 1),
+            ("late", r#"{"n":"late"}"#, 1)
+        ],
+        "the others are ready, whole, in the queue's order"
+    );
+    assert_consistent(&redis);
+}
+
 /// One promotion of more jobs than one ZADD is given at once (promote.lua adds in slices of 1000) moves
 /// every one of them, and the counts follow.
 #[tokio::test]
