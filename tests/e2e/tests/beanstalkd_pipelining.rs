@@ -102,3 +102,86 @@ async fn a_waiting_reserve_writes_the_replies_before_it_and_keeps_its_place() {
         "list-tubes-watched answers after the reserve"
     );
 }
+
+/// Reserves that may not wait, read together, look for jobs together: each gets the best job left in
+/// turn (by priority, then number), the ones after the last job what a look that finds nothing gets
+/// (here `DEADLINE_SOON`: the connection then holds a job with a 1 s TTR), and a command behind them
+/// is answered after them. Each counts as a command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserves_read_together_take_the_best_jobs_in_turn() {
+    let dq = DqBeanstalkd::start().await;
+    let mut c = connect(&dq.addr).await;
+    c.get_mut()
+        .write_all(b"put 5 0 60 1\r\na\r\nput 1 0 60 1\r\nb\r\nput 5 0 60 1\r\nc\r\nput 9 0 1 1\r\nd\r\n")
+        .await
+        .unwrap();
+    for n in 1..=4 {
+        assert_eq!(reply(&mut c).await, format!("INSERTED {n}"));
+    }
+    let looks = "reserve-with-timeout 0\r\n".repeat(6) + "list-tube-used\r\n";
+    c.get_mut().write_all(looks.as_bytes()).await.unwrap();
+    for n in [2, 1, 3, 4] {
+        assert_eq!(reply(&mut c).await, format!("RESERVED {n} 1"));
+    }
+    assert_eq!(reply(&mut c).await, "DEADLINE_SOON");
+    assert_eq!(reply(&mut c).await, "DEADLINE_SOON");
+    assert_eq!(reply(&mut c).await, "USING default");
+    c.get_mut().write_all(b"stats\r\n").await.unwrap();
+    let mut head = String::new();
+    c.read_line(&mut head).await.unwrap();
+    let len: usize = head.trim_end().strip_prefix("OK ").unwrap().parse().unwrap();
+    let mut body = vec![0; len + 2];
+    c.read_exact(&mut body).await.unwrap();
+    let stats = String::from_utf8(body).unwrap();
+    assert!(
+        stats.contains("cmd-reserve-with-timeout: 6\n"),
+        "each reserve counted: {stats}"
+    );
+}
+
+/// Deletes read together, of jobs the connection holds, are acked side by side and answered in turn; a
+/// delete of the same number again, of a ready job, or of no job is answered as alone, in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_read_together_are_answered_in_turn() {
+    let dq = DqBeanstalkd::start().await;
+    let mut c = connect(&dq.addr).await;
+    let puts = "put 0 0 60 1\r\nx\r\n".repeat(4);
+    c.get_mut().write_all(puts.as_bytes()).await.unwrap();
+    for n in 1..=4 {
+        assert_eq!(reply(&mut c).await, format!("INSERTED {n}"));
+    }
+    let looks = "reserve-with-timeout 0\r\n".repeat(3);
+    c.get_mut().write_all(looks.as_bytes()).await.unwrap();
+    for n in 1..=3 {
+        assert_eq!(reply(&mut c).await, format!("RESERVED {n} 1"));
+    }
+    c.get_mut()
+        .write_all(b"delete 1\r\ndelete 2\r\ndelete 2\r\ndelete 4\r\ndelete 3\r\ndelete 99\r\nstats-job 1\r\n")
+        .await
+        .unwrap();
+    for expected in [
+        "DELETED",
+        "DELETED",
+        "NOT_FOUND",
+        "DELETED",
+        "DELETED",
+        "NOT_FOUND",
+        "NOT_FOUND",
+    ] {
+        assert_eq!(reply(&mut c).await, expected);
+    }
+    c.get_mut().write_all(b"stats\r\n").await.unwrap();
+    let mut head = String::new();
+    c.read_line(&mut head).await.unwrap();
+    let len: usize = head.trim_end().strip_prefix("OK ").unwrap().parse().unwrap();
+    let mut body = vec![0; len + 2];
+    c.read_exact(&mut body).await.unwrap();
+    let stats = String::from_utf8(body).unwrap();
+    for line in [
+        "cmd-delete: 6\n",
+        "current-jobs-ready: 0\n",
+        "current-jobs-reserved: 0\n",
+    ] {
+        assert!(stats.contains(line), "{line:?} in {stats}");
+    }
+}

@@ -6,10 +6,12 @@ use std::time::Duration;
 use dq_core::beanstalkd::home_partition;
 use dq_core::reservations::ReserveOptions;
 use dq_core::{Reservation, State};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
 use super::body;
+use super::codec::Frame;
+use super::command::Command;
 use super::counters::TubeGauge;
 use super::held::Held;
 use super::output::{FLUSH_WHILE_WAITING, Output};
@@ -18,6 +20,9 @@ use super::session::{Frames, Next, Session, internal, local_deadline};
 
 /// A reserved job's deadline is "soon" within this much of it (beanstalkd's safety margin).
 const SAFETY_MARGIN: Duration = Duration::from_secs(1);
+
+/// Most `reserve-with-timeout 0` commands of one connection that look for jobs together.
+const MOST_LOOKS: usize = 100;
 
 /// Commands a waiting reserve reads ahead and keeps for after it; past this many it reads no more until
 /// it is answered (the socket's buffer then holds the rest).
@@ -76,6 +81,14 @@ impl Session {
             let soon = soonest.is_some_and(|d| d <= now + SAFETY_MARGIN);
             if soon || until.is_some_and(|u| u <= now) {
                 // One look without waiting: a job that is ready is still given, as beanstalkd gives it.
+                // With one tube watched, the `reserve-with-timeout 0` commands read right behind this
+                // one (a pipelining client's) look together: one reserve of as many jobs, given out in
+                // the commands' order, which is the order one look each would give them.
+                let looks = if topics.len() == 1 && timeout == Some(0) {
+                    1 + self.gather_looks(frames)
+                } else {
+                    1
+                };
                 if !topics.is_empty() {
                     let options = ReserveOptions {
                         least_ttr_ms: None,
@@ -84,18 +97,19 @@ impl Session {
                     };
                     let topics = match best_first(&shared.queue, topics).await {
                         Ok(sorted) => sorted,
-                        Err(e) => break Next::Reply(internal(e)),
+                        Err(e) => break Next::Reply(internal(e).repeat(looks)),
                     };
-                    match shared.queue.reservations().reserve_with(&topics, 1, options).await {
-                        Ok(mut jobs) => {
-                            if let Some(job) = jobs.pop() {
+                    match shared.queue.reservations().reserve_with(&topics, looks, options).await {
+                        Ok(jobs) if looks == 1 => {
+                            if let Some(job) = jobs.into_iter().next() {
                                 break self.reserved(job).await;
                             }
                         }
-                        Err(e) => break Next::Reply(internal(e)),
+                        Ok(jobs) => break Next::Reply(self.looked(jobs, looks).await),
+                        Err(e) => break Next::Reply(internal(e).repeat(looks)),
                     }
                 }
-                break Next::Reply(if soon { reply::DEADLINE_SOON } else { reply::TIMED_OUT }.to_vec());
+                break Next::Reply(self.nothing_now().repeat(looks));
             }
             if !waiting {
                 waiting = true;
@@ -156,6 +170,59 @@ impl Session {
             self.waiting_gauges(-1);
         }
         next
+    }
+
+    /// Takes the `reserve-with-timeout 0` commands read right behind a first one (up to
+    /// [`MOST_LOOKS`] in all), counting each; the first other command stays for after them.
+    fn gather_looks(&mut self, frames: &mut Frames) -> usize {
+        let mut more = 0;
+        while 1 + more < MOST_LOOKS {
+            let next = match self.pending.pop_front() {
+                Some(frame) => frame,
+                None => match frames.next().now_or_never() {
+                    Some(Some(Ok(frame))) => frame,
+                    // Nothing more read yet; or the connection ended, which the next read finds again.
+                    _ => break,
+                },
+            };
+            let look = matches!(&next, Frame::Line(line) if matches!(
+                super::command::parse(line),
+                Ok(Command::Reserve { timeout: Some(0), with_timeout: true })
+            ));
+            if !look {
+                self.pending.push_front(next);
+                break;
+            }
+            self.shared.counters.count_command("cmd-reserve-with-timeout");
+            more += 1;
+        }
+        more
+    }
+
+    /// The replies to `looks` reserves that looked together and found `jobs` (the best first): a job
+    /// each in turn, then for the others what a look that finds nothing answers.
+    async fn looked(&mut self, jobs: Vec<Reservation>, looks: usize) -> Vec<u8> {
+        let found = jobs.len();
+        let mut replies = Vec::new();
+        for job in jobs {
+            match self.reserved(job).await {
+                Next::Reply(r) => replies.extend_from_slice(&r),
+                Next::Close => replies.extend_from_slice(reply::INTERNAL_ERROR),
+            }
+        }
+        // Asked after the jobs were kept: one whose reservation is short makes its deadline soon.
+        let nothing = self.nothing_now();
+        for _ in found..looks {
+            replies.extend_from_slice(&nothing);
+        }
+        replies
+    }
+
+    /// What a reserve that may not wait answers when it finds no job: `DEADLINE_SOON` when a job the
+    /// connection holds is within the safety margin of its deadline, else `TIMED_OUT`.
+    fn nothing_now(&mut self) -> Vec<u8> {
+        let soon = self.held.soonest().is_some_and(|d| d <= Instant::now() + SAFETY_MARGIN);
+        if soon { reply::DEADLINE_SOON } else { reply::TIMED_OUT }.to_vec()
     }
 
     pub(super) fn waiting_gauges(&self, by: i64) {

@@ -15,6 +15,7 @@ use std::time::Duration;
 use dq_core::beanstalkd::Released;
 use dq_core::beanstalkd::{home_partition, number_of_id};
 use dq_core::{Error, State};
+use futures_util::{FutureExt, StreamExt};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
@@ -23,9 +24,12 @@ use super::Shared;
 use super::codec::{Codec, Frame};
 use super::command::{Command, Refused};
 use super::counters::TubeGauge;
-use super::held::HeldJobs;
+use super::held::{Held, HeldJobs};
 use super::output::Output;
 use super::reply;
+
+/// Most `delete` commands of one connection acked side by side.
+const MOST_DELETES: usize = 100;
 
 /// The frames of a connection.
 pub type Frames = FramedRead<OwnedReadHalf, Codec>;
@@ -125,6 +129,7 @@ impl Session {
                 Ok(Command::Reserve { timeout, with_timeout }) => {
                     return self.reserve(timeout, with_timeout, frames, out).await;
                 }
+                Ok(Command::Delete(n)) if self.deletes_at_once(n) => self.deletes(n, frames).await,
                 Ok(command) => self.command(command).await,
             },
         };
@@ -185,6 +190,62 @@ impl Session {
             Err(Error::NotFound(_)) => reply::NOT_FOUND.to_vec(),
             Err(e) => return Err(e),
         })
+    }
+
+    /// Whether `delete <n>` acks a job this connection holds that was put over the protocol (its id made
+    /// from its number), which leaves nothing behind.
+    fn deletes_at_once(&mut self, n: u64) -> bool {
+        let count = self.shared.queue.partitions().count();
+        self.held.get(n).is_some_and(|h| number_of_id(&h.id, count).is_some())
+    }
+
+    /// `delete <n>` and the deletes read right behind it (a pipelining client's, up to [`MOST_DELETES`])
+    /// of such jobs: acked side by side, so the group commit sends them in one call, and answered in
+    /// turn. The first other command (or a delete of another job, or of a number twice) stays for
+    /// after them.
+    async fn deletes(&mut self, first: u64, frames: &mut Frames) -> Vec<u8> {
+        let mut run = vec![first];
+        while run.len() < MOST_DELETES {
+            let next = match self.pending.pop_front() {
+                Some(frame) => frame,
+                None => match frames.next().now_or_never() {
+                    Some(Some(Ok(frame))) => frame,
+                    // Nothing more read yet; or the connection ended, which the next read finds again.
+                    _ => break,
+                },
+            };
+            let n = match &next {
+                Frame::Line(line) => match super::command::parse(line) {
+                    Ok(Command::Delete(n)) if !run.contains(&n) && self.deletes_at_once(n) => Some(n),
+                    _ => None,
+                },
+                _ => None,
+            };
+            match n {
+                Some(n) => run.push(n),
+                None => {
+                    self.pending.push_front(next);
+                    break;
+                }
+            }
+        }
+        let held: Vec<Held> = run.iter().filter_map(|&n| self.held.remove(n)).collect();
+        let reservations = self.shared.queue.reservations();
+        let acks = held.iter().map(|h| reservations.ack_deleting(&h.id, &h.receipt));
+        let acked = futures_util::future::join_all(acks).await;
+        let mut replies = Vec::new();
+        for (h, acked) in held.iter().zip(acked) {
+            self.shared.counters.count_command("cmd-delete");
+            replies.extend_from_slice(&match acked {
+                Ok(()) => {
+                    self.shared.counters.count(&format!("{}:cmd-delete", h.topic));
+                    reply::DELETED.to_vec()
+                }
+                Err(Error::StaleReceipt | Error::NotFound(_)) => reply::NOT_FOUND.to_vec(),
+                Err(e) => internal(e),
+            });
+        }
+        replies
     }
 
     /// `release <id> <pri> <delay>` (`delay` given) and `bury <id> <pri>` (none).
