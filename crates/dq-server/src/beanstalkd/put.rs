@@ -5,7 +5,6 @@
 use bytes::Bytes;
 use dq_core::beanstalkd::id_of_number;
 use dq_core::{Due, Error, NewJob};
-use futures_util::{FutureExt, StreamExt};
 
 use super::codec::Frame;
 use super::command::PutLine;
@@ -20,13 +19,8 @@ impl Session {
     /// they are stored together. The first other frame stays next in line.
     pub(super) fn gather_puts(&mut self, run: &mut Vec<(PutLine, Bytes)>, frames: &mut Frames) {
         while run.len() < PUT_RUN {
-            let next = match self.pending.pop_front() {
-                Some(frame) => frame,
-                None => match frames.next().now_or_never() {
-                    Some(Some(Ok(frame))) => frame,
-                    // Nothing more read yet; or the connection ended, which the next read finds again.
-                    _ => break,
-                },
+            let Some(next) = self.read_already(frames) else {
+                break;
             };
             match next {
                 Frame::Put { line, body, crlf: true } => {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use dq_core::beanstalkd::home_partition;
 use dq_core::reservations::ReserveOptions;
 use dq_core::{Reservation, State};
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use super::body;
@@ -177,13 +177,8 @@ impl Session {
     fn gather_looks(&mut self, frames: &mut Frames) -> usize {
         let mut more = 0;
         while 1 + more < MOST_LOOKS {
-            let next = match self.pending.pop_front() {
-                Some(frame) => frame,
-                None => match frames.next().now_or_never() {
-                    Some(Some(Ok(frame))) => frame,
-                    // Nothing more read yet; or the connection ended, which the next read finds again.
-                    _ => break,
-                },
+            let Some(next) = self.read_already(frames) else {
+                break;
             };
             let look = matches!(&next, Frame::Line(line) if matches!(
                 super::command::parse(line),

@@ -192,6 +192,16 @@ impl Session {
         })
     }
 
+    /// The next command already read (a pipelining client's), without waiting for more: those kept in
+    /// `pending` first. None when nothing more has been read yet, or when the connection ended, which
+    /// the next read finds again.
+    pub(super) fn read_already(&mut self, frames: &mut Frames) -> Option<Frame> {
+        self.pending.pop_front().or_else(|| match frames.next().now_or_never() {
+            Some(Some(Ok(frame))) => Some(frame),
+            _ => None,
+        })
+    }
+
     /// Whether `delete <n>` acks a job this connection holds that was put over the protocol (its id made
     /// from its number), which leaves nothing behind.
     fn deletes_at_once(&mut self, n: u64) -> bool {
@@ -206,13 +216,8 @@ impl Session {
     async fn deletes(&mut self, first: u64, frames: &mut Frames) -> Vec<u8> {
         let mut run = vec![first];
         while run.len() < MOST_DELETES {
-            let next = match self.pending.pop_front() {
-                Some(frame) => frame,
-                None => match frames.next().now_or_never() {
-                    Some(Some(Ok(frame))) => frame,
-                    // Nothing more read yet; or the connection ended, which the next read finds again.
-                    _ => break,
-                },
+            let Some(next) = self.read_already(frames) else {
+                break;
             };
             let n = match &next {
                 Frame::Line(line) => match super::command::parse(line) {
