@@ -209,6 +209,34 @@ async fn promotion_is_exactly_once_under_racing_promoters() {
     assert_consistent(&redis);
 }
 
+/// Consumer `C1`'s hand-off channels (every partition's), read with a 5 s timeout.
+fn handoffs_to_c1<'a>(conn: &'a mut redis::Connection, q: &Queue) -> redis::PubSub<'a> {
+    let mut sub = conn.as_pubsub();
+    sub.psubscribe(
+        q.keys()
+            .wake_pattern(&dq_core::store::keys::WakeKind::Handoff("C1".into())),
+    )
+    .unwrap();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    sub
+}
+
+/// `C1` waits for topic `t`, with 2 slots and a least TTR of 60 s.
+fn c1_waits_for_t() -> [Waiting; 1] {
+    [Waiting {
+        topic: "t".into(),
+        consumer: "C1".into(),
+        slots: 2,
+        least_ttr_ms: 60_000,
+    }]
+}
+
+/// The jobs of the next hand-off message on `sub`.
+fn next_handoff(sub: &mut redis::PubSub<'_>) -> Vec<dq_core::Reservation> {
+    let message: String = sub.get_message().unwrap().get_payload().unwrap();
+    dq_core::reservations::handoff::decode_handoff(&message).unwrap()
+}
+
 /// A promotion given waiting dq-consumer workers reserves their topics' due jobs for them, up to their
 /// slots, and publishes them on the worker's hand-off channel; the rest go to ready as before. The
 /// handed jobs are reserved like any other: their receipts ack them.
@@ -216,14 +244,8 @@ async fn promotion_is_exactly_once_under_racing_promoters() {
 async fn promote_hands_due_jobs_to_waiting_workers_up_to_their_slots() {
     let redis = RedisServer::start();
     let q = one_partition(&redis).await;
-    let mut sub = redis.conn();
-    let mut sub = sub.as_pubsub();
-    sub.psubscribe(
-        q.keys()
-            .wake_pattern(&dq_core::store::keys::WakeKind::Handoff("C1".into())),
-    )
-    .unwrap();
-    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut conn = redis.conn();
+    let mut sub = handoffs_to_c1(&mut conn, &q);
     for (id, topic) in [("t1", "t"), ("t2", "t"), ("t3", "t"), ("u1", "u")] {
         q.producer()
             .push(job(
@@ -234,16 +256,9 @@ async fn promote_hands_due_jobs_to_waiting_workers_up_to_their_slots() {
             .unwrap();
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let waiting = [Waiting {
-        topic: "t".into(),
-        consumer: "C1".into(),
-        slots: 2,
-        least_ttr_ms: 60_000,
-    }];
-    let p = q.timer().promote_for(0, 100, &waiting).await.unwrap();
+    let p = q.timer().promote_for(0, 100, &c1_waits_for_t()).await.unwrap();
     assert_eq!((p.moved, p.handed.clone(), p.lateness_ms.len()), (4, vec![2], 4));
-    let message: String = sub.get_message().unwrap().get_payload().unwrap();
-    let handed = dq_core::reservations::handoff::decode_handoff(&message).unwrap();
+    let handed = next_handoff(&mut sub);
     assert_eq!(handed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["t1", "t2"]);
     for j in &handed {
         assert_eq!((j.topic.as_str(), j.attempt), ("t", 1));
@@ -278,14 +293,8 @@ async fn promote_hands_due_jobs_to_waiting_workers_up_to_their_slots() {
 async fn a_handoff_takes_the_most_urgent_and_the_rest_go_to_ready_whole() {
     let redis = RedisServer::start();
     let q = one_partition(&redis).await;
-    let mut sub = redis.conn();
-    let mut sub = sub.as_pubsub();
-    sub.psubscribe(
-        q.keys()
-            .wake_pattern(&dq_core::store::keys::WakeKind::Handoff("C1".into())),
-    )
-    .unwrap();
-    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut conn = redis.conn();
+    let mut sub = handoffs_to_c1(&mut conn, &q);
     // Due in this order: three plain jobs, then one more urgent than the default and one less.
     for (i, (id, priority)) in [
         ("a1", None),
@@ -304,16 +313,9 @@ async fn a_handoff_takes_the_most_urgent_and_the_rest_go_to_ready_whole() {
         q.producer().push(job(&q, j)).await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let waiting = [Waiting {
-        topic: "t".into(),
-        consumer: "C1".into(),
-        slots: 2,
-        least_ttr_ms: 60_000,
-    }];
-    let p = q.timer().promote_for(0, 100, &waiting).await.unwrap();
+    let p = q.timer().promote_for(0, 100, &c1_waits_for_t()).await.unwrap();
     assert_eq!((p.moved, p.handed.clone()), (5, vec![2]));
-    let message: String = sub.get_message().unwrap().get_payload().unwrap();
-    let handed = dq_core::reservations::handoff::decode_handoff(&message).unwrap();
+    let handed = next_handoff(&mut sub);
     assert_eq!(
         handed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
         ["urgent", "a1"],

@@ -24,6 +24,17 @@ async fn reply(stream: &mut BufReader<TcpStream>) -> String {
     line
 }
 
+/// The server's `stats` (its YAML).
+async fn stats(stream: &mut BufReader<TcpStream>) -> String {
+    stream.get_mut().write_all(b"stats\r\n").await.unwrap();
+    let mut head = String::new();
+    stream.read_line(&mut head).await.unwrap();
+    let len: usize = head.trim_end().strip_prefix("OK ").unwrap().parse().unwrap();
+    let mut body = vec![0; len + 2];
+    stream.read_exact(&mut body).await.unwrap();
+    String::from_utf8(body).unwrap()
+}
+
 async fn connect(addr: &str) -> BufReader<TcpStream> {
     BufReader::new(TcpStream::connect(addr).await.unwrap())
 }
@@ -126,13 +137,7 @@ async fn reserves_read_together_take_the_best_jobs_in_turn() {
     assert_eq!(reply(&mut c).await, "DEADLINE_SOON");
     assert_eq!(reply(&mut c).await, "DEADLINE_SOON");
     assert_eq!(reply(&mut c).await, "USING default");
-    c.get_mut().write_all(b"stats\r\n").await.unwrap();
-    let mut head = String::new();
-    c.read_line(&mut head).await.unwrap();
-    let len: usize = head.trim_end().strip_prefix("OK ").unwrap().parse().unwrap();
-    let mut body = vec![0; len + 2];
-    c.read_exact(&mut body).await.unwrap();
-    let stats = String::from_utf8(body).unwrap();
+    let stats = stats(&mut c).await;
     assert!(
         stats.contains("cmd-reserve-with-timeout: 6\n"),
         "each reserve counted: {stats}"
@@ -170,13 +175,7 @@ async fn deletes_read_together_are_answered_in_turn() {
     ] {
         assert_eq!(reply(&mut c).await, expected);
     }
-    c.get_mut().write_all(b"stats\r\n").await.unwrap();
-    let mut head = String::new();
-    c.read_line(&mut head).await.unwrap();
-    let len: usize = head.trim_end().strip_prefix("OK ").unwrap().parse().unwrap();
-    let mut body = vec![0; len + 2];
-    c.read_exact(&mut body).await.unwrap();
-    let stats = String::from_utf8(body).unwrap();
+    let stats = stats(&mut c).await;
     for line in [
         "cmd-delete: 6\n",
         "current-jobs-ready: 0\n",
