@@ -129,7 +129,10 @@ impl Session {
                 Ok(Command::Reserve { timeout, with_timeout }) => {
                     return self.reserve(timeout, with_timeout, frames, out).await;
                 }
-                Ok(Command::Delete(n)) if self.deletes_at_once(n) => self.deletes(n, frames).await,
+                Ok(Command::Delete(n)) => match self.take_deletable(n) {
+                    Some(held) => self.deletes(held, frames).await,
+                    None => self.command(Command::Delete(n)).await,
+                },
                 Ok(command) => self.command(command).await,
             },
         };
@@ -154,20 +157,14 @@ impl Session {
         answer.unwrap_or_else(internal)
     }
 
-    /// `delete <id>`: a job this connection holds is acked (a job put over the protocol, its id made
-    /// from its number, leaves no done record: beanstalkd's delete leaves nothing; one pushed over HTTP
-    /// stays `done` for lookups as after any ack); a ready, delayed or buried job is deleted; a job
-    /// another connection holds is `NOT_FOUND`.
+    /// `delete <id>` of any job but one [`Session::deletes`] takes: a job this connection holds that was
+    /// pushed over HTTP is acked (it stays `done` for lookups, as after any ack; a job put over the
+    /// protocol leaves nothing, as beanstalkd's delete); a ready, delayed or buried job is deleted; a
+    /// job another connection holds is `NOT_FOUND`.
     async fn delete(&mut self, n: u64) -> dq_core::Result<Vec<u8>> {
         let queue = self.shared.queue.clone();
         if let Some(h) = self.held.remove(n) {
-            let reservations = queue.reservations();
-            let acked = if number_of_id(&h.id, queue.partitions().count()).is_some() {
-                reservations.ack_deleting(&h.id, &h.receipt).await
-            } else {
-                reservations.ack(&h.id, &h.receipt).await
-            };
-            return Ok(match acked {
+            return Ok(match queue.reservations().ack(&h.id, &h.receipt).await {
                 Ok(()) => {
                     self.shared.counters.count(&format!("{}:cmd-delete", h.topic));
                     reply::DELETED.to_vec()
@@ -202,39 +199,43 @@ impl Session {
         })
     }
 
-    /// Whether `delete <n>` acks a job this connection holds that was put over the protocol (its id made
-    /// from its number), which leaves nothing behind.
-    fn deletes_at_once(&mut self, n: u64) -> bool {
+    /// The reservation `delete <n>` acks leaving nothing behind, taken from those held: of a job this
+    /// connection holds that was put over the protocol (its id made from its number). None for any
+    /// other delete.
+    fn take_deletable(&mut self, n: u64) -> Option<Held> {
         let count = self.shared.queue.partitions().count();
-        self.held.get(n).is_some_and(|h| number_of_id(&h.id, count).is_some())
+        if self.held.get(n).is_some_and(|h| number_of_id(&h.id, count).is_some()) {
+            self.held.remove(n)
+        } else {
+            None
+        }
     }
 
-    /// `delete <n>` and the deletes read right behind it (a pipelining client's, up to [`MOST_DELETES`])
-    /// of such jobs: acked side by side, so the group commit sends them in one call, and answered in
-    /// turn. The first other command (or a delete of another job, or of a number twice) stays for
-    /// after them.
-    async fn deletes(&mut self, first: u64, frames: &mut Frames) -> Vec<u8> {
-        let mut run = vec![first];
-        while run.len() < MOST_DELETES {
+    /// A `delete` of `first` ([`Session::take_deletable`]) and such deletes read right behind it (a
+    /// pipelining client's, up to [`MOST_DELETES`]): acked side by side, so the group commit sends them
+    /// in one call, and answered in turn. The first other command (another delete too, or one of a
+    /// number already in the run: no longer held) stays for after them.
+    async fn deletes(&mut self, first: Held, frames: &mut Frames) -> Vec<u8> {
+        let mut held = vec![first];
+        while held.len() < MOST_DELETES {
             let Some(next) = self.read_already(frames) else {
                 break;
             };
-            let n = match &next {
+            let taken = match &next {
                 Frame::Line(line) => match super::command::parse(line) {
-                    Ok(Command::Delete(n)) if !run.contains(&n) && self.deletes_at_once(n) => Some(n),
+                    Ok(Command::Delete(n)) => self.take_deletable(n),
                     _ => None,
                 },
                 _ => None,
             };
-            match n {
-                Some(n) => run.push(n),
+            match taken {
+                Some(h) => held.push(h),
                 None => {
                     self.pending.push_front(next);
                     break;
                 }
             }
         }
-        let held: Vec<Held> = run.iter().filter_map(|&n| self.held.remove(n)).collect();
         let reservations = self.shared.queue.reservations();
         let acks = held.iter().map(|h| reservations.ack_deleting(&h.id, &h.receipt));
         let acked = futures_util::future::join_all(acks).await;
