@@ -164,14 +164,8 @@ impl Session {
     async fn delete(&mut self, n: u64) -> dq_core::Result<Vec<u8>> {
         let queue = self.shared.queue.clone();
         if let Some(h) = self.held.remove(n) {
-            return Ok(match queue.reservations().ack(&h.id, &h.receipt).await {
-                Ok(()) => {
-                    self.shared.counters.count(&format!("{}:cmd-delete", h.topic));
-                    reply::DELETED.to_vec()
-                }
-                Err(Error::StaleReceipt | Error::NotFound(_)) => reply::NOT_FOUND.to_vec(),
-                Err(e) => return Err(e),
-            });
+            let acked = queue.reservations().ack(&h.id, &h.receipt).await;
+            return self.delete_reply(&h.topic, acked);
         }
         let Some(job) = queue.beanstalkd().bs_find(n).await? else {
             return Ok(reply::NOT_FOUND.to_vec());
@@ -179,14 +173,21 @@ impl Session {
         if job.state == State::Reserved {
             return Ok(reply::NOT_FOUND.to_vec());
         }
-        Ok(match queue.producer().cancel(&job.id).await {
+        let cancelled = queue.producer().cancel(&job.id).await;
+        self.delete_reply(&job.topic, cancelled)
+    }
+
+    /// The reply to a delete of a job of `topic` that was acked or cancelled (`done`), counted for its
+    /// tube: `NOT_FOUND` when the job or its reservation was gone meanwhile.
+    fn delete_reply(&self, topic: &str, done: dq_core::Result<()>) -> dq_core::Result<Vec<u8>> {
+        match done {
             Ok(()) => {
-                self.shared.counters.count(&format!("{}:cmd-delete", job.topic));
-                reply::DELETED.to_vec()
+                self.shared.counters.count(&format!("{topic}:cmd-delete"));
+                Ok(reply::DELETED.to_vec())
             }
-            Err(Error::NotFound(_)) => reply::NOT_FOUND.to_vec(),
-            Err(e) => return Err(e),
-        })
+            Err(Error::StaleReceipt | Error::NotFound(_)) => Ok(reply::NOT_FOUND.to_vec()),
+            Err(e) => Err(e),
+        }
     }
 
     /// The next command already read (a pipelining client's), without waiting for more: those kept in
@@ -242,14 +243,7 @@ impl Session {
         let mut replies = Vec::new();
         for (h, acked) in held.iter().zip(acked) {
             self.shared.counters.count_command("cmd-delete");
-            replies.extend_from_slice(&match acked {
-                Ok(()) => {
-                    self.shared.counters.count(&format!("{}:cmd-delete", h.topic));
-                    reply::DELETED.to_vec()
-                }
-                Err(Error::StaleReceipt | Error::NotFound(_)) => reply::NOT_FOUND.to_vec(),
-                Err(e) => internal(e),
-            });
+            replies.extend_from_slice(&self.delete_reply(&h.topic, acked).unwrap_or_else(internal));
         }
         replies
     }
