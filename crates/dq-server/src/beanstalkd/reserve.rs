@@ -99,15 +99,12 @@ impl Session {
                         Ok(sorted) => sorted,
                         Err(e) => break Next::Reply(internal(e).repeat(looks)),
                     };
-                    match shared.queue.reservations().reserve_with(&topics, looks, options).await {
-                        Ok(jobs) if looks == 1 => {
-                            if let Some(job) = jobs.into_iter().next() {
-                                break self.reserved(job).await;
-                            }
-                        }
-                        Ok(jobs) => break Next::Reply(self.looked(jobs, looks).await),
-                        Err(e) => break Next::Reply(internal(e).repeat(looks)),
-                    }
+                    break Next::Reply(
+                        match shared.queue.reservations().reserve_with(&topics, looks, options).await {
+                            Ok(jobs) => self.looked(jobs, looks).await,
+                            Err(e) => internal(e).repeat(looks),
+                        },
+                    );
                 }
                 break Next::Reply(self.nothing_now().repeat(looks));
             }
@@ -163,7 +160,7 @@ impl Session {
                 break Next::Close;
             }
             if let Some(job) = sent {
-                break self.reserved(job).await;
+                break Next::Reply(self.reserved(job).await);
             }
         };
         if waiting {
@@ -200,10 +197,7 @@ impl Session {
         let found = jobs.len();
         let mut replies = Vec::new();
         for job in jobs {
-            match self.reserved(job).await {
-                Next::Reply(r) => replies.extend_from_slice(&r),
-                Next::Close => replies.extend_from_slice(reply::INTERNAL_ERROR),
-            }
+            replies.extend_from_slice(&self.reserved(job).await);
         }
         // Asked after the jobs were kept: one whose reservation is short makes its deadline soon.
         let nothing = self.nothing_now();
@@ -228,14 +222,14 @@ impl Session {
     }
 
     /// Keeps a reservation and answers `RESERVED`.
-    pub(super) async fn reserved(&mut self, job: Reservation) -> Next {
+    pub(super) async fn reserved(&mut self, job: Reservation) -> Vec<u8> {
         let n = match self.shared.queue.beanstalkd().bs_number(&job.id).await {
             Ok(Some(n)) => n,
-            Ok(None) => return Next::Reply(reply::INTERNAL_ERROR.to_vec()),
+            Ok(None) => return reply::INTERNAL_ERROR.to_vec(),
             Err(e) => {
                 // Not shown to the client, so handed back at once.
                 let _ = self.shared.queue.reservations().release(&job.id, &job.receipt).await;
-                return Next::Reply(internal(e));
+                return internal(e);
             }
         };
         self.held.insert(
@@ -247,10 +241,7 @@ impl Session {
                 deadline: local_deadline(job.deadline),
             },
         );
-        Next::Reply(reply::with_body(
-            &format!("RESERVED {n}"),
-            &body::to_bytes(job.body.get()),
-        ))
+        reply::with_body(&format!("RESERVED {n}"), &body::to_bytes(job.body.get()))
     }
 
     /// `reserve-job <id>`.
@@ -268,10 +259,7 @@ impl Session {
             self.worker = true;
             self.shared.counters.gauge(|g| g.workers += 1);
         }
-        match self.reserved(reservation).await {
-            Next::Reply(r) => Ok(r),
-            Next::Close => Ok(reply::INTERNAL_ERROR.to_vec()),
-        }
+        Ok(self.reserved(reservation).await)
     }
 }
 
