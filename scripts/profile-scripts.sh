@@ -41,10 +41,24 @@ for name in ("push", "promote", "reserve", "ack"):
     text = rec + pub + flow + (add if name in ("push", "ack") else "") + open(os.path.join(lua, name + ".lua")).read()
     sha[name] = subprocess.check_output(["redis-cli", "-p", port, "script", "load", text]).decode().strip()
 def resp(*args):
-    out = [f"*{len(args)}\r\n"]
-    for a in map(str, args):
-        out.append(f"${len(a.encode())}\r\n{a}\r\n")
-    return "".join(out)
+    out = [f"*{len(args)}\r\n".encode()]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += [f"${len(a)}\r\n".encode(), a, b"\r\n"]
+    return b"".join(out)
+def packed(*fields):
+    """MessagePack of the record's strings and small unsigned integers, as dq-core packs them."""
+    out = b""
+    for f in fields:
+        if isinstance(f, bytes):
+            out += (bytes([0xa0 | len(f)]) if len(f) < 32 else bytes([0xd9, len(f)])) + f
+        elif f < 128:
+            out += bytes([f])
+        else:
+            out += bytes([0xcd]) + f.to_bytes(2, "big") if f < 65536 else bytes([0xce]) + f.to_bytes(4, "big")
+    return out
+# dq packs a new job's record itself (store/new_record.rs, push.lua's mode "4") where push.lua takes it.
+packs = '"4" and "5"' in open(os.path.join(lua, "push.lua")).read()
 P, body, cmds = "dq:{0.1}", '"' + "x" * 62 + '"', []
 for b in range(0, n, batch):
     ids = [f"job{i:08d}" for i in range(b, min(n, b + batch))]
@@ -54,7 +68,13 @@ for b in range(0, n, batch):
         # With flow keys, the options as dq sends a flow key alone (`~<key>`, push.lua's header); the
         # keys are straight (no limits), one job per key in a call.
         k = int(i[3:]) % flow_keys if flow_keys else None
-        args += [i, "t", body, 3600000, "", 30000, 10, "0", f"~k{k:07d}" if flow_keys else ""]
+        options = f"~k{k:07d}" if flow_keys else ""
+        if packs:
+            front = packed(f"k{k:07d}".encode()) if flow_keys else b""
+            args += [i, "t", front + bytes([0x97]) + packed(1, b"t", body.encode()), 3600000, "",
+                     packed(30000, 10, 3600000), "", "4", options]
+        else:
+            args += [i, "t", body, 3600000, "", 30000, 10, "0", options]
     cmds.append(resp("EVALSHA", sha["push"], len(keys), *keys, *args))
     cmds += [resp("ZADD", f"{P}:delayed", 1, i) for i in ids]  # due now
     cmds.append(resp("EVALSHA", sha["promote"], 4, f"{P}:delayed", f"{P}:counts", f"{P}:reserved", f"{P}:announced",
@@ -66,7 +86,7 @@ for b in range(0, n, batch):
     # No attempt kept, and (with add.lua) no jobs pushed and no success hook.
     args = [0] + [x for k, i in enumerate(ids) for x in (i, f"rc.{k + 1}", "") + (("", "") if add else ())]
     cmds.append(resp("EVALSHA", sha["ack"], len(keys), *keys, *args))
-open(os.path.join(work, "calls.resp"), "w").write("".join(cmds))
+open(os.path.join(work, "calls.resp"), "wb").write(b"".join(cmds))
 json.dump({v: k for k, v in sha.items()}, open(os.path.join(work, "names.json"), "w"))
 PY
   rcli flushall >/dev/null

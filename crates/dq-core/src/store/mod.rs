@@ -29,6 +29,7 @@ pub(crate) mod decode;
 pub(crate) mod group_commit;
 pub mod keys;
 pub(crate) mod layout;
+pub(crate) mod new_record;
 pub(crate) mod nodes;
 pub mod partition;
 mod publish;

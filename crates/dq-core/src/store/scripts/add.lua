@@ -29,7 +29,12 @@ local function add_job(prefix, job, ready, delayed, id, r, now, ttl)
   local state = 'delayed'
   if ttl then state = 'done' elseif r.r <= now then state = 'ready' end
   r.s = state
-  if not rec_store(job, r, false, true) then return nil end
+  -- `r.packed`: the record as the caller packed it (push.lua's modes "4" and "5"), in this state.
+  if r.packed then
+    if not redis.call('SET', job, r.packed, 'NX') then return nil end
+  elseif not rec_store(job, r, false, true) then
+    return nil
+  end
   if ttl then
     redis.call('PEXPIRE', job, math.max(r.r - now, 0) + ttl)
     return state
@@ -82,7 +87,12 @@ local function add_job(prefix, job, ready, delayed, id, r, now, ttl)
     -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3%
     -- of a batch push's instructions); %d holds integers below 2^63, a ready score of a priority of
     -- 2^21 or more is past that.
-    if score < 9.2e18 then z[#z + 1] = string.format('%d', score) else z[#z + 1] = score end
+    -- The jobs of a call often share a score (one delay, one clock): formatted once.
+    if score ~= A.scored then
+      A.scored = score
+      if score < 9.2e18 then A.score_text = string.format('%d', score) else A.score_text = score end
+    end
+    z[#z + 1] = A.score_text
     z[#z + 1] = id
   end
   -- The counts, per partition.

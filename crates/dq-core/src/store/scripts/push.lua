@@ -17,7 +17,11 @@
 --          delay_ms is given), ttr_ms, max_attempts, mode: "0" an id minted by dq for this push, "1" the
 --          producer's id, "2" a retry of a write whose outcome is unknown (it may have run), "3" a
 --          fan-out's child: stored only with its parent, the job before it with children (see below),
---          when this call stores that parent; then its
+--          when this call stores that parent, "4" and "5" as "0" and "1" with the record packed by the
+--          caller (crates/dq-core/src/store/new_record.rs): in place of the body, the record's bytes
+--          before its due time, in place of ttr_ms those after it, max_attempts "" (a job given by its
+--          delay, below 10^12 ms, without a retry age or children: what else it stores does not
+--          depend on the clock); then its
 --          options, "" for none, else seven fields, each "" when absent, separated by ";": dedup_ms (the
 --          deduplication window), max_age_ms (retries end that long after the first due time), backoff
 --          list (ms, comma-separated; else the caller's at each nack), priority (none: the default,
@@ -32,10 +36,13 @@
 --          option is its priority, "!<priority>". Options are rare,
 --          so most jobs cost Redis one argument for them instead of seven (each argument is a string
 --          Redis makes for Lua), and a traced or keyed job's is read without a pattern.
--- Returns: a flat array, per job: status (1 = stored, 0 = conflict: the id is taken, or a fan-out's
---          child whose parent this call did not store, 2 = duplicate: a
+-- Returns: the time of the call on Redis's clock (Unix ms), then per job: 1 for a packed job (mode "4"
+--          or "5") stored, in the state and at the due time its delay gives (ready for a delay of 0,
+--          else delayed; now + delay), else an array of its status (1 = stored, 0 = conflict: the id
+--          is taken, or a fan-out's child whose parent this call did not store, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
---          of that first job for a duplicate ("" otherwise).
+--          of that first job for a duplicate ("" otherwise). Most answers are one integer, which Redis
+--          turns into its reply for less than four values.
 --
 -- Deduplication: the key holds the id of the job first pushed with it, for dedup_ms (PX). A push that
 -- finds the key naming another job whose record is still there answers with that job and writes
@@ -53,7 +60,8 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {}
+-- The clock, then one answer per job.
+local out = {now}
 -- Job i's partition prefix: its record's key without ':job:<id>'. The first job's partition's delay set,
 -- counts hash and channels are the ones given (KEYS[1], KEYS[2], ARGV[1], ARGV[2]); another's are named
 -- from its prefix.
@@ -113,6 +121,8 @@ end
 -- Whether this call stored the last fan-out parent it met: its children (mode "3") go in with it or not
 -- at all.
 local parent_stored = false
+-- The last due time packed for a packed job, and its bytes.
+local packed_at, packed_run_at
 for i = 0, n - 1 do
   local job = KEYS[3 + 2 * i]
   local a = 3 + 9 * i
@@ -122,37 +132,43 @@ for i = 0, n - 1 do
   local earlier = dedup and holder[dedup]
   if earlier and earlier[1] ~= id then
     parent_stored = false
-    out[#out + 1] = 2
-    out[#out + 1] = earlier[2]
-    out[#out + 1] = earlier[3]
-    out[#out + 1] = earlier[1]
+    out[#out + 1] = {2, earlier[2], earlier[3], earlier[1]}
   elseif mode == '3' and not parent_stored then
-    out[#out + 1] = 0
-    out[#out + 1] = ''
-    out[#out + 1] = 0
-    out[#out + 1] = ''
+    out[#out + 1] = {0, '', 0, ''}
   else
     local run_at
     if ARGV[a + 3] ~= '' then run_at = now + tonumber(ARGV[a + 3]) else run_at = tonumber(ARGV[a + 4]) end
-    local r = {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]), m = tonumber(ARGV[a + 6]),
-      c = now, a = 0, tc = traces[i], f = keys[i], p = prios[i]}
-    local ttl = nil
-    if o then
-      if o[5] ~= '' then r.f = o[5] end
-      if o[7] ~= '' then r.tc = o[7] end
-      if o[2] ~= '' then
-        r.g = tonumber(o[2])
-        r.x = run_at + r.g
+    local r, ttl
+    local packed = mode == '4' or mode == '5'
+    if packed then
+      -- Packed by the caller: its due time goes between the two parts. (The jobs of a call share their
+      -- clock, so those with one delay share one due time, packed once.)
+      if run_at ~= packed_at then packed_at, packed_run_at = run_at, cmsgpack.pack(run_at) end
+      r = {t = topic, r = run_at, f = keys[i], p = prios[i], packed = ARGV[a + 2] .. packed_run_at .. ARGV[a + 5]}
+      if o then
+        if o[5] ~= '' then r.f = o[5] end
+        if o[4] ~= '' then r.p = tonumber(o[4]) end
       end
-      if o[3] ~= '' then
-        r.bo = {}
-        for d in string.gmatch(o[3], '%d+') do r.bo[#r.bo + 1] = tonumber(d) end
-      end
-      if o[4] ~= '' then r.p = tonumber(o[4]) end
-      if o[6] ~= '' then
-        local life, list = string.match(o[6], '^(%d+) (.*)$')
-        ttl, r.ch = tonumber(life), {}
-        for suffix in string.gmatch(list, '[^,]+') do r.ch[#r.ch + 1] = suffix end
+    else
+      r = {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]), m = tonumber(ARGV[a + 6]),
+        c = now, a = 0, tc = traces[i], f = keys[i], p = prios[i]}
+      if o then
+        if o[5] ~= '' then r.f = o[5] end
+        if o[7] ~= '' then r.tc = o[7] end
+        if o[2] ~= '' then
+          r.g = tonumber(o[2])
+          r.x = run_at + r.g
+        end
+        if o[3] ~= '' then
+          r.bo = {}
+          for d in string.gmatch(o[3], '%d+') do r.bo[#r.bo + 1] = tonumber(d) end
+        end
+        if o[4] ~= '' then r.p = tonumber(o[4]) end
+        if o[6] ~= '' then
+          local life, list = string.match(o[6], '^(%d+) (.*)$')
+          ttl, r.ch = tonumber(life), {}
+          for suffix in string.gmatch(list, '[^,]+') do r.ch[#r.ch + 1] = suffix end
+        end
       end
     end
     local prefix = prefix_of(i)
@@ -164,22 +180,15 @@ for i = 0, n - 1 do
         redis.call('SET', dedup, id, 'PX', o[1])
         holder[dedup] = {id, state, run_at}
       end
-      out[#out + 1] = 1
-      out[#out + 1] = state
-      out[#out + 1] = run_at
-      out[#out + 1] = ''
+      -- A packed job's state and due time follow from its delay and the clock the caller is given.
+      out[#out + 1] = packed and 1 or {1, state, run_at, ''}
     else
       local stored = mode == '2' and rec_load(job)
       if stored and stored.t == topic and stored.b == ARGV[a + 2] then
-        out[#out + 1] = 1
-        out[#out + 1] = stored.s
-        out[#out + 1] = stored.r
+        out[#out + 1] = {1, stored.s, stored.r, ''}
       else
-        out[#out + 1] = 0
-        out[#out + 1] = ''
-        out[#out + 1] = 0
+        out[#out + 1] = {0, '', 0, ''}
       end
-      out[#out + 1] = ''
     end
   end
 end

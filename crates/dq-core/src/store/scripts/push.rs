@@ -11,6 +11,7 @@ use crate::job::{DEFAULT_PRIORITY, Due, NewJob, State, child_id};
 use crate::store::Store;
 use crate::store::decode::{int, text};
 use crate::store::keys::PartitionKeys;
+use crate::store::new_record;
 
 script!(
     /// Store new jobs (push and push many).
@@ -31,11 +32,15 @@ pub(crate) enum Mode {
 }
 
 impl Mode {
-    fn arg(self) -> &'static str {
-        match self {
-            Mode::Minted => "0",
-            Mode::Given => "1",
-            Mode::Retry => "2",
+    /// The mode's argument; with `packed`, that the job's record comes packed ([`new_record`]): "4" and
+    /// "5" are "0" and "1" so. A retry's is never packed: the script reads its topic and body.
+    fn arg(self, packed: bool) -> &'static str {
+        match (self, packed) {
+            (Mode::Minted, false) => "0",
+            (Mode::Given, false) => "1",
+            (Mode::Retry, _) => "2",
+            (Mode::Minted, true) => "4",
+            (Mode::Given, true) => "5",
         }
     }
 }
@@ -92,20 +97,32 @@ pub(crate) async fn call(
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(first.counts()).key(first.delayed());
     inv.arg(first.ready_channel()).arg(first.timer_channel());
-    let mut add = |keys: &PartitionKeys, id: &str, job: &NewJob, mode: &str, options: String| {
+    let mut add = |keys: &PartitionKeys, id: &str, job: &NewJob, mode: Option<Mode>, options: String| {
         inv.key(keys.job(id)).key(keys.ready(&job.topic));
-        inv.arg(id).arg(&job.topic).arg(&job.body);
+        inv.arg(id).arg(&job.topic);
+        // A minted or given id's record is packed here, its parts where the body and the ttr go.
+        let parts = mode.filter(|&m| m != Mode::Retry).and_then(|_| new_record::parts(job));
+        match &parts {
+            Some(p) => inv.arg(&p.head[..]),
+            None => inv.arg(&job.body),
+        };
         match job.schedule {
             Due::Delay(d) => inv.arg(d).arg(""),
             Due::At(at) => inv.arg("").arg(at),
         };
-        inv.arg(job.ttr_ms).arg(job.max_attempts).arg(mode).arg(options);
+        match &parts {
+            Some(p) => inv.arg(&p.tail[..]).arg(""),
+            None => inv.arg(job.ttr_ms).arg(job.max_attempts),
+        };
+        // A fan-out's child: "3".
+        let mode = mode.map_or("3", |m| m.arg(parts.is_some()));
+        inv.arg(mode).arg(options);
     };
     for &(q, id, job, mode) in jobs {
         let keys = store.partition_keys(q);
-        add(keys, id, job, mode.arg(), options_arg(job, fanout_ttl_ms));
+        add(keys, id, job, Some(mode), options_arg(job, fanout_ttl_ms));
         for child in &job.fanout {
-            add(keys, &child_id(id, &child.topic), child, "3", options_arg(child, 0));
+            add(keys, &child_id(id, &child.topic), child, None, options_arg(child, 0));
         }
     }
     // The deduplication keys come last, in the order of their jobs.
@@ -116,19 +133,37 @@ pub(crate) async fn call(
     }
     let out: Vec<Value> = store.write(p, &inv).await?;
     let bad = |what: &str| Error::unexpected(Some(p), format!("push returned {what}"));
-    if out.len() != 4 * jobs.iter().map(|(_, _, job, _)| weight(job)).sum::<usize>() {
+    if out.len() != 1 + jobs.iter().map(|(_, _, job, _)| weight(job)).sum::<usize>() {
         return Err(bad("the wrong number of values"));
     }
+    let now = int(&out[0]).ok_or_else(|| bad("no time"))?;
     // A fan-out's children were stored with it or not at all: its answer is its parent's, with their
     // states.
-    let mut replies = out.chunks(4);
+    let mut replies = out[1..].iter();
     jobs.iter()
         .map(|(_, _, job, _)| {
-            let c = replies.next().ok_or_else(|| bad("too few values"))?;
+            let reply = replies.next().ok_or_else(|| bad("too few values"))?;
+            let Value::Array(c) = reply else {
+                // A packed job, stored: its state and due time follow from its delay.
+                return match (int(reply), job.schedule) {
+                    (Some(1), Due::Delay(d)) => Ok(PushReply::Stored {
+                        state: if d == 0 { State::Ready } else { State::Delayed },
+                        run_at: now + d as i64,
+                        children: Vec::new(),
+                    }),
+                    _ => Err(bad("an unknown answer")),
+                };
+            };
+            if c.len() != 4 {
+                return Err(bad("an answer of the wrong length"));
+            }
             let children = replies
                 .by_ref()
                 .take(job.fanout.len())
-                .map(|c| text(&c[1]).and_then(|s| State::parse(&s)))
+                .map(|c| match c {
+                    Value::Array(c) if c.len() == 4 => text(&c[1]).and_then(|s| State::parse(&s)),
+                    _ => None,
+                })
                 .collect();
             let status = int(&c[0]);
             if status == Some(0) {

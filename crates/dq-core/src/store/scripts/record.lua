@@ -1,5 +1,7 @@
 -- record.lua: the job record's format. Not a script of its own: it is put in front of every script that
--- reads or writes a record (scripts.rs), so the format is defined once.
+-- reads or writes a record (scripts.rs), so the format is defined once. (dq-server packs most new jobs'
+-- records itself, as rec_store would: crates/dq-core/src/store/new_record.rs, push.lua's modes "4" and
+-- "5"; crates/dq-core/tests/new_record.rs holds the two to the same bytes.)
 --
 -- A record (<prefix>:job:<id>) is one string: a MessagePack array of its fields in the order
 -- s, t, b, r, ttr, m, c, a, d, rc, e, x, g, bo, p, n, k, (18 and 19, unused), ch (the names below), the state
