@@ -71,8 +71,8 @@ for b in range(0, n, batch):
         options = f"~k{k:07d}" if flow_keys else ""
         if packs:
             front = packed(f"k{k:07d}".encode()) if flow_keys else b""
-            args += [i, "t", front + bytes([0x97]) + packed(1, b"t", body.encode()), 3600000, "",
-                     packed(30000, 10, 3600000), "", "4", options]
+            args += [i, "t", front + bytes([0x97, 1]), 3600000, "", packed(b"t", body.encode()),
+                     packed(30000, 10, 3600000), "4", options]
         else:
             args += [i, "t", body, 3600000, "", 30000, 10, "0", options]
     cmds.append(resp("EVALSHA", sha["push"], len(keys), *keys, *args))

@@ -1,6 +1,9 @@
 //! A pushed job's record packed in Rust (`store/new_record.rs`) is the one `record.lua` writes: on a real
 //! Redis, each record a push stores is read by `rec_load` and written again by `rec_store` beside it,
-//! and the two must be the same bytes; and the job reads back as pushed.
+//! and the two must be the same bytes; and the job reads back as pushed, in the state and at the due time
+//! the push answered.
+
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use dq_core::{PushRequest, Queue, Settings, State};
 use dq_harness::RedisServer;
@@ -29,6 +32,7 @@ async fn a_packed_record_is_the_one_the_script_would_write() {
     let q = Queue::connect(&s).await.unwrap();
     let long_topic = "t".repeat(40);
     let long_body = format!("\"{}\"", "b".repeat(70_000));
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
     let requests = [
         json!({"topic": "t", "body": {"a": 1}, "delay_ms": 5000}),
         json!({"topic": "t", "body": 1, "delay_ms": 0}),
@@ -47,6 +51,10 @@ async fn a_packed_record_is_the_one_the_script_would_write() {
         json!({"topic": "t", "body": 1, "delay_ms": 10, "dedup_key": "d", "dedup_ms": 1000,
             "priority": 7, "backoff_ms": [5], "flow_key": "k2", "traceparent": TP}),
         json!({"topic": "t", "id": "given", "body": 1, "delay_ms": 0, "priority": 7, "flow_key": "k3"}),
+        json!({"topic": "t", "body": 1, "run_at": now + 60_000}),
+        json!({"topic": "t", "body": 1, "run_at": 1000, "traceparent": TP}),
+        json!({"topic": "t", "body": 1, "run_at": now - 5, "priority": 3, "flow_key": "k4"}),
+        json!({"topic": "t", "body": 1, "run_at": now + 31_000_000_000i64, "backoff_ms": [1]}),
     ];
     let mut c = redis.conn();
     for request in requests {
@@ -65,9 +73,27 @@ async fn a_packed_record_is_the_one_the_script_would_write() {
             .unwrap();
         assert_eq!(packed, again, "{request}");
         let got = q.producer().get(&pushed.id).await.unwrap();
-        let delay = request["delay_ms"].as_i64().unwrap();
-        let state = if delay == 0 { State::Ready } else { State::Delayed };
-        assert_eq!((got.state, got.run_at - got.created_at), (state, delay), "{request}");
+        assert_eq!((got.state, got.run_at), (pushed.state, pushed.run_at), "{request}");
+        match (request["delay_ms"].as_i64(), request["run_at"].as_i64()) {
+            (Some(delay), _) => {
+                let state = if delay == 0 { State::Ready } else { State::Delayed };
+                assert_eq!((got.state, got.run_at - got.created_at), (state, delay), "{request}");
+            }
+            (_, Some(at)) => {
+                let state = if at <= got.created_at {
+                    State::Ready
+                } else {
+                    State::Delayed
+                };
+                assert_eq!((got.state, got.run_at), (state, at), "{request}");
+                assert!(
+                    (got.created_at - now).abs() < 60_000,
+                    "{request}: created {}",
+                    got.created_at
+                );
+            }
+            _ => unreachable!(),
+        }
         assert_eq!(got.topic, request["topic"].as_str().unwrap());
         assert_eq!(got.traceparent.as_deref(), request["traceparent"].as_str());
         assert_eq!(got.tracestate.as_deref(), request["tracestate"].as_str());

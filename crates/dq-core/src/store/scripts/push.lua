@@ -18,10 +18,12 @@
 --          producer's id, "2" a retry of a write whose outcome is unknown (it may have run), "3" a
 --          fan-out's child: stored only with its parent, the job before it with children (see below),
 --          when this call stores that parent, "4" and "5" as "0" and "1" with the record packed by the
---          caller (crates/dq-core/src/store/new_record.rs): in place of the body, the record's bytes
---          before its due time, in place of ttr_ms those after it, max_attempts "" (a job given by its
---          delay, below 10^12 ms, without a retry age or children: what else it stores does not
---          depend on the clock); then its
+--          caller (crates/dq-core/src/store/new_record.rs) in three parts, in place of the body, ttr_ms
+--          and max_attempts: the script packs the one value that depends on the clock, the due time
+--          for a job given by its delay, else the delay (due time - now), and puts it between the
+--          second and third; the first part ends with the state, which says delayed for a job due at
+--          a time, and the script adds 1 (ready) when that time has come (for a job without a retry
+--          age or children, and a delay below 10^12 ms); then its
 --          options, "" for none, else seven fields, each "" when absent, separated by ";": dedup_ms (the
 --          deduplication window), max_age_ms (retries end that long after the first due time), backoff
 --          list (ms, comma-separated; else the caller's at each nack), priority (none: the default,
@@ -37,8 +39,8 @@
 --          so most jobs cost Redis one argument for them instead of seven (each argument is a string
 --          Redis makes for Lua), and a traced or keyed job's is read without a pattern.
 -- Returns: the time of the call on Redis's clock (Unix ms), then per job: 1 for a packed job (mode "4"
---          or "5") stored, in the state and at the due time its delay gives (ready for a delay of 0,
---          else delayed; now + delay), else an array of its status (1 = stored, 0 = conflict: the id
+--          or "5") stored, at the due time given or now + its delay, ready when that is now or
+--          earlier, else delayed, else an array of its status (1 = stored, 0 = conflict: the id
 --          is taken, or a fan-out's child whose parent this call did not store, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
 --          of that first job for a duplicate ("" otherwise). Most answers are one integer, which Redis
@@ -141,10 +143,20 @@ for i = 0, n - 1 do
     local r, ttl
     local packed = mode == '4' or mode == '5'
     if packed then
-      -- Packed by the caller: its due time goes between the two parts. (The jobs of a call share their
-      -- clock, so those with one delay share one due time, packed once.)
-      if run_at ~= packed_at then packed_at, packed_run_at = run_at, cmsgpack.pack(run_at) end
-      r = {t = topic, r = run_at, f = keys[i], p = prios[i], packed = ARGV[a + 2] .. packed_run_at .. ARGV[a + 5]}
+      -- Packed by the caller: what depends on the clock goes between its parts. (The jobs of a call
+      -- share the clock, so those with one delay share one due time, packed once.)
+      local head, clocked = ARGV[a + 2], nil
+      if ARGV[a + 3] ~= '' then
+        if run_at ~= packed_at then packed_at, packed_run_at = run_at, cmsgpack.pack(run_at) end
+        clocked = packed_run_at
+      else
+        -- created_at as rec_store stores it: the delay before the due time, or in full from 10^12 ms.
+        local since = run_at - now
+        if since >= 1e12 then since = now end
+        clocked = cmsgpack.pack(since)
+        if run_at <= now then head = string.sub(head, 1, -2) .. string.char(string.byte(head, -1) + 1) end
+      end
+      r = {t = topic, r = run_at, f = keys[i], p = prios[i], packed = head .. ARGV[a + 5] .. clocked .. ARGV[a + 6]}
       if o then
         if o[5] ~= '' then r.f = o[5] end
         if o[4] ~= '' then r.p = tonumber(o[4]) end
@@ -180,7 +192,7 @@ for i = 0, n - 1 do
         redis.call('SET', dedup, id, 'PX', o[1])
         holder[dedup] = {id, state, run_at}
       end
-      -- A packed job's state and due time follow from its delay and the clock the caller is given.
+      -- A packed job's due time and state follow from the clock the caller is given.
       out[#out + 1] = packed and 1 or {1, state, run_at, ''}
     else
       local stored = mode == '2' and rec_load(job)

@@ -100,7 +100,8 @@ pub(crate) async fn call(
     let mut add = |keys: &PartitionKeys, id: &str, job: &NewJob, mode: Option<Mode>, options: String| {
         inv.key(keys.job(id)).key(keys.ready(&job.topic));
         inv.arg(id).arg(&job.topic);
-        // A minted or given id's record is packed here, its parts where the body and the ttr go.
+        // A minted or given id's record is packed here, its three parts where the body, the ttr and
+        // max attempts go.
         let parts = mode.filter(|&m| m != Mode::Retry).and_then(|_| new_record::parts(job));
         match &parts {
             Some(p) => inv.arg(&p.head[..]),
@@ -111,7 +112,7 @@ pub(crate) async fn call(
             Due::At(at) => inv.arg("").arg(at),
         };
         match &parts {
-            Some(p) => inv.arg(&p.tail[..]).arg(""),
+            Some(p) => inv.arg(&p.middle[..]).arg(&p.tail[..]),
             None => inv.arg(job.ttr_ms).arg(job.max_attempts),
         };
         // A fan-out's child: "3".
@@ -144,15 +145,20 @@ pub(crate) async fn call(
         .map(|(_, _, job, _)| {
             let reply = replies.next().ok_or_else(|| bad("too few values"))?;
             let Value::Array(c) = reply else {
-                // A packed job, stored: its state and due time follow from its delay.
-                return match (int(reply), job.schedule) {
-                    (Some(1), Due::Delay(d)) => Ok(PushReply::Stored {
-                        state: if d == 0 { State::Ready } else { State::Delayed },
-                        run_at: now + d as i64,
-                        children: Vec::new(),
-                    }),
-                    _ => Err(bad("an unknown answer")),
+                // A packed job, stored: its state and due time follow from the clock.
+                if int(reply) != Some(1) {
+                    return Err(bad("an unknown answer"));
+                }
+                let run_at = match job.schedule {
+                    Due::Delay(d) => now + d as i64,
+                    Due::At(at) => at,
                 };
+                let state = if run_at <= now { State::Ready } else { State::Delayed };
+                return Ok(PushReply::Stored {
+                    state,
+                    run_at,
+                    children: Vec::new(),
+                });
             };
             if c.len() != 4 {
                 return Err(bad("an answer of the wrong length"));
