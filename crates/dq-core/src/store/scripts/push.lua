@@ -43,8 +43,8 @@
 --          earlier, else delayed, else an array of its status (1 = stored, 0 = conflict: the id
 --          is taken, or a fan-out's child whose parent this call did not store, 2 = duplicate: a
 --          live job pushed with the same deduplication key inside its window), state, run_at, and the id
---          of that first job for a duplicate ("" otherwise). Most answers are one integer, which Redis
---          turns into its reply for less than four values.
+--          of that first job for a duplicate ("" otherwise). So most jobs are answered with one
+--          integer, which Redis converts for less than four values.
 --
 -- Deduplication: the key holds the id of the job first pushed with it, for dedup_ms (PX). A push that
 -- finds the key naming another job whose record is still there answers with that job and writes
