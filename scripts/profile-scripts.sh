@@ -10,6 +10,9 @@
 #   scripts/profile-scripts.sh 20000 1 50   20,000 jobs, in calls of 1 and of 50
 #   FLOW_KEYS=1000 scripts/profile-scripts.sh   every job with a flow key, of 1,000 distinct keys (each
 #                                               key at most one job in a call: a batch divides 1,000)
+#   CALLGRIND=1 scripts/profile-scripts.sh  also counts the instructions each script costs Redis per job
+#                                           (valgrind's callgrind; slow, but the same from run to run,
+#                                           where the timings above move with the machine's load)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
@@ -21,15 +24,32 @@ redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$w
 rpid=$!
 trap 'kill -9 $rpid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+# With CALLGRIND=1, a second redis-server, run by callgrind, takes the same calls a phase (a script) at a
+# time, its counters dumped around each phase.
+cg_port=""
+if [ -n "${CALLGRIND:-}" ]; then
+  command -v valgrind >/dev/null || { echo "CALLGRIND=1 needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+  cg_port=$(bash scripts/free-port.sh)
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" redis-server --port "$cg_port" --bind 127.0.0.1 \
+    --save "" --appendonly no --dir "$work" --logfile "$work/cg-redis.log" 2>/dev/null &
+  cg_pid=$!
+  trap 'kill -9 $rpid $cg_pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+  until redis-cli -p "$cg_port" ping >/dev/null 2>&1; do sleep 0.1; done
+fi
 rcli() { redis-cli -p "$port" "$@"; }
+# The instructions callgrind counted since its last dump (it dumps again).
+instructions() {
+  callgrind_control -d "$cg_pid" >/dev/null 2>&1
+  awk '/^(summary|totals):/ {print $2; exit}' "$(ls -v "$work"/cg.out.* | tail -1)"
+}
 cpu() { rcli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f\n", s}'; }
 
 for batch in "${batches[@]}"; do
   # The calls, with their KEYS and ARGV as docs/redis-keys.md gives them.
-  python3 - "$port" "$n" "$batch" "$work" "${LUA_DIR:-crates/dq-core/src/store/scripts}" "${FLOW_KEYS:-0}" <<'PY'
+  python3 - "$port" "$n" "$batch" "$work" "${LUA_DIR:-crates/dq-core/src/store/scripts}" "${FLOW_KEYS:-0}" "$cg_port" <<'PY'
 import json, os, subprocess, sys
 port, n, batch, work, lua = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-flow_keys = int(sys.argv[6])
+flow_keys, cg_port = int(sys.argv[6]), sys.argv[7]
 rec = open(os.path.join(lua, "record.lua")).read()
 # Built as dq-core builds them (store/scripts/mod.rs): flow.lua after the publish line, where it exists.
 flow = open(os.path.join(lua, "flow.lua")).read() if os.path.exists(os.path.join(lua, "flow.lua")) else ""
@@ -40,6 +60,8 @@ for name in ("push", "promote", "reserve", "ack"):
     pub = "" if name == "ack" and not flow else "local publish = 'PUBLISH'\n"
     text = rec + pub + flow + (add if name in ("push", "ack") else "") + open(os.path.join(lua, name + ".lua")).read()
     sha[name] = subprocess.check_output(["redis-cli", "-p", port, "script", "load", text]).decode().strip()
+    if cg_port:
+        subprocess.check_output(["redis-cli", "-p", cg_port, "script", "load", text])
 def resp(*args):
     out = [f"*{len(args)}\r\n".encode()]
     for a in args:
@@ -60,6 +82,9 @@ def packed(*fields):
 # dq packs a new job's record itself (store/new_record.rs, push.lua's mode "4") where push.lua takes it.
 packs = '"4" and "5"' in open(os.path.join(lua, "push.lua")).read()
 P, body, cmds = "dq:{0.1}", '"' + "x" * 62 + '"', []
+# The same calls by phase, for callgrind: every push, then every job made due, then the promotions, the
+# reserves and the acks (each reserve takes the next jobs in the ready queue, the ones its batch pushed).
+phases = {"push": [], "due": [], "promote": [], "reserve": [], "ack": []}
 for b in range(0, n, batch):
     ids = [f"job{i:08d}" for i in range(b, min(n, b + batch))]
     keys, args = [f"{P}:counts", f"{P}:delayed"], ["ch:ready", "ch:timer"]
@@ -75,18 +100,22 @@ for b in range(0, n, batch):
                      packed(30000, 10, 3600000), "4", options]
         else:
             args += [i, "t", body, 3600000, "", 30000, 10, "0", options]
-    cmds.append(resp("EVALSHA", sha["push"], len(keys), *keys, *args))
-    cmds += [resp("ZADD", f"{P}:delayed", 1, i) for i in ids]  # due now
-    cmds.append(resp("EVALSHA", sha["promote"], 4, f"{P}:delayed", f"{P}:counts", f"{P}:reserved", f"{P}:announced",
-                     P, len(ids), "ch:ready", "ch:timer", "nonce", ""))
-    cmds.append(resp("EVALSHA", sha["reserve"], 4, f"{P}:reserved", f"{P}:counts", f"{P}:announced", f"{P}:ready:t",
-                     P, len(ids), "rc", "", "ch:timer", ""))
+    phases["push"].append(resp("EVALSHA", sha["push"], len(keys), *keys, *args))
+    phases["due"] += [resp("ZADD", f"{P}:delayed", 1, i) for i in ids]  # due now
+    phases["promote"].append(resp("EVALSHA", sha["promote"], 4, f"{P}:delayed", f"{P}:counts", f"{P}:reserved",
+                                  f"{P}:announced", P, len(ids), "ch:ready", "ch:timer", "nonce", ""))
+    phases["reserve"].append(resp("EVALSHA", sha["reserve"], 4, f"{P}:reserved", f"{P}:counts", f"{P}:announced",
+                                  f"{P}:ready:t", P, len(ids), "rc", "", "ch:timer", ""))
     # reserve.lua's receipts are <nonce>.<k>, in the order it popped: the ids' order here.
     keys = [f"{P}:reserved", f"{P}:counts", f"{P}:bs:ids"] + [f"{P}:job:{i}" for i in ids]
     # No attempt kept, and (with add.lua) no jobs pushed and no success hook.
     args = [0] + [x for k, i in enumerate(ids) for x in (i, f"rc.{k + 1}", "") + (("", "") if add else ())]
-    cmds.append(resp("EVALSHA", sha["ack"], len(keys), *keys, *args))
+    phases["ack"].append(resp("EVALSHA", sha["ack"], len(keys), *keys, *args))
+    for phase in phases.values():
+        cmds += phase[-1 if phase is not phases["due"] else -len(ids):]
 open(os.path.join(work, "calls.resp"), "wb").write(b"".join(cmds))
+for name, calls in phases.items():
+    open(os.path.join(work, f"{name}.resp"), "wb").write(b"".join(calls))
 json.dump({v: k for k, v in sha.items()}, open(os.path.join(work, "names.json"), "w"))
 PY
   rcli flushall >/dev/null
@@ -132,4 +161,18 @@ cmd_us = sum(u for _, u in called.values())
 print(f"   inside the scripts {inside / n:6.1f} us per job: Redis commands {cmd_us / n:6.1f}, Lua itself {(inside - cmd_us) / n:6.1f}")
 print("   commands per job: " + ", ".join(f"{k} {c / n:.2f}" for k, (c, u) in sorted(called.items(), key=lambda kv: -kv[1][1])))
 PY
+  if [ -n "$cg_port" ]; then
+    # A round to warm up, then the counted one.
+    for round in warm counted; do
+      redis-cli -p "$cg_port" flushall >/dev/null
+      line="   callgrind, instructions per job:"
+      for phase in push due promote reserve ack; do
+        instructions >/dev/null
+        redis-cli -p "$cg_port" --pipe < "$work/$phase.resp" >/dev/null
+        [ "$phase" = due ] && { instructions >/dev/null; continue; }
+        line="$line $phase.lua $(( $(instructions) / n ))"
+      done
+    done
+    echo "$line (keys left: $(redis-cli -p "$cg_port" dbsize))"
+  fi
 done
