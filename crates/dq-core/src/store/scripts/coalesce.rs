@@ -75,7 +75,7 @@ pub(crate) async fn call(
         .arg(c.max_items.map(|n| n.to_string()).unwrap_or_default())
         .arg(job.ttr_ms)
         .arg(job.max_attempts)
-        .arg(options_arg(job, 0))
+        .arg(options_arg(job, 0, false))
         .arg(max_body_bytes)
         .arg(PUSH_MEMORY_MS);
     let out: Vec<Value> = store.write(p, &inv).await?;

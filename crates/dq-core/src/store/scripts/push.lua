@@ -23,7 +23,8 @@
 --          for a job given by its delay, else the delay (due time - now), and puts it between the
 --          second and third; the first part ends with the state, which says delayed for a job due at
 --          a time, and the script adds 1 (ready) when that time has come (for a job without a retry
---          age or children, and a delay below 10^12 ms); then its
+--          age or children, and a delay below 10^12 ms; its options then leave out the backoff list and
+--          trace context, which the record holds); then its
 --          options, "" for none, else seven fields, each "" when absent, separated by ";": dedup_ms (the
 --          deduplication window), max_age_ms (retries end that long after the first due time), backoff
 --          list (ms, comma-separated; else the caller's at each nack), priority (none: the default,

@@ -97,12 +97,13 @@ pub(crate) async fn call(
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(first.counts()).key(first.delayed());
     inv.arg(first.ready_channel()).arg(first.timer_channel());
-    let mut add = |keys: &PartitionKeys, id: &str, job: &NewJob, mode: Option<Mode>, options: String| {
+    let mut add = |keys: &PartitionKeys, id: &str, job: &NewJob, mode: Option<Mode>, fanout_ttl_ms: u64| {
         inv.key(keys.job(id)).key(keys.ready(&job.topic));
         inv.arg(id).arg(&job.topic);
         // A minted or given id's record is packed here, its three parts where the body, the ttr and
         // max attempts go.
         let parts = mode.filter(|&m| m != Mode::Retry).and_then(|_| new_record::parts(job));
+        let options = options_arg(job, fanout_ttl_ms, parts.is_some());
         match &parts {
             Some(p) => inv.arg(&p.head[..]),
             None => inv.arg(&job.body),
@@ -121,9 +122,9 @@ pub(crate) async fn call(
     };
     for &(q, id, job, mode) in jobs {
         let keys = store.partition_keys(q);
-        add(keys, id, job, Some(mode), options_arg(job, fanout_ttl_ms));
+        add(keys, id, job, Some(mode), fanout_ttl_ms);
         for child in &job.fanout {
-            add(keys, &child_id(id, &child.topic), child, None, options_arg(child, 0));
+            add(keys, &child_id(id, &child.topic), child, None, 0);
         }
     }
     // The deduplication keys come last, in the order of their jobs.
@@ -203,16 +204,22 @@ pub(crate) async fn call(
 /// ([`crate::trace::TraceContext::stored`]), which the script reads to the end of the string (a
 /// `tracestate` may hold `;`). A job whose only option is its trace context, the common case, sends the
 /// stored context alone, which the script tells apart by its first character, `A`; one whose only option
-/// is its flow key sends `~<key>`, and one whose only option is its priority `!<priority>`.
-pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64) -> String {
+/// is its flow key sends `~<key>`, and one whose only option is its priority `!<priority>`. With
+/// `packed`, the job's record is packed by the caller ([`new_record`]) and holds its backoff list and
+/// trace context, which the script then needs not: they are left out.
+pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64, packed: bool) -> String {
     // The default priority is stored as none (record.lua), so it is sent as none.
     let priority = job.priority.filter(|&p| p != DEFAULT_PRIORITY);
-    if job.dedup.is_none() && job.max_age_ms.is_none() && job.backoff_ms.is_none() && job.fanout.is_empty() {
+    let (backoff, trace) = match packed {
+        true => (None, None),
+        false => (job.backoff_ms.as_ref(), job.trace.as_ref()),
+    };
+    if job.dedup.is_none() && job.max_age_ms.is_none() && backoff.is_none() && job.fanout.is_empty() {
         // The commonest options alone are sent bare, so the scripts need not split seven fields: a trace
         // context (its stored form starts with `A`), a flow key as `~<key>` (a flow key, an id, never
         // starts with `~`, nor holds `;`), or a priority as `!<priority>`.
-        match (priority, &job.flow_key, &job.trace) {
-            (None, None, trace) => return trace.as_ref().map(|t| t.stored()).unwrap_or_default(),
+        match (priority, &job.flow_key, trace) {
+            (None, None, trace) => return trace.map(|t| t.stored()).unwrap_or_default(),
             (None, Some(key), None) => return format!("~{key}"),
             (Some(p), None, None) => return format!("!{p}"),
             _ => {}
@@ -229,13 +236,9 @@ pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64) -> String {
         "{};{};{};{};{};{children};{}",
         field(job.dedup.as_ref().map(|d| d.window_ms.to_string())),
         field(job.max_age_ms.map(|a| a.to_string())),
-        field(
-            job.backoff_ms
-                .as_ref()
-                .map(|l| l.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
-        ),
+        field(backoff.map(|l| l.iter().map(u64::to_string).collect::<Vec<_>>().join(","))),
         field(priority.map(|p| p.to_string())),
         job.flow_key.as_deref().unwrap_or_default(),
-        field(job.trace.as_ref().map(|t| t.stored())),
+        field(trace.map(|t| t.stored())),
     )
 }
