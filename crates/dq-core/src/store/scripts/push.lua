@@ -158,15 +158,15 @@ for i = 0, n - 1 do
         if run_at <= now then head = string.sub(head, 1, -2) .. string.char(string.byte(head, -1) + 1) end
       end
       r = {t = topic, r = run_at, f = keys[i], p = prios[i], packed = head .. ARGV[a + 5] .. clocked .. ARGV[a + 6]}
-      if o then
-        if o[5] ~= '' then r.f = o[5] end
-        if o[4] ~= '' then r.p = tonumber(o[4]) end
-      end
     else
       r = {t = topic, b = ARGV[a + 2], r = run_at, ttr = tonumber(ARGV[a + 5]), m = tonumber(ARGV[a + 6]),
         c = now, a = 0, tc = traces[i], f = keys[i], p = prios[i]}
-      if o then
-        if o[5] ~= '' then r.f = o[5] end
+    end
+    if o then
+      -- (A packed record holds the rest: its options carry neither a retry age nor children.)
+      if o[5] ~= '' then r.f = o[5] end
+      if o[4] ~= '' then r.p = tonumber(o[4]) end
+      if not packed then
         if o[7] ~= '' then r.tc = o[7] end
         if o[2] ~= '' then
           r.g = tonumber(o[2])
@@ -176,7 +176,6 @@ for i = 0, n - 1 do
           r.bo = {}
           for d in string.gmatch(o[3], '%d+') do r.bo[#r.bo + 1] = tonumber(d) end
         end
-        if o[4] ~= '' then r.p = tonumber(o[4]) end
         if o[6] ~= '' then
           local life, list = string.match(o[6], '^(%d+) (.*)$')
           ttl, r.ch = tonumber(life), {}
