@@ -169,10 +169,14 @@ elif want push; then
   pairs=()
   for _ in 1 2 3; do
     # Its keys and arguments as docs/redis-keys.md gives them: counts, delay set, then per job its record
-    # and ready queue; the channels, then per job id, topic, body, delay_ms, run_at, ttr_ms, max_attempts,
-    # mode and options.
+    # and ready queue; the channels, then per job id, topic, the record's three parts as dq-server packs
+    # them (mode "4", crates/dq-core/src/store/new_record.rs: array header and state; topic and body; ttr
+    # 30000, max attempts 10 and the delay), delay_ms, run_at and options. The delay is 16,843,009 ms
+    # (4.7 hours), whose four bytes hold no zero, which an argument cannot carry; packed as long as
+    # dq-bench's hour.
     rb=$(rbench -c 64 -n 200000 -r 1000000000 EVALSHA "$sha" 4 dq:counts dq:delayed:3 dq:job:rb__rand_int__ \
-          dq:ready:rb dq:wake:ready dq:wake:timer rb__rand_int__ rb "$body" 3600000 "" 30000 10 0 "")
+          dq:ready:rb dq:wake:ready dq:wake:timer rb__rand_int__ rb $'\x97\x01' 16843009 "" \
+          $'\xa2rb\xd9\x40'"$body" $'\xcdu0\x0a\xce\x01\x01\x01\x01' 4 "")
     rcli flushall >/dev/null
     dq=$(bench --json push -n 200000 -c 64 | tail -1)
     echo "$dq"
