@@ -16,7 +16,12 @@
 -- Returns: nothing (defines local functions).
 
 -- What add_job gathered for add_flush: made at the first add, so a script that adds nothing (an ack
--- without pushes) makes no table.
+-- without pushes) makes no table. `sets`: per sorted set (a ready queue or a delay set) one table,
+-- {zset, prefix, z (its ZADD's score and member pairs), n (#z), and for a ready queue its topic and the
+-- most urgent priority below the default, for a delay set the earliest due time and its jobs per topic
+-- (the counts)}, by key in `set_of` and in order in `sets`; `keyed`: the ready jobs with flow keys, per
+-- partition and topic (made at the first). One table per set, not one map per what is kept of it: a call
+-- of a few jobs, on a cluster or at a low rate, spent much of its time making and filling those maps.
 local adding
 
 -- Stores new job `r` (a record table; add_job sets `s`) at `job`, its record key, unless there is a
@@ -41,21 +46,22 @@ local function add_job(prefix, job, ready, delayed, id, r, now, ttl)
   end
   local A = adding
   if not A then
-    A = {z = {}, order = {}, earliest = {}, topic = {}, tally = {}, tallied = {}, urgent = {}, prefix = {},
-      keyed = {}, keyed_order = {}}
+    A = {sets = {}, set_of = {}}
     adding = A
   end
   local topic, p = r.t, r.p
   if r.f and state == 'ready' then
     -- Its flow key's, gathered per partition and topic, so add_flush sends a call's keyed jobs through
     -- flow.lua together (straight into the ready queue, or into their keys' queues), in arrival order.
+    if not A.keyed then A.keyed, A.keyed_order = {}, {} end
     local g = prefix .. ' ' .. topic
     local kg = A.keyed[g]
     if not kg then
-      kg = {prefix = prefix, t = topic, by = {}, keys = {}}
+      kg = {prefix = prefix, t = topic, by = {}, keys = {}, n = 0}
       A.keyed[g] = kg
       A.keyed_order[#A.keyed_order + 1] = kg
     end
+    kg.n = kg.n + 1
     local e = kg.by[r.f]
     if not e then
       e = {k = r.f, adds = {}}
@@ -67,56 +73,51 @@ local function add_job(prefix, job, ready, delayed, id, r, now, ttl)
     e.adds[#e.adds + 1] = id
     if e.first == nil or score < e.first then e.first = score end
     A.now = now
+    return state
+  end
+  local zset, score = ready, r.r
+  if state ~= 'ready' then zset = delayed end
+  local set = A.set_of[zset]
+  if not set then
+    set = {zset = zset, prefix = prefix, z = {}, n = 0}
+    if state == 'ready' then set.topic = topic else set.tally = {} end
+    A.set_of[zset] = set
+    A.sets[#A.sets + 1] = set
+  end
+  if state == 'ready' then
+    if p and p < 1024 and (set.urgent == nil or p < set.urgent) then set.urgent = p end
+    score = rec_score(p, r.r)
   else
-    local zset, score = ready, r.r
-    if state == 'ready' then
-      A.topic[zset] = topic
-      if p and p < 1024 and (A.urgent[zset] == nil or p < A.urgent[zset]) then A.urgent[zset] = p end
-      score = rec_score(p, r.r)
-    else
-      zset = delayed
-      if A.earliest[zset] == nil or r.r < A.earliest[zset] then A.earliest[zset] = r.r end
-    end
-    local z = A.z[zset]
-    if z == nil then
-      z = {}
-      A.z[zset] = z
-      A.order[#A.order + 1] = zset
-      A.prefix[zset] = prefix
-    end
-    -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3%
-    -- of a batch push's instructions); %d holds integers below 2^63, a ready score of a priority of
-    -- 2^21 or more is past that.
-    -- The jobs of a call often share a score (one delay, one clock): formatted once.
-    if score ~= A.scored then
-      A.scored = score
-      if score < 9.2e18 then A.score_text = string.format('%d', score) else A.score_text = score end
-    end
-    z[#z + 1] = A.score_text
-    z[#z + 1] = id
+    if set.earliest == nil or r.r < set.earliest then set.earliest = r.r end
+    set.tally[topic] = (set.tally[topic] or 0) + 1
   end
-  -- The counts, per partition.
-  local tally = A.tally[prefix]
-  if not tally then
-    tally = {}
-    A.tally[prefix] = tally
-    A.tallied[#A.tallied + 1] = prefix
+  -- Redis formats a number argument with %.17g, which costs more than this %d (callgrind: about 3%
+  -- of a batch push's instructions); %d holds integers below 2^63, a ready score of a priority of
+  -- 2^21 or more is past that. The jobs of a call often share a score (one delay, one clock): formatted
+  -- once.
+  if score ~= A.scored then
+    A.scored = score
+    if score < 9.2e18 then A.score_text = string.format('%d', score) else A.score_text = score end
   end
-  local c = topic .. ':' .. state
-  tally[c] = (tally[c] or 0) + 1
+  local z, n = set.z, set.n
+  z[n + 1], z[n + 2] = A.score_text, id
+  set.n = n + 2
   return state
 end
 
 -- Sends what add_job gathered: the sorted-set adds, the wake-ups (on each partition's channels), the
 -- counts (into each partition's counts hash): for partition `first`, the `counts` hash and channels
--- given.
+-- given. (A topic's ready jobs with and without flow keys in one call are counted in two HINCRBYs.)
 local function add_flush(first, counts, ready_channel, timer_channel)
   local A = adding
   if not A then return end
   adding = nil
+  local function count(prefix, field, k)
+    redis.call('HINCRBY', prefix == first and counts or prefix .. ':counts', field, k == 1 and '1' or k)
+  end
   -- Keyed ready jobs, per partition and topic: the straight keys' in one flow_straight, the others each
   -- through flow_add_all (a key with a queue or a state: flow_modes).
-  for _, kg in ipairs(A.keyed_order) do
+  for _, kg in ipairs(A.keyed_order or {}) do
     flow().flow_modes(kg.prefix, kg.t, kg.keys)
     local straight = {}
     for _, e in ipairs(kg.keys) do
@@ -129,9 +130,10 @@ local function add_flush(first, counts, ready_channel, timer_channel)
     if #straight > 0 and flow().flow_straight(kg.prefix, kg.t, straight, A.now) then
       redis.call(publish, kg.prefix .. ':wake:ready', kg.t)
     end
+    count(kg.prefix, kg.t .. ':ready', kg.n)
   end
-  for _, zset in ipairs(A.order) do
-    local topic, prefix = A.topic[zset], A.prefix[zset]
+  for _, set in ipairs(A.sets) do
+    local zset, topic, prefix = set.zset, set.topic, set.prefix
     local ready_channel, timer_channel = ready_channel, timer_channel
     if prefix ~= first then ready_channel, timer_channel = prefix .. ':wake:ready', prefix .. ':wake:timer' end
     if topic then
@@ -140,7 +142,7 @@ local function add_flush(first, counts, ready_channel, timer_channel)
       -- "<topic> <priority>", so that reservers ask this partition first (the ready index's hints);
       -- behind a first job as urgent, it is not news.
       local was_empty, ahead = true, false
-      local u = A.urgent[zset]
+      local u = set.urgent
       if u then
         local head = redis.call('ZRANGE', zset, '0', '0', 'WITHSCORES')
         was_empty = head[1] == nil
@@ -148,23 +150,21 @@ local function add_flush(first, counts, ready_channel, timer_channel)
       else
         was_empty = redis.call('EXISTS', zset) == 0
       end
-      redis.call('ZADD', zset, unpack(A.z[zset]))
+      redis.call('ZADD', zset, unpack(set.z))
       if ahead then
         redis.call(publish, ready_channel, topic .. ' ' .. u)
       elseif was_empty then
         redis.call(publish, ready_channel, topic)
       end
+      count(prefix, topic .. ':ready', set.n / 2)
     else
       -- A timer sleeps until the earliest due time it knows; tell it when that just moved earlier.
       local head = redis.call('ZRANGE', zset, '0', '0', 'WITHSCORES')
-      redis.call('ZADD', zset, unpack(A.z[zset]))
-      if head[2] == nil or A.earliest[zset] < tonumber(head[2]) then
-        redis.call(publish, timer_channel, zset .. ' ' .. A.earliest[zset])
+      redis.call('ZADD', zset, unpack(set.z))
+      if head[2] == nil or set.earliest < tonumber(head[2]) then
+        redis.call(publish, timer_channel, zset .. ' ' .. set.earliest)
       end
+      for t, k in pairs(set.tally) do count(prefix, t .. ':delayed', k) end
     end
-  end
-  for _, prefix in ipairs(A.tallied) do
-    local hash = prefix == first and counts or prefix .. ':counts'
-    for c, k in pairs(A.tally[prefix]) do redis.call('HINCRBY', hash, c, k == 1 and '1' or k) end
   end
 end
