@@ -4,7 +4,8 @@
 -- start jobs").
 --
 -- add_job writes a job's record (only where there is none) and gathers its sorted-set adds, counts and
--- wake-ups; add_flush sends them, one ZADD per sorted set and one HINCRBY per count, so a batch costs
+-- wake-ups; add_flush sends them, one ZADD per sorted set and one HINCRBY per count (two when a call's
+-- ready jobs of one topic and partition come both with and without flow keys), so a batch costs
 -- Redis a few commands beyond its records (and a call's ready jobs with flow keys go through flow.lua
 -- together, per partition and topic). Each job's partition is its `prefix`: the counts hash and
 -- channels of the caller's first partition are the ones it gives add_flush, another's are named from
@@ -107,7 +108,7 @@ end
 
 -- Sends what add_job gathered: the sorted-set adds, the wake-ups (on each partition's channels), the
 -- counts (into each partition's counts hash): for partition `first`, the `counts` hash and channels
--- given. (A topic's ready jobs with and without flow keys in one call are counted in two HINCRBYs.)
+-- given.
 local function add_flush(first, counts, ready_channel, timer_channel)
   local A = adding
   if not A then return end
