@@ -69,6 +69,12 @@ pub struct Dedup {
 }
 
 impl NewJob {
+    /// Its priority as its record keeps it: none for the default ([`DEFAULT_PRIORITY`]), which is stored
+    /// as none (`record.lua`).
+    pub(crate) fn stored_priority(&self) -> Option<u32> {
+        self.priority.filter(|&p| p != DEFAULT_PRIORITY)
+    }
+
     /// Checks a push against the limits and fills in defaults (`max_age_ms`, the topic's
     /// `retry.max_age_ms`, for a push that gives none). `now_ms` (this machine's clock) is used only to
     /// bound `run_at`; the due time itself is computed by Redis.

@@ -8,7 +8,7 @@
 
 use rmp::encode;
 
-use crate::job::{DEFAULT_PRIORITY, Due, NewJob};
+use crate::job::{Due, NewJob};
 
 /// A created_at stored as the delay before the due time must stay below this (`record.lua`): a job
 /// pushed with such a delay, which the beanstalkd protocol allows, is packed by the script, which then
@@ -41,8 +41,8 @@ pub(crate) fn parts(job: &NewJob) -> Option<Parts> {
     if matches!(job.schedule, Due::Delay(d) if d >= LONGEST_DELAY_MS) {
         return None;
     }
-    // As push.lua's options: the default priority is none, and so is an empty backoff list.
-    let priority = job.priority.filter(|&p| p != DEFAULT_PRIORITY);
+    // An empty backoff list is none, as in push.lua's options.
+    let priority = job.stored_priority();
     let backoff = job.backoff_ms.as_ref().filter(|l| !l.is_empty());
     let fields = match (priority, backoff) {
         (Some(_), _) => 15,
@@ -109,6 +109,7 @@ pub(crate) fn parts(job: &NewJob) -> Option<Parts> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::DEFAULT_PRIORITY;
 
     fn job(schedule: Due) -> NewJob {
         NewJob {

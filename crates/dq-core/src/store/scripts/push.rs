@@ -7,7 +7,7 @@ use redis::{Script, Value};
 
 use super::Waking;
 use crate::error::{Error, Result};
-use crate::job::{DEFAULT_PRIORITY, Due, NewJob, State, child_id};
+use crate::job::{Due, NewJob, State, child_id};
 use crate::store::Store;
 use crate::store::decode::{int, text};
 use crate::store::keys::PartitionKeys;
@@ -208,8 +208,7 @@ pub(crate) async fn call(
 /// `packed`, the job's record is packed by the caller ([`new_record`]) and holds its backoff list and
 /// trace context, which the script then needs not: they are left out.
 pub(crate) fn options_arg(job: &NewJob, fanout_ttl_ms: u64, packed: bool) -> String {
-    // The default priority is stored as none (record.lua), so it is sent as none.
-    let priority = job.priority.filter(|&p| p != DEFAULT_PRIORITY);
+    let priority = job.stored_priority();
     let (backoff, trace) = match packed {
         true => (None, None),
         false => (job.backoff_ms.as_ref(), job.trace.as_ref()),
