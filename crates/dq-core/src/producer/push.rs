@@ -3,9 +3,8 @@
 //! Pushes that arrive at the same moment share `push.lua` calls (see [`crate::store::group_commit`]). A job without
 //! an id gets one minted when its group is sent, in the partition the group goes to (the next one, in
 //! turn, that answers), so a crowd of pushes without ids shares one call; jobs with producer-given ids go
-//! to their own partitions, shared with the other requests of the group: one call per partition
-//! touched on a cluster, one call for all on a single Redis (standalone, Sentinel), where every
-//! partition is on the one node.
+//! to their own partitions, shared with the other requests of the group: one call per node, for the
+//! partitions it serves (one for all on a single Redis, standalone or Sentinel).
 //!
 //! A job with a deduplication key goes to the partition its topic and key hash to (minted ids included),
 //! so that every push with that key meets the key in one place, atomically with the push. So does a job
@@ -245,17 +244,18 @@ impl Producer {
     }
 }
 
-/// Sends gathered groups: jobs without an id get ids in one partition, the others go to theirs; on a
-/// cluster one `push.lua` call per partition, side by side; on a single Redis (standalone, Sentinel),
-/// where every partition is on the one node, one call for them all, so a group whose jobs spread over
-/// the partitions (producers' ids, flow keys) pays a call's fixed cost once. Answers per group, per job.
+/// Sends gathered groups: jobs without an id get ids in one partition, the others go to theirs; one
+/// `push.lua` call per node for the partitions it serves (on a single Redis, standalone or Sentinel,
+/// one for them all; on a cluster, as far as [`crate::store::Store::nodes`] knows), side by side, so a
+/// group whose jobs spread over the partitions (producers' ids, flow keys) pays a call's fixed cost
+/// once per node. Answers per group, per job.
 async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
     let fresh = queue.partitions.next_up(None);
-    let one_node = !queue.store.sharded();
+    let nodes = queue.store.nodes().await;
     // (group, pick position) → (id, partition)
     let mut placed: Vec<Vec<(String, u16)>> = Vec::with_capacity(groups.len());
-    // The calls' jobs: by partition on a cluster, all in one list (under 0) on a single Redis.
-    let mut by_call: HashMap<u16, Vec<(usize, usize)>> = HashMap::new();
+    // The calls' jobs, by the node of their partition (all on one on a single Redis).
+    let mut by_call: HashMap<u32, Vec<(usize, usize)>> = HashMap::new();
     for (g, group) in groups.iter().enumerate() {
         let mut ids = Vec::with_capacity(group.picks.len());
         for (k, (i, fixed)) in group.picks.iter().enumerate() {
@@ -265,7 +265,7 @@ async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
                 Some(id) => id.clone(),
                 None => queue.partitions.fresh_in(p),
             };
-            by_call.entry(if one_node { 0 } else { p }).or_default().push((g, k));
+            by_call.entry(nodes[p as usize]).or_default().push((g, k));
             ids.push((id, p));
         }
         placed.push(ids);
@@ -369,7 +369,7 @@ async fn push_on(queue: &Producer, jobs: &[(u16, &str, &NewJob, Mode)]) -> Resul
     let answers: Vec<Result<Stored>> = push::call(&queue.store, jobs, queue.defaults.done_retention_ms)
         .await?
         .into_iter()
-        .map(|reply| match reply {
+        .map(|reply| match reply? {
             PushReply::Stored {
                 state,
                 run_at,

@@ -151,18 +151,21 @@ impl Reservations {
     }
 }
 
-/// Sends gathered acks: one `ack.lua` call per partition and retention (of at most [`ACK_GROUP`]), side
-/// by side; on a single Redis (standalone, Sentinel), where every partition is on the one node, one call
-/// per retention for every partition, so a call's fixed cost is paid once. Answers per ack, in order.
+/// Sends gathered acks: one `ack.lua` call per node and retention (of at most [`ACK_GROUP`]) for the
+/// partitions the node serves (on a single Redis, standalone or Sentinel, one for them all; on a
+/// cluster, as far as [`crate::store::Store::nodes`] knows), side by side, so a call's fixed cost is
+/// paid once per node. Answers per ack, in order.
 async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
-    let one_node = !queue.store.sharded();
-    // Each ack's partition, and its group under the partition its call is sent to: its own on a
-    // cluster, the first ack's on a single Redis.
+    let nodes = queue.store.nodes().await;
+    // Each ack's partition, and its group by its partition's node; a call is sent to its first ack's
+    // partition.
     let homes: Vec<u16> = ops.iter().map(|op| queue.partitions.of_id(&op.id)).collect();
-    let mut groups: HashMap<(u16, u64), Vec<usize>> = HashMap::new();
+    let mut groups: HashMap<(u32, u64), Vec<usize>> = HashMap::new();
     for (i, op) in ops.iter().enumerate() {
-        let p = if one_node { homes[0] } else { homes[i] };
-        groups.entry((p, op.retention_ms)).or_default().push(i);
+        groups
+            .entry((nodes[homes[i] as usize], op.retention_ms))
+            .or_default()
+            .push(i);
     }
     let calls = groups
         .into_iter()
@@ -172,8 +175,9 @@ async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
                 .map(|c| (group, c.to_vec()))
                 .collect::<Vec<_>>()
         })
-        .map(|((p, retention_ms), members)| {
+        .map(|((_, retention_ms), members)| {
             let (queue, ops, homes) = (&queue, &ops, &homes);
+            let p = homes[members[0]];
             async move {
                 let acks = members.iter().map(|&i| {
                     let op = &ops[i];
@@ -196,9 +200,10 @@ async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
             Ok(replies) => {
                 for (i, reply) in members.into_iter().zip(replies) {
                     answers[i] = Some(match reply {
-                        AckReply::Acked => Ok(()),
-                        AckReply::NoJob => Err(Error::NotFound(ops[i].id.clone())),
-                        AckReply::StaleReceipt => Err(Error::StaleReceipt),
+                        Err(e) => Err(e),
+                        Ok(AckReply::Acked) => Ok(()),
+                        Ok(AckReply::NoJob) => Err(Error::NotFound(ops[i].id.clone())),
+                        Ok(AckReply::StaleReceipt) => Err(Error::StaleReceipt),
                     });
                 }
             }

@@ -6,6 +6,7 @@ use redis::{FromRedisValue, ScriptInvocation};
 
 use super::connection::Redis;
 use super::keys::{Keys, PartitionKeys};
+use super::owners::Owners;
 use super::partition::{Partitions, slot_of};
 use super::scripts;
 use crate::error::{Error, Result};
@@ -24,18 +25,25 @@ pub struct Store {
     pub(crate) partition_keys: Arc<[PartitionKeys]>,
     /// On a cluster: wake-ups go over sharded pub/sub (see [`scripts::Waking`]).
     pub(crate) sharded: bool,
+    /// On a cluster, which node serves each partition (see [`Store::nodes`]).
+    owners: Owners,
+    /// On a single Redis, the one node of every partition.
+    one_node: Arc<[u32]>,
 }
 
 impl Store {
     /// The store over `redis` with `partitions`.
     pub(crate) fn new(redis: Redis, partitions: Partitions, keys: Keys, sharded: bool) -> Self {
         let partition_keys = partitions.all().map(|p| keys.partition(partitions.tag(p))).collect();
+        let one_node = partitions.all().map(|_| 0).collect();
         Store {
             redis,
             partitions,
             keys,
             partition_keys,
             sharded,
+            owners: Owners::default(),
+            one_node,
         }
     }
 
@@ -47,6 +55,22 @@ impl Store {
     /// Whether wake-ups go over sharded pub/sub (a cluster) or classic pub/sub.
     pub(crate) fn sharded(&self) -> bool {
         self.sharded
+    }
+
+    /// Per partition, the node that serves it, for calls that carry jobs of every partition of one node
+    /// (equal values: one node): 0 for all on a single Redis; on a cluster as its slots were last read
+    /// ([`super::owners`]), possibly out of date, which such a call checks before it writes.
+    pub(crate) async fn nodes(&self) -> Arc<[u32]> {
+        if !self.sharded {
+            return self.one_node.clone();
+        }
+        self.owners.nodes(&self.redis, &self.partitions).await
+    }
+
+    /// A call over several partitions found one not served by its node (a slot moved): the nodes are read
+    /// again at the next call.
+    pub(crate) async fn nodes_moved(&self) {
+        self.owners.stale().await;
     }
 
     /// The connection.

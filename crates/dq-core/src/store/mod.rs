@@ -31,6 +31,7 @@ pub mod keys;
 pub(crate) mod layout;
 pub(crate) mod new_record;
 pub(crate) mod nodes;
+mod owners;
 pub mod partition;
 mod publish;
 pub(crate) mod quarantine;

@@ -1,10 +1,12 @@
 -- ack.lua: finish reserved jobs: each is done, kept for lookups for the retention period (the beanstalkd
 -- protocol's delete passes 0: beanstalkd's delete leaves nothing, and its clients delete at a rate that
 -- retained records would make a memory cost).
--- One call carries the acks that dq's group commit gathered (one, or many at once): of one partition on
--- a cluster; on a single Redis (standalone, Sentinel), where every partition is on the one node, of any
--- partitions, since each job's keys are named from its own partition's prefix, its record's key
--- without ':job:<id>'.
+-- One call carries the acks that dq's group commit gathered (one, or many at once), of the partitions of
+-- one node: on a single Redis (standalone, Sentinel) of any partitions, on a cluster of those its node
+-- serves, since each job's keys are named from its own partition's prefix, its record's key without
+-- ':job:<id>'. A cluster's call of several partitions declares only KEYS[1..3] and passes the records'
+-- keys in ARGV (add.lua's add_spread), and does nothing, answering "moved", when one of its partitions
+-- is not served by this node or its slot is moving (add_served).
 --
 -- KEYS[1]: the reserved set (<prefix>:reserved) of the first job's partition
 -- KEYS[2]: its counts hash (<prefix>:counts)
@@ -26,9 +28,10 @@
 -- fan-out's, stored done with its ttl, see add.lua). They are stored with the ack, and only with it: a
 -- stale ack stores none, and the ids, made from the acked job's, are stored at most once (a record
 -- already at an id is left as it is).
--- Returns: per ack, in order: 1 acked, 0 no such job, -1 stale receipt (the reservation it names is over;
+-- Returns: "moved" (see above), or per ack, in order: 1 acked, 0 no such job, -1 stale receipt (the reservation it names is over;
 -- nothing changed).
 
+local spread = add_spread()
 local retention = tonumber(ARGV[1])
 -- Every record is read before the first write (see architecture.md, "Scripts on a moving slot").
 local recs = {}
@@ -37,6 +40,11 @@ local stateful = {}
 -- pre[k]: the k-th job's partition prefix; and the time, for flow keys and pushes.
 local pre, now = {}, nil
 for k = 1, #KEYS - 3 do pre[k] = string.sub(KEYS[3 + k], 1, -(#ARGV[5 * k - 3] + 6)) end
+if spread then
+  local prefixes = {}
+  for k = 1, #pre do prefixes[pre[k]] = true end
+  if not add_served(prefixes) then return 'moved' end
+end
 local function clock()
   if not now then
     local t = redis.call('TIME')

@@ -10,11 +10,13 @@
 -- together, per partition and topic). Each job's partition is its `prefix`: the counts hash and
 -- channels of the caller's first partition are the ones it gives add_flush, another's are named from
 -- its prefix (<prefix>:counts, <prefix>:wake:ready, <prefix>:wake:timer), so one call may add jobs of
--- several partitions (push.lua on a single Redis).
+-- several partitions (push.lua and ack.lua on a single Redis, and on one node of a cluster:
+-- add_spread and add_served, at the end).
 --
 -- KEYS[1]: none of its own (the including script's; keys are named from the partition's prefix)
 -- ARGV[1]: none of its own
 -- Returns: nothing (defines local functions).
+-- (A call carrying several partitions of a cluster node passes some of its keys in ARGV: add_spread.)
 
 -- What add_job gathered for add_flush: made at the first add, so a script that adds nothing (an ack
 -- without pushes) makes no table. `sets`: per sorted set (a ready queue or a delay set) one table,
@@ -168,4 +170,32 @@ local function add_flush(first, counts, ready_channel, timer_channel)
       for t, k in pairs(set.tally) do count(prefix, t .. ':delayed', k) end
     end
   end
+end
+
+-- A cluster's call for several partitions of one node (push.lua and ack.lua, as dq-server sends its
+-- groups: crates/dq-core/src/store/owners.rs) declares only its first partition's keys. Redis refuses a
+-- call whose declared keys hash to several slots, though a script may reach any key of its node's
+-- slots. Such a call's ARGV begins with "" (never a first argument of theirs) and the number of the
+-- other keys, then those keys: add_spread puts them back at the end of KEYS, and drops the three from
+-- ARGV, so that the script reads both as a one-partition call has them. Answers whether it did.
+local function add_spread()
+  if ARGV[1] ~= '' then return false end
+  local m, n, base = tonumber(ARGV[2]), #ARGV, #KEYS
+  for k = 1, m do KEYS[base + k] = ARGV[2 + k] end
+  for k = m + 3, n do ARGV[k - m - 2] = ARGV[k] end
+  for k = n - m - 1, n do ARGV[k] = nil end
+  return true
+end
+
+-- Whether this node serves each partition of a spread call (their prefixes, as a set: prefix -> true),
+-- none of them moving: it reads a key no script writes (<prefix>:here), which Redis refuses on a slot
+-- another node serves and, missing, on a slot being migrated or imported. A spread call asks it before
+-- it reads or writes anything of its jobs, and answers "moved" when one is not, having done nothing;
+-- dq-server then sends its jobs a partition at a time, by calls that follow MOVED and ASK.
+local function add_served(prefixes)
+  for prefix in pairs(prefixes) do
+    local r = redis.pcall('EXISTS', prefix .. ':here')
+    if type(r) == 'table' and r.err then return false end
+  end
+  return true
 end

@@ -2,9 +2,12 @@
 -- Used by both push and push many: a batch is the same operation repeated, done in one round trip, with
 -- the sorted-set adds, counters and wake-ups gathered per delay set and per topic (add.lua).
 --
--- One call stores jobs of one partition; on a single Redis (standalone, Sentinel), where every partition
--- is on the one node, a call may carry the jobs of several (dq-server sends a group's pushes so), since
--- each job's keys are named from its own partition's prefix, its record's key without ':job:<id>'.
+-- One call stores the jobs of the partitions of one node (dq-server sends a group's pushes so): on a
+-- single Redis (standalone, Sentinel) of any partitions, on a cluster of those its node serves, since
+-- each job's keys are named from its own partition's prefix, its record's key without ':job:<id>'. A
+-- cluster's call of several partitions declares only KEYS[1] and KEYS[2] and passes the others in ARGV
+-- (add.lua's add_spread), and stores nothing, answering "moved", when one of its partitions is not
+-- served by this node or its slot is moving (add_served).
 --
 -- KEYS[1]: counts hash (<prefix>:counts) of the first job's partition (another's: <prefix>:counts)
 -- KEYS[2]: that partition's delay set (<prefix>:delayed; another's: <prefix>:delayed)
@@ -39,7 +42,7 @@
 --          option is its priority, "!<priority>". Options are rare,
 --          so most jobs cost Redis one argument for them instead of seven (each argument is a string
 --          Redis makes for Lua), and a traced or keyed job's is read without a pattern.
--- Returns: the time of the call on Redis's clock (Unix ms), then per job: 1 for a packed job (mode "4"
+-- Returns: "moved" (see above), or the time of the call on Redis's clock (Unix ms), then per job: 1 for a packed job (mode "4"
 --          or "5") stored, at the due time given or now + its delay, ready when that is now or
 --          earlier, else delayed, else an array of its status (1 = stored, 0 = conflict: the id
 --          is taken, or a fan-out's child whose parent this call did not store, 2 = duplicate: a
@@ -61,6 +64,7 @@
 --
 -- Due times come from this server's clock (TIME), never from the caller's (invariant 2).
 
+local spread = add_spread()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- The clock, then one answer per job.
@@ -73,6 +77,11 @@ local function prefix_of(i)
 end
 local n = (#ARGV - 2) / 9
 local first = n > 0 and prefix_of(0)
+if spread then
+  local prefixes = {}
+  for i = 0, n - 1 do prefixes[prefix_of(i)] = true end
+  if not add_served(prefixes) then return 'moved' end
+end
 -- Each job's options: i -> {dedup_ms, max_age_ms, backoff, priority, flow key, children, trace context}
 -- (strings, "" when absent), and its deduplication key; read before the first write, with the jobs
 -- those keys already name (a record is a key the script cannot declare; see "Scripts on a moving slot"

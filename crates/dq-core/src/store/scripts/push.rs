@@ -1,5 +1,5 @@
-//! `push.lua`: store new jobs in their partitions (see its header for KEYS and ARGV): one partition per
-//! call on a cluster, any number on a single Redis.
+//! `push.lua`: store new jobs in their partitions (see its header for KEYS and ARGV): the partitions of
+//! one node per call (any on a single Redis).
 
 use std::sync::LazyLock;
 
@@ -10,8 +10,7 @@ use crate::error::{Error, Result};
 use crate::job::{Due, NewJob, State, child_id};
 use crate::store::Store;
 use crate::store::decode::{int, text};
-use crate::store::keys::PartitionKeys;
-use crate::store::new_record;
+use crate::store::{new_record, owners};
 
 script!(
     /// Store new jobs (push and push many).
@@ -76,29 +75,80 @@ pub(crate) fn weight(job: &NewJob) -> usize {
     1 + job.fanout.len()
 }
 
-/// One `push.lua` call for `jobs` (the partition each goes to, the id it goes out with, the job, how its
-/// id is treated), in one round trip, sent to the first job's partition: on a cluster every job of a
-/// call must be in that one, on a single Redis they may be in any. A fan-out's parent is stored done,
-/// expiring `fanout_ttl_ms` after its due time, with its children after it. Answers per job, in order
-/// (a fan-out's as its parent's).
+/// Stores `jobs` (the partition each goes to, the id it goes out with, the job, how its id is treated)
+/// with one `push.lua` call, in one round trip, sent to the first job's partition: the jobs must be on
+/// that partition's node (on a single Redis any are; on a cluster, see [`Store::nodes`]). A cluster's
+/// call that finds one of its partitions elsewhere, having written nothing, is sent again a partition
+/// at a time ([`owners::apart`]). A fan-out's parent is stored done, expiring `fanout_ttl_ms` after
+/// its due time, with its children after it. Answers per job, in order (a fan-out's as its parent's).
 pub(crate) async fn call(
     store: &Store,
     jobs: &[(u16, &str, &NewJob, Mode)],
     fanout_ttl_ms: u64,
-) -> Result<Vec<PushReply>> {
+) -> Result<Vec<Result<PushReply>>> {
     let Some(&(p, ..)) = jobs.first() else {
         return Ok(Vec::new());
     };
-    debug_assert!(
-        !store.sharded() || jobs.iter().all(|j| j.0 == p),
-        "a cluster's call is one partition's"
-    );
+    let spread = store.sharded() && jobs.iter().any(|j| j.0 != p);
+    match send(store, jobs, fanout_ttl_ms, spread).await? {
+        Some(replies) => Ok(replies.into_iter().map(Ok).collect()),
+        None => Ok(owners::apart(
+            store,
+            jobs,
+            |j| j.0,
+            |part| async move {
+                send(store, &part, fanout_ttl_ms, false)
+                    .await
+                    .map(|r| r.expect("a call of one partition is never moved"))
+            },
+        )
+        .await),
+    }
+}
+
+/// One `push.lua` call for `jobs`; with `spread` (a cluster's call of several partitions) their keys
+/// after the first partition's go in ARGV (add.lua's `add_spread`). `None`: the call answered `moved`.
+async fn send(
+    store: &Store,
+    jobs: &[(u16, &str, &NewJob, Mode)],
+    fanout_ttl_ms: u64,
+    spread: bool,
+) -> Result<Option<Vec<PushReply>>> {
+    let Some(&(p, ..)) = jobs.first() else {
+        return Ok(Some(Vec::new()));
+    };
+    // Each job's record and ready queue (and its children's), then the deduplication keys, in the order
+    // of their jobs.
+    let mut keys: Vec<String> = Vec::with_capacity(2 * jobs.len());
+    for &(q, id, job, _) in jobs {
+        let k = store.partition_keys(q);
+        keys.push(k.job(id));
+        keys.push(k.ready(&job.topic));
+        for child in &job.fanout {
+            keys.push(k.job(&child_id(id, &child.topic)));
+            keys.push(k.ready(&child.topic));
+        }
+    }
+    for &(q, _, job, _) in jobs {
+        if let Some(d) = &job.dedup {
+            keys.push(store.partition_keys(q).dedup(&job.topic, &d.key));
+        }
+    }
     let first = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(first.counts()).key(first.delayed());
+    if spread {
+        inv.arg("").arg(keys.len());
+        for k in &keys {
+            inv.arg(k);
+        }
+    } else {
+        for k in &keys {
+            inv.key(k);
+        }
+    }
     inv.arg(first.ready_channel()).arg(first.timer_channel());
-    let mut add = |keys: &PartitionKeys, id: &str, job: &NewJob, mode: Option<Mode>, fanout_ttl_ms: u64| {
-        inv.key(keys.job(id)).key(keys.ready(&job.topic));
+    let mut add = |id: &str, job: &NewJob, mode: Option<Mode>, fanout_ttl_ms: u64| {
         inv.arg(id).arg(&job.topic);
         // A minted or given id's record is packed here, its three parts where the body, the ttr and
         // max attempts go.
@@ -120,20 +170,19 @@ pub(crate) async fn call(
         let mode = mode.map_or("3", |m| m.arg(parts.is_some()));
         inv.arg(mode).arg(options);
     };
-    for &(q, id, job, mode) in jobs {
-        let keys = store.partition_keys(q);
-        add(keys, id, job, Some(mode), fanout_ttl_ms);
+    for &(_, id, job, mode) in jobs {
+        add(id, job, Some(mode), fanout_ttl_ms);
         for child in &job.fanout {
-            add(keys, &child_id(id, &child.topic), child, None, 0);
+            add(&child_id(id, &child.topic), child, None, 0);
         }
     }
-    // The deduplication keys come last, in the order of their jobs.
-    for &(q, _, job, _) in jobs {
-        if let Some(d) = &job.dedup {
-            inv.key(store.partition_keys(q).dedup(&job.topic, &d.key));
-        }
+    let out: Value = store.write(p, &inv).await?;
+    if owners::is_moved(&out) {
+        return Ok(None);
     }
-    let out: Vec<Value> = store.write(p, &inv).await?;
+    let Value::Array(out) = out else {
+        return Err(Error::unexpected(Some(p), "push returned no array"));
+    };
     let bad = |what: &str| Error::unexpected(Some(p), format!("push returned {what}"));
     if out.len() != 1 + jobs.iter().map(|(_, _, job, _)| weight(job)).sum::<usize>() {
         return Err(bad("the wrong number of values"));
@@ -142,7 +191,8 @@ pub(crate) async fn call(
     // A fan-out's children were stored with it or not at all: its answer is its parent's, with their
     // states.
     let mut replies = out[1..].iter();
-    jobs.iter()
+    let answers: Result<Vec<PushReply>> = jobs
+        .iter()
         .map(|(_, _, job, _)| {
             let reply = replies.next().ok_or_else(|| bad("too few values"))?;
             let Value::Array(c) = reply else {
@@ -194,7 +244,8 @@ pub(crate) async fn call(
                 _ => Err(bad("an unknown status")),
             }
         })
-        .collect()
+        .collect();
+    answers.map(Some)
 }
 
 /// A job's options as push.lua takes them in one argument: `""` when it has none, else seven fields,
