@@ -61,9 +61,11 @@ class Redis:
 
 def script(dir, name):
     """A script as dq-server loads it on a single Redis: record.lua, the publish command, flow.lua, the file
-    (with add.lua before it for ack.lua)."""
+    (with add.lua before it for ack.lua, and handoff.lua before promote.lua where a build has it)."""
     text = lambda f: open(os.path.join(dir, f)).read()
     add = text("add.lua") if name == "ack.lua" else ""
+    if name == "promote.lua" and os.path.exists(os.path.join(dir, "handoff.lua")):
+        add = text("handoff.lua")
     return text("record.lua") + "local publish = 'PUBLISH'\n" + text("flow.lua") + add + text(name)
 
 

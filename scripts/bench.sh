@@ -116,13 +116,16 @@ jobs, lua = int(sys.argv[2]), sys.argv[3]
 rec = open(os.path.join(lua, "record.lua")).read()
 flow = open(os.path.join(lua, "flow.lua")).read() if os.path.exists(os.path.join(lua, "flow.lua")) else ""
 add = open(os.path.join(lua, "add.lua")).read() if os.path.exists(os.path.join(lua, "add.lua")) else ""
+# promote.lua's own part in front of it, where there is one.
+handoff = open(os.path.join(lua, "handoff.lua")).read() if os.path.exists(os.path.join(lua, "handoff.lua")) else ""
 names = {}
 # A grouped build (where there is one: grouped.lua) wraps a body as one(KEYS, ARGV) and loops over parts.
 loop = open(os.path.join(lua, "grouped.lua")).read() if os.path.exists(os.path.join(lua, "grouped.lua")) else None
 for f in os.listdir(lua):
     body = open(os.path.join(lua, f)).read()
     for pub in ("", "local publish = 'PUBLISH'\n", "local publish = 'SPUBLISH'\n"):
-        for text in (pub + body, rec + pub + body, rec + pub + flow + body, rec + pub + flow + add + body):
+        for text in (pub + body, rec + pub + body, rec + pub + flow + body, rec + pub + flow + add + body,
+                     rec + pub + flow + handoff + body):
             names[hashlib.sha1(text.encode()).hexdigest()] = f
         if loop:
             text = rec + pub + "local function one(KEYS, ARGV)\n" + body + "\nend\n" + loop

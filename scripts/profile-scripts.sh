@@ -55,10 +55,13 @@ rec = open(os.path.join(lua, "record.lua")).read()
 flow = open(os.path.join(lua, "flow.lua")).read() if os.path.exists(os.path.join(lua, "flow.lua")) else ""
 # add.lua after it in push.lua and ack.lua, where it exists (then an ack takes five arguments, not three).
 add = open(os.path.join(lua, "add.lua")).read() if os.path.exists(os.path.join(lua, "add.lua")) else ""
+# handoff.lua in front of promote.lua, where it exists.
+handoff = open(os.path.join(lua, "handoff.lua")).read() if os.path.exists(os.path.join(lua, "handoff.lua")) else ""
 sha = {}
 for name in ("push", "promote", "reserve", "ack"):
     pub = "" if name == "ack" and not flow else "local publish = 'PUBLISH'\n"
-    text = rec + pub + flow + (add if name in ("push", "ack") else "") + open(os.path.join(lua, name + ".lua")).read()
+    part = add if name in ("push", "ack") else handoff if name == "promote" else ""
+    text = rec + pub + flow + part + open(os.path.join(lua, name + ".lua")).read()
     sha[name] = subprocess.check_output(["redis-cli", "-p", port, "script", "load", text]).decode().strip()
     if cg_port:
         subprocess.check_output(["redis-cli", "-p", cg_port, "script", "load", text])

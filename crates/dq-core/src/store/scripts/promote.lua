@@ -1,6 +1,7 @@
 -- promote.lua: move the jobs of one delay set that are due now to their topics' ready queues, or hand
 -- them, reserved, straight to dq-consumer workers that wait for their topic (a hand-off: the job skips
--- the ready queue and the worker's reserve call).
+-- the ready queue and the worker's reserve call). Two common calls take a way of their own: plain jobs
+-- and no worker waiting (below), and plain jobs all handed (handoff.lua, in front of this file).
 -- Atomic, so however many timers run it on the same partition, each due job moves exactly once (invariant 4).
 --
 -- KEYS[1]: the partition's delay set (<prefix>:delayed)
@@ -113,6 +114,13 @@ if #ARGV <= 6 then
     end
     return out
   end
+end
+
+-- Workers wait: a call whose every due job is a plain one they take is handed the fast way (handoff.lua).
+if #ARGV > 6 then
+  local out = handoff_plain(bucket, counts, reserved, announced, prefix, due, count, now, next_due, nonce, spans,
+    ready_channel, timer_channel)
+  if out then return out end
 end
 
 local recs = {}
