@@ -10,6 +10,9 @@
 #   scripts/profile-scripts.sh 20000 1 50   20,000 jobs, in calls of 1 and of 50
 #   FLOW_KEYS=1000 scripts/profile-scripts.sh   every job with a flow key, of 1,000 distinct keys (each
 #                                               key at most one job in a call: a batch divides 1,000)
+#   ACK_KEEPS=1 scripts/profile-scripts.sh  acks as dq-consumer sends them: each record kept for an hour
+#                                           (jobs.done_retention_ms's default) with an attempt entry added to
+#                                           its history; without it, as the beanstalkd protocol's delete
 #   CALLGRIND=1 scripts/profile-scripts.sh  also counts the instructions each script costs Redis per job
 #                                           (valgrind's callgrind; slow, but the same from run to run,
 #                                           where the timings above move with the machine's load)
@@ -46,10 +49,10 @@ cpu() { rcli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} 
 
 for batch in "${batches[@]}"; do
   # The calls, with their KEYS and ARGV as docs/redis-keys.md gives them.
-  python3 - "$port" "$n" "$batch" "$work" "${LUA_DIR:-crates/dq-core/src/store/scripts}" "${FLOW_KEYS:-0}" "$cg_port" <<'PY'
+  python3 - "$port" "$n" "$batch" "$work" "${LUA_DIR:-crates/dq-core/src/store/scripts}" "${FLOW_KEYS:-0}" "$cg_port" "${ACK_KEEPS:-}" <<'PY'
 import json, os, subprocess, sys
 port, n, batch, work, lua = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-flow_keys, cg_port = int(sys.argv[6]), sys.argv[7]
+flow_keys, cg_port, keeps = int(sys.argv[6]), sys.argv[7], sys.argv[8] == "1"
 rec = open(os.path.join(lua, "record.lua")).read()
 # Built as dq-core builds them (store/scripts/mod.rs): flow.lua after the publish line, where it exists.
 flow = open(os.path.join(lua, "flow.lua")).read() if os.path.exists(os.path.join(lua, "flow.lua")) else ""
@@ -111,8 +114,14 @@ for b in range(0, n, batch):
                                   f"{P}:ready:t", P, len(ids), "rc", "", "ch:timer", ""))
     # reserve.lua's receipts are <nonce>.<k>, in the order it popped: the ids' order here.
     keys = [f"{P}:reserved", f"{P}:counts", f"{P}:bs:ids"] + [f"{P}:job:{i}" for i in ids]
-    # No attempt kept, and (with add.lua) no jobs pushed and no success hook.
-    args = [0] + [x for k, i in enumerate(ids) for x in (i, f"rc.{k + 1}", "") + (("", "") if add else ())]
+    # No attempt kept (with ACK_KEEPS, an hour's retention and an attempt entry: its number 0, which
+    # rec_attempt fills in, the receipt, start and end ms, outcome 0, no error, no answer, the consumer),
+    # and (with add.lua) no jobs pushed and no success hook.
+    def entry(k):
+        return bytes([0x98, 0]) + packed(f"rc.{k + 1}".encode()) + bytes([0xcf]) + (1764000000000).to_bytes(8, "big") \
+            + bytes([0xcf]) + (1764000000150).to_bytes(8, "big") + bytes([0, 0xc2, 0xc2]) + packed(b"host-1234")
+    args = [3600000 if keeps else 0] + [x for k, i in enumerate(ids)
+                                        for x in (i, f"rc.{k + 1}", entry(k) if keeps else "") + (("", "") if add else ())]
     phases["ack"].append(resp("EVALSHA", sha["ack"], len(keys), *keys, *args))
     for phase in phases.values():
         cmds += phase[-1 if phase is not phases["due"] else -len(ids):]

@@ -138,9 +138,9 @@ for k = 1, #KEYS - 3 do
       r.s = 'done'
       -- The attempt goes after the record, written with its new state (record.lua).
       if ARGV[5 * k - 1] ~= '' then rec_attempt(r, ARGV[5 * k - 1]) end
-      -- Only the state changed (one byte, or the bytes read with the entry after), unless it pushed.
-      rec_store(job, r, jobs == nil)
-      redis.call('PEXPIRE', job, ARGV[1])
+      -- Only the state changed (the bytes read, with the entry after), unless it pushed; expiring in
+      -- the same SET.
+      rec_store(job, r, jobs == nil, nil, ARGV[1])
       acked[job] = 'kept'
     else
       redis.call('DEL', job)

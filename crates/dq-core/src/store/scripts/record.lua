@@ -196,13 +196,14 @@ local function rec_score(p, at) return (p or 1024) * 4398046511104 + at end
 
 -- Writes the array `v` (as stored: rec_fields, or rec_store's) at `key`: the flow key `fk` in front,
 -- the trace context `tc` after it (v[1], the state's code, says 8 more when there is one), then the
--- history `h`. With `nx`, only where there is no record (SET NX); returns whether it was written.
-local function rec_put(key, v, fk, tc, h, nx)
+-- history `h`. With `nx`, only where there is no record (SET NX); returns whether it was written. With
+-- `px` (ms, as text), the record expires that long after (a done record; one SET, not SET and PEXPIRE).
+local function rec_put(key, v, fk, tc, h, nx, px)
   local packed = tc and cmsgpack.pack(v, tc) or cmsgpack.pack(v)
   if fk then packed = cmsgpack.pack(fk) .. packed end
   if h then packed = packed .. h end
   if nx then return redis.call('SET', key, packed, 'NX') ~= false end
-  redis.call('SET', key, packed)
+  if px then redis.call('SET', key, packed, 'PX', px) else redis.call('SET', key, packed) end
   return true
 end
 
@@ -223,7 +224,8 @@ end
 -- A priority of 1024, the default, is stored as none.
 --
 -- With `new`, the record is written only if there is none at `key` (SET NX); returns whether it was.
-local function rec_store(key, r, only_state, new)
+-- With `px` (ms, as text), it expires that long after (ack.lua's done records), in the same SET.
+local function rec_store(key, r, only_state, new, px)
   local s, code = r.s
   if s == 'delayed' then code = 1 elseif s == 'ready' then code = 2 elseif s == 'reserved' then code = 3
   elseif s == 'done' then code = 4 elseif s == 'dead' then code = 5
@@ -231,12 +233,13 @@ local function rec_store(key, r, only_state, new)
   if only_state and not r.hash and not r.whole then
     local at = r.at
     code = code + r.sf
-    if r.added and r.raw then
-      -- An attempt to add too (rec_attempt): one SET of the bytes read, the state byte changed and the
-      -- entry after them, not packed again. (An APPEND, or a SETRANGE past the end, would leave the
-      -- string as much room again unused: Redis grows a string greedily, and a SET allocates what it
-      -- holds.)
-      redis.call('SET', key, string.sub(r.raw, 1, at) .. string.char(code) .. string.sub(r.raw, at + 2) .. r.added)
+    if (r.added or px) and r.raw then
+      -- An attempt to add too (rec_attempt), or an expiry: one SET of the bytes read, the state byte
+      -- changed and the entry after them, not packed again. (An APPEND, or a SETRANGE past the end, would
+      -- leave the string as much room again unused: Redis grows a string greedily, and a SET allocates
+      -- what it holds.)
+      local bytes = string.sub(r.raw, 1, at) .. string.char(code) .. string.sub(r.raw, at + 2) .. (r.added or '')
+      if px then redis.call('SET', key, bytes, 'PX', px) else redis.call('SET', key, bytes) end
     else
       redis.call('SETRANGE', key, at == 1 and '1' or at, string.char(code))
     end
@@ -264,7 +267,7 @@ local function rec_store(key, r, only_state, new)
     if n == 8 and r.a == 0 then v[8] = nil end
   end
   -- (A new job has no history.)
-  return rec_put(key, v, r.f, tc, not new and r.h or nil, new)
+  return rec_put(key, v, r.f, tc, not new and r.h or nil, new, px)
 end
 
 -- The record at `key` as rec_decode reads it, for a move that reads and writes few of its fields by
