@@ -87,7 +87,11 @@ impl Core {
                 tracing::debug!(cause = %e, "cannot load a script ahead");
             }
         }
-        Ok(Self::with_layout(settings, redis, layout))
+        let core = Self::with_layout(settings, redis, layout);
+        // On a cluster, which primary serves each partition: read now, so that the first pushes and acks
+        // carry every partition of a primary in one call.
+        core.store.read_nodes().await;
+        Ok(core)
     }
 
     /// A queue over the installation's `layout`, without looking at Redis (it was checked already).

@@ -251,7 +251,7 @@ impl Producer {
 /// once per node. Answers per group, per job.
 async fn send(queue: Producer, groups: Vec<PushGroup>) -> Vec<PushOutcome> {
     let fresh = queue.partitions.next_up(None);
-    let nodes = queue.store.nodes().await;
+    let nodes = queue.store.nodes();
     // (group, pick position) → (id, partition)
     let mut placed: Vec<Vec<(String, u16)>> = Vec::with_capacity(groups.len());
     // The calls' jobs, by the node of their partition (all on one on a single Redis).

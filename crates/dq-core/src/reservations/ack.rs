@@ -156,7 +156,7 @@ impl Reservations {
 /// cluster, as far as [`crate::store::Store::nodes`] knows), side by side, so a call's fixed cost is
 /// paid once per node. Answers per ack, in order.
 async fn send(queue: Reservations, ops: Vec<AckOp>) -> Vec<Result<()>> {
-    let nodes = queue.store.nodes().await;
+    let nodes = queue.store.nodes();
     // Each ack's partition, and its group by its partition's node; a call is sent to its first ack's
     // partition.
     let homes: Vec<u16> = ops.iter().map(|op| queue.partitions.of_id(&op.id)).collect();

@@ -26,7 +26,7 @@ pub struct Store {
     /// On a cluster: wake-ups go over sharded pub/sub (see [`scripts::Waking`]).
     pub(crate) sharded: bool,
     /// On a cluster, which node serves each partition (see [`Store::nodes`]).
-    owners: Owners,
+    owners: Arc<Owners>,
     /// On a single Redis, the one node of every partition.
     one_node: Arc<[u32]>,
 }
@@ -36,13 +36,14 @@ impl Store {
     pub(crate) fn new(redis: Redis, partitions: Partitions, keys: Keys, sharded: bool) -> Self {
         let partition_keys = partitions.all().map(|p| keys.partition(partitions.tag(p))).collect();
         let one_node = partitions.all().map(|_| 0).collect();
+        let owners = Arc::new(Owners::new(&partitions));
         Store {
             redis,
             partitions,
             keys,
             partition_keys,
             sharded,
-            owners: Owners::default(),
+            owners,
             one_node,
         }
     }
@@ -60,17 +61,24 @@ impl Store {
     /// Per partition, the node that serves it, for calls that carry jobs of every partition of one node
     /// (equal values: one node): 0 for all on a single Redis; on a cluster as its slots were last read
     /// ([`super::owners`]), possibly out of date, which such a call checks before it writes.
-    pub(crate) async fn nodes(&self) -> Arc<[u32]> {
+    pub(crate) fn nodes(&self) -> Arc<[u32]> {
         if !self.sharded {
             return self.one_node.clone();
         }
-        self.owners.nodes(&self.redis, &self.partitions).await
+        self.owners.nodes(&self.redis, &self.partitions)
+    }
+
+    /// On a cluster, reads which primary serves each partition now (at start: see [`Store::nodes`]).
+    pub(crate) async fn read_nodes(&self) {
+        if self.sharded {
+            self.owners.read_now(&self.redis, &self.partitions).await;
+        }
     }
 
     /// A call over several partitions found one not served by its node (a slot moved): the nodes are read
     /// again at the next call.
-    pub(crate) async fn nodes_moved(&self) {
-        self.owners.stale().await;
+    pub(crate) fn nodes_moved(&self) {
+        self.owners.stale();
     }
 
     /// The connection.

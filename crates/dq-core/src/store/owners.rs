@@ -3,8 +3,8 @@
 //! 500 pushes with producers' ids touches about 220 of 256 partitions, and each call's own cost
 //! (Redis's clock, the counts, the wake-ups) was most of the cost of the one or two jobs it carried.
 //!
-//! The map is read from `CLUSTER SLOTS` at most every [`FRESH_FOR`], and again after a call found one of
-//! its partitions elsewhere ([`Owners::stale`]). It may be out of date (a slot moves at any time), and
+//! The map is read from `CLUSTER SLOTS` at most every [`FRESH_FOR`], by a task of its own (a caller never
+//! waits for it), and again after a call found one of its partitions elsewhere ([`Owners::stale`]). It may be out of date (a slot moves at any time), and
 //! nothing depends on it being right: a call over several partitions first checks, before its first
 //! write, that its node serves each of them and that none is moving (add.lua's `add_served`), and if
 //! not it writes nothing and answers so; its jobs are then sent a partition at a time, as they were
@@ -15,8 +15,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::Mutex;
+
 use redis::Value;
-use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::Store;
@@ -31,42 +32,89 @@ pub(crate) const FRESH_FOR: Duration = Duration::from_secs(5);
 /// value of its own from here on (its own partition's number added), so it goes in calls of its own.
 const UNKNOWN: u32 = 1 << 20;
 
-/// The node of each partition on a cluster, read when first needed and kept for [`FRESH_FOR`].
-#[derive(Debug, Default)]
+/// The node of each partition on a cluster, read in the background when first needed and again once
+/// [`FRESH_FOR`] old.
+#[derive(Debug)]
 pub(crate) struct Owners {
-    /// When the map was last read (or its reading failed), and the map: per partition, its node's
-    /// index among the nodes that serve slots, or [`UNKNOWN`] and more.
-    read: Mutex<Option<(Instant, Arc<[u32]>)>>,
+    /// Every partition alone (no two with one value): the map until one is read, and after a call
+    /// found it wrong.
+    alone: Arc<[u32]>,
+    state: Mutex<Read>,
+}
+
+#[derive(Debug, Default)]
+struct Read {
+    /// The last map read: per partition, its node's index among the nodes that serve slots, or
+    /// [`UNKNOWN`] and more.
+    map: Option<Arc<[u32]>>,
+    /// When it was read (or its reading failed); `None`: read it at the next call.
+    at: Option<Instant>,
+    /// A reading is under way.
+    reading: bool,
 }
 
 impl Owners {
-    /// Per partition, the node that serves it: equal values, one node. Reads the cluster's slots when
-    /// the map is older than [`FRESH_FOR`] (one round trip; concurrent callers wait for that one).
-    /// A partition whose node cannot be told (no answer, a slot without an owner) has a value no other
-    /// partition has.
-    pub(crate) async fn nodes(&self, redis: &Redis, partitions: &Partitions) -> Arc<[u32]> {
-        let mut read = self.read.lock().await;
-        if let Some((at, map)) = read.as_ref()
-            && at.elapsed() < FRESH_FOR
-        {
-            return map.clone();
+    /// Owners of `partitions`, none known yet.
+    pub(crate) fn new(partitions: &Partitions) -> Self {
+        Owners {
+            alone: partitions.all().map(|p| UNKNOWN + p as u32).collect(),
+            state: Mutex::new(Read::default()),
         }
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("SLOTS");
-        let map: Arc<[u32]> = match redis.query::<Value>(&cmd).await {
-            Ok(slots) => by_partition(&slots, partitions).into(),
-            Err(e) => {
-                tracing::debug!(cause = %e, "CLUSTER SLOTS failed; each partition's calls go alone");
-                partitions.all().map(|p| UNKNOWN + p as u32).collect()
-            }
-        };
-        *read = Some((Instant::now(), map.clone()));
-        map
     }
 
-    /// A call found a partition not served where the map said: read the map again at the next call.
-    pub(crate) async fn stale(&self) {
-        *self.read.lock().await = None;
+    /// Per partition, the node that serves it: equal values, one node. Never waits: when the map is
+    /// older than [`FRESH_FOR`] (or was found wrong), a task reads the cluster's slots again
+    /// (`CLUSTER SLOTS`, one round trip), and meanwhile the map in hand answers, or, before the first
+    /// reading, every partition alone (calls a partition at a time, as a failover finds them). A
+    /// partition whose node cannot be told (a slot without an owner) has a value no other has.
+    pub(crate) fn nodes(self: &Arc<Self>, redis: &Redis, partitions: &Partitions) -> Arc<[u32]> {
+        let mut read = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !read.reading && read.at.is_none_or(|at| at.elapsed() >= FRESH_FOR) {
+            read.reading = true;
+            let (me, redis, partitions) = (self.clone(), redis.clone(), partitions.clone());
+            tokio::spawn(async move { me.read(&redis, &partitions).await });
+        }
+        read.map.clone().unwrap_or_else(|| self.alone.clone())
+    }
+
+    /// Reads the cluster's slots now (at start, so that the first calls carry every partition of a
+    /// primary), unless a reading is under way.
+    pub(crate) async fn read_now(&self, redis: &Redis, partitions: &Partitions) {
+        {
+            let mut read = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if read.reading {
+                return;
+            }
+            read.reading = true;
+        }
+        self.read(redis, partitions).await;
+    }
+
+    /// Reads the map (`reading` set by the caller), keeping the one in hand when the reading fails.
+    async fn read(&self, redis: &Redis, partitions: &Partitions) {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SLOTS");
+        let map = match redis.query::<Value>(&cmd).await {
+            Ok(slots) => Some(by_partition(&slots, partitions).into()),
+            Err(e) => {
+                tracing::debug!(cause = %e, "CLUSTER SLOTS failed; the nodes are read again later");
+                None
+            }
+        };
+        let mut read = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if map.is_some() {
+            read.map = map;
+        }
+        read.at = Some(Instant::now());
+        read.reading = false;
+    }
+
+    /// A call found a partition not served where the map said: every partition alone until the map is
+    /// read again, which the next call starts.
+    pub(crate) fn stale(&self) {
+        let mut read = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        read.map = None;
+        read.at = None;
     }
 }
 
@@ -85,7 +133,7 @@ where
     F: Fn(Vec<T>) -> Fut,
     Fut: Future<Output = Result<Vec<R>>>,
 {
-    store.nodes_moved().await;
+    store.nodes_moved();
     tracing::debug!("a call over several partitions found one not served by its node; sent a partition at a time");
     // Each partition's items, in order, and the partitions in the order first met.
     let mut of: HashMap<u16, usize> = HashMap::new();

@@ -52,9 +52,8 @@ pub(crate) async fn call<'a>(
         |a| a.0,
         |part| async move {
             let q = part[0].0;
-            send(store, q, done_retention_ms, part.into_iter(), false)
-                .await
-                .map(|r| r.expect("a call of one partition is never moved"))
+            let out = send(store, q, done_retention_ms, part.into_iter(), false).await?;
+            out.ok_or_else(|| Error::unexpected(Some(q), "a call of one partition answered moved"))
         },
     )
     .await)

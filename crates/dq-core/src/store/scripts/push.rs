@@ -97,9 +97,8 @@ pub(crate) async fn call(
             jobs,
             |j| j.0,
             |part| async move {
-                send(store, &part, fanout_ttl_ms, false)
-                    .await
-                    .map(|r| r.expect("a call of one partition is never moved"))
+                let out = send(store, &part, fanout_ttl_ms, false).await?;
+                out.ok_or_else(|| Error::unexpected(Some(part[0].0), "a call of one partition answered moved"))
             },
         )
         .await),
