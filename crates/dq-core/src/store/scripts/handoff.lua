@@ -6,7 +6,7 @@
 -- handed. Each record is read by position (rec_fields, as reserve.lua does) and written back with four
 -- fields changed: the state (reserved), the attempt, the deadline and the receipt. Without the tables
 -- promote.lua's general way makes for hand-offs, flow keys and priorities, a one-job hand-off costs
--- about a quarter fewer instructions (docs/operations.md, Capacity). Any other call it leaves to that
+-- about a fifth fewer instructions (docs/operations.md, Capacity). Any other call it leaves to that
 -- general way, having written nothing (a record in an older format may have been written again in
 -- this one, which says the same: rec_fields), and the general way reads the records again.
 --
