@@ -3,19 +3,18 @@
 //! 500 pushes with producers' ids touches about 220 of 256 partitions, and each call's own cost
 //! (Redis's clock, the counts, the wake-ups) was most of the cost of the one or two jobs it carried.
 //!
-//! The map is read from `CLUSTER SLOTS` at most every [`FRESH_FOR`], by a task of its own (a caller never
-//! waits for it), and again after a call found one of its partitions elsewhere ([`Owners::stale`]). It may be out of date (a slot moves at any time), and
-//! nothing depends on it being right: a call over several partitions first checks, before its first
+//! The map is read from `CLUSTER SLOTS` when the process connects, then at most every [`FRESH_FOR`] by a
+//! task of its own (a caller never waits for it), and again after a call found one of its partitions
+//! elsewhere ([`Owners::stale`]). It may be out of date (a slot moves at any time), and nothing depends
+//! on it being right: a call over several partitions first checks, before its first
 //! write, that its node serves each of them and that none is moving (add.lua's `add_served`), and if
 //! not it writes nothing and answers so; its jobs are then sent a partition at a time, as they were
 //! before, by calls that follow MOVED and ASK. On a single Redis (standalone, Sentinel) every partition
 //! is on the one node, and the map is never read.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use std::sync::Mutex;
 
 use redis::Value;
 use tokio::time::Instant;
