@@ -13,6 +13,9 @@
 #   ACK_KEEPS=1 scripts/profile-scripts.sh  acks as dq-consumer sends them: each record kept for an hour
 #                                           (jobs.done_retention_ms's default) with an attempt entry added to
 #                                           its history; without it, as the beanstalkd protocol's delete
+#   HANDOFF=1 scripts/profile-scripts.sh    promote.lua given a waiting worker with a client listening on its
+#                                           channel: every job handed off (no reserve.lua), acked with its
+#                                           hand-off receipt
 #   CALLGRIND=1 scripts/profile-scripts.sh  also counts the instructions each script costs Redis per job
 #                                           (valgrind's callgrind; slow, but the same from run to run,
 #                                           where the timings above move with the machine's load)
@@ -39,6 +42,18 @@ if [ -n "${CALLGRIND:-}" ]; then
   trap 'kill -9 $rpid $cg_pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
   until redis-cli -p "$cg_port" ping >/dev/null 2>&1; do sleep 0.1; done
 fi
+# With HANDOFF=1, the waiting worker's process: a client subscribed to its channel on each Redis.
+listeners=()
+if [ -n "${HANDOFF:-}" ]; then
+  for p in $port $cg_port; do
+    redis-cli -p "$p" subscribe 'dq:{0.1}:handoff:c1' >/dev/null &
+    listeners+=($!)
+  done
+  trap 'kill -9 $rpid ${cg_pid:-} ${listeners[*]} 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+  for p in $port $cg_port; do
+    until [ "$(redis-cli -p "$p" pubsub numsub 'dq:{0.1}:handoff:c1' | tail -1)" = 1 ]; do sleep 0.1; done
+  done
+fi
 rcli() { redis-cli -p "$port" "$@"; }
 # The instructions callgrind counted since its last dump (it dumps again).
 instructions() {
@@ -49,10 +64,10 @@ cpu() { rcli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} 
 
 for batch in "${batches[@]}"; do
   # The calls, with their KEYS and ARGV as docs/redis-keys.md gives them.
-  python3 - "$port" "$n" "$batch" "$work" "${LUA_DIR:-crates/dq-core/src/store/scripts}" "${FLOW_KEYS:-0}" "$cg_port" "${ACK_KEEPS:-}" <<'PY'
+  python3 - "$port" "$n" "$batch" "$work" "${LUA_DIR:-crates/dq-core/src/store/scripts}" "${FLOW_KEYS:-0}" "$cg_port" "${ACK_KEEPS:-}" "${HANDOFF:-}" <<'PY'
 import json, os, subprocess, sys
 port, n, batch, work, lua = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-flow_keys, cg_port, keeps = int(sys.argv[6]), sys.argv[7], sys.argv[8] == "1"
+flow_keys, cg_port, keeps, handing = int(sys.argv[6]), sys.argv[7], sys.argv[8] == "1", sys.argv[9] == "1"
 rec = open(os.path.join(lua, "record.lua")).read()
 # Built as dq-core builds them (store/scripts/mod.rs): flow.lua after the publish line, where it exists.
 flow = open(os.path.join(lua, "flow.lua")).read() if os.path.exists(os.path.join(lua, "flow.lua")) else ""
@@ -108,20 +123,25 @@ for b in range(0, n, batch):
             args += [i, "t", body, 3600000, "", 30000, 10, "0", options]
     phases["push"].append(resp("EVALSHA", sha["push"], len(keys), *keys, *args))
     phases["due"] += [resp("ZADD", f"{P}:delayed", 1, i) for i in ids]  # due now
+    # With HANDOFF, a worker waits for topic t with a slot for each job (its TTR 30 s), and takes them all.
+    worker = ["t", f"{P}:handoff:c1", len(ids), 30000] if handing else []
     phases["promote"].append(resp("EVALSHA", sha["promote"], 4, f"{P}:delayed", f"{P}:counts", f"{P}:reserved",
-                                  f"{P}:announced", P, len(ids), "ch:ready", "ch:timer", "nonce", ""))
-    phases["reserve"].append(resp("EVALSHA", sha["reserve"], 4, f"{P}:reserved", f"{P}:counts", f"{P}:announced",
-                                  f"{P}:ready:t", P, len(ids), "rc", "", "ch:timer", ""))
-    # reserve.lua's receipts are <nonce>.<k>, in the order it popped: the ids' order here.
+                                  f"{P}:announced", P, len(ids), "ch:ready", "ch:timer", "nonce", "", *worker))
+    if not handing:
+        phases["reserve"].append(resp("EVALSHA", sha["reserve"], 4, f"{P}:reserved", f"{P}:counts", f"{P}:announced",
+                                      f"{P}:ready:t", P, len(ids), "rc", "", "ch:timer", ""))
+    # The receipts, <nonce>.<k> in the order the jobs were taken (the ids' order here): reserve.lua's
+    # nonce "rc", or promote.lua's "nonce".
+    rc = "nonce" if handing else "rc"
     keys = [f"{P}:reserved", f"{P}:counts", f"{P}:bs:ids"] + [f"{P}:job:{i}" for i in ids]
     # No attempt kept (with ACK_KEEPS, an hour's retention and an attempt entry: its number 0, which
     # rec_attempt fills in, the receipt, start and end ms, outcome 0, no error, no answer, the consumer),
     # and (with add.lua) no jobs pushed and no success hook.
     def entry(k):
-        return bytes([0x98, 0]) + packed(f"rc.{k + 1}".encode()) + bytes([0xcf]) + (1764000000000).to_bytes(8, "big") \
+        return bytes([0x98, 0]) + packed(f"{rc}.{k + 1}".encode()) + bytes([0xcf]) + (1764000000000).to_bytes(8, "big") \
             + bytes([0xcf]) + (1764000000150).to_bytes(8, "big") + bytes([0, 0xc2, 0xc2]) + packed(b"host-1234")
     args = [3600000 if keeps else 0] + [x for k, i in enumerate(ids)
-                                        for x in (i, f"rc.{k + 1}", entry(k) if keeps else "") + (("", "") if add else ())]
+                                        for x in (i, f"{rc}.{k + 1}", entry(k) if keeps else "") + (("", "") if add else ())]
     phases["ack"].append(resp("EVALSHA", sha["ack"], len(keys), *keys, *args))
     for phase in phases.values():
         cmds += phase[-1 if phase is not phases["due"] else -len(ids):]
@@ -178,7 +198,7 @@ PY
     for round in warm counted; do
       redis-cli -p "$cg_port" flushall >/dev/null
       line="   callgrind, instructions per job:"
-      for phase in push due promote reserve ack; do
+      for phase in push due promote $([ -z "${HANDOFF:-}" ] && echo reserve) ack; do
         instructions >/dev/null
         redis-cli -p "$cg_port" --pipe < "$work/$phase.resp" >/dev/null
         [ "$phase" = due ] && { instructions >/dev/null; continue; }
