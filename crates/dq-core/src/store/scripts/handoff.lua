@@ -36,7 +36,8 @@ local function handoff_plain(bucket, counts, reserved, announced, prefix, due, c
       l[#l + 1] = wk
     end
   end
-  -- Per due job: {id, its array, its trace context, its history, its worker, attempt, receipt, deadline}.
+  -- Per due job: {id, its array, its trace context, its history, its worker, its entry in the worker's
+  -- message (attempt, receipt and deadline at 4, 5 and 6)}.
   local picks = {}
   for i = 1, count do
     local id = due[2 * i - 1]
@@ -56,7 +57,7 @@ local function handoff_plain(bucket, counts, reserved, announced, prefix, due, c
     local entry = {id, v[2], v[3], a, rc, d, v[4], ttr}
     if tc then entry[9] = tc end
     wk.jobs[#wk.jobs + 1] = entry
-    picks[i] = {id, v, tc, h, wk, a, rc, d}
+    picks[i] = {id, v, tc, h, wk, entry}
   end
   if #picks == count then
     local out = {count, -1, now, #workers}
@@ -81,14 +82,15 @@ local function handoff_plain(bucket, counts, reserved, announced, prefix, due, c
     local added, to_reserved, to_ready, earliest = {}, {}, {}, nil
     for i = 1, count do
       local p = picks[i]
-      local id, v, tc, d = p[1], p[2], p[3], p[8]
+      local id, v, tc, e = p[1], p[2], p[3], p[6]
       local t, run_at = v[2], tonumber(due[2 * i])
       if unheard[p[5]] then
         v[1] = tc and 10 or 2
         redis.call('ZADD', prefix .. ':ready:' .. t, rec_score(nil, run_at), id)
         to_ready[t] = (to_ready[t] or 0) + 1
       else
-        v[1], v[8], v[9], v[10] = tc and 11 or 3, p[6], d, p[7]
+        local d = e[6]
+        v[1], v[8], v[9], v[10] = tc and 11 or 3, e[4], d, e[5]
         added[#added + 1] = d
         added[#added + 1] = id
         if earliest == nil or d < earliest then earliest = d end
