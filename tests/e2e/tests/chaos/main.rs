@@ -566,7 +566,16 @@ async fn chaos_loses_no_job_and_leaves_nothing_to_repair() {
             set.spawn(async move {
                 let mut bad = Vec::new();
                 for id in chunk {
-                    let (status, job) = common::call(&http, port, "GET", &format!("/v1/jobs/{id}"), None).await;
+                    // A 503 (a read that got no answer in time, on a machine the suite keeps busy) is asked
+                    // again, as a client would, for up to 30 s.
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+                    let (status, job) = loop {
+                        let (status, job) = common::call(&http, port, "GET", &format!("/v1/jobs/{id}"), None).await;
+                        if status != 503 || tokio::time::Instant::now() >= deadline {
+                            break (status, job);
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    };
                     if status != 200 || job["state"] != "done" {
                         bad.push(format!("{id}: {status} {job}"));
                     }
