@@ -40,8 +40,8 @@ pub enum Wake {
     Message {
         /// The partition whose script published.
         partition: u16,
-        /// The payload (a topic, or `<delay set key> <due ms>`).
-        payload: String,
+        /// The payload: text (a topic, or `<delay set key> <due ms>`), or a hand-off's MessagePack.
+        payload: Vec<u8>,
     },
     /// The listener (re)subscribed: messages sent while it was away are lost, so whoever waits must look
     /// again.
@@ -115,8 +115,7 @@ async fn listen_classic(queue: &Queue, kind: WakeKind, shutdown: CancellationTok
                             tokio::select! {
                                 msg = messages.next() => match msg {
                                     Some(msg) => {
-                                        let payload = String::from_utf8_lossy(msg.get_payload_bytes()).into_owned();
-                                        message(msg.get_channel_name(), payload, &on_wake);
+                                        message(msg.get_channel_name(), msg.get_payload_bytes().to_vec(), &on_wake);
                                     }
                                     None => break,
                                 },
@@ -138,7 +137,7 @@ async fn listen_classic(queue: &Queue, kind: WakeKind, shutdown: CancellationTok
 }
 
 /// Reports a message on `channel`, if it names a partition.
-fn message(channel: &str, payload: String, on_wake: &OnWake) {
+fn message(channel: &str, payload: Vec<u8>, on_wake: &OnWake) {
     if let Some(partition) = Keys::channel_partition(channel) {
         on_wake(Wake::Message { partition, payload });
     }
@@ -186,15 +185,18 @@ pub fn follow_ready(queue: &Queue, shutdown: CancellationToken) -> JoinHandle<()
         shutdown,
         Arc::new(move |wake| match wake {
             // `<topic>`, or `<topic> <priority>` for an urgent job (a topic name has no space).
-            Wake::Message { partition, payload } => match payload.split_once(' ') {
-                Some((topic, priority)) => {
-                    index.mark(topic, partition);
-                    if let Ok(priority) = priority.parse() {
-                        index.hint(topic, partition, priority);
+            Wake::Message { partition, payload } => {
+                let payload = String::from_utf8_lossy(&payload);
+                match payload.split_once(' ') {
+                    Some((topic, priority)) => {
+                        index.mark(topic, partition);
+                        if let Ok(priority) = priority.parse() {
+                            index.hint(topic, partition, priority);
+                        }
                     }
+                    None => index.mark(&payload, partition),
                 }
-                None => index.mark(&payload, partition),
-            },
+            }
             Wake::Subscribed => index.resync(),
         }),
     )

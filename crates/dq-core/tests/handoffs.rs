@@ -93,7 +93,7 @@ async fn every_job_handed_is_written_as_the_general_way_writes_it() {
     sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let p = q.timer().promote_for(0, 100, &c1(5)).await.unwrap();
     assert_eq!((p.moved, p.handed.clone()), (3, vec![3]));
-    let message: String = sub.get_message().unwrap().get_payload().unwrap();
+    let message: Vec<u8> = sub.get_message().unwrap().get_payload().unwrap();
     let handed = dq_core::reservations::handoff::decode_handoff(&message).unwrap();
     drop(sub);
 

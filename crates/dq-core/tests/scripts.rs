@@ -233,7 +233,7 @@ fn c1_waits_for_t() -> [Waiting; 1] {
 
 /// The jobs of the next hand-off message on `sub`.
 fn next_handoff(sub: &mut redis::PubSub<'_>) -> Vec<dq_core::Reservation> {
-    let message: String = sub.get_message().unwrap().get_payload().unwrap();
+    let message: Vec<u8> = sub.get_message().unwrap().get_payload().unwrap();
     dq_core::reservations::handoff::decode_handoff(&message).unwrap()
 }
 

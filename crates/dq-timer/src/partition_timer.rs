@@ -355,12 +355,13 @@ impl PartitionTimer {
             // `<delay set key> <due ms>` from push, nack and reschedule; `<reserved set key> <deadline ms>`
             // from reserve and touch.
             // A dq-consumer worker waits for jobs (on partition 0's channel, which every timer hears).
-            Wake::Message { payload, .. } if payload.starts_with("waiting ") => {
-                if let Some(w) = Waiting::parse(&payload) {
+            Wake::Message { payload, .. } if payload.starts_with(b"waiting ") => {
+                if let Some(w) = Waiting::parse(&String::from_utf8_lossy(&payload)) {
                     self.waiting.heard(w);
                 }
             }
             Wake::Message { partition, payload } => {
+                let payload = String::from_utf8_lossy(&payload);
                 let Some((key, at)) = payload.rsplit_once(' ') else {
                     return;
                 };

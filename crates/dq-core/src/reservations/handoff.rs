@@ -105,10 +105,60 @@ struct Entry(
     #[serde(default)] Option<String>,
 );
 
-/// Reads a hand-off message (see `promote.lua`) into reservations.
-pub fn decode_handoff(payload: &str) -> Result<Vec<Reservation>> {
+impl Entry {
+    /// An entry of a MessagePack message: an array of the fields above, numbers as integers.
+    fn from_packed(v: rmpv::Value) -> Option<Entry> {
+        use rmpv::Value;
+        let Value::Array(f) = v else { return None };
+        if !(8..=9).contains(&f.len()) {
+            return None;
+        }
+        let text = |v: &Value| match v {
+            Value::String(s) => s.as_str().map(str::to_owned),
+            Value::Binary(b) => String::from_utf8(b.clone()).ok(),
+            _ => None,
+        };
+        Some(Entry(
+            text(&f[0])?,
+            text(&f[1])?,
+            text(&f[2])?,
+            u32::try_from(f[3].as_u64()?).ok()?,
+            text(&f[4])?,
+            f[5].as_i64()?,
+            f[6].as_i64()?,
+            f[7].as_u64()?,
+            match f.get(8) {
+                Some(tc) => Some(text(tc)?),
+                None => None,
+            },
+        ))
+    }
+}
+
+/// Reads a hand-off message (see `promote.lua`) into reservations: a MessagePack array of jobs, each an
+/// array of [`Entry`]'s fields. A message that begins with `[` is the same array as JSON, as a dq-timer
+/// of a release before MessagePack hand-offs publishes it (a MessagePack array never begins so), so a
+/// process upgraded first still reads the hand-offs of timers not yet upgraded.
+pub fn decode_handoff(payload: &[u8]) -> Result<Vec<Reservation>> {
     let bad = |why: String| Error::unexpected(None, format!("malformed hand-off: {why}"));
-    let entries: Vec<Entry> = serde_json::from_str(payload).map_err(|e| bad(e.to_string()))?;
+    let entries: Vec<Entry> = if payload.first() == Some(&b'[') {
+        serde_json::from_slice(payload).map_err(|e| bad(e.to_string()))?
+    } else {
+        let value = rmpv::decode::read_value(&mut &payload[..]).map_err(|e| bad(e.to_string()))?;
+        let rmpv::Value::Array(jobs) = value else {
+            return Err(bad("not an array".into()));
+        };
+        jobs.into_iter()
+            .map(|j| {
+                Entry::from_packed(j).ok_or_else(|| {
+                    bad(
+                        "a job is not [id, topic, body, attempt, receipt, deadline, run_at, ttr, trace context?]"
+                            .into(),
+                    )
+                })
+            })
+            .collect::<Result<_>>()?
+    };
     entries
         .into_iter()
         .map(
@@ -158,28 +208,79 @@ mod tests {
         }
     }
 
+    /// `jobs` as promote.lua packs a hand-off (cmsgpack: strings as str, whole numbers as integers).
+    fn packed(jobs: &[Vec<rmpv::Value>]) -> Vec<u8> {
+        let value = rmpv::Value::Array(jobs.iter().map(|j| rmpv::Value::Array(j.clone())).collect());
+        let mut out = Vec::new();
+        rmpv::encode::write_value(&mut out, &value).unwrap();
+        out
+    }
+
+    fn job(id: &str, body: &str, tc: Option<&str>) -> Vec<rmpv::Value> {
+        let mut v: Vec<rmpv::Value> = vec![
+            id.into(),
+            "t".into(),
+            body.into(),
+            1.into(),
+            "ab.1".into(),
+            1700000005000i64.into(),
+            1700000000000i64.into(),
+            30000.into(),
+        ];
+        v.extend(tc.map(rmpv::Value::from));
+        v
+    }
+
     #[test]
     fn a_handoff_message_reads_as_reservations() {
-        let jobs = decode_handoff(r#"[["01A","t","{\"a\":1}",1,"ab.1",1700000005000,1700000000000,30000]]"#).unwrap();
-        assert_eq!(jobs.len(), 1);
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let stored = format!("{tp} k=v;w");
+        let message = packed(&[job("01A", r#"{"a":1}"#, Some(&stored)), job("01B", "2", None)]);
+        assert_eq!(message[0], 0x92, "an array of two, as cmsgpack packs it");
+        let jobs = decode_handoff(&message).unwrap();
+        assert_eq!(jobs.len(), 2);
         assert_eq!((jobs[0].id.as_str(), jobs[0].topic.as_str()), ("01A", "t"));
         assert_eq!(jobs[0].body.get(), r#"{"a":1}"#);
         assert_eq!((jobs[0].attempt, jobs[0].receipt.as_str()), (1, "ab.1"));
         assert_eq!((jobs[0].deadline, jobs[0].run_at), (1700000005000, 1700000000000));
         assert_eq!(jobs[0].ttr_ms, 30000);
+        assert_eq!(jobs[0].traceparent.as_deref(), Some(tp));
+        assert_eq!(jobs[0].tracestate.as_deref(), Some("k=v;w"));
+        assert_eq!((jobs[1].id.as_str(), jobs[1].body.get()), ("01B", "2"));
         assert_eq!(
-            (jobs[0].traceparent.as_deref(), jobs[0].tracestate.as_deref()),
+            (jobs[1].traceparent.as_deref(), jobs[1].tracestate.as_deref()),
             (None, None)
         );
+
+        let mut short = job("01A", "1", None);
+        short.pop();
+        let mut negative = job("01A", "1", None);
+        negative[3] = (-1).into();
+        for bad in [
+            packed(&[short]),
+            packed(&[negative]),
+            packed(&[job("01A", "not json", None)]),
+            vec![0x92, 0x01],
+            vec![0x01],
+            vec![],
+        ] {
+            assert!(decode_handoff(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_json_handoff_of_an_earlier_timer_reads_too() {
+        let jobs = decode_handoff(br#"[["01A","t","{\"a\":1}",1,"ab.1",1700000005000,1700000000000,30000]]"#).unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!((jobs[0].id.as_str(), jobs[0].body.get()), ("01A", r#"{"a":1}"#));
+        assert_eq!(
+            (jobs[0].deadline, jobs[0].run_at, jobs[0].ttr_ms),
+            (1700000005000, 1700000000000, 30000)
+        );
         let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-        let traced = decode_handoff(&format!(
-            r#"[["01A","t","1",1,"ab.1",1,1,1,"{tp} k=v;w"],["01B","t","2",1,"ab.2",1,1,1]]"#
-        ))
-        .unwrap();
+        let traced = decode_handoff(format!(r#"[["01A","t","1",1,"ab.1",1,1,1,"{tp} k=v;w"]]"#).as_bytes()).unwrap();
         assert_eq!(traced[0].traceparent.as_deref(), Some(tp));
-        assert_eq!(traced[0].tracestate.as_deref(), Some("k=v;w"));
-        assert_eq!(traced[1].traceparent, None);
-        assert!(decode_handoff("[[1]]").is_err());
-        assert!(decode_handoff(r#"[["01A","t","not json",1,"ab.1",1,1,1]]"#).is_err());
+        assert!(decode_handoff(b"[[1]]").is_err());
+        assert!(decode_handoff(br#"[["01A","t","not json",1,"ab.1",1,1,1]]"#).is_err());
     }
 }

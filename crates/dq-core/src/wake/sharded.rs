@@ -84,7 +84,7 @@ pub(super) async fn listen(queue: &Queue, kind: WakeKind, shutdown: Cancellation
                     match push.kind {
                         PushKind::SMessage => {
                             if let [channel, payload, ..] = &push.data[..] {
-                                message(&text(channel), text(payload), &on_wake);
+                                message(&text(channel), bytes(payload), &on_wake);
                             }
                         }
                         // redis-rs subscribed again (a reconnect, a new slot map), or our own subscribing:
@@ -191,6 +191,15 @@ async fn sleep_until_some(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// A message's payload as Redis sent it (a hand-off's MessagePack is not text).
+fn bytes(v: &Value) -> Vec<u8> {
+    match v {
+        Value::BulkString(b) => b.clone(),
+        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => s.clone().into_bytes(),
+        _ => Vec::new(),
     }
 }
 

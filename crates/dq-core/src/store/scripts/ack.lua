@@ -32,7 +32,7 @@
 -- nothing changed).
 
 local spread = add_spread()
-local retention = tonumber(ARGV[1])
+local retention = ARGV[1] + 0
 -- Every record is read before the first write (see architecture.md, "Scripts on a moving slot").
 local recs = {}
 -- stateful[k]: the k-th job's flow key has a state (flow.lua), for flow_count to count down.
@@ -48,7 +48,7 @@ end
 local function clock()
   if not now then
     local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    now = t[1] * 1000 + math.floor(t[2] / 1000)
   end
   return now
 end

@@ -14,7 +14,7 @@
 local timers, leases = KEYS[1], KEYS[2]
 local me, lease_ms, buckets = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
 local holder = {}
 local raw = redis.call('HGETALL', leases)

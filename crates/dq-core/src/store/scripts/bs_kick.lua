@@ -21,7 +21,7 @@ redis.call('EXISTS', ready)
 redis.call('EXISTS', dead)
 if r.f then flow().flow_read(prefix, topic, r.f) end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if from == 'dead' then redis.call('ZREM', dead, id) else redis.call('ZREM', bucket, id) end
 r.k = r.k or {0, 0, 0, 0}
 r.k[4] = r.k[4] + 1

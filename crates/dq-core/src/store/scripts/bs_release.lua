@@ -27,7 +27,7 @@ redis.call('EXISTS', ready)
 redis.call('EXISTS', prefix .. ':dead:' .. topic)
 if r.f then flow().flow_read(prefix, topic, r.f) end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', reserved, id)
 if r.f then flow().flow_count(prefix, topic, r.f, -1, now) end
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)

@@ -22,7 +22,7 @@ redis.call('EXISTS', ready, dead)
 if r.f then flow().flow_read(prefix, topic, r.f) end
 local told = tonumber(redis.call('GET', announced))
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- A job with a flow key is taken out of its key's queue, and its reservation counts against the key.
 if from == 'ready' and r.f then flow().flow_remove(prefix, topic, r.f, id)
 elseif from == 'ready' then redis.call('ZREM', ready, id)

@@ -19,7 +19,7 @@ if r.f then
   -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
   flow().flow_read(prefix, topic, r.f)
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
 end
 if state == 'delayed' then
   redis.call('ZREM', bucket, id)

@@ -35,7 +35,7 @@ local window = tonumber(ARGV[7])
 local max_wait, max_items = tonumber(ARGV[8]), tonumber(ARGV[9])
 local limit, memory = tonumber(ARGV[13]), tonumber(ARGV[14])
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- Records are named by id in this partition: the new job's key less its id.
 local base = string.sub(new_key, 1, #new_key - #new_id)
 

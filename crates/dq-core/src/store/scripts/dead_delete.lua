@@ -18,7 +18,7 @@ if #ARGV >= 5 then
 elseif ARGV[4] ~= '' then
   -- The dead list's score is the time of death.
   local t = redis.call('TIME')
-  local before = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[4])
+  local before = t[1] * 1000 + math.floor(t[2] / 1000) - tonumber(ARGV[4])
   ids = redis.call('ZRANGE', dead, '-inf', '(' .. before, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[3]))
 else
   ids = redis.call('ZRANGE', dead, 0, tonumber(ARGV[3]) - 1)

@@ -23,7 +23,7 @@ if room > 0 then
       local hooked = {}
       for i = 2, #ARGV do hooked[ARGV[i]] = true end
       local t = redis.call('TIME')
-      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      local now = t[1] * 1000 + math.floor(t[2] / 1000)
       for _, e in ipairs(taken) do
         local ok, ev = pcall(cjson.decode, e)
         if ok and type(ev) == 'table' and type(ev.id) == 'string' and type(ev.topic) == 'string'

@@ -16,7 +16,7 @@
 local reserved, counts, events, announced = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, limit = ARGV[1], tonumber(ARGV[2])
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local expired = redis.call('ZRANGEBYSCORE', reserved, '-inf', now, 'LIMIT', 0, limit)
 -- Every key is read before the first write (see architecture.md, "Scripts on a moving slot").
 local told = tonumber(redis.call('GET', announced))

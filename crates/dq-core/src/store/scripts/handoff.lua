@@ -25,7 +25,7 @@ local function handoff_plain(bucket, counts, reserved, announced, prefix, due, c
   local workers, free = {}, {}
   for w = 1, math.floor((#ARGV - 6) / 4) do
     local a = 6 + (w - 1) * 4
-    local wk = {channel = ARGV[a + 2], slots = tonumber(ARGV[a + 3]), ttr = tonumber(ARGV[a + 4]), jobs = {}}
+    local wk = {channel = ARGV[a + 2], slots = ARGV[a + 3] + 0, ttr = ARGV[a + 4] + 0, jobs = {}}
     workers[w] = wk
     if wk.slots > 0 then
       local l = free[ARGV[a + 1]]
@@ -65,7 +65,7 @@ local function handoff_plain(bucket, counts, reserved, announced, prefix, due, c
     local unheard = {}
     for w, wk in ipairs(workers) do
       out[4 + w] = #wk.jobs
-      if #wk.jobs > 0 and redis.call(publish, wk.channel, cjson.encode(wk.jobs)) == 0 then
+      if #wk.jobs > 0 and redis.call(publish, wk.channel, cmsgpack.pack(wk.jobs)) == 0 then
         out[4 + w], unheard[wk] = 0, true
       end
     end
@@ -78,12 +78,12 @@ local function handoff_plain(bucket, counts, reserved, announced, prefix, due, c
         empty[t] = redis.call('EXISTS', prefix .. ':ready:' .. t) == 0
       end
     end
-    if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, '0', count - 1) end
+    if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, '0', count == 1 and '0' or count - 1) end
     local added, to_reserved, to_ready, earliest = {}, {}, {}, nil
     for i = 1, count do
       local p = picks[i]
       local id, v, tc, e = p[1], p[2], p[3], p[6]
-      local t, run_at = v[2], tonumber(due[2 * i])
+      local t, run_at = v[2], due[2 * i] + 0
       if unheard[p[5]] then
         v[1] = tc and 10 or 2
         redis.call('ZADD', prefix .. ':ready:' .. t, rec_score(nil, run_at), id)
@@ -91,7 +91,7 @@ local function handoff_plain(bucket, counts, reserved, announced, prefix, due, c
       else
         local d = e[6]
         v[1], v[8], v[9], v[10] = tc and 11 or 3, e[4], d, e[5]
-        added[#added + 1] = d
+        added[#added + 1] = string.format('%d', d)
         added[#added + 1] = id
         if earliest == nil or d < earliest then earliest = d end
         to_reserved[t] = (to_reserved[t] or 0) + 1
@@ -110,8 +110,8 @@ local function handoff_plain(bucket, counts, reserved, announced, prefix, due, c
       if empty[t] then redis.call(publish, ready_channel, t) end
     end
     -- As in reserve.lua: only a deadline earlier than the one announced needs telling.
-    local told = earliest and tonumber(redis.call('GET', announced))
-    if earliest and (told == nil or earliest < told) then
+    local told = earliest and redis.call('GET', announced)
+    if earliest and (not told or earliest < told + 0) then
       redis.call('SET', announced, earliest)
       redis.call(publish, timer_channel, reserved .. ' ' .. earliest)
     end
@@ -119,7 +119,7 @@ local function handoff_plain(bucket, counts, reserved, announced, prefix, due, c
       out[2] = next_due
     else
       local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
-      if head[2] then out[2] = tonumber(head[2]) end
+      if head[2] then out[2] = head[2] end
     end
     return out
   end

@@ -8,7 +8,7 @@
 
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
 return 1

@@ -8,7 +8,7 @@
 -- Returns: {how many hooks the set holds, due hook, due hook, ...}, the due ones earliest first.
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 local until_ms = now + tonumber(ARGV[2])
 for _, hook in ipairs(due) do

@@ -18,7 +18,7 @@
 --          1 when the topic is paused by its callback else 0}.
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local me = 'h:' .. ARGV[1]
 local in_use, want_slots, want = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local limit, lease = tonumber(ARGV[5]), tonumber(ARGV[6])

@@ -29,7 +29,7 @@ redis.call('EXISTS', prefix .. ':ready:' .. topic, prefix .. ':dead:' .. topic)
 if r.f then flow().flow_read(prefix, topic, r.f) end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local attempts, max = r.a, r.m
 redis.call('ZREM', reserved, id)
 if r.f then

@@ -19,31 +19,32 @@
 --   published on its channel, up to its free slots, in the order given. When the publish reaches nobody
 --   (the consumer is gone) those jobs go to the ready queue instead. Jobs are handed by priority, then
 --   due time, as the ready queue would give them out.
--- Returns: {moved, next_due (-1 when the delay set is empty), now, jobs handed to each waiting worker
---   (one value per worker, in the order given) ..., lateness of each moved job in ms ..., then five
---   values for each moved job with a trace context (the record's tc) when ARGV[6] asks for them: id,
---   topic, tc, lateness ms, 1 when handed else 0} (dq-timer's promotion spans; nothing for jobs without one)
---   A hand-off message is a JSON array of jobs, each [id, topic, body, attempt, receipt, deadline, run_at,
---   ttr] (the fields and order of reserve.lua's answer), and its trace context as a ninth value when
---   the job has one.
+-- Returns: {moved, next_due (-1 when the delay set is empty; else the score's text as Redis answered
+--   it), now, jobs handed to each waiting worker (one value per worker, in the order given) ...,
+--   lateness of each moved job in ms ..., then five values for each moved job with a trace context (the
+--   record's tc) when ARGV[6] asks for them: id, topic, tc, lateness ms, 1 when handed else 0}
+--   (dq-timer's promotion spans; nothing for jobs without one)
+--   A hand-off message is a MessagePack array of jobs (cmsgpack: whole numbers as integers, where JSON
+--   would print them), each [id, topic, body, attempt, receipt, deadline, run_at, ttr] (the fields and
+--   order of reserve.lua's answer), and its trace context as a ninth value when the job has one.
 
 local bucket, counts, reserved, announced = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local prefix, limit, ready_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local prefix, limit, ready_channel = ARGV[1], ARGV[2] + 0, ARGV[3]
 local timer_channel, nonce, spans = ARGV[4], ARGV[5], ARGV[6] == '1'
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- The delay set's first two members. Unless both are due, they tell the due jobs (none, or the first
 -- alone: on a push path jobs come due apart, and most calls move one) and the next due time after this
 -- call, which the common case below then returns without a ZRANGEBYSCORE before and a ZRANGE after (one
 -- command fewer in a call of about ten).
 local peek = redis.call('ZRANGE', bucket, '0', '1', 'WITHSCORES')
 local due, next_due
-if peek[4] and tonumber(peek[4]) <= now and limit > 1 then
+if peek[4] and peek[4] + 0 <= now and limit > 1 then
   due = redis.call('ZRANGEBYSCORE', bucket, '-inf', now, 'WITHSCORES', 'LIMIT', '0', ARGV[2])
-elseif peek[2] and tonumber(peek[2]) <= now and limit > 0 then
-  due, next_due = {peek[1], peek[2]}, tonumber(peek[4]) or -1
+elseif peek[2] and peek[2] + 0 <= now and limit > 0 then
+  due, next_due = {peek[1], peek[2]}, peek[4] or -1
 else
-  due, next_due = {}, tonumber(peek[2]) or -1
+  due, next_due = {}, peek[2] or -1
 end
 local count = #due / 2
 
@@ -85,14 +86,14 @@ if #ARGV <= 6 then
       end
     end
     local out = {0, -1, now, 0}
-    if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, '0', count - 1) end
+    if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, '0', count == 1 and '0' or count - 1) end
     for i = 1, count do
       local topic = topics[i]
       if topic then
-        local run_at = tonumber(due[2 * i])
+        local run_at = due[2 * i] + 0
         redis.call('SETRANGE', keys[i], offsets[i] == 1 and '1' or offsets[i], bytes[i])
         local a = adds[topic]
-        a[#a + 1] = rec_score(nil, run_at)
+        a[#a + 1] = string.format('%d', rec_score(nil, run_at))
         a[#a + 1] = due[2 * i - 1]
         out[#out + 1] = now - run_at
       end
@@ -110,7 +111,7 @@ if #ARGV <= 6 then
       out[2] = next_due
     else
       local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
-      if head[2] then out[2] = tonumber(head[2]) end
+      if head[2] then out[2] = head[2] end
     end
     return out
   end
@@ -134,8 +135,8 @@ local waiting = {}
 local wanted = {}
 for w = 1, math.floor((#ARGV - 6) / 4) do
   local a = 6 + (w - 1) * 4
-  local slots = tonumber(ARGV[a + 3])
-  waiting[w] = {topic = ARGV[a + 1], channel = ARGV[a + 2], slots = slots, ttr = tonumber(ARGV[a + 4]), jobs = {}}
+  local slots = ARGV[a + 3] + 0
+  waiting[w] = {topic = ARGV[a + 1], channel = ARGV[a + 2], slots = slots, ttr = ARGV[a + 4] + 0, jobs = {}}
   if slots > 0 then wanted[ARGV[a + 1]] = true end
 end
 -- Flow keys' turns parked in the delay set (flow.lua), due now: i -> {topic, key}. Due jobs with a flow
@@ -247,7 +248,7 @@ local handed = {}
 for w = 1, #waiting do
   local wk = waiting[w]
   handed[w] = #wk.jobs
-  if #wk.jobs > 0 and redis.call(publish, wk.channel, cjson.encode(wk.jobs)) == 0 then
+  if #wk.jobs > 0 and redis.call(publish, wk.channel, cmsgpack.pack(wk.jobs)) == 0 then
     -- Nobody listens on the channel: its jobs go to the ready queue.
     handed[w] = 0
     for i = 1, count do
@@ -304,7 +305,7 @@ local function add(key, score, id)
   a[#a + 1] = id
 end
 for i = 1, count do
-  local id, run_at, r = due[2 * i - 1], tonumber(due[2 * i]), recs[i]
+  local id, run_at, r = due[2 * i - 1], due[2 * i] + 0, recs[i]
   -- An id without a record was deleted half-way by hand; there is nothing to deliver.
   if r then
     local w = handed_to[i]
@@ -387,8 +388,8 @@ for topic, m in pairs(per_topic) do
   end
 end
 -- As in reserve.lua: only a deadline earlier than the one announced needs telling.
-local told = earliest and tonumber(redis.call('GET', announced))
-if earliest and (told == nil or earliest < told) then
+local told = earliest and redis.call('GET', announced)
+if earliest and (not told or earliest < told + 0) then
   redis.call('SET', announced, earliest)
   redis.call(publish, timer_channel, reserved .. ' ' .. earliest)
 end
@@ -400,5 +401,5 @@ end
 -- above and handoff.lua fill it in as their own few lines, not a shared function: a function is made on
 -- every call, about 1,000 instructions of a one-job call's 155,000.)
 local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
-if head[2] then out[2] = tonumber(head[2]) end
+if head[2] then out[2] = head[2] end
 return out

@@ -66,7 +66,7 @@
 
 local spread = add_spread()
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- The clock, then one answer per job.
 local out = {now}
 -- Job i's partition prefix: its record's key without ':job:<id>'. The first job's partition's delay set,

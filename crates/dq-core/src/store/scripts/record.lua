@@ -61,7 +61,11 @@
 -- A number given to redis.call is turned into text by Redis (sprintf "%.17g") and parsed back by the
 -- command: about 0.25 µs an argument, as much as a short command's own work. So the scripts give a
 -- number they have as text (an ARGV, a score Redis answered, a literal such as '0' or '1') as that
--- text, and only a number they computed as a number.
+-- text, and a whole number they computed, on the hot paths, as string.format('%d', n): 1,600
+-- instructions fewer than Redis's "%.17g" (tostring and `..` use "%.14g", no cheaper). Text Redis
+-- answered or was given is read as a number with arithmetic (`s + 0`, `t[1] * 1000`): tonumber(s)
+-- converts twice (it checks, then converts), 900 instructions more. A number packed with cmsgpack stays
+-- an integer, where cjson would print it (so hand-offs are MessagePack).
 --
 -- This preamble runs on every call of the scripts that include it, and each function or table it makes
 -- costs instructions on each call, so it makes eight functions and no table.
@@ -108,7 +112,7 @@ local function rec_decode(key, soft, source, score, raw)
       or type(v[5]) ~= 'number' or type(v[6]) ~= 'number' or type(v[7]) ~= 'number' then
     local base, id = string.match(key, '^(.*):job:(.*)$')
     local t = redis.call('TIME')
-    local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local at = t[1] * 1000 + math.floor(t[2] / 1000)
     local moved = redis.pcall('HSET', base .. ':quarantine', id,
       string.format('%d %s %s\n', at, score or '-', source or '-') .. raw)
     if type(moved) == 'table' then

@@ -27,7 +27,7 @@ if ARGV[5] ~= '1' then r.a = r.a - 1 end
 r.s = 'ready'
 rec_store(job, r)
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if r.f then flow().flow_count(prefix, topic, r.f, -1, now) end
 ready_add(prefix, r, id, rec_score(r.p, r.r), now)
 redis.call('HINCRBY', counts, topic .. ':reserved', -1)

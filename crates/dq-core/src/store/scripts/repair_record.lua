@@ -21,7 +21,7 @@ if r.f then flow().flow_read(prefix, topic, r.f) end
 if where[state] and redis.call('ZSCORE', where[state], id) then return 0 end
 if state == 'ready' and r.f and redis.call('ZSCORE', prefix .. ':fq:' .. topic .. ':' .. r.f, id) then return 0 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local was_empty = redis.call('EXISTS', ready) == 0
 -- A job reserved when it was lost counted against its flow key: no longer.
 if r.f and state == 'reserved' then flow().flow_count(prefix, topic, r.f, -1, now) end

@@ -12,7 +12,7 @@
 local dead, ready, counts = KEYS[1], KEYS[2], KEYS[3]
 local prefix, topic = ARGV[1], ARGV[2]
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local ids = {}
 if #ARGV >= 5 then
   for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end

@@ -16,7 +16,7 @@ local topic, state = r.t, r.s
 if state ~= 'delayed' and state ~= 'ready' then return {0, state} end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local run_at = r.r
 if ARGV[3] ~= '' then run_at = now + tonumber(ARGV[3]) elseif ARGV[4] ~= '' then run_at = tonumber(ARGV[4]) end
 if ARGV[7] ~= '' then r.p = tonumber(ARGV[7]) end

@@ -27,10 +27,10 @@
 -- process then knows, without another call, that nobody needs waking for them).
 
 local reserved, counts, announced = KEYS[1], KEYS[2], KEYS[3]
-local prefix, want, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local prefix, want, nonce = ARGV[1], ARGV[2] + 0, ARGV[3]
 local least_ttr = tonumber(ARGV[4]) or 0
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- Each ready queue is popped first (ZPOPMIN: one call, where reading it with ZRANGE and then removing
 -- what was read would be two), and every popped job's record is read before the first record is
 -- written. A record the script cannot read (on a slot being moved, see architecture.md, "Scripts on a
@@ -275,7 +275,7 @@ for _, job in ipairs(jobs) do
     local rc, d = nonce .. '.' .. n, now + ttr
     v[1], v[8], v[9], v[10] = tc and 11 or 3, a, d, rc
     rec_put(prefix .. ':job:' .. id, v, job[3] or nil, tc, job[5])
-    added[#added + 1] = d
+    added[#added + 1] = string.format('%d', d)
     added[#added + 1] = id
     if earliest == nil or d < earliest then earliest = d end
     moved[topic] = (moved[topic] or 0) + 1
@@ -400,8 +400,8 @@ for topic, m in pairs(moved) do
 end
 -- The timer holding the partition runs expiry by the announced deadline at the latest, and learns the
 -- next one then (expire.lua), so only a deadline earlier than that needs announcing.
-local told = earliest and tonumber(redis.call('GET', announced))
-if earliest and (told == nil or earliest < told) then
+local told = earliest and redis.call('GET', announced)
+if earliest and (not told or earliest < told + 0) then
   redis.call('SET', announced, earliest)
   redis.call(publish, ARGV[5], reserved .. ' ' .. earliest)
 end

@@ -22,7 +22,7 @@ if ARGV[2] == '' then
   return {0, existed}
 end
 local t = redis.call('TIME')
-local since = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local since = t[1] * 1000 + math.floor(t[2] / 1000)
 if current and ARGV[3] == '0' then
   local kept = tonumber(string.match(current, '^(%d+) '))
   if kept then since = kept end

@@ -15,7 +15,7 @@ if ARGV[2] == '' then
   return 0
 end
 local t = redis.call('TIME')
-local version = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local version = t[1] * 1000000 + t[2]
 if current then
   local v = tonumber(string.match(current, '^(%d+)'))
   if v and v >= version then version = v + 1 end

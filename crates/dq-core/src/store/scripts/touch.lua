@@ -13,7 +13,7 @@ local r = rec_load(job)
 if not r then return 0 end
 if r.s ~= 'reserved' or r.rc ~= ARGV[2] then return -1 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local ttr = r.ttr
 if ARGV[3] ~= '' then ttr = tonumber(ARGV[3]) end
 r.d = now + ttr
