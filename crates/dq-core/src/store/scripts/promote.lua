@@ -399,7 +399,7 @@ for _, tj in ipairs(traced) do
 end
 -- (Read, not the peek's: a flow key's turn may have been parked in the delay set above. The plain way
 -- above and handoff.lua fill it in as their own few lines, not a shared function: a function is made on
--- every call, about 1,000 instructions of a one-job call's 155,000.)
+-- every call, about 1,000 instructions of a one-job call's 142,000.)
 local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
 if head[2] then out[2] = head[2] end
 return out
