@@ -141,10 +141,13 @@ while i < len(lines) - 3:
         except ValueError:
             i += 1; continue
         n = names.get(lines[i + 4], lines[i + 4][:8])
-        # promote.lua given waiting workers (ARGV 7 on, where a call without them has its client's
-        # address) takes its general path, with the hand-offs; told apart, for the hand-offs' share.
-        if n == "promote.lua" and i + 16 < len(lines) and not re.match(r"^[\d.]+:\d+$", lines[i + 16]):
-            n = "promote.lua (workers)"
+        # promote.lua given waiting workers (after ARGV 8 and the m more partitions' prefixes that ARGV 7
+        # counts, where a call without them has its client's address) takes its general path, with the
+        # hand-offs; told apart, for the hand-offs' share.
+        if n == "promote.lua" and i + 18 < len(lines) and lines[i + 16].isdigit():
+            w = i + 18 + int(lines[i + 16])
+            if w < len(lines) and not re.match(r"^[\d.]+:\d+$", lines[w]):
+                n = "promote.lua (workers)"
         tot[n] += d; cnt[n] += 1
         i += 5
     else:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a script call costs Redis before a job's own work: the instructions (valgrind's callgrind, the same
 from run to run) of one EVALSHA, each call made 2,000 times (after a round to warm up) with promote.lua's
-4 keys and 10 arguments (a waiting worker's 4 among them), on a private redis-server.
+4 keys and 12 arguments (a waiting worker's 4 among them), on a private redis-server.
 
     scripts/profile-call-floor.py                 the default set: an empty script, the preambles, a few
                                                   commands and conversions, and promote.lua with nothing due
@@ -95,7 +95,7 @@ def main():
                 time.sleep(0.1)
         p = "dq:{0.1}"
         keys = [f"{p}:delayed", f"{p}:counts", f"{p}:reserved", f"{p}:announced"]
-        args = [p, 1, "ch:ready", "ch:timer", "nonce", "", "t", f"{p}:handoff:c1", 1, 30000]
+        args = [p, 1, "ch:ready", "ch:timer", "nonce", "", "0", "", "t", f"{p}:handoff:c1", 1, 30000]
         for spec in sys.argv[1:] or DEFAULT:
             name, lua = spec.split("=", 1)
             sha = cli("script", "load", source(lua))

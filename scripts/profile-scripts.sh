@@ -102,6 +102,7 @@ def packed(*fields):
     return out
 # dq packs a new job's record itself (store/new_record.rs, push.lua's mode "4") where push.lua takes it.
 packs = '"4" and "5"' in open(os.path.join(lua, "push.lua")).read()
+multi = "ARGV[8]" in open(os.path.join(lua, "promote.lua")).read()
 P, body, cmds = "dq:{0.1}", '"' + "x" * 62 + '"', []
 # The same calls by phase, for callgrind: every push, then every job made due, then the promotions, the
 # reserves and the acks (each reserve takes the next jobs in the ready queue, the ones its batch pushed).
@@ -125,6 +126,9 @@ for b in range(0, n, batch):
     phases["due"] += [resp("ZADD", f"{P}:delayed", 1, i) for i in ids]  # due now
     # With HANDOFF, a worker waits for topic t with a slot for each job (its TTR 30 s), and takes them all.
     worker = ["t", f"{P}:handoff:c1", len(ids), 30000] if handing else []
+    # (Where promote.lua may take more partitions, ARGV 7 and 8 say it takes none, before the workers.)
+    if worker and multi:
+        worker = ["0", ""] + worker
     phases["promote"].append(resp("EVALSHA", sha["promote"], 4, f"{P}:delayed", f"{P}:counts", f"{P}:reserved",
                                   f"{P}:announced", P, len(ids), "ch:ready", "ch:timer", "nonce", "", *worker))
     if not handing:

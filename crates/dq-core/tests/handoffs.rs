@@ -141,8 +141,12 @@ fn handoff_alone() -> redis::Script {
         "local t = redis.call('TIME')\n",
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
         "local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES')\n",
+        // The waiting workers from ARGV[7..], as promote.lua reads them for a call of one partition.
+        "local nw = math.floor((#ARGV - 6) / 4)\n",
+        "local left = {}\n",
+        "for w = 1, nw do left[w] = ARGV[6 + (w - 1) * 4 + 3] + 0 end\n",
         "return handoff_plain(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], due, #due / 2, now, nil, ARGV[5],\n",
-        "  false, ARGV[3], ARGV[4]) or 'general'\n",
+        "  false, ARGV[3], ARGV[4], 6, nw, left, 0) or 'general'\n",
     ))
 }
 

@@ -218,39 +218,34 @@ impl PartitionTimer {
     async fn promote_due(&mut self) -> bool {
         let (queue, batch) = (&self.queue, self.settings.batch_size);
         let due = self.due(|h| h.next_due);
-        // Calls run side by side, so each gets a share of every waiting worker's slots (at least one).
+        if due.is_empty() {
+            return false;
+        }
         let waiting: Vec<Waiting> = if self.handoffs_refused.now() {
             Vec::new()
         } else {
             self.waiting.current()
-        }
-        .into_iter()
-        .map(|mut w| {
-            w.slots = w.slots.div_ceil(due.len().max(1) as u32);
-            w
-        })
-        .collect();
-        let refused = &self.handoffs_refused;
-        let results = each(due, |p| {
-            let waiting = &waiting;
-            async move {
-                let r = queue.timer().promote_for(p, batch, waiting).await;
-                match r {
-                    // A hand-off Redis refused (an ACL user without the hand-off channels may not
-                    // publish there) must not hold promotion up: promote without, and stop handing off
-                    // for a while.
-                    Err(e @ dq_core::Error::Redis { .. }) if !waiting.is_empty() => {
-                        let plain = queue.timer().promote(p, batch).await;
-                        if plain.is_ok() {
-                            refused.refuse(&e);
-                        }
-                        plain
+        };
+        // The partitions due now share calls, one per node (promote_many shares the workers' slots out).
+        let mut results = queue.timer().promote_many(&due, batch, &waiting).await;
+        // A hand-off Redis refused (an ACL user without the hand-off channels may not publish there) must
+        // not hold promotion up: promote without, and stop handing off for a while.
+        if !waiting.is_empty() {
+            let refused = &self.handoffs_refused;
+            let again: Vec<u16> = results
+                .iter()
+                .filter(|(_, r)| matches!(r, Err(dq_core::Error::Redis { .. })))
+                .map(|(p, _)| *p)
+                .collect();
+            for (p, plain) in each(again, |p| queue.timer().promote(p, batch)).await {
+                if let Some(slot) = results.iter_mut().find(|(q, _)| *q == p) {
+                    if let (Err(e), true) = (&slot.1, plain.is_ok()) {
+                        refused.refuse(e);
                     }
-                    r => r,
+                    slot.1 = plain;
                 }
             }
-        })
-        .await;
+        }
         let mut failed = false;
         for (p, r) in results {
             match r {

@@ -35,6 +35,25 @@ impl Timer {
         Ok(promoted)
     }
 
+    /// Promotes each partition of `parts` as [`Timer::promote_for`] does, with as few calls as their
+    /// nodes allow (all of them in one on a single Redis, up to 16 a call; on a cluster one per
+    /// primary), so that partitions due at the same moment share a call's own cost. The `waiting`
+    /// workers' slots are shared among the calls and, within a call, among its partitions in turn.
+    /// Answers per partition, in the order of `parts`: a call's failure is each of its partitions'.
+    pub async fn promote_many(&self, parts: &[u16], limit: u32, waiting: &[Waiting]) -> Vec<(u16, Result<Promoted>)> {
+        let start = std::time::SystemTime::now();
+        let answers = promote::call_many(&self.store, parts, limit, waiting).await;
+        let end = std::time::SystemTime::now();
+        for t in answers
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().ok())
+            .flat_map(|p| &p.traced)
+        {
+            spans::promotion(&t.id, &t.topic, &t.trace, t.lateness_ms, t.handed, start, end);
+        }
+        answers
+    }
+
     /// Ends up to `limit` expired reservations of partition `p`.
     pub async fn expire(&self, p: u16, limit: u32) -> Result<Expired> {
         let expired = expire::call(&self.store, p, limit, self.defaults.attempt_history).await?;

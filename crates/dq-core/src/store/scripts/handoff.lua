@@ -11,21 +11,22 @@
 -- this one, which says the same: rec_fields), and the general way reads the records again.
 --
 -- KEYS[1]: none of its own (promote.lua's; its keys come as arguments)
--- ARGV[1]: none of its own (promote.lua's: ARGV[7..], the waiting workers, are read here)
+-- ARGV[1]: none of its own (promote.lua's: the waiting workers, ARGV[wbase + 1..], are read here)
 -- Returns: nothing (defines local function handoff_plain).
 
 -- The due jobs (`due`: id, due time, ...; `count` of them) of the partition `prefix` handed to the
 -- waiting workers, or nil when the call is not one this way takes. `bucket`, `counts`, `reserved` and
--- `announced` are promote.lua's KEYS; `now` Redis's clock, `next_due` the delay set's next due time when
--- the peek told it; `nonce`, `spans`, `ready_channel` and `timer_channel` as promote.lua's ARGV.
+-- `announced` the partition's keys; `now` Redis's clock, `next_due` the delay set's next due time when
+-- the peek told it; `nonce`, `spans`, `ready_channel` and `timer_channel` as promote.lua's ARGV; the
+-- `nw` waiting workers at ARGV[wbase + 1..] with `left` slots each; receipts numbered from `rcb` + 1.
 -- Returns promote.lua's answer.
 local function handoff_plain(bucket, counts, reserved, announced, prefix, due, count, now, next_due, nonce, spans,
-    ready_channel, timer_channel)
+    ready_channel, timer_channel, wbase, nw, left, rcb)
   -- The waiting workers, in the order given; those with free slots by topic.
   local workers, free = {}, {}
-  for w = 1, math.floor((#ARGV - 6) / 4) do
-    local a = 6 + (w - 1) * 4
-    local wk = {channel = ARGV[a + 2], slots = ARGV[a + 3] + 0, ttr = ARGV[a + 4] + 0, jobs = {}}
+  for w = 1, nw do
+    local a = wbase + (w - 1) * 4
+    local wk = {channel = ARGV[a + 2], slots = left[w], ttr = ARGV[a + 4] + 0, jobs = {}}
     workers[w] = wk
     if wk.slots > 0 then
       local l = free[ARGV[a + 1]]
@@ -53,7 +54,7 @@ local function handoff_plain(bucket, counts, reserved, announced, prefix, due, c
     end
     if not wk then break end
     local ttr = math.max(v[5], wk.ttr)
-    local a, rc, d = (v[8] or 0) + 1, nonce .. '.' .. i, now + ttr
+    local a, rc, d = (v[8] or 0) + 1, nonce .. '.' .. (rcb + i), now + ttr
     local entry = {id, v[2], v[3], a, rc, d, v[4], ttr}
     if tc then entry[9] = tc end
     wk.jobs[#wk.jobs + 1] = entry

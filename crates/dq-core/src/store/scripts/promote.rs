@@ -3,6 +3,7 @@
 
 use std::sync::LazyLock;
 
+use futures_util::StreamExt;
 use redis::{Script, Value};
 
 use super::Waking;
@@ -51,9 +52,117 @@ pub struct TracedMove {
     pub handed: bool,
 }
 
+/// Most partitions one `promote.lua` call takes: each may move up to a batch of jobs, and a call holds
+/// Redis for its whole length.
+pub(crate) const MOST_PARTITIONS_PER_CALL: usize = 16;
+
+/// Most `promote.lua` calls of one [`call_many`] out at once (a cluster's partitions before its map is
+/// read each go alone).
+const CALLS_IN_FLIGHT: usize = 16;
+
 /// One `promote.lua` call on partition `p`: moves up to `limit` due jobs to ready, or hands them, reserved,
 /// to the `waiting` workers of their topics (see [`crate::reservations::handoff`]).
 pub(crate) async fn call(store: &Store, p: u16, limit: u32, waiting: &[Waiting]) -> Result<Promoted> {
+    let mut out = send(store, &[p], limit, waiting, false)
+        .await?
+        .ok_or_else(|| Error::unexpected(Some(p), "a promotion of one partition answered moved"))?;
+    out.pop()
+        .ok_or_else(|| Error::unexpected(Some(p), "promote returned no answer"))
+}
+
+/// Promotes every partition of `parts` with as few `promote.lua` calls as their nodes allow: one per
+/// node (every partition on a single Redis; on a cluster, per primary as [`Store::nodes`] last read
+/// them) and at most [`MOST_PARTITIONS_PER_CALL`] partitions, the calls side by side. The `waiting`
+/// workers' slots are shared out among the calls (each at least 1), and within a call among its
+/// partitions in turn. A cluster's call that finds one of its partitions elsewhere, having written
+/// nothing, is sent again a partition at a time. Answers per partition, in the order of `parts`.
+pub(crate) async fn call_many(
+    store: &Store,
+    parts: &[u16],
+    limit: u32,
+    waiting: &[Waiting],
+) -> Vec<(u16, Result<Promoted>)> {
+    let nodes = store.nodes();
+    let mut groups: Vec<Vec<u16>> = Vec::new();
+    let mut of_node: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    for &p in parts {
+        let node = nodes.get(p as usize).copied().unwrap_or(u32::MAX - p as u32);
+        let g = match of_node.get(&node) {
+            Some(&g) if groups[g].len() < MOST_PARTITIONS_PER_CALL => g,
+            _ => {
+                groups.push(Vec::new());
+                of_node.insert(node, groups.len() - 1);
+                groups.len() - 1
+            }
+        };
+        groups[g].push(p);
+    }
+    let share: Vec<Waiting> = waiting
+        .iter()
+        .map(|w| Waiting {
+            slots: w.slots.div_ceil(groups.len().max(1) as u32),
+            ..w.clone()
+        })
+        .collect();
+    let share = &share;
+    let calls = groups
+        .into_iter()
+        .map(|group| promote_group(store, group, limit, share));
+    let answers: Vec<Vec<(u16, Result<Promoted>)>> = futures_util::stream::iter(calls)
+        .buffered(CALLS_IN_FLIGHT)
+        .collect()
+        .await;
+    answers.into_iter().flatten().collect()
+}
+
+/// One call of [`call_many`] for the partitions of `group` (one node's), or, when it answered `moved`,
+/// one call for each.
+async fn promote_group(
+    store: &Store,
+    group: Vec<u16>,
+    limit: u32,
+    waiting: &[Waiting],
+) -> Vec<(u16, Result<Promoted>)> {
+    let spread = store.sharded() && group.len() > 1;
+    match send(store, &group, limit, waiting, spread).await {
+        Ok(Some(outs)) if outs.len() == group.len() => group.into_iter().zip(outs.into_iter().map(Ok)).collect(),
+        Ok(Some(_)) => group
+            .into_iter()
+            .map(|p| {
+                (
+                    p,
+                    Err(Error::unexpected(
+                        Some(p),
+                        "promote answered the wrong number of partitions",
+                    )),
+                )
+            })
+            .collect(),
+        Ok(None) => {
+            store.nodes_moved();
+            tracing::debug!(
+                "a promotion over several partitions found one not served by its node; sent a partition at a time"
+            );
+            let mut answers = Vec::with_capacity(group.len());
+            for p in group {
+                answers.push((p, call(store, p, limit, waiting).await));
+            }
+            answers
+        }
+        Err(e) => group.into_iter().map(|p| (p, Err(e.duplicate()))).collect(),
+    }
+}
+
+/// One `promote.lua` call for `parts` (the first's keys declared, the others named by their prefixes;
+/// with `spread`, a cluster's call, checked to be served by the node). `None`: it answered `moved`.
+async fn send(
+    store: &Store,
+    parts: &[u16],
+    limit: u32,
+    waiting: &[Waiting],
+    spread: bool,
+) -> Result<Option<Vec<Promoted>>> {
+    let p = parts[0];
     let keys = store.partition_keys(p);
     let mut inv = store.script(&SCRIPT).prepare_invoke();
     inv.key(keys.delayed())
@@ -65,21 +174,51 @@ pub(crate) async fn call(store: &Store, p: u16, limit: u32, waiting: &[Waiting])
         .arg(keys.ready_channel())
         .arg(keys.timer_channel())
         .arg(crate::attempt::receipt_nonce())
-        .arg(if crate::telemetry::spans::exporting() { "1" } else { "" });
+        .arg(if crate::telemetry::spans::exporting() { "1" } else { "" })
+        .arg(parts.len() - 1)
+        .arg(if spread { "1" } else { "" });
+    for &q in &parts[1..] {
+        inv.arg(store.partition_keys(q).prefix());
+    }
     for w in waiting {
         inv.arg(&w.topic)
             .arg(keys.handoff_channel(&w.consumer))
             .arg(w.slots)
             .arg(w.least_ttr_ms);
     }
-    let out: Vec<Value> = store.run(p, &inv).await?;
+    let out: Value = store.run(p, &inv).await?;
+    if super::super::owners::is_moved(&out) {
+        return Ok(None);
+    }
+    let Value::Array(outs) = out else {
+        return Err(Error::unexpected(Some(p), "promote returned no array"));
+    };
+    if outs.len() != parts.len() {
+        return Err(Error::unexpected(
+            Some(p),
+            "promote answered the wrong number of partitions",
+        ));
+    }
+    parts
+        .iter()
+        .zip(outs)
+        .map(|(&q, out)| match out {
+            Value::Array(out) => parse(q, &out, waiting.len()),
+            _ => Err(Error::unexpected(Some(q), "promote returned a malformed answer")),
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+/// One partition's answer.
+fn parse(p: u16, out: &[Value], waiters_given: usize) -> Result<Promoted> {
     let bad = || Error::unexpected(Some(p), "promote returned a malformed answer");
     let ints = |vs: &[Value]| vs.iter().map(|v| int(v).ok_or_else(bad)).collect::<Result<Vec<i64>>>();
     let head = ints(out.get(..4).ok_or_else(bad)?)?;
     let (moved, waiters) = (head[0].max(0) as usize, head[3].max(0) as usize);
     let handed = ints(out.get(4..4 + waiters).ok_or_else(bad)?)?;
     let lateness = ints(out.get(4 + waiters..4 + waiters + moved).ok_or_else(bad)?)?;
-    if handed.len() != waiting.len() {
+    if handed.len() != waiters_given {
         return Err(bad());
     }
     let rest = &out[4 + waiters + moved..];
