@@ -33,8 +33,8 @@ DEFAULT = [
     "ZRANGE 0 1 WITHSCORES, empty=inline:redis.call('ZRANGE', KEYS[1], '0', '1', 'WITHSCORES') return 1",
     "ZADD, score a number=inline:redis.call('ZADD', KEYS[3], 1795802472777 + #ARGV, 'x') return 1",
     "ZADD, score as %d=inline:redis.call('ZADD', KEYS[3], string.format('%d', 1795802472777 + #ARGV), 'x') return 1",
-    "10 x tonumber(s)=inline:local x for i = 1, 10 do x = tonumber(ARGV[9]) end return 1",
-    "10 x s + 0=inline:local x for i = 1, 10 do x = ARGV[9] + 0 end return 1",
+    "10 x tonumber(s)=inline:local x for i = 1, 10 do x = tonumber(ARGV[2]) end return 1",
+    "10 x s + 0=inline:local x for i = 1, 10 do x = ARGV[2] + 0 end return 1",
     "10 x a table of two=inline:local x for i = 1, 10 do x = {a = 1, b = 2} end return 1",
     "promote.lua, nothing due=record.lua+PUB+flow.lua+handoff.lua+promote.lua",
 ]
