@@ -14,20 +14,6 @@ use dq_core::{Queue, State};
 use dq_harness::{RedisCluster, RedisServer};
 use serde_json::json;
 
-/// EVALSHA calls on the Redis at `ports` so far.
-fn evalsha_calls(conns: impl IntoIterator<Item = redis::Connection>) -> u64 {
-    conns
-        .into_iter()
-        .map(|mut c| {
-            let info: String = redis::cmd("INFO").arg("commandstats").query(&mut c).unwrap();
-            info.lines()
-                .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-                .and_then(|rest| rest.split(',').next())
-                .map_or(0, |n| n.parse().unwrap())
-        })
-        .sum()
-}
-
 /// One id in each of `n` distinct partitions (`<stem><i>`), with its partition.
 fn ids_over_partitions(q: &Queue, stem: &str, n: usize) -> Vec<(String, u16)> {
     let mut seen = HashSet::new();
@@ -73,10 +59,10 @@ async fn a_single_redis_promotes_the_partitions_due_together_in_one_call() {
     let idle = q.partitions().all().find(|p| !parts.contains(p)).unwrap();
     q.timer().promote(idle, 100).await.unwrap();
 
-    let before = evalsha_calls([redis.conn()]);
+    let before = common::evalsha_calls([redis.conn()]);
     let answers = q.timer().promote_many(&parts, 100, &[]).await;
     assert_eq!(
-        evalsha_calls([redis.conn()]) - before,
+        common::evalsha_calls([redis.conn()]) - before,
         1,
         "one call for {} partitions",
         parts.len()
@@ -107,6 +93,40 @@ async fn a_single_redis_promotes_the_partitions_due_together_in_one_call() {
     // Nothing is due any more: another call moves nothing.
     for (_, r) in q.timer().promote_many(&parts, 100, &[]).await {
         assert_eq!(r.unwrap().moved, 0);
+    }
+}
+
+/// A partition whose promotion fails (its delay set is a key of another type, written by hand) holds none
+/// of the others of its call up: they are promoted, each job once, and only its own answer is the error.
+#[tokio::test]
+async fn a_partition_that_fails_holds_none_of_the_others_up() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(&common::standalone(&redis)).await.unwrap();
+    let jobs = ids_over_partitions(&q, "f", 3);
+    let parts: Vec<u16> = jobs.iter().map(|(_, p)| *p).collect();
+    push_due(&q, &[jobs[0].clone(), jobs[2].clone()], "t").await;
+    let broken = q.partition_keys(parts[1]).delayed();
+    let _: () = redis::cmd("SET")
+        .arg(&broken)
+        .arg("not a sorted set")
+        .query(&mut redis.conn())
+        .unwrap();
+
+    let answers = q.timer().promote_many(&parts, 100, &[]).await;
+    assert_eq!(answers.len(), 3);
+    let answer = |i: usize| &answers.iter().find(|(p, _)| *p == parts[i]).unwrap().1;
+    assert!(answer(1).is_err(), "{:?}", answer(1));
+    // The partition before it in the call was promoted by the call that failed (a script's writes
+    // stay), so its own call found nothing left; the one after it was promoted by its own.
+    assert!(answer(0).is_ok(), "{:?}", answer(0));
+    assert_eq!(answer(2).as_ref().unwrap().moved, 1);
+    for i in [0, 2] {
+        assert_eq!(
+            q.producer().get(&jobs[i].0).await.unwrap().state,
+            State::Ready,
+            "{}",
+            jobs[i].0
+        );
     }
 }
 
@@ -186,9 +206,9 @@ async fn a_cluster_promotes_a_call_per_primary_and_follows_a_moved_slot() {
         .await;
 
     let conns = || cluster.primaries().into_iter().map(|p| cluster.conn(p));
-    let before = evalsha_calls(conns());
+    let before = common::evalsha_calls(conns());
     let answers = q.timer().promote_many(&parts[..30], 100, &[]).await;
-    let calls = evalsha_calls(conns()) - before;
+    let calls = common::evalsha_calls(conns()) - before;
     // Per primary, 16 partitions at most a call: 30 partitions over 3 primaries take at least 3 calls.
     assert!((3..=6).contains(&calls), "{calls} calls for 30 partitions");
     for (p, r) in answers {
@@ -238,9 +258,9 @@ async fn a_cluster_promotes_a_call_per_primary_and_follows_a_moved_slot() {
         .iter()
         .filter(|&&r| r != p && cluster.primary_for_slot(slot_of(q.partitions().tag(r))) == from)
         .count();
-    let before = evalsha_calls(conns());
+    let before = common::evalsha_calls(conns());
     let answers = q.timer().promote_many(rest, 100, &[]).await;
-    let calls = evalsha_calls(conns()) - before;
+    let calls = common::evalsha_calls(conns()) - before;
     // The call to the old node answered "moved": its partitions went again one call each.
     assert!(
         calls as usize > on_from,

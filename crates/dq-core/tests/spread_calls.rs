@@ -126,20 +126,7 @@ fn a_call_over_a_node_s_partitions_stores_them_all_or_nothing() {
 
 /// EVALSHA calls on the cluster's primaries so far.
 fn evalsha_calls(cluster: &RedisCluster) -> u64 {
-    cluster
-        .primaries()
-        .into_iter()
-        .map(|port| {
-            let info: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query(&mut cluster.conn(port))
-                .unwrap();
-            info.lines()
-                .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-                .and_then(|rest| rest.split(',').next())
-                .map_or(0, |n| n.parse().unwrap())
-        })
-        .sum()
+    common::evalsha_calls(cluster.primaries().into_iter().map(|port| cluster.conn(port)))
 }
 
 fn with_id(q: &Queue, id: &str, delay_ms: u64) -> dq_core::NewJob {

@@ -42,3 +42,17 @@ pub async fn reserve(q: &Queue, topic: &str) -> Reservation {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `EVALSHA` calls the Redis servers behind `conns` ran so far (their `INFO commandstats`, summed).
+pub fn evalsha_calls(conns: impl IntoIterator<Item = redis::Connection>) -> u64 {
+    conns
+        .into_iter()
+        .map(|mut c| {
+            let info: String = redis::cmd("INFO").arg("commandstats").query(&mut c).unwrap();
+            info.lines()
+                .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |n| n.parse().unwrap())
+        })
+        .sum()
+}

@@ -9,8 +9,8 @@ use redis::{Script, Value};
 use super::Waking;
 use crate::error::{Error, Result};
 use crate::reservations::Waiting;
-use crate::store::Store;
 use crate::store::decode::{int, text};
+use crate::store::{Store, owners};
 use crate::trace::TraceContext;
 
 script!(
@@ -97,14 +97,7 @@ pub(crate) async fn call_many(
         };
         groups[g].push(p);
     }
-    let share: Vec<Waiting> = waiting
-        .iter()
-        .map(|w| Waiting {
-            slots: w.slots.div_ceil(groups.len().max(1) as u32),
-            ..w.clone()
-        })
-        .collect();
-    let share = &share;
+    let share = &shares(waiting, groups.len());
     let calls = groups
         .into_iter()
         .map(|group| promote_group(store, group, limit, share));
@@ -143,14 +136,35 @@ async fn promote_group(
             tracing::debug!(
                 "a promotion over several partitions found one not served by its node; sent a partition at a time"
             );
-            let mut answers = Vec::with_capacity(group.len());
-            for p in group {
-                answers.push((p, call(store, p, limit, waiting).await));
-            }
-            answers
+            alone(store, group, limit, waiting).await
         }
+        // An error Redis answered may be one partition's (a key of the wrong type, say): the others must
+        // not wait behind it, so each goes alone, and only its own call fails.
+        Err(Error::Redis { .. }) if group.len() > 1 => alone(store, group, limit, waiting).await,
         Err(e) => group.into_iter().map(|p| (p, Err(e.duplicate()))).collect(),
     }
+}
+
+/// A call for each partition of `group`, one after another, each with an even share of the `waiting`
+/// workers' slots (at least 1).
+async fn alone(store: &Store, group: Vec<u16>, limit: u32, waiting: &[Waiting]) -> Vec<(u16, Result<Promoted>)> {
+    let share = shares(waiting, group.len());
+    let mut answers = Vec::with_capacity(group.len());
+    for p in group {
+        answers.push((p, call(store, p, limit, &share).await));
+    }
+    answers
+}
+
+/// The `waiting` workers with an `n`th of their slots each (at least 1), for `n` calls.
+fn shares(waiting: &[Waiting], n: usize) -> Vec<Waiting> {
+    waiting
+        .iter()
+        .map(|w| Waiting {
+            slots: w.slots.div_ceil(n.max(1) as u32),
+            ..w.clone()
+        })
+        .collect()
 }
 
 /// One `promote.lua` call for `parts` (the first's keys declared, the others named by their prefixes;
@@ -187,7 +201,7 @@ async fn send(
             .arg(w.least_ttr_ms);
     }
     let out: Value = store.run(p, &inv).await?;
-    if super::super::owners::is_moved(&out) {
+    if owners::is_moved(&out) {
         return Ok(None);
     }
     let Value::Array(outs) = out else {
