@@ -39,7 +39,9 @@ impl Timer {
     /// nodes allow (all of them in one on a single Redis, up to 16 a call; on a cluster one per
     /// primary), so that partitions due at the same moment share a call's own cost. The `waiting`
     /// workers' slots are shared among the calls and, within a call, among its partitions in turn.
-    /// Answers per partition, in the order of `parts`: a call's failure is each of its partitions'.
+    /// Answers per partition, in the order of `parts`. An error Redis answered is the failing
+    /// partition's alone (its call's partitions are sent again one by one); a call that got no answer
+    /// fails each of its partitions.
     pub async fn promote_many(&self, parts: &[u16], limit: u32, waiting: &[Waiting]) -> Vec<(u16, Result<Promoted>)> {
         let start = std::time::SystemTime::now();
         let answers = promote::call_many(&self.store, parts, limit, waiting).await;

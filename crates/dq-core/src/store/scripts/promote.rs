@@ -75,7 +75,8 @@ pub(crate) async fn call(store: &Store, p: u16, limit: u32, waiting: &[Waiting])
 /// them) and at most [`MOST_PARTITIONS_PER_CALL`] partitions, the calls side by side. The `waiting`
 /// workers' slots are shared out among the calls (each at least 1), and within a call among its
 /// partitions in turn. A cluster's call that finds one of its partitions elsewhere, having written
-/// nothing, is sent again a partition at a time. Answers per partition, in the order of `parts`.
+/// nothing, is sent again a partition at a time, and so is a call Redis answered with an error.
+/// Answers per partition, in the order of `parts`.
 pub(crate) async fn call_many(
     store: &Store,
     parts: &[u16],
