@@ -11,17 +11,11 @@ from run to run) of one EVALSHA, each call made 2,000 times (after a round to wa
 
 docs/operations.md (Capacity) has its figures. Needs valgrind (apt-get install valgrind).
 """
-import glob
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-LUA = os.path.join(HERE, "..", "crates", "dq-core", "src", "store", "scripts")
+from profiling import LUA, CallgrindRedis, resp
+
 N = 2000
 DEFAULT = [
     "empty=inline:return 1",
@@ -52,63 +46,23 @@ def source(spec):
     return "\n".join(parts + [inline])
 
 
-def resp(*args):
-    out = [f"*{len(args)}\r\n".encode()]
-    for a in args:
-        a = str(a).encode()
-        out += [f"${len(a)}\r\n".encode(), a, b"\r\n"]
-    return b"".join(out)
-
-
 def main():
-    if not shutil.which("valgrind"):
-        sys.exit("needs valgrind (apt-get install valgrind)")
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    work = tempfile.mkdtemp()
-    redis = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/cg.out", "redis-server", "--port", str(port),
-         "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", work, "--logfile", f"{work}/redis.log"],
-        stderr=subprocess.DEVNULL)
-
-    def cli(*a):
-        return subprocess.check_output(["redis-cli", "-p", str(port), *a], stderr=subprocess.DEVNULL).decode().strip()
-
-    def counted():
-        """The instructions since the last dump (it dumps again)."""
-        subprocess.run(["callgrind_control", "-d", str(redis.pid)], capture_output=True)
-        time.sleep(0.3)
-        last = max(glob.glob(f"{work}/cg.out.*"), key=lambda f: int(f.rsplit(".", 1)[1]))
-        for line in open(last):
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-        return 0
-
+    redis = CallgrindRedis()
     try:
-        for _ in range(600):
-            try:
-                cli("ping")
-                break
-            except subprocess.CalledProcessError:
-                time.sleep(0.1)
         p = "dq:{0.1}"
         keys = [f"{p}:delayed", f"{p}:counts", f"{p}:reserved", f"{p}:announced"]
         args = [p, 1, "ch:ready", "ch:timer", "nonce", "", "0", "", "t", f"{p}:handoff:c1", 1, 30000]
         for spec in sys.argv[1:] or DEFAULT:
             name, lua = spec.split("=", 1)
-            sha = cli("script", "load", source(lua))
+            sha = redis.cli("script", "load", source(lua))
             calls = b"".join(resp("EVALSHA", sha, len(keys), *keys, *args) for _ in range(N))
             for _ in ("warm", "counted"):
-                counted()
-                subprocess.run(["redis-cli", "-p", str(port), "--pipe"], input=calls, capture_output=True)
-                n = counted()
+                redis.counted()
+                redis.pipe(calls)
+                n = redis.counted()
             print(f"{name:40} {n / N:10,.0f} instructions a call")
     finally:
-        redis.kill()
-        redis.wait()
-        shutil.rmtree(work, ignore_errors=True)
+        redis.stop()
 
 
 if __name__ == "__main__":

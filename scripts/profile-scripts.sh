@@ -66,40 +66,19 @@ for batch in "${batches[@]}"; do
   # The calls, with their KEYS and ARGV as docs/redis-keys.md gives them.
   python3 - "$port" "$n" "$batch" "$work" "${LUA_DIR:-crates/dq-core/src/store/scripts}" "${FLOW_KEYS:-0}" "$cg_port" "${ACK_KEEPS:-}" "${HANDOFF:-}" <<'PY'
 import json, os, subprocess, sys
+sys.path.insert(0, "scripts")
+from profiling import packed, resp, script_text
 port, n, batch, work, lua = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 flow_keys, cg_port, keeps, handing = int(sys.argv[6]), sys.argv[7], sys.argv[8] == "1", sys.argv[9] == "1"
-rec = open(os.path.join(lua, "record.lua")).read()
-# Built as dq-core builds them (store/scripts/mod.rs): flow.lua after the publish line, where it exists.
-flow = open(os.path.join(lua, "flow.lua")).read() if os.path.exists(os.path.join(lua, "flow.lua")) else ""
-# add.lua after it in push.lua and ack.lua, where it exists (then an ack takes five arguments, not three).
-add = open(os.path.join(lua, "add.lua")).read() if os.path.exists(os.path.join(lua, "add.lua")) else ""
-# handoff.lua in front of promote.lua, where it exists.
-handoff = open(os.path.join(lua, "handoff.lua")).read() if os.path.exists(os.path.join(lua, "handoff.lua")) else ""
+# add.lua goes in front of push.lua and ack.lua where a build has it (then an ack takes five arguments,
+# not three).
+add = os.path.exists(os.path.join(lua, "add.lua"))
 sha = {}
 for name in ("push", "promote", "reserve", "ack"):
-    pub = "" if name == "ack" and not flow else "local publish = 'PUBLISH'\n"
-    part = add if name in ("push", "ack") else handoff if name == "promote" else ""
-    text = rec + pub + flow + part + open(os.path.join(lua, name + ".lua")).read()
+    text = script_text(lua, name)
     sha[name] = subprocess.check_output(["redis-cli", "-p", port, "script", "load", text]).decode().strip()
     if cg_port:
         subprocess.check_output(["redis-cli", "-p", cg_port, "script", "load", text])
-def resp(*args):
-    out = [f"*{len(args)}\r\n".encode()]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out += [f"${len(a)}\r\n".encode(), a, b"\r\n"]
-    return b"".join(out)
-def packed(*fields):
-    """MessagePack of the record's strings and small unsigned integers, as dq-core packs them."""
-    out = b""
-    for f in fields:
-        if isinstance(f, bytes):
-            out += (bytes([0xa0 | len(f)]) if len(f) < 32 else bytes([0xd9, len(f)])) + f
-        elif f < 128:
-            out += bytes([f])
-        else:
-            out += bytes([0xcd]) + f.to_bytes(2, "big") if f < 65536 else bytes([0xce]) + f.to_bytes(4, "big")
-    return out
 # dq packs a new job's record itself (store/new_record.rs, push.lua's mode "4") where push.lua takes it.
 packs = '"4" and "5"' in open(os.path.join(lua, "push.lua")).read()
 multi = "ARGV[8]" in open(os.path.join(lua, "promote.lua")).read()
