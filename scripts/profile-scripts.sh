@@ -19,14 +19,19 @@
 #   CALLGRIND=1 scripts/profile-scripts.sh  also counts the instructions each script costs Redis per job
 #                                           (valgrind's callgrind; slow, but the same from run to run,
 #                                           where the timings above move with the machine's load)
+#   AOF=1 scripts/profile-scripts.sh        Redis with an AOF (appendfsync everysec, as operations.md asks
+#                                           of production): each write a script makes is also written to
+#                                           the AOF, which the figures then include (without it, none)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
 n=${1:-5000}; shift || true
+aof=(--appendonly no)
+[ -n "${AOF:-}" ] && aof=(--appendonly yes --appendfsync everysec)
 batches=("${@:-1 10 100}"); batches=(${batches[@]})
 work=$(mktemp -d)
 port=$(bash scripts/free-port.sh)
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --logfile "$work/redis.log" &
+redis-server --port "$port" --bind 127.0.0.1 --save "" "${aof[@]}" --dir "$work" --logfile "$work/redis.log" &
 rpid=$!
 trap 'kill -9 $rpid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
@@ -37,7 +42,7 @@ if [ -n "${CALLGRIND:-}" ]; then
   command -v valgrind >/dev/null || { echo "CALLGRIND=1 needs valgrind (apt-get install valgrind)" >&2; exit 1; }
   cg_port=$(bash scripts/free-port.sh)
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" redis-server --port "$cg_port" --bind 127.0.0.1 \
-    --save "" --appendonly no --dir "$work" --logfile "$work/cg-redis.log" 2>/dev/null &
+    --save "" "${aof[@]}" --dir "$work" --logfile "$work/cg-redis.log" 2>/dev/null &
   cg_pid=$!
   trap 'kill -9 $rpid $cg_pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
   until redis-cli -p "$cg_port" ping >/dev/null 2>&1; do sleep 0.1; done
