@@ -136,40 +136,93 @@ impl Reservations {
         let mut failures = 0;
         // Asked already (skipped by the next look at the index).
         let mut asked: Vec<u16> = Vec::new();
+        // A reserve of one topic asks the partitions past those hinted urgent side by side (below), as
+        // many at once as the jobs it still wants need at the jobs a partition gave in the last round
+        // (`yielded`; 0 before the first: then one partition, asked for all of them).
+        let side_by_side = topics.len() == 1 && !options.best_first;
+        let mut yielded = 0;
         'looks: loop {
             let look = self.ready.candidates(topics, &asked, count + CANDIDATE_SLACK);
-            let mut left = look.list.iter().copied().peekable();
-            while let Some(&(p, contested)) = left.peek() {
-                // Partitions on a node that is down each take a connect timeout to fail: after a few, answer
-                // with what there is rather than hold the caller for all of them. A partition another
-                // reserve is asking is left to it (it wakes the next waiter if it leaves jobs there), unless
-                // this reserve found too few elsewhere for a job per caller and its callers will not wait.
-                if out.len() >= count
-                    || failures >= MAX_FAILED_PARTITIONS
-                    || (contested && (options.waits || out.len() >= callers))
-                {
-                    turn.armed = out.len() >= count && (look.more || left.any(|(_, contested)| !contested));
-                    break 'looks;
-                }
-                left.next();
-                asked.push(p);
+            let mut left = look.list.iter().copied().enumerate().peekable();
+            // A partition asked side by side gave all it was asked for and may hold more: asked again.
+            let mut again = false;
+            loop {
+                // This round's partitions. One at a time, each asked for every job still wanted: in
+                // the order the index gives, urgent partitions and higher topics first. Past the first
+                // topic's urgent partitions, a reserve of one topic whose last partitions each gave a
+                // few jobs asks as many partitions at once as it wants jobs at that yield, each for its
+                // share: their jobs are of one topic and no more urgent than one another as far as the
+                // index knows, and one round trip instead of one a partition is what a worker
+                // reserving its free slots' worth from a backlog spread thin over the partitions waits
+                // for (docs/architecture.md, "Reserves over several partitions").
                 let want = count - out.len();
-                let claim = self.ready.claim(topics, p);
-                match self.reserve_on(p, topics, want, options).await {
-                    Ok((mut got, more)) => {
-                        claim.settle(if more { Tried::Full } else { Tried::Emptied });
-                        out.append(&mut got);
+                let width = if yielded == 0 { 1 } else { want.div_ceil(yielded) };
+                let mut round: Vec<u16> = Vec::new();
+                let mut stop = false;
+                while let Some(&(i, (p, contested))) = left.peek() {
+                    // Partitions on a node that is down each take a connect timeout to fail: after a few,
+                    // answer with what there is rather than hold the caller for all of them. A partition
+                    // another reserve is asking is left to it (it wakes the next waiter if it leaves jobs
+                    // there), unless this reserve found too few elsewhere for a job per caller and its
+                    // callers will not wait.
+                    if want == 0
+                        || failures >= MAX_FAILED_PARTITIONS
+                        || (contested && (options.waits || out.len() >= callers))
+                    {
+                        stop = true;
+                        break;
                     }
-                    Err(e) => {
-                        claim.settle(Tried::Failed);
-                        failures += 1;
-                        failed = Some(e);
+                    let together = side_by_side && i >= look.urgent;
+                    if !round.is_empty() && (!together || round.len() >= width) {
+                        break;
+                    }
+                    left.next();
+                    asked.push(p);
+                    round.push(p);
+                    if !together {
+                        break;
                     }
                 }
+                if round.is_empty() {
+                    if stop {
+                        turn.armed =
+                            out.len() >= count && (look.more || again || left.any(|(_, (_, contested))| !contested));
+                        break 'looks;
+                    }
+                    break;
+                }
+                let k = round.len();
+                let share = |j: usize| want / k + usize::from(j < want % k);
+                let claims: Vec<_> = round.iter().map(|&p| self.ready.claim(topics, p)).collect();
+                let asks = round
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &p)| self.reserve_on(p, topics, share(j), options));
+                let answers = futures_util::future::join_all(asks).await;
+                let before = out.len();
+                for (j, (claim, answer)) in claims.into_iter().zip(answers).enumerate() {
+                    match answer {
+                        Ok((mut got, more)) => {
+                            claim.settle(if more { Tried::Full } else { Tried::Emptied });
+                            if more && got.len() >= share(j) && share(j) < want {
+                                again = true;
+                                asked.retain(|&a| a != round[j]);
+                            }
+                            out.append(&mut got);
+                        }
+                        Err(e) => {
+                            claim.settle(Tried::Failed);
+                            failures += 1;
+                            failed = Some(e);
+                        }
+                    }
+                }
+                yielded = ((out.len() - before) / k).max(1);
             }
-            // Every partition of this look was asked; look again only if the index held more.
-            if !look.more || out.len() >= count {
-                turn.armed = out.len() >= count && look.more;
+            // Every partition of this look was asked; look again if the index held more, or a partition
+            // asked for its share may hold more.
+            if !(look.more || again) || out.len() >= count {
+                turn.armed = out.len() >= count && (look.more || again);
                 break;
             }
         }

@@ -400,8 +400,9 @@ impl ReadyIndex {
     /// reserve asked already): those of the first topic, beginning at a random one (so reservers
     /// spread), then those of the next topic not listed yet, and so on; then the ones met on the way
     /// that another reserve of this process is asking now (each marked `true`). With whether more
-    /// partitions not being asked are listed than the answer holds. A reserve of one job among 256
-    /// listed partitions so looks at a handful of them, not all.
+    /// partitions not being asked are listed than the answer holds, and how many of the first are the
+    /// first topic's partitions hinted to hold urgent jobs. A reserve of one job among 256 listed
+    /// partitions so looks at a handful of them, not all.
     pub fn candidates(&self, topics: &[String], skip: &[u16], limit: usize) -> Candidates {
         let t = self.lock();
         let mut out = Candidates::default();
@@ -438,6 +439,9 @@ impl ReadyIndex {
                     if out.list.len() == limit {
                         out.more = true;
                         break 'topics;
+                    }
+                    if k == 0 && out.urgent == out.list.len() && entry.urgent.contains_key(&p) {
+                        out.urgent += 1;
                     }
                     out.list.push((p, false));
                 } else {
@@ -491,6 +495,8 @@ pub struct Candidates {
     pub list: Vec<(u16, bool)>,
     /// More partitions not being asked are listed than `list` holds.
     pub more: bool,
+    /// How many of `list`'s first partitions are hinted to hold urgent jobs of the first topic.
+    pub urgent: usize,
 }
 
 /// Drops the entries that no reserve used since the sweep before this one, that nobody waits on

@@ -41,8 +41,10 @@ fn hinted_partitions_are_asked_first_most_urgent_first_until_asked() {
     ix.hint("a", 9, 500);
     ix.hint("a", 4, 10);
     ix.hint("a", 9, 700); // a less urgent one keeps 9's best
-    let list: Vec<u16> = ix.candidates(&topics, &[], 16).list.iter().map(|&(p, _)| p).collect();
+    let look = ix.candidates(&topics, &[], 16);
+    let list: Vec<u16> = look.list.iter().map(|&(p, _)| p).collect();
     assert_eq!(&list[..2], [4, 9], "{list:?}");
+    assert_eq!(look.urgent, 2, "the two hinted ones head the list");
     assert_eq!(list.len(), 16, "every partition once");
     assert_eq!(ix.hinted("a"), [(4, 10), (9, 500)]);
     // A reserve asks 4: its hint goes; a hint that arrives during an ask of 9 stays.
