@@ -17,13 +17,7 @@ script. The builds must share the record format the dq-server writes (the push i
 """
 import argparse, collections, json, os, shutil, socket, subprocess, tempfile, time, urllib.request, uuid
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from profiling import free_port, script_text
 
 
 class Redis:
@@ -57,16 +51,6 @@ class Redis:
             n = int(rest)
             return None if n < 0 else [self.read() for _ in range(n)]
         raise RuntimeError(f"unexpected answer {line!r}")
-
-
-def script(dir, name):
-    """A script as dq-server loads it on a single Redis: record.lua, the publish command, flow.lua, the file
-    (with add.lua before it for ack.lua, and handoff.lua before promote.lua where a build has it)."""
-    text = lambda f: open(os.path.join(dir, f)).read()
-    add = text("add.lua") if name == "ack.lua" else ""
-    if name == "promote.lua" and os.path.exists(os.path.join(dir, "handoff.lua")):
-        add = text("handoff.lua")
-    return text("record.lua") + "local publish = 'PUBLISH'\n" + text("flow.lua") + add + text(name)
 
 
 def main():
@@ -115,9 +99,10 @@ def main():
         server.wait()
         while time.time() * 1000 < due + 200:
             time.sleep(0.1)
-        shas = [(r.cmd("SCRIPT", "LOAD", script(d, "promote.lua")).decode(),
-                 r.cmd("SCRIPT", "LOAD", script(d, "reserve.lua")).decode(),
-                 r.cmd("SCRIPT", "LOAD", script(d, "ack.lua")).decode()) for d in args.builds]
+        # Each as dq-server loads it on a single Redis (profiling.script_text).
+        shas = [(r.cmd("SCRIPT", "LOAD", script_text(d, "promote")).decode(),
+                 r.cmd("SCRIPT", "LOAD", script_text(d, "reserve")).decode(),
+                 r.cmd("SCRIPT", "LOAD", script_text(d, "ack")).decode()) for d in args.builds]
         prefixes, cursor = [], b"0"
         while True:
             cursor, got = r.cmd("SCAN", cursor, "MATCH", "dq:*:delayed", "COUNT", 1000)
