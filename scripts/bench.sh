@@ -480,6 +480,8 @@ if want life; then
   # doing the push path's work on the same Redis (scripts/peers/bullmq-life.mjs), for the ratio.
   path=${LIFE_PATH:-push}
   n=${LIFE_JOBS:-10000}
+  # LIFE_RATE: the due jobs a second on the push and bullmq paths (how busy Redis is while they run).
+  rate=${LIFE_RATE:-5000}
   echo; echo "== one job's life on the $path path, $n jobs: Redis CPU, script calls and where the time inside them goes"
   cpu() { python3 -c "print($(info cpu used_cpu_user) + $(info cpu used_cpu_sys))"; }
   rcli flushall >/dev/null
@@ -489,13 +491,13 @@ if want life; then
   [ -n "${LIFE_SCRIPTS:-}" ] && rcli config set slowlog-log-slower-than 0 >/dev/null && \
     rcli config set slowlog-max-len 1000000 >/dev/null && rcli slowlog reset >/dev/null
   case "$path" in
-    push) jobs=$(bench --json deliver -n "$n" --rate 5000 --lead-ms 1500 --concurrency 64 --linger-ms 0 | tail -1 |
+    push) jobs=$(bench --json deliver -n "$n" --rate "$rate" --lead-ms 1500 --concurrency 64 --linger-ms 0 | tail -1 |
                  python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["unique"])') ;;
     pull) jobs=$(bench --json reserve-ack -n "$n" -c 16 --batch 10 --topic "life-$RANDOM" | tail -1 |
                  python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["jobs"])') ;;
     beanstalkd) $bin/dq-bench beanstalkd --addr "127.0.0.1:$bsport" -n $((n / 4)) -c 4 --tube "life-$RANDOM" >/dev/null
                 jobs=$(( n / 4 * 4 )) ;;
-    bullmq) jobs=$(node scripts/peers/bullmq-life.mjs "$rport" "$n" 5000 | tail -1 |
+    bullmq) jobs=$(node scripts/peers/bullmq-life.mjs "$rport" "$n" "$rate" | tail -1 |
                    python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["jobs"])') ;;
     *) echo "LIFE_PATH is push, pull, beanstalkd or bullmq, not $path" >&2; exit 2 ;;
   esac

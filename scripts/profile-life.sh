@@ -9,6 +9,7 @@
 #   DQ_BIN=/path/to/other/build scripts/profile-life.sh push   another build, for a before/after table
 #   DQ_REDIS_MODE=cluster scripts/profile-life.sh              summed over a local cluster's 3 primaries
 #   LIFE_SCRIPTS=1 scripts/profile-life.sh push  also the time of each script, per call and per job
+#   LIFE_RATE=15000 scripts/profile-life.sh push 30000   jobs due at 15,000 a second (push, bullmq; default 5000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${1:-push}" = bullmq ] && bash scripts/ensure-node.sh && (cd scripts/peers && npm ci --no-audit --no-fund --silent >&2)
