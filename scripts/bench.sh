@@ -116,8 +116,9 @@ jobs, lua = int(sys.argv[2]), sys.argv[3]
 rec = open(os.path.join(lua, "record.lua")).read()
 flow = open(os.path.join(lua, "flow.lua")).read() if os.path.exists(os.path.join(lua, "flow.lua")) else ""
 add = open(os.path.join(lua, "add.lua")).read() if os.path.exists(os.path.join(lua, "add.lua")) else ""
-# promote.lua's own part in front of it, where there is one.
-handoff = open(os.path.join(lua, "handoff.lua")).read() if os.path.exists(os.path.join(lua, "handoff.lua")) else ""
+# promote.lua's own parts in front of it, where there are some.
+handoff = "".join(open(os.path.join(lua, f)).read() for f in ("promote_plain.lua", "handoff.lua")
+                  if os.path.exists(os.path.join(lua, f)))
 names = {}
 # A grouped build (where there is one: grouped.lua) wraps a body as one(KEYS, ARGV) and loops over parts.
 loop = open(os.path.join(lua, "grouped.lua")).read() if os.path.exists(os.path.join(lua, "grouped.lua")) else None

@@ -20,7 +20,7 @@ N = 2000
 DEFAULT = [
     "empty=inline:return 1",
     "record.lua=record.lua+inline:return 1",
-    "record+flow+handoff=record.lua+PUB+flow.lua+handoff.lua+inline:return 1",
+    "record+flow+promote parts=record.lua+PUB+flow.lua+promote_plain.lua+handoff.lua+inline:return 1",
     "TIME=inline:redis.call('TIME') return 1",
     "TIME as ms=inline:local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) return 1",
     "EXISTS=inline:redis.call('EXISTS', KEYS[1]) return 1",
@@ -30,7 +30,7 @@ DEFAULT = [
     "10 x tonumber(s)=inline:local x for i = 1, 10 do x = tonumber(ARGV[2]) end return 1",
     "10 x s + 0=inline:local x for i = 1, 10 do x = ARGV[2] + 0 end return 1",
     "10 x a table of two=inline:local x for i = 1, 10 do x = {a = 1, b = 2} end return 1",
-    "promote.lua, nothing due=record.lua+PUB+flow.lua+handoff.lua+promote.lua",
+    "promote.lua, nothing due=record.lua+PUB+flow.lua+promote_plain.lua+handoff.lua+promote.lua",
 ]
 
 

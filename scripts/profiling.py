@@ -14,8 +14,8 @@ LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "
 
 def script_text(lua, name):
     """`name`.lua of the scripts in `lua` with what dq-core puts in front of it (store/scripts/mod.rs):
-    record.lua, the publish line and flow.lua, then add.lua (push, ack) or handoff.lua (promote), each
-    where that build has it (an earlier build's `LUA_DIR` may not)."""
+    record.lua, the publish line and flow.lua, then add.lua (push, ack) or promote_plain.lua and
+    handoff.lua (promote), each where that build has it (an earlier build's `LUA_DIR` may not)."""
 
     def part(f):
         p = os.path.join(lua, f)
@@ -23,7 +23,9 @@ def script_text(lua, name):
 
     flow = part("flow.lua")
     pub = "" if name == "ack" and not flow else "local publish = 'PUBLISH'\n"
-    extra = part("add.lua") if name in ("push", "ack") else part("handoff.lua") if name == "promote" else ""
+    extra = part("add.lua") if name in ("push", "ack") else ""
+    if name == "promote":
+        extra = part("promote_plain.lua") + part("handoff.lua")
     return part("record.lua") + pub + flow + extra + part(name + ".lua")
 
 

@@ -62,9 +62,10 @@ macro_rules! script {
     ($(#[$doc:meta])* $name:ident, record + flow + publish + $file:literal) => {
         script!(@waking $(#[$doc])* $name, include_str!("flow.lua"), include_str!($file));
     };
-    // A script with a part of its own in front of it (`handoff.lua` of `promote.lua`), after `flow.lua`.
-    ($(#[$doc:meta])* $name:ident, record + flow + publish + $part:literal + $file:literal) => {
-        script!(@waking $(#[$doc])* $name, include_str!("flow.lua"), include_str!($part), include_str!($file));
+    // A script with parts of its own in front of it (`promote_plain.lua` and `handoff.lua` of
+    // `promote.lua`), after `flow.lua`.
+    ($(#[$doc:meta])* $name:ident, record + flow + publish + ($($part:literal),+) + $file:literal) => {
+        script!(@waking $(#[$doc])* $name, include_str!("flow.lua"), $(include_str!($part)),+, include_str!($file));
     };
     // A script that also stores new jobs: `add.lua` after `flow.lua`.
     ($(#[$doc:meta])* $name:ident, record + flow + add + publish + $file:literal) => {
@@ -188,10 +189,11 @@ mod tests {
                 // Not scripts: the record's format, flow keys' moves and new jobs' adds, put in front of
                 // the scripts that use them.
                 assert!(this.contains(&format!("include_str!(\"{name}\")")));
-            } else if name == "handoff.lua" {
-                // Not a script: promote.lua's way for plain hand-offs, put in front of it.
+            } else if name == "promote_plain.lua" || name == "handoff.lua" {
+                // Not scripts: promote.lua's fast ways (plain jobs to ready, plain jobs handed), put in
+                // front of it.
                 let promote = std::fs::read_to_string(path.with_file_name("promote.rs")).unwrap();
-                assert!(promote.contains("\"handoff.lua\" + \"promote.lua\""));
+                assert!(promote.contains("(\"promote_plain.lua\", \"handoff.lua\") + \"promote.lua\""));
             } else {
                 // Loaded here, or (a script with its typed wrapper) in the wrapper beside it.
                 let quoted = format!("\"{name}\"");
@@ -203,13 +205,14 @@ mod tests {
             }
             n += 1;
         }
-        assert_eq!(n, 39);
-        assert_eq!(super::all(false).len(), n - 4, "every script is in all()");
+        assert_eq!(n, 40);
+        assert_eq!(super::all(false).len(), n - 5, "every script is in all()");
         // A script that publishes names its command through `publish`, so both builds work.
         for name in [
             "add",
             "coalesce",
             "promote",
+            "promote_plain",
             "handoff",
             "nack",
             "expire",

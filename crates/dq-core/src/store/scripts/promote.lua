@@ -1,7 +1,8 @@
 -- promote.lua: move the jobs of a partition's delay set that are due now to their topics' ready queues,
 -- or hand them, reserved, straight to dq-consumer workers that wait for their topic (a hand-off: the job
--- skips the ready queue and the worker's reserve call). Two common calls take a way of their own: plain
--- jobs and no worker waiting (below), and plain jobs all handed (handoff.lua, in front of this file).
+-- skips the ready queue and the worker's reserve call). Two common calls take a way of their own, each
+-- in a file put in front of this one: plain jobs and no worker waiting (promote_plain.lua), and plain jobs
+-- all handed (handoff.lua).
 -- Atomic, so however many timers run it on the same partition, each due job moves exactly once (invariant 4).
 -- One call may promote several partitions of its node (a timer's partitions due at the same moment):
 -- the first by its KEYS, the others named by their prefixes (ARGV[9..]), one after another, sharing the
@@ -88,71 +89,10 @@ for k = 0, m do
     end
     local count = #due / 2
 
-    -- The common case first, without the tables the rest needs: no worker waits (nothing to hand off), and
-    -- every due job is a plain one, whose topic and state rec_topic reads (no flow key, no priority, no trace
-    -- context wanted). A job of another kind, found while the records are read (before the first write),
-    -- sends the call the general way below, which reads them again.
+    -- The common case first: no worker waits, and every due job is a plain one (promote_plain.lua).
     if nw == 0 then
-      -- Per job: its record's key, its topic (false: no record) and its state's offset and new byte.
-      local keys, topics, offsets, bytes = {}, {}, {}, {}
-      local plain = true
-      for i = 1, count do
-        local member = due[2 * i - 1]
-        if string.byte(member, 1) == 126 then
-          plain = false
-          break
-        end
-        local key = prefix .. ':job:' .. member
-        local raw = redis.pcall('GET', key)
-        local topic, traced, fk, at = false, false, nil, nil
-        if raw then
-          topic, traced, fk, at = rec_topic(raw)
-          if not topic or fk or (traced and spans) then
-            plain = false
-            break
-          end
-        end
-        keys[i], topics[i], offsets[i], bytes[i] = key, topic, at, traced and '\10' or '\2'
-      end
-      if plain then
-        -- Per topic: its ready queue's new members, and whether the queue was empty (its wake-up).
-        local adds, empty, order = {}, {}, {}
-        for i = 1, count do
-          local topic = topics[i]
-          if topic and not adds[topic] then
-            adds[topic] = {}
-            order[#order + 1] = topic
-            empty[topic] = redis.call('EXISTS', prefix .. ':ready:' .. topic) == 0
-          end
-        end
-        local out = {0, -1, now, 0}
-        if count > 0 then redis.call('ZREMRANGEBYRANK', bucket, '0', count == 1 and '0' or count - 1) end
-        for i = 1, count do
-          local topic = topics[i]
-          if topic then
-            local run_at = due[2 * i] + 0
-            redis.call('SETRANGE', keys[i], offsets[i] == 1 and '1' or offsets[i], bytes[i])
-            local a = adds[topic]
-            a[#a + 1] = string.format('%d', rec_score(nil, run_at))
-            a[#a + 1] = due[2 * i - 1]
-            out[#out + 1] = now - run_at
-          end
-        end
-        for _, topic in ipairs(order) do
-          local a = adds[topic]
-          for k = 1, #a, 2000 do redis.call('ZADD', prefix .. ':ready:' .. topic, unpack(a, k, math.min(k + 1999, #a))) end
-          local m = #a / 2
-          redis.call('HINCRBY', counts, topic .. ':delayed', m == 1 and '-1' or -m)
-          redis.call('HINCRBY', counts, topic .. ':ready', m == 1 and '1' or m)
-          if empty[topic] then redis.call(publish, ready_channel, topic) end
-        end
-        out[1] = #out - 4
-        if next_due then
-          out[2] = next_due
-        else
-          local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
-          if head[2] then out[2] = head[2] end
-        end
+      local out = promote_plain(bucket, counts, prefix, due, count, now, next_due, spans, ready_channel)
+      if out then
         outs[k + 1] = out
         break
       end
@@ -441,9 +381,9 @@ for k = 0, m do
     for _, tj in ipairs(traced) do
       for k = 1, 5 do out[#out + 1] = tj[k] end
     end
-    -- (Read, not the peek's: a flow key's turn may have been parked in the delay set above. The plain way
-    -- above and handoff.lua fill it in as their own few lines, not a shared function: a function is made on
-    -- every call, about 1,000 instructions of a one-job call's 142,000.)
+    -- (Read, not the peek's: a flow key's turn may have been parked in the delay set above. The two fast
+    -- ways fill it in as their own few lines, not a shared function: a function is made on every call,
+    -- about 1,000 instructions of a one-job call's 142,000.)
     local head = redis.call('ZRANGE', bucket, '0', '0', 'WITHSCORES')
     if head[2] then out[2] = head[2] end
     outs[k + 1] = out

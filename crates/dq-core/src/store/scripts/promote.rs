@@ -16,7 +16,7 @@ use crate::trace::TraceContext;
 script!(
     /// Move due jobs of one bucket to ready (the timer).
     SCRIPT,
-    record + flow + publish + "handoff.lua" + "promote.lua"
+    record + flow + publish + ("promote_plain.lua", "handoff.lua") + "promote.lua"
 );
 
 /// What a promotion call did in one partition.
