@@ -3,43 +3,20 @@
 //! the worker gets what a reserve would give it, and a call it does not take is left untouched for the
 //! general way.
 
+mod common;
+
 use std::time::Duration;
 
+use dq_core::State;
 use dq_core::reservations::Waiting;
-use dq_core::store::keys::{Keys, WakeKind};
-use dq_core::store::partition::Partitions;
-use dq_core::{PushRequest, Queue, Settings, State};
+use dq_core::store::keys::WakeKind;
 use dq_harness::RedisServer;
 use redis::Value;
 use serde_json::json;
 
+use common::{one_partition, one_partition_prefix as prefix, push, push_nacked, snapshot};
+
 const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-
-async fn one_partition(redis: &RedisServer) -> Queue {
-    let mut s = Settings::default();
-    s.redis.urls = vec![redis.url()];
-    s.redis.partitions = Some(1);
-    s.limits.min_ttr_ms = 10;
-    Queue::connect(&s).await.unwrap()
-}
-
-async fn push(q: &Queue, job: serde_json::Value) {
-    let job = q
-        .producer()
-        .validate(serde_json::from_value::<PushRequest>(job).unwrap())
-        .unwrap();
-    q.producer().push(job).await.unwrap();
-}
-
-/// The one partition's key prefix.
-fn prefix() -> String {
-    let parts = Partitions::new(1);
-    Keys::new("dq")
-        .partition(parts.tag(0))
-        .job("")
-        .trim_end_matches(":job:")
-        .to_string()
-}
 
 /// `C1` waits for `t` with `slots` free and a least TTR of 60 s.
 fn c1(slots: u32) -> [Waiting; 1] {
@@ -68,12 +45,7 @@ fn rewrite() -> redis::Script {
 async fn every_job_handed_is_written_as_the_general_way_writes_it() {
     let redis = RedisServer::start();
     let q = one_partition(&redis).await;
-    push(&q, json!({"id": "again", "topic": "t", "body": 3, "ttr_ms": 1000})).await;
-    let first = q.reservations().reserve(&["t".to_string()], 1).await.unwrap().remove(0);
-    q.reservations()
-        .nack(&first.id, &first.receipt, Some(10), Some("boom"), None)
-        .await
-        .unwrap();
+    push_nacked(&q, "again").await;
     push(
         &q,
         json!({"id": "plain", "topic": "t", "body": {"n": 1}, "delay_ms": 10, "ttr_ms": 1000}),
@@ -150,30 +122,6 @@ fn handoff_alone() -> redis::Script {
     ))
 }
 
-/// Every key of the partition with its value's bytes (strings) or members (sorted sets).
-fn snapshot(c: &mut redis::Connection) -> Vec<(String, Value)> {
-    let mut keys: Vec<String> = redis::cmd("KEYS").arg("dq:*").query(c).unwrap();
-    keys.sort();
-    keys.into_iter()
-        .map(|k| {
-            let kind: String = redis::cmd("TYPE").arg(&k).query(c).unwrap();
-            let v: Value = match kind.as_str() {
-                "string" => redis::cmd("GET").arg(&k).query(c).unwrap(),
-                "zset" => redis::cmd("ZRANGE")
-                    .arg(&k)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .query(c)
-                    .unwrap(),
-                "hash" => redis::cmd("HGETALL").arg(&k).query(c).unwrap(),
-                _ => Value::Nil,
-            };
-            (k, v)
-        })
-        .collect()
-}
-
 /// A call with any job the fast way does not take (a priority, a flow key, a topic nobody waits for, or
 /// more jobs than the worker's slots) is left to the general way with nothing written; a call of plain
 /// jobs the worker takes is answered as promote.lua answers.
@@ -213,7 +161,7 @@ async fn a_call_it_does_not_take_is_left_untouched() {
             push(&q, j).await;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let before = snapshot(&mut c);
+        let before = snapshot(&mut c, "dq:*");
         let out: Value = handoff_alone()
             .key(format!("{pre}:delayed"))
             .key(format!("{pre}:counts"))
@@ -243,7 +191,7 @@ async fn a_call_it_does_not_take_is_left_untouched() {
             }
         } else {
             assert_eq!(out, Value::BulkString(b"general".to_vec()), "{ids:?}");
-            assert_eq!(snapshot(&mut c), before, "{ids:?}: nothing written");
+            assert_eq!(snapshot(&mut c, "dq:*"), before, "{ids:?}: nothing written");
             // Out of the way of the next case.
             for id in &ids {
                 q.producer().cancel(id).await.unwrap();

@@ -2,42 +2,18 @@
 //! whose every due job is a plain one. On a real Redis: what it writes is what promote.lua's general
 //! way writes for the same jobs, and a call it does not take is left untouched for the general way.
 
+mod common;
+
 use std::time::Duration;
 
-use dq_core::store::keys::Keys;
-use dq_core::store::partition::Partitions;
-use dq_core::{PushRequest, Queue, Settings, State};
+use dq_core::State;
 use dq_harness::RedisServer;
 use redis::Value;
 use serde_json::json;
 
+use common::{one_partition, one_partition_prefix as prefix, push, push_nacked, snapshot};
+
 const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-
-async fn one_partition(redis: &RedisServer) -> Queue {
-    let mut s = Settings::default();
-    s.redis.urls = vec![redis.url()];
-    s.redis.partitions = Some(1);
-    s.limits.min_ttr_ms = 10;
-    Queue::connect(&s).await.unwrap()
-}
-
-async fn push(q: &Queue, job: serde_json::Value) {
-    let job = q
-        .producer()
-        .validate(serde_json::from_value::<PushRequest>(job).unwrap())
-        .unwrap();
-    q.producer().push(job).await.unwrap();
-}
-
-/// The one partition's key prefix.
-fn prefix() -> String {
-    let parts = Partitions::new(1);
-    Keys::new("dq")
-        .partition(parts.tag(0))
-        .job("")
-        .trim_end_matches(":job:")
-        .to_string()
-}
 
 /// `promote_plain.lua` alone, after `record.lua`, the publish line and `flow.lua`, as promote.lua has
 /// it: the partition's due jobs given to `promote_plain`, whose answer is returned, or "general" when
@@ -101,30 +77,6 @@ fn promote(c: &mut redis::Connection, fast: bool, spans: bool) -> Value {
         .unwrap()
 }
 
-/// Every key with its value's bytes (strings) or members (sorted sets, hashes).
-fn snapshot(c: &mut redis::Connection) -> Vec<(String, Value)> {
-    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(c).unwrap();
-    keys.sort();
-    keys.into_iter()
-        .map(|k| {
-            let kind: String = redis::cmd("TYPE").arg(&k).query(c).unwrap();
-            let v: Value = match kind.as_str() {
-                "string" => redis::cmd("GET").arg(&k).query(c).unwrap(),
-                "zset" => redis::cmd("ZRANGE")
-                    .arg(&k)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .query(c)
-                    .unwrap(),
-                "hash" => redis::cmd("HGETALL").arg(&k).query(c).unwrap(),
-                _ => Value::Nil,
-            };
-            (k, v)
-        })
-        .collect()
-}
-
 /// Every key's `DUMP`, to put the same data back.
 fn dump(c: &mut redis::Connection) -> Vec<(String, Vec<u8>)> {
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(c).unwrap();
@@ -150,12 +102,7 @@ fn restore(c: &mut redis::Connection, dumped: &[(String, Vec<u8>)]) {
 async fn it_writes_what_the_general_way_writes() {
     let redis = RedisServer::start();
     let q = one_partition(&redis).await;
-    push(&q, json!({"id": "again", "topic": "t", "body": 3, "ttr_ms": 1000})).await;
-    let first = q.reservations().reserve(&["t".to_string()], 1).await.unwrap().remove(0);
-    q.reservations()
-        .nack(&first.id, &first.receipt, Some(10), Some("boom"), None)
-        .await
-        .unwrap();
+    push_nacked(&q, "again").await;
     push(&q, json!({"id": "a", "topic": "t", "body": {"n": 1}, "delay_ms": 10})).await;
     push(&q, json!({"id": "b", "topic": "u", "body": "x", "delay_ms": 10})).await;
     push(
@@ -174,13 +121,13 @@ async fn it_writes_what_the_general_way_writes() {
 
     let before = dump(&mut c);
     let fast = promote(&mut c, true, false);
-    let after_fast = snapshot(&mut c);
+    let after_fast = snapshot(&mut c, "*");
     for id in ["again", "a", "b", "c"] {
         assert_eq!(q.producer().get(id).await.unwrap().state, State::Ready, "{id}");
     }
     restore(&mut c, &before);
     let general = promote(&mut c, false, false);
-    let after_general = snapshot(&mut c);
+    let after_general = snapshot(&mut c, "*");
     assert_eq!(after_fast, after_general, "the same keys, written the same");
 
     // The answers: {moved, next due, now, workers (0), lateness of each moved job}; the general way's
@@ -227,10 +174,10 @@ async fn a_call_it_does_not_take_is_left_untouched() {
             push(&q, j).await;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let before = snapshot(&mut c);
+        let before = snapshot(&mut c, "*");
         let out = promote(&mut c, true, spans);
         assert_eq!(out, Value::BulkString(b"general".to_vec()), "{id}");
-        assert_eq!(snapshot(&mut c), before, "{id}: nothing written");
+        assert_eq!(snapshot(&mut c, "*"), before, "{id}: nothing written");
         // Out of the way of the next case.
         for id in ["plain", id.as_str()] {
             q.producer().cancel(id).await.unwrap();
@@ -246,8 +193,8 @@ async fn a_call_it_does_not_take_is_left_untouched() {
         .query(&mut c)
         .unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let before = snapshot(&mut c);
+    let before = snapshot(&mut c, "*");
     let out = promote(&mut c, true, false);
     assert_eq!(out, Value::BulkString(b"general".to_vec()), "a parked turn");
-    assert_eq!(snapshot(&mut c), before, "a parked turn: nothing written");
+    assert_eq!(snapshot(&mut c, "*"), before, "a parked turn: nothing written");
 }

@@ -1,11 +1,15 @@
 //! What several of dq-core's integration tests share: settings for each Redis shape the harness starts,
-//! and a push as a producer's JSON.
+//! a push as a producer's JSON, and for the tests of one script's way on one partition's keys, that
+//! partition and a snapshot of what Redis holds.
 #![allow(dead_code)] // each test binary uses some of these
 
 use std::time::Duration;
 
+use dq_core::store::keys::Keys;
+use dq_core::store::partition::Partitions;
 use dq_core::{PushRequest, Queue, Reservation, Settings};
 use dq_harness::{RedisCluster, RedisServer};
+use redis::Value;
 
 /// Settings for one standalone Redis.
 pub fn standalone(redis: &RedisServer) -> Settings {
@@ -22,6 +26,48 @@ pub fn cluster(c: &RedisCluster) -> Settings {
     s
 }
 
+/// A queue on one standalone Redis with a single partition, whose jobs may have TTRs down to 10 ms.
+pub async fn one_partition(redis: &RedisServer) -> Queue {
+    let mut s = standalone(redis);
+    s.redis.partitions = Some(1);
+    s.limits.min_ttr_ms = 10;
+    Queue::connect(&s).await.unwrap()
+}
+
+/// The key prefix of [`one_partition`]'s partition.
+pub fn one_partition_prefix() -> String {
+    Keys::new("dq")
+        .partition(Partitions::new(1).tag(0))
+        .job("")
+        .trim_end_matches(":job:")
+        .to_string()
+}
+
+/// Every key matching `pattern`, sorted, with its value: a string's bytes, a sorted set's members and
+/// scores, a hash's fields and values.
+pub fn snapshot(c: &mut redis::Connection, pattern: &str) -> Vec<(String, Value)> {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(c).unwrap();
+    keys.sort();
+    keys.into_iter()
+        .map(|k| {
+            let kind: String = redis::cmd("TYPE").arg(&k).query(c).unwrap();
+            let v: Value = match kind.as_str() {
+                "string" => redis::cmd("GET").arg(&k).query(c).unwrap(),
+                "zset" => redis::cmd("ZRANGE")
+                    .arg(&k)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query(c)
+                    .unwrap(),
+                "hash" => redis::cmd("HGETALL").arg(&k).query(c).unwrap(),
+                _ => Value::Nil,
+            };
+            (k, v)
+        })
+        .collect()
+}
+
 /// Pushes the job `json` describes (a push request, checked as the API checks it); its id.
 pub async fn push(q: &Queue, json: serde_json::Value) -> String {
     let job = q
@@ -29,6 +75,21 @@ pub async fn push(q: &Queue, json: serde_json::Value) -> String {
         .validate(serde_json::from_value::<PushRequest>(json).unwrap())
         .unwrap();
     q.producer().push(job).await.unwrap().id
+}
+
+/// Pushes job `id` of topic `t` (TTR 1 s), reserves it and nacks it with an error, due again in 10 ms:
+/// a job on its second attempt, with the first in its history.
+pub async fn push_nacked(q: &Queue, id: &str) {
+    push(
+        q,
+        serde_json::json!({"id": id, "topic": "t", "body": 3, "ttr_ms": 1000}),
+    )
+    .await;
+    let first = q.reservations().reserve(&["t".to_string()], 1).await.unwrap().remove(0);
+    q.reservations()
+        .nack(&first.id, &first.receipt, Some(10), Some("boom"), None)
+        .await
+        .unwrap();
 }
 
 /// Reserves the one ready job of `topic`, waiting for it with a generous deadline.
