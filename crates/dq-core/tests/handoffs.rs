@@ -14,7 +14,7 @@ use dq_harness::RedisServer;
 use redis::Value;
 use serde_json::json;
 
-use common::{one_partition, one_partition_prefix as prefix, push, push_nacked, snapshot};
+use common::{one_partition, one_partition_prefix as prefix, promote_call, push, push_nacked, snapshot};
 
 const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
@@ -162,17 +162,8 @@ async fn a_call_it_does_not_take_is_left_untouched() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
         let before = snapshot(&mut c, "dq:*");
-        let out: Value = handoff_alone()
-            .key(format!("{pre}:delayed"))
-            .key(format!("{pre}:counts"))
-            .key(format!("{pre}:reserved"))
-            .key(format!("{pre}:announced"))
-            .arg(&pre)
-            .arg(100)
-            .arg(format!("{pre}:wake:ready"))
-            .arg(format!("{pre}:wake:timer"))
-            .arg("nonce")
-            .arg("")
+        let script = handoff_alone();
+        let out: Value = promote_call(&script, false)
             .arg("t")
             .arg(format!("{pre}:handoff:C1"))
             .arg(slots)

@@ -11,7 +11,7 @@ use dq_harness::RedisServer;
 use redis::Value;
 use serde_json::json;
 
-use common::{one_partition, one_partition_prefix as prefix, push, push_nacked, snapshot};
+use common::{one_partition, one_partition_prefix as prefix, promote_call, push, push_nacked, snapshot};
 
 const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
@@ -50,29 +50,16 @@ fn general_only() -> redis::Script {
 /// alone (`fast`: `plain_alone`'s KEYS and ARGV) or by promote.lua's general way alone (its KEYS and
 /// first six ARGV).
 fn promote(c: &mut redis::Connection, fast: bool, spans: bool) -> Value {
-    let pre = prefix();
-    let spans = if spans { "1" } else { "" };
-    if fast {
-        return plain_alone()
-            .key(format!("{pre}:delayed"))
-            .key(format!("{pre}:counts"))
-            .arg(&pre)
-            .arg(spans)
-            .arg(format!("{pre}:wake:ready"))
-            .invoke(c)
-            .unwrap();
+    if !fast {
+        return promote_call(&general_only(), spans).invoke(c).unwrap();
     }
-    general_only()
+    let pre = prefix();
+    plain_alone()
         .key(format!("{pre}:delayed"))
         .key(format!("{pre}:counts"))
-        .key(format!("{pre}:reserved"))
-        .key(format!("{pre}:announced"))
         .arg(&pre)
-        .arg(100)
+        .arg(if spans { "1" } else { "" })
         .arg(format!("{pre}:wake:ready"))
-        .arg(format!("{pre}:wake:timer"))
-        .arg("nonce")
-        .arg(spans)
         .invoke(c)
         .unwrap()
 }

@@ -43,6 +43,25 @@ pub fn one_partition_prefix() -> String {
         .to_string()
 }
 
+/// A call of `script` laid out as promote.lua's on [`one_partition`]'s partition: its four KEYS and
+/// its first six ARGV (a batch of 100, nonce `nonce`, spans wanted when `spans`), for the caller to add
+/// the waiting workers.
+pub fn promote_call(script: &redis::Script, spans: bool) -> redis::ScriptInvocation<'_> {
+    let pre = one_partition_prefix();
+    let mut call = script.prepare_invoke();
+    call.key(format!("{pre}:delayed"))
+        .key(format!("{pre}:counts"))
+        .key(format!("{pre}:reserved"))
+        .key(format!("{pre}:announced"))
+        .arg(&pre)
+        .arg(100)
+        .arg(format!("{pre}:wake:ready"))
+        .arg(format!("{pre}:wake:timer"))
+        .arg("nonce")
+        .arg(if spans { "1" } else { "" });
+    call
+}
+
 /// Every key matching `pattern`, sorted, with its value: a string's bytes, a sorted set's members and
 /// scores, a hash's fields and values.
 pub fn snapshot(c: &mut redis::Connection, pattern: &str) -> Vec<(String, Value)> {
