@@ -115,15 +115,16 @@ impl Checker {
     }
 
     /// `hook` was sent, given up or is not to be sent: it goes (a success hook with the answer it kept).
+    /// The answer goes first, so none outlives its hook: a checker that dies between the two leaves a
+    /// hook without its answer, which the next try drops.
     pub async fn hook_done(&self, kind: HookKind, p: u16, hook: &Hook) -> Result<()> {
         let keys = self.store.partition_keys(p);
-        alerts::forget_hook(&self.store, p, kind.key(keys), hook.entry()).await?;
         if kind == HookKind::Success {
             let mut cmd = redis::cmd("DEL");
             cmd.arg(keys.answer(&hook.id));
             self.store.query::<i64>(p, &cmd).await?;
         }
-        Ok(())
+        alerts::forget_hook(&self.store, p, kind.key(keys), hook.entry()).await
     }
 
     /// The callback's answer a success hook carries (JSON `{status, headers, body}`), as the ack stored
