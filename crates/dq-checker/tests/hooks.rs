@@ -394,3 +394,44 @@ async fn a_delivered_job_hooks_its_success_with_the_answer() {
     stop.cancel();
     task.await.unwrap().unwrap();
 }
+
+/// A success hook whose answer is gone (a checker that died between deleting a sent hook's answer and
+/// the hook itself leaves it so) is dropped without a POST: the answer goes first, so none outlives its
+/// hook, and the hook left behind was sent already.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_hook_whose_answer_is_gone_is_dropped_unsent() {
+    let redis = RedisServer::start();
+    let sink = HookSink::start_failing(0).await;
+    let mut s = settings(&redis);
+    // A failed try would keep the hook a minute: only a drop forgets it within the wait below.
+    s.checker.dead_hook_backoff_ms = vec![60_000];
+    let q = Queue::connect(&s).await.unwrap();
+    let config: TopicConfig = serde_json::from_value(serde_json::json!({
+        "callback": {"url": "http://127.0.0.1:9/unused", "secret": SECRET, "on_success_url": sink.url}
+    }))
+    .unwrap();
+    q.admin().put_topic("paid", &config).await.unwrap();
+    push(&q, serde_json::json!({"topic": "paid", "body": {"n": 1}})).await;
+    let r = q.reservations().reserve(&["paid".into()], 1).await.unwrap().remove(0);
+    let success = dq_core::reservations::Success {
+        hook_answer: Some(br#"{"status":200,"headers":{},"body":"ok"}"#.to_vec()),
+        ..Default::default()
+    };
+    q.reservations().ack_with(&r.id, &r.receipt, &success).await.unwrap();
+    assert_eq!(hooks_waiting(&redis, "success_hooks").len(), 1);
+    let answers: Vec<String> = redis::cmd("KEYS")
+        .arg("dq:{*}:answer:*")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    let _: i64 = redis::cmd("DEL").arg(&answers[0]).query(&mut redis.conn()).unwrap();
+
+    let (stop, task) = start(&s);
+    eventually(Duration::from_secs(20), "the hook dropped at its first try", || async {
+        hooks_waiting(&redis, "success_hooks").is_empty()
+    })
+    .await;
+    assert!(sink.received().is_empty(), "{:?}", sink.received());
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
