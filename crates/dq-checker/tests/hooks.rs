@@ -44,6 +44,38 @@ fn waiting(redis: &RedisServer) -> usize {
     dead_hooks_waiting(redis).len()
 }
 
+/// Registers `topic` with a callback nobody delivers, `secret`, and `on_success_url` (carrying the
+/// answer's `X-Request-Id` header).
+async fn register_success(q: &Queue, topic: &str, on_success_url: &str) {
+    let config: TopicConfig = serde_json::from_value(serde_json::json!({
+        "callback": {"url": "http://127.0.0.1:9/unused", "secret": SECRET, "on_success_url": on_success_url,
+                     "on_success_headers": ["X-Request-Id"]}
+    }))
+    .unwrap();
+    q.admin().put_topic(topic, &config).await.unwrap();
+}
+
+/// A job of `topic` pushed, reserved and acked with the callback's `answer`, as dq-consumer acks a
+/// delivery; its id.
+async fn delivered(q: &Queue, topic: &str, n: u32, answer: &[u8]) -> String {
+    let id = push(q, serde_json::json!({"topic": topic, "body": {"n": n}})).await;
+    let r = q.reservations().reserve(&[topic.into()], 1).await.unwrap().remove(0);
+    let success = dq_core::reservations::Success {
+        hook_answer: Some(answer.to_vec()),
+        ..Default::default()
+    };
+    q.reservations().ack_with(&r.id, &r.receipt, &success).await.unwrap();
+    id
+}
+
+/// The answers stored for success hooks.
+fn answer_keys(redis: &RedisServer) -> Vec<String> {
+    redis::cmd("KEYS")
+        .arg("dq:{*}:answer:*")
+        .query(&mut redis.conn())
+        .unwrap()
+}
+
 /// A job nacked to death gives one POST of the job as looked up (dead, with its last error), signed
 /// with the topic's secret and naming the job and the death; the receiver's two 500s are tried again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -321,30 +353,12 @@ async fn a_delivered_job_hooks_its_success_with_the_answer() {
     let sink = HookSink::start_failing(1).await;
     let s = settings(&redis);
     let q = Queue::connect(&s).await.unwrap();
-    let config = |url: &str| -> TopicConfig {
-        serde_json::from_value(serde_json::json!({
-            "callback": {"url": "http://127.0.0.1:9/unused", "secret": SECRET, "on_success_url": url,
-                         "on_success_headers": ["X-Request-Id"]}
-        }))
-        .unwrap()
-    };
-    q.admin().put_topic("paid", &config(&sink.url)).await.unwrap();
-    // A job pushed, reserved and acked with the answer, as dq-consumer acks a delivery.
-    let delivered = |n: u32| {
-        let q = q.clone();
-        async move {
-            let id = push(&q, serde_json::json!({"topic": "paid", "body": {"n": n}})).await;
-            let r = q.reservations().reserve(&["paid".into()], 1).await.unwrap().remove(0);
-            let answer = br#"{"status":201,"headers":{"x-request-id":"r-9"},"body":"{\"charged\":true}"}"#;
-            let success = dq_core::reservations::Success {
-                hook_answer: Some(answer.to_vec()),
-                ..Default::default()
-            };
-            q.reservations().ack_with(&r.id, &r.receipt, &success).await.unwrap();
-            id
-        }
-    };
-    let acked = [delivered(0).await, delivered(1).await];
+    register_success(&q, "paid", &sink.url).await;
+    let answer = br#"{"status":201,"headers":{"x-request-id":"r-9"},"body":"{\"charged\":true}"}"#;
+    let acked = [
+        delivered(&q, "paid", 0, answer).await,
+        delivered(&q, "paid", 1, answer).await,
+    ];
     assert_eq!(hooks_waiting(&redis, "success_hooks").len(), 2);
 
     let (stop, task) = start(&s);
@@ -369,26 +383,20 @@ async fn a_delivered_job_hooks_its_success_with_the_answer() {
     );
     assert!(hook.header("idempotency-key").starts_with(&format!("{id}:success:")));
     // The answers went with their hooks.
-    let answers: Vec<String> = redis::cmd("KEYS")
-        .arg("dq:{*}:answer:*")
-        .query(&mut redis.conn())
-        .unwrap();
+    let answers = answer_keys(&redis);
     assert!(answers.is_empty(), "{answers:?}");
 
     // No URL any more: a queued hook is dropped, with its answer.
-    q.admin().put_topic("paid", &config(&sink.url)).await.unwrap();
+    register_success(&q, "paid", &sink.url).await;
     let plain: TopicConfig =
         serde_json::from_value(serde_json::json!({"callback": {"url": "http://127.0.0.1:9/unused"}})).unwrap();
     q.admin().put_topic("paid", &plain).await.unwrap();
-    delivered(3).await;
+    delivered(&q, "paid", 3, answer).await;
     eventually(Duration::from_secs(10), "the hook dropped", || async {
         hooks_waiting(&redis, "success_hooks").is_empty()
     })
     .await;
-    let answers: Vec<String> = redis::cmd("KEYS")
-        .arg("dq:{*}:answer:*")
-        .query(&mut redis.conn())
-        .unwrap();
+    let answers = answer_keys(&redis);
     assert!(answers.is_empty(), "{answers:?}");
     assert_eq!(sink.accepted().len(), 2);
     stop.cancel();
@@ -406,23 +414,10 @@ async fn a_success_hook_whose_answer_is_gone_is_dropped_unsent() {
     // A failed try would keep the hook a minute: only a drop forgets it within the wait below.
     s.checker.dead_hook_backoff_ms = vec![60_000];
     let q = Queue::connect(&s).await.unwrap();
-    let config: TopicConfig = serde_json::from_value(serde_json::json!({
-        "callback": {"url": "http://127.0.0.1:9/unused", "secret": SECRET, "on_success_url": sink.url}
-    }))
-    .unwrap();
-    q.admin().put_topic("paid", &config).await.unwrap();
-    push(&q, serde_json::json!({"topic": "paid", "body": {"n": 1}})).await;
-    let r = q.reservations().reserve(&["paid".into()], 1).await.unwrap().remove(0);
-    let success = dq_core::reservations::Success {
-        hook_answer: Some(br#"{"status":200,"headers":{},"body":"ok"}"#.to_vec()),
-        ..Default::default()
-    };
-    q.reservations().ack_with(&r.id, &r.receipt, &success).await.unwrap();
+    register_success(&q, "paid", &sink.url).await;
+    delivered(&q, "paid", 1, br#"{"status":200,"headers":{},"body":"ok"}"#).await;
     assert_eq!(hooks_waiting(&redis, "success_hooks").len(), 1);
-    let answers: Vec<String> = redis::cmd("KEYS")
-        .arg("dq:{*}:answer:*")
-        .query(&mut redis.conn())
-        .unwrap();
+    let answers = answer_keys(&redis);
     assert_eq!(answers.len(), 1, "{answers:?}");
     let _: i64 = redis::cmd("DEL").arg(&answers[0]).query(&mut redis.conn()).unwrap();
 
