@@ -498,7 +498,7 @@ if want life; then
                  python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["jobs"])') ;;
     beanstalkd) $bin/dq-bench beanstalkd --addr "127.0.0.1:$bsport" -n $((n / 4)) -c 4 --tube "life-$RANDOM" >/dev/null
                 jobs=$(( n / 4 * 4 )) ;;
-    bullmq) jobs=$(node scripts/peers/bullmq-life.mjs "$rport" "$n" "$rate" | tail -1 |
+    bullmq) jobs=$("${pin_rest[@]}" node scripts/peers/bullmq-life.mjs "$rport" "$n" "$rate" | tail -1 |
                    python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["jobs"])') ;;
     *) echo "LIFE_PATH is push, pull, beanstalkd or bullmq, not $path" >&2; exit 2 ;;
   esac
